@@ -1,0 +1,440 @@
+"""Benchmark vcli's suggesters against Optuna, Hyperopt and scikit-optimize, side by side.
+
+    nice -n 10 python bench/bench_suggesters.py [--seeds 10] [--trials 60] [--quick]
+        [--jobs 2] [--only vcli_gp,optuna_gp] [--problems branin,mixed5] [--cache FILE]
+
+Problems (all minimised, known optimum f*; simple regret = best observed - f*):
+  branin     2-D on [-5,10]x[0,15], f* = 0.397887
+  hartmann6  6-D on [0,1]^6,         f* = -3.322368
+  mixed5     lr log-uniform [1e-5,1], momentum [0,1], an inert float [0,1], layers int 1..8,
+             optimizer in {sgd, adam, rmsprop, adagrad}; see `mixed5()`; f* = 0 at
+             (adam, lr=1e-3, momentum=0.8, layers=6). Re-created from the description in
+             /work/shared/reference/perf-anchors.md (same structure and scale: random-search
+             median f = 2.6, 1st percentile 0.42), not the identical function.
+
+Optimisers: vcli_gp (default Bayesian), vcli_random, vcli_skopt (bayesian_backend="skopt"),
+optuna_tpe (TPESampler defaults), optuna_gp (GPSampler), hyperopt_tpe (fmin + tpe.suggest),
+skopt_gp_minimize (gp_minimize defaults). q=4 means: ask 4 points, evaluate, tell 4
+(vcli: ask(4); Optuna: 4 study.ask() before the tells, i.e. its running-trial handling;
+hyperopt and gp_minimize have no batch mode here: n/a).
+
+Every run is deterministic given its seed and runs in a worker process with one BLAS thread.
+Results are cached as JSON lines (--cache) so re-runs only compute what is missing.
+Also measures vcli_gp's suggestion latency after 50/200/500 completed trials (a history of
+random points on Hartmann6 and on mixed5), median of 3 asks.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# ---------------------------------------------------------------------------- problems
+# A parameter: (name, kind, lo, hi, log, choices); kind in float / int / cat.
+
+_HART_A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+_HART_P = [
+    [0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
+    [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
+    [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
+    [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381],
+]
+_HART_ALPHA = [1.0, 1.2, 3.0, 3.2]
+
+
+def branin(p):
+    x1, x2 = p["x1"], p["x2"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def hartmann6(p):
+    x = [p[f"x{i}"] for i in range(6)]
+    total = 0.0
+    for a, pp, al in zip(_HART_A, _HART_P, _HART_ALPHA):
+        total -= al * math.exp(-sum(a[j] * (x[j] - pp[j]) ** 2 for j in range(6)))
+    return total
+
+
+_M5_OFFSET = {"sgd": 0.5, "adam": 0.0, "rmsprop": 0.3, "adagrad": 1.0}
+_M5_LR_OPT = {"sgd": -1.5, "adam": -3.0, "rmsprop": -3.5, "adagrad": -1.0}
+
+
+def mixed5(p):
+    c = p["optimizer"]
+    u = math.log10(p["lr"]) - _M5_LR_OPT[c]
+    bowl = 0.45 * u * u + 0.15 * (1 - math.cos(2 * math.pi * u))  # quadratic with ripples
+    m_opt = 0.5 + 0.05 * p["layers"]  # momentum optimum depends on layers (0.8 at 6)
+    return _M5_OFFSET[c] + bowl + 3.0 * (p["momentum"] - m_opt) ** 2 + 0.08 * (p["layers"] - 6) ** 2
+
+
+PROBLEMS = {
+    "branin": (branin, 0.397887, [("x1", "float", -5.0, 10.0, False, None), ("x2", "float", 0.0, 15.0, False, None)]),
+    "hartmann6": (hartmann6, -3.322368, [(f"x{i}", "float", 0.0, 1.0, False, None) for i in range(6)]),
+    "mixed5": (
+        mixed5,
+        0.0,
+        [
+            ("lr", "float", 1e-5, 1.0, True, None),
+            ("momentum", "float", 0.0, 1.0, False, None),
+            ("inert", "float", 0.0, 1.0, False, None),
+            ("layers", "int", 1, 8, False, None),
+            ("optimizer", "cat", None, None, False, ("sgd", "adam", "rmsprop", "adagrad")),
+        ],
+    ),
+}
+
+# ---------------------------------------------------------------------------- optimisers
+
+
+def _vcli_spec(space, algorithm):
+    from vcli.spec import (
+        CategoricalValueSpec,
+        DoubleValueSpec,
+        Goal,
+        IntegerValueSpec,
+        MetricSpec,
+        ParameterSpec,
+        ScaleType,
+        StudySpec,
+    )
+
+    params = []
+    for name, kind, lo, hi, log, choices in space:
+        scale = ScaleType.UNIT_LOG_SCALE if log else ScaleType.UNIT_LINEAR_SCALE
+        if kind == "float":
+            vs = DoubleValueSpec(min_value=lo, max_value=hi)
+        elif kind == "int":
+            vs = IntegerValueSpec(min_value=lo, max_value=hi)
+        else:
+            vs = CategoricalValueSpec(values=choices)
+        params.append(ParameterSpec(parameter_id=name, value_spec=vs, scale_type=scale))
+    return StudySpec(metrics=(MetricSpec(metric_id="f", goal=Goal.MINIMIZE),), parameters=tuple(params), algorithm=algorithm)
+
+
+def run_vcli(kind, fn, space, n, q, seed):
+    from vcli.spec import Algorithm, Measurement, Trial, TrialState
+    from vcli.suggesters import get_suggester
+
+    algo = Algorithm.RANDOM_SEARCH if kind == "random" else Algorithm.ALGORITHM_UNSPECIFIED
+    backend = "skopt" if kind == "skopt" else "gp"
+    s = get_suggester(_vcli_spec(space, algo), seed=seed, bayesian_backend=backend)
+    ys, t_sugg = [], 0.0
+    while len(ys) < n:
+        t0 = time.process_time()
+        batch = s.ask(min(q, n - len(ys)))
+        t_sugg += time.process_time() - t0
+        for sug in batch:
+            v = fn(dict(sug.parameters))
+            ys.append(v)
+            t0 = time.process_time()
+            s.tell(
+                Trial(
+                    id=str(len(ys)),
+                    parameters=sug.parameters,
+                    state=TrialState.SUCCEEDED,
+                    final_measurement=Measurement(step_count=1, metrics={"f": v}),
+                )
+            )
+            t_sugg += time.process_time() - t0
+    return ys, t_sugg / n
+
+
+def run_optuna(kind, fn, space, n, q, seed):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    sampler = optuna.samplers.GPSampler(seed=seed) if kind == "gp" else optuna.samplers.TPESampler(seed=seed)
+    study = optuna.create_study(sampler=sampler, direction="minimize")
+    ys, t_sugg = [], 0.0
+    while len(ys) < n:
+        t0 = time.process_time()
+        trials, params = [], []
+        for _ in range(min(q, n - len(ys))):
+            t = study.ask()
+            p = {}
+            for name, k, lo, hi, log, choices in space:
+                if k == "float":
+                    p[name] = t.suggest_float(name, lo, hi, log=log)
+                elif k == "int":
+                    p[name] = t.suggest_int(name, lo, hi, log=log)
+                else:
+                    p[name] = t.suggest_categorical(name, list(choices))
+            trials.append(t)
+            params.append(p)
+        t_sugg += time.process_time() - t0
+        vals = [fn(p) for p in params]
+        t0 = time.process_time()
+        for t, v in zip(trials, vals):
+            study.tell(t, v)
+            ys.append(v)
+        t_sugg += time.process_time() - t0
+    return ys, t_sugg / n
+
+
+def run_hyperopt(fn, space, n, seed):
+    import logging
+
+    import numpy as np
+    from hyperopt import Trials, fmin, hp, tpe
+
+    logging.getLogger("hyperopt").setLevel(logging.ERROR)
+    hspace = {}
+    for name, k, lo, hi, log, choices in space:
+        if k == "float":
+            hspace[name] = hp.loguniform(name, math.log(lo), math.log(hi)) if log else hp.uniform(name, lo, hi)
+        elif k == "int":
+            hspace[name] = hp.uniformint(name, lo, hi)
+        else:
+            hspace[name] = hp.choice(name, list(choices))
+    ys = []
+    int_names = {name for name, k, *_ in space if k == "int"}
+
+    def obj(p):
+        p = {k: (int(round(v)) if k in int_names else v) for k, v in p.items()}
+        v = fn(p)
+        ys.append(v)
+        return v
+
+    t0 = time.process_time()
+    fmin(obj, hspace, algo=tpe.suggest, max_evals=n, trials=Trials(), rstate=np.random.default_rng(seed), show_progressbar=False)
+    return ys, (time.process_time() - t0) / n
+
+
+def run_gp_minimize(fn, space, n, seed):
+    import warnings
+
+    from skopt import gp_minimize
+    from skopt.space import Categorical, Integer, Real
+
+    warnings.filterwarnings("ignore")
+    dims, names = [], []
+    for name, k, lo, hi, log, choices in space:
+        names.append(name)
+        if k == "float":
+            dims.append(Real(lo, hi, prior="log-uniform" if log else "uniform"))
+        elif k == "int":
+            dims.append(Integer(lo, hi))
+        else:
+            dims.append(Categorical(list(choices)))
+    ys = []
+
+    def obj(x):
+        p = {nm: (v.item() if hasattr(v, "item") else v) for nm, v in zip(names, x)}
+        v = fn(p)
+        ys.append(v)
+        return v
+
+    t0 = time.process_time()
+    gp_minimize(obj, dims, n_calls=n, random_state=seed)
+    return ys, (time.process_time() - t0) / n
+
+
+OPTIMIZERS = {
+    # name: (runner, supports q=4)
+    "vcli_gp": (lambda fn, sp, n, q, s: run_vcli("gp", fn, sp, n, q, s), True),
+    "vcli_random": (lambda fn, sp, n, q, s: run_vcli("random", fn, sp, n, q, s), False),
+    "vcli_skopt": (lambda fn, sp, n, q, s: run_vcli("skopt", fn, sp, n, q, s), True),
+    "optuna_tpe": (lambda fn, sp, n, q, s: run_optuna("tpe", fn, sp, n, q, s), True),
+    "optuna_gp": (lambda fn, sp, n, q, s: run_optuna("gp", fn, sp, n, q, s), True),
+    "hyperopt_tpe": (lambda fn, sp, n, q, s: run_hyperopt(fn, sp, n, s), False),
+    "skopt_gp_minimize": (lambda fn, sp, n, q, s: run_gp_minimize(fn, sp, n, s), False),
+}
+
+
+def one_run(problem, opt, q, seed, n):
+    fn, fstar, space = PROBLEMS[problem]
+    t0 = time.time()
+    ys, cpu_per_sugg = OPTIMIZERS[opt][0](fn, space, n, q, seed)
+    best, curve = math.inf, []
+    for v in ys:
+        best = min(best, v)
+        curve.append(max(0.0, best - fstar))
+    return {
+        "problem": problem, "opt": opt, "q": q, "seed": seed, "n": n,
+        "regret": curve, "cpu_s_per_suggestion": cpu_per_sugg, "wall_s": time.time() - t0,
+    }
+
+
+# ---------------------------------------------------------------------------- latency
+
+
+def latency(n_hist_list=(50, 200, 500), reps=3):
+    import numpy as np
+
+    from vcli.spec import Algorithm, Measurement, Trial, TrialState
+    from vcli.suggesters import get_suggester
+
+    rows = []
+    for problem in ("hartmann6", "mixed5"):
+        fn, _, space = PROBLEMS[problem]
+        spec = _vcli_spec(space, Algorithm.RANDOM_SEARCH)
+        rnd = get_suggester(spec, seed=123)
+        hist = [dict(s.parameters) for s in rnd.ask(max(n_hist_list))]
+        for n_hist in n_hist_list:
+            times = {1: [], 4: []}
+            for rep in range(reps):
+                s = get_suggester(_vcli_spec(space, Algorithm.ALGORITHM_UNSPECIFIED), seed=rep)
+                for i, p in enumerate(hist[:n_hist]):
+                    s.tell(Trial(id=str(i), parameters=p, state=TrialState.SUCCEEDED,
+                                 final_measurement=Measurement(step_count=1, metrics={"f": fn(p)})))
+                for q in (1, 4):
+                    t0 = time.perf_counter()
+                    s.ask(q)
+                    times[q].append(time.perf_counter() - t0)
+            rows.append((problem, n_hist, float(np.median(times[1])), float(np.median(times[4]))))
+    return rows
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _fmt(x):
+    if x == 0:
+        return "0"
+    if abs(x) >= 0.01:
+        return f"{x:.3f}"
+    return f"{x:.1e}"
+
+
+def summarise(results, problems, opts, seeds, n):
+    import numpy as np
+
+    checkpoints = [c for c in (30, 60) if c <= n] or [n]
+    idx = {(r["problem"], r["opt"], r["q"], r["seed"]): r for r in results}
+    lines = []
+    med = {}
+    for problem in problems:
+        lines.append(f"\n#### {problem}\n")
+        hdr = "| optimizer | q | seeds | " + " | ".join(f"regret@{c} median [Q1, Q3]" for c in checkpoints)
+        hdr += " | cpu ms/suggestion |"
+        lines.append(hdr)
+        lines.append("|" + "---|" * (4 + len(checkpoints)))
+        for opt in opts:
+            for q in (1, 4):
+                runs = [idx.get((problem, opt, q, s)) for s in seeds]
+                runs = [r for r in runs if r]
+                if not runs:
+                    if q == 4 and not OPTIMIZERS[opt][1]:
+                        lines.append(f"| {opt} | 4 | n/a | " + " | ".join("n/a" for _ in checkpoints) + " | n/a |")
+                    continue
+                cells = []
+                for c in checkpoints:
+                    v = np.array([r["regret"][c - 1] for r in runs])
+                    m, q1, q3 = np.median(v), np.percentile(v, 25), np.percentile(v, 75)
+                    med[(problem, opt, q, c)] = m
+                    cells.append(f"{_fmt(m)} [{_fmt(q1)}, {_fmt(q3)}]")
+                cpu = np.median([r["cpu_s_per_suggestion"] for r in runs]) * 1000
+                lines.append(f"| {opt} | {q} | {len(runs)} | " + " | ".join(cells) + f" | {cpu:.1f} |")
+    # ratios
+    lines.append("\n#### vcli_gp vs Optuna GPSampler, and q=4 vs q=1 (median regret ratios; < 1 = vcli better)\n")
+    lines.append("| problem | " + " | ".join(f"vcli/GPSampler q=1 @{c}" for c in checkpoints) + " | "
+                 + " | ".join(f"vcli/GPSampler q=4 @{c}" for c in checkpoints) + " | "
+                 + " | ".join(f"vcli q4/q1 @{c}" for c in checkpoints) + " | "
+                 + " | ".join(f"GPSampler q4/q1 @{c}" for c in checkpoints) + " |")
+    lines.append("|" + "---|" * (1 + 4 * len(checkpoints)))
+
+    def ratio(a, b):
+        if a is None or b is None:
+            return "n/a"
+        if b == 0:
+            return "inf" if a > 0 else "1 (both 0)"
+        return f"{a / b:.2f}"
+
+    for problem in problems:
+        cells = []
+        for q in (1, 4):
+            for c in checkpoints:
+                cells.append(ratio(med.get((problem, "vcli_gp", q, c)), med.get((problem, "optuna_gp", q, c))))
+        for opt in ("vcli_gp", "optuna_gp"):
+            for c in checkpoints:
+                cells.append(ratio(med.get((problem, opt, 4, c)), med.get((problem, opt, 1, c))))
+        lines.append(f"| {problem} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--trials", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="3 seeds, 30 trials, cheap optimisers only, no latency")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated optimisers")
+    ap.add_argument("--problems", default="", help="comma-separated problems")
+    ap.add_argument("--qs", default="1,4")
+    ap.add_argument("--cache", default="", help="JSON-lines file of finished runs (read and appended)")
+    ap.add_argument("--recompute", default="", help="comma-separated optimisers whose cached runs are ignored")
+    ap.add_argument("--no-latency", action="store_true")
+    args = ap.parse_args(argv)
+    seeds = list(range(3 if args.quick else args.seeds))
+    n = 30 if args.quick else args.trials
+    opts = [o for o in (args.only.split(",") if args.only else OPTIMIZERS)]
+    if args.quick and not args.only:
+        opts = ["vcli_gp", "vcli_random", "optuna_tpe", "optuna_gp"]
+    problems = args.problems.split(",") if args.problems else list(PROBLEMS)
+    qs = [int(x) for x in args.qs.split(",")]
+
+    results, have = [], set()
+    if args.cache and Path(args.cache).exists():
+        for line in Path(args.cache).read_text().splitlines():
+            r = json.loads(line)
+            if r["n"] >= n and r["opt"] not in args.recompute.split(","):
+                r["regret"] = r["regret"][:n]
+                results.append(r)
+                have.add((r["problem"], r["opt"], r["q"], r["seed"]))
+    jobs = [
+        (p, o, q, s)
+        for p in problems
+        for o in opts
+        for q in qs
+        if q == 1 or OPTIMIZERS[o][1]
+        for s in seeds
+        if (p, o, q, s) not in have
+    ]
+    t_start = time.time()
+    print(f"# {len(jobs)} runs to do ({len(results)} cached), {args.jobs} workers", file=sys.stderr, flush=True)
+    cache = open(args.cache, "a") if args.cache else None
+    with ProcessPoolExecutor(max_workers=args.jobs) as ex:
+        futs = {ex.submit(one_run, p, o, q, s, n): (p, o, q, s) for p, o, q, s in jobs}
+        for i, fut in enumerate(as_completed(futs), 1):
+            key = futs[fut]
+            try:
+                r = fut.result()
+            except Exception as e:  # report and go on
+                print(f"# FAILED {key}: {e!r}", file=sys.stderr, flush=True)
+                continue
+            results.append(r)
+            if cache:
+                cache.write(json.dumps(r) + "\n")
+                cache.flush()
+            print(f"# [{i}/{len(jobs)}] {key} regret@{n}={r['regret'][-1]:.3g} wall {r['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    load = os.getloadavg()
+    print(f"## Suggester benchmark: {len(seeds)} seeds, {n} trials "
+          f"(wall {time.time() - t_start:.0f} s, load avg {load[0]:.1f})")
+    print(summarise(results, problems, opts, seeds, n))
+    if not (args.quick or args.no_latency):
+        print("\n#### vcli_gp suggestion latency (wall s, median of 3; history = random points)\n")
+        print("| problem | completed trials | ask(1) | ask(4) |")
+        print("|---|---|---|---|")
+        for problem, nh, t1, t4 in latency():
+            print(f"| {problem} | {nh} | {t1:.3f} | {t4:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

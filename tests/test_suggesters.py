@@ -1,0 +1,377 @@
+"""Contract tests for vcli.suggesters (random, grid, bayesian gp / skopt)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from vcli.spec import (
+    Algorithm,
+    CategoricalValueSpec,
+    ConditionalParameterSpec,
+    DiscreteValueSpec,
+    DoubleValueSpec,
+    Goal,
+    IntegerValueSpec,
+    Measurement,
+    MetricSpec,
+    ParameterSpec,
+    ScaleType,
+    StudySpec,
+    Trial,
+    TrialState,
+)
+from vcli.suggesters import Suggester, get_suggester
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+def _mixed_parameters() -> tuple[ParameterSpec, ...]:
+    """Every value type and scale, plus a categorical parent with conditional children."""
+    return (
+        ParameterSpec(
+            parameter_id="lr",
+            value_spec=DoubleValueSpec(min_value=1e-5, max_value=1.0),
+            scale_type=ScaleType.UNIT_LOG_SCALE,
+        ),
+        ParameterSpec(
+            parameter_id="beta",
+            value_spec=DoubleValueSpec(min_value=0.01, max_value=0.999),
+            scale_type=ScaleType.UNIT_REVERSE_LOG_SCALE,
+        ),
+        ParameterSpec(parameter_id="layers", value_spec=IntegerValueSpec(min_value=1, max_value=8)),
+        ParameterSpec(
+            parameter_id="batch",
+            value_spec=DiscreteValueSpec(values=(16.0, 32.0, 64.0, 128.0)),
+            scale_type=ScaleType.UNIT_LOG_SCALE,
+        ),
+        ParameterSpec(
+            parameter_id="optimizer",
+            value_spec=CategoricalValueSpec(values=("sgd", "adam")),
+            conditional_parameter_specs=(
+                ConditionalParameterSpec(
+                    parameter_spec=ParameterSpec(
+                        parameter_id="momentum", value_spec=DoubleValueSpec(min_value=0.0, max_value=0.99)
+                    ),
+                    parent_values=("sgd",),
+                ),
+                ConditionalParameterSpec(
+                    parameter_spec=ParameterSpec(
+                        parameter_id="amsgrad", value_spec=CategoricalValueSpec(values=("yes", "no"))
+                    ),
+                    parent_values=("adam",),
+                ),
+            ),
+        ),
+    )
+
+
+def _grid_parameters() -> tuple[ParameterSpec, ...]:
+    return (
+        ParameterSpec(parameter_id="units", value_spec=IntegerValueSpec(min_value=1, max_value=3)),
+        ParameterSpec(
+            parameter_id="act",
+            value_spec=CategoricalValueSpec(values=("relu", "tanh")),
+            conditional_parameter_specs=(
+                ConditionalParameterSpec(
+                    parameter_spec=ParameterSpec(
+                        parameter_id="slope", value_spec=DiscreteValueSpec(values=(0.1, 0.3))
+                    ),
+                    parent_values=("relu",),
+                ),
+            ),
+        ),
+    )
+
+
+def _study(params, algorithm=Algorithm.ALGORITHM_UNSPECIFIED, goal=Goal.MINIMIZE) -> StudySpec:
+    return StudySpec(
+        metrics=(MetricSpec(metric_id="loss", goal=goal),), parameters=params, algorithm=algorithm
+    )
+
+
+KINDS = ["random", "grid", "gp", "skopt"]
+
+
+def _make(kind: str, params=None, seed: int | None = 0, goal=Goal.MINIMIZE) -> Suggester:
+    if kind == "grid":
+        return get_suggester(_study(params or _grid_parameters(), Algorithm.GRID_SEARCH, goal), seed=seed)
+    if kind == "random":
+        return get_suggester(_study(params or _mixed_parameters(), Algorithm.RANDOM_SEARCH, goal), seed=seed)
+    return get_suggester(_study(params or _mixed_parameters(), goal=goal), seed=seed, bayesian_backend=kind)
+
+
+def _done(tid: str, params, value: float | None, state=TrialState.SUCCEEDED) -> Trial:
+    m = None if value is None else Measurement(step_count=1, metrics={"loss": value})
+    return Trial(id=tid, parameters=dict(params), state=state, final_measurement=m)
+
+
+def _toy_loss(p) -> float:
+    """A cheap deterministic objective over any of the fixture spaces."""
+    v = 0.0
+    for k, x in sorted(p.items()):
+        v += (len(x) if isinstance(x, str) else float(x)) * (1 + len(k) % 3)
+    return math.sin(v) + 0.01 * v
+
+
+def _check_values(space_params, p) -> None:
+    """Active parameters only, plain types, within bounds / domains."""
+    by_id = {}
+
+    def walk(specs, parent=None):
+        for s in specs:
+            by_id[s.parameter_id] = (s, parent)
+            for c in s.conditional_parameter_specs:
+                walk([c.parameter_spec], (s.parameter_id, c.parent_values))
+
+    walk(space_params)
+    for pid, value in p.items():
+        spec, parent = by_id[pid]
+        vs = spec.value_spec
+        if isinstance(vs, DoubleValueSpec):
+            assert type(value) is float and vs.min_value <= value <= vs.max_value
+        elif isinstance(vs, IntegerValueSpec):
+            assert type(value) is int and vs.min_value <= value <= vs.max_value
+        elif isinstance(vs, DiscreteValueSpec):
+            assert type(value) is float and value in vs.values
+        else:
+            assert type(value) is str and value in vs.values
+        if parent is not None:
+            assert p[parent[0]] in parent[1], f"{pid} present while {parent[0]}={p[parent[0]]}"
+    # every active parameter present
+    for pid, (spec, parent) in by_id.items():
+        if parent is None or (parent[0] in p and p[parent[0]] in parent[1]):
+            assert pid in p, f"active parameter {pid} missing from {p}"
+    json.dumps(p)  # plain Python types only
+
+
+def _params_of(kind):
+    return _grid_parameters() if kind == "grid" else _mixed_parameters()
+
+
+# ---------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ask_respects_count_types_bounds_and_conditionals(kind):
+    s = _make(kind)
+    assert s.ask(0) == []
+    seen = []
+    for round_ in range(3 if kind != "skopt" else 2):
+        batch = s.ask(3)
+        assert 1 <= len(batch) <= 3
+        for j, sug in enumerate(batch):
+            _check_values(_params_of(kind), sug.parameters)
+            seen.append(sug.parameters)
+            s.tell(_done(f"{round_}-{j}", sug.parameters, _toy_loss(sug.parameters)))
+    assert len({json.dumps(p, sort_keys=True) for p in seen}) == len(seen)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tell_accepts_infeasible_nonfinite_and_pending(kind):
+    s = _make(kind)
+    pts = [sug.parameters for sug in s.ask(4)]
+    s.tell(_done("a", pts[0], None, state=TrialState.INFEASIBLE))
+    s.tell(_done("b", pts[1], float("nan")))
+    s.tell(_done("c", pts[2], float("inf")))
+    s.tell(Trial(id="d", parameters=pts[3], state=TrialState.ACTIVE))
+    s.tell(_done("d", pts[3], 1.0))  # pending -> final, same id
+    nxt = s.ask(2)
+    assert 1 <= len(nxt) <= 2
+    for sug in nxt:
+        _check_values(_params_of(kind), sug.parameters)
+
+
+def _history(kind: str, n: int, seed: int = 0) -> list[Trial]:
+    """Run a short study, in batches of 2, and return its trials (one pending at the end)."""
+    s = _make(kind, seed=seed)
+    trials: list[Trial] = []
+    while len(trials) < n:
+        for sug in s.ask(2):
+            t = _done(str(len(trials)), sug.parameters, _toy_loss(sug.parameters))
+            if len(trials) % 5 == 3:
+                t = _done(t.id, sug.parameters, None, state=TrialState.INFEASIBLE)
+            trials.append(t)
+            s.tell(t)
+    sug = s.ask(1)[0]
+    trials.append(Trial(id=str(len(trials)), parameters=sug.parameters, state=TrialState.ACTIVE))
+    return trials
+
+
+@pytest.mark.parametrize("kind", ["random", "grid", "gp"])
+def test_replay_gives_same_next_points(kind):
+    n = 14 if kind == "gp" else 6  # gp: beyond the 10-point initial design
+    trials = _history(kind, n)
+    a, b = _make(kind, seed=0), _make(kind, seed=0)
+    for t in trials:
+        a.tell(t)
+        b.tell(t)
+    assert [x.parameters for x in a.ask(2)] == [x.parameters for x in b.ask(2)]
+
+    # the original instance, after telling its last suggestion, agrees with a rebuilt one
+    orig = _make(kind, seed=0)
+    for t in trials[:-1]:
+        orig.tell(t)
+    last = orig.ask(1)[0].parameters
+    assert last == trials[-1].parameters
+    orig.tell(trials[-1])
+    rebuilt = _make(kind, seed=0)
+    for t in trials:
+        rebuilt.tell(t)
+    assert [x.parameters for x in orig.ask(2)] == [x.parameters for x in rebuilt.ask(2)]
+
+
+@pytest.mark.parametrize("kind", ["random", "gp", "skopt"])
+def test_consecutive_asks_without_tell_do_not_repeat(kind):
+    s = _make(kind)
+    a = s.ask(1)[0].parameters
+    b = s.ask(1)[0].parameters
+    assert a != b
+
+
+# ---------------------------------------------------------------------------- grid
+
+
+def test_grid_enumerates_product_then_exhausts():
+    s = _make("grid")
+    got = []
+    while True:
+        batch = s.ask(4)
+        if not batch:
+            break
+        for sug in batch:
+            got.append(sug.parameters)
+            s.tell(_done(str(len(got)), sug.parameters, 0.0))
+    expected = []
+    for units in (1, 2, 3):
+        for slope in (0.1, 0.3):
+            expected.append({"units": units, "act": "relu", "slope": slope})
+        expected.append({"units": units, "act": "tanh"})
+    assert got == expected
+    assert s.ask(1) == []
+
+
+def test_grid_resume_skips_known_points_in_any_state():
+    a = _make("grid")
+    first = [x.parameters for x in a.ask(3)]
+    b = _make("grid")
+    b.tell(_done("x", first[1], None, state=TrialState.INFEASIBLE))
+    b.tell(Trial(id="y", parameters=first[0], state=TrialState.REQUESTED))
+    assert [x.parameters for x in b.ask(2)] == [first[2], {"units": 2, "act": "relu", "slope": 0.1}]
+
+
+def test_grid_rejects_double_parameter():
+    params = _grid_parameters() + (
+        ParameterSpec(parameter_id="dropout", value_spec=DoubleValueSpec(min_value=0.0, max_value=0.5)),
+    )
+    with pytest.raises(ValueError, match="dropout"):
+        _make("grid", params)
+
+
+# ---------------------------------------------------------------------------- random
+
+
+def test_random_is_reproducible_for_a_seed_and_varies_across_seeds():
+    draw = lambda seed: [x.parameters for x in _make("random", seed=seed).ask(5)]  # noqa: E731
+    assert draw(3) == draw(3)
+    assert draw(3) != draw(4)
+
+
+def test_random_respects_scales():
+    s = _make("random")
+    pts = [x.parameters for x in s.ask(400)]
+    lrs = sorted(p["lr"] for p in pts)
+    # log-uniform on [1e-5, 1]: median ~ 10^-2.5, far below the linear midpoint 0.5
+    assert 10**-3.5 < lrs[len(lrs) // 2] < 10**-1.5
+    betas = sorted(p["beta"] for p in pts)
+    # reverse log on [0.01, 0.999]: dense near the top (median 1.009 - sqrt(0.00999) = 0.909)
+    assert 0.87 < betas[len(betas) // 2] < 0.94
+    assert {p["layers"] for p in pts} == set(range(1, 9))
+    assert {p["batch"] for p in pts} == {16.0, 32.0, 64.0, 128.0}
+
+
+def test_random_exhausts_a_finite_space():
+    s = _make("random", _grid_parameters())
+    got = []
+    while batch := s.ask(4):
+        for sug in batch:
+            got.append(json.dumps(sug.parameters, sort_keys=True))
+            s.tell(_done(str(len(got)), sug.parameters, 0.0))
+    assert len(got) == len(set(got)) == 9
+
+
+# ---------------------------------------------------------------------------- bayesian
+
+
+def _quadratic_params():
+    return (
+        ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=-2.0, max_value=3.0)),
+        ParameterSpec(parameter_id="y", value_spec=DoubleValueSpec(min_value=-1.0, max_value=4.0)),
+    )
+
+
+def _quadratic(p) -> float:
+    return (p["x"] - 1.3) ** 2 + 2.0 * (p["y"] - 0.7) ** 2
+
+
+@pytest.mark.parametrize("goal", [Goal.MINIMIZE, Goal.MAXIMIZE])
+def test_bayesian_gp_finds_quadratic_optimum(goal):
+    sign = 1.0 if goal == Goal.MINIMIZE else -1.0
+    s = _make("gp", _quadratic_params(), seed=1, goal=goal)
+    best = math.inf
+    for i in range(25):
+        p = s.ask(1)[0].parameters
+        v = _quadratic(p)
+        best = min(best, v)
+        s.tell(_done(str(i), p, sign * v))
+    assert best < 1e-3
+
+
+def test_bayesian_gp_batch_is_distinct_and_avoids_pending():
+    s = _make("gp", _quadratic_params(), seed=2)
+    for i in range(12):
+        p = s.ask(1)[0].parameters
+        s.tell(_done(str(i), p, _quadratic(p)))
+    batch = [x.parameters for x in s.ask(4)]
+    assert len(batch) == 4
+    assert len({(p["x"], p["y"]) for p in batch}) == 4
+    # a rebuilt suggester told the batch as running trials proposes something new
+    r = _make("gp", _quadratic_params(), seed=2)
+    for t in list(s._trials.values()):
+        r.tell(t)
+    for j, p in enumerate(batch):
+        r.tell(Trial(id=f"p{j}", parameters=p, state=TrialState.ACTIVE))
+    nxt = r.ask(1)[0].parameters
+    assert all(abs(nxt["x"] - p["x"]) + abs(nxt["y"] - p["y"]) > 1e-6 for p in batch)
+
+
+def test_bayesian_gp_discrete_space_never_repeats_and_exhausts():
+    s = _make("gp", _grid_parameters(), seed=0)
+    got = []
+    while batch := s.ask(3):
+        for sug in batch:
+            got.append(json.dumps(sug.parameters, sort_keys=True))
+            s.tell(_done(str(len(got)), sug.parameters, _toy_loss(sug.parameters)))
+    assert len(got) == len(set(got)) == 9
+
+
+def test_skopt_backend_handles_reverse_log_and_converts_numpy():
+    s = _make("skopt", seed=0)
+    for i in range(11):
+        p = s.ask(1)[0].parameters
+        s.tell(_done(str(i), p, _toy_loss(p)))
+    batch = s.ask(2)
+    assert len(batch) == 2
+    for sug in batch:
+        _check_values(_mixed_parameters(), sug.parameters)
+
+
+def test_unknown_backend_and_no_heavy_import():
+    with pytest.raises(ValueError, match="backend"):
+        get_suggester(_study(_quadratic_params()), bayesian_backend="nope")
+    code = "import sys, vcli.suggesters; assert 'numpy' not in sys.modules, 'numpy imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,1 @@
+"""Example TensorFlow trainer (user code): digits classifier, Vertex-AI-style env contract."""

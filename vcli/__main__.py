@@ -1,0 +1,5 @@
+"""`python -m vcli`."""
+
+from vcli.cli import run
+
+run()

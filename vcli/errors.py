@@ -1,0 +1,66 @@
+"""vcli's error tree and exit codes. Standard library only.
+
+Every error a user can cause is a `VcliError`; the CLI prints it as one line in gcloud's style
+(`ERROR: (vcli.custom-jobs.create) <message>`) and exits with the class's code. A failed job is
+an outcome, not an exception: the CLI maps the final job state to an exit code.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    #: Invalid values (gcloud's InvalidArgumentException) and jobs that did not succeed.
+    INVALID = 1
+    #: Usage errors: unknown flag or key, missing required flag (argparse level in gcloud).
+    USAGE = 2
+    #: The executor (Docker engine, SSH host) cannot be reached or refused the work.
+    EXECUTOR_UNAVAILABLE = 3
+    #: A job or host named on the command line does not exist.
+    NOT_FOUND = 4
+    #: The job or study was cancelled.
+    CANCELLED = 5
+    #: The job or study ran and ended FAILED.
+    JOB_FAILED = 6
+    INTERRUPTED = 130
+
+
+class VcliError(Exception):
+    """A user-facing error: `str(error)` is the one line that is printed."""
+
+    exit_code: ExitCode = ExitCode.INVALID
+
+
+class InvalidValueError(VcliError):
+    """`Invalid value for [--flag]: message`, as gcloud prints it (exit 1)."""
+
+    exit_code = ExitCode.INVALID
+
+    def __init__(self, flag: str, message: str) -> None:
+        self.flag = flag
+        self.message = message
+        super().__init__(f"Invalid value for [{flag}]: {message}")
+
+
+class UsageError(VcliError):
+    """An argparse-level error in gcloud (unknown dict key, missing required flag): exit 2."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(VcliError):
+    """A bad `--config` file: names the file and the field path."""
+
+    exit_code = ExitCode.INVALID
+
+
+class NotFoundError(VcliError):
+    exit_code = ExitCode.NOT_FOUND
+
+
+class ExecutorError(VcliError):
+    """The executor cannot run replicas (engine down, image missing, host unreachable)."""
+
+    exit_code = ExitCode.EXECUTOR_UNAVAILABLE

@@ -1,0 +1,207 @@
+"""The executor interface: how a replica is started, watched, stopped and read back.
+
+Plain data crosses this boundary. The job controller (`vcli.jobs`) resolves everything a
+replica needs into a `ReplicaLaunch` (argv, environment, working dir, output dir, placement);
+the executor turns it into a process, a container or a remote process and returns a
+`ReplicaHandle` that round-trips through JSON, so `vcli custom-jobs cancel` in another
+terminal can stop replicas that a different vcli process started.
+
+Every executor writes the replica's combined output to `launch.log_path` in the format of
+`vcli.logs` (one `timestamp<TAB>stream<TAB>line` record per line), so log streaming, the
+foreground view and `stream-logs` share one reader whatever ran the replica.
+
+Heavy libraries (docker, paramiko) are imported only inside their executor module, lazily.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence
+
+from vcli.spec import LocalPackage, MachineSpec, ReplicaId
+
+__all__ = [
+    "Executor",
+    "Placement",
+    "ReplicaHandle",
+    "ReplicaLaunch",
+    "ReplicaStatus",
+    "get_executor",
+    "EXECUTOR_NAMES",
+]
+
+EXECUTOR_NAMES = ("local", "docker", "ssh")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a replica runs: a host of the inventory (`local` is this machine).
+
+    `address` is how other replicas reach this host (it goes into TF_CONFIG/CLUSTER_SPEC);
+    `gpu_indices` are the host's GPUs given to this replica alone.
+    """
+
+    host: str = "local"
+    address: str = "127.0.0.1"
+    gpu_indices: tuple[int, ...] = ()
+    #: "process" or "docker": the runtime on that host (ssh hosts choose per host).
+    runtime: str = "process"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaLaunch:
+    """Everything needed to start one replica, already resolved by the controller.
+
+    `command` empty means "the image's own entrypoint" (containers only); the process
+    runtime runs `command + args`. `env` already holds CLUSTER_SPEC, TF_CONFIG, AIP_*,
+    CLOUD_ML_* and the GPU variables. `output_dir` is a host directory private to this
+    replica that holds its log and metric file; container runtimes bind-mount it (and
+    `mounts`) at the same path so every path in `env` means the same inside and out.
+    """
+
+    job_id: str
+    trial_id: str | None
+    replica: ReplicaId
+    placement: Placement
+    image_uri: str | None
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    output_dir: str
+    log_path: str
+    metric_file: str
+    machine_spec: MachineSpec = field(default_factory=MachineSpec)
+    #: pythonPackageSpec.pythonModule (run as `python -m` by process runtimes).
+    python_module: str | None = None
+    local_package: LocalPackage | None = None
+    mounts: tuple[str, ...] = ()
+    #: vcli extension: /dev/shm size for containers (NCCL needs more than Docker's 64m).
+    shm_size: str | None = None
+    #: Environment variable names whose values are secrets: never logged or described.
+    secret_env: tuple[str, ...] = ()
+
+    @property
+    def task_name(self) -> str:
+        return self.replica.task_name
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.command + self.args
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaHandle:
+    """A started replica, as stored: `ref` is a pid, a container id or `host:pgid`."""
+
+    executor: str
+    host: str
+    ref: str
+    task_name: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"executor": self.executor, "host": self.host, "ref": self.ref, "taskName": self.task_name}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str]) -> ReplicaHandle:
+        return cls(executor=data["executor"], host=data["host"], ref=data["ref"], task_name=data["taskName"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaStatus:
+    """`exit_code` is None while the replica runs; `message` explains an abnormal end."""
+
+    running: bool
+    exit_code: int | None = None
+    message: str | None = None
+
+
+class Executor(Protocol):
+    """Starts and controls replicas. Implementations: local (process), docker, ssh.
+
+    Call order for one job: `prepare` once (may build images; must return promptly when
+    `cancelled` is set), `reserve_port` for every replica, `start` for every replica, then
+    `poll` repeatedly, `stop` for whatever still runs, `release` at the end. Handles may also
+    come from another process (`cancel`): `stop` must work on them.
+    """
+
+    name: str
+
+    def prepare(
+        self,
+        launches: Sequence[ReplicaLaunch],
+        *,
+        cancelled: threading.Event,
+        progress: Callable[[str], None],
+    ) -> list[ReplicaLaunch]:
+        """Make the launches runnable (e.g. build an image); returns them, possibly updated."""
+        ...
+
+    def reserve_port(self, placement: Placement) -> int:
+        """A TCP port that is free on the placement's host now, for the replica's server."""
+        ...
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        """Start the replica without waiting for it; its output goes to `launch.log_path`."""
+        ...
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        """Non-blocking, idempotent status of a replica this executor started."""
+        ...
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        """Stop replicas: polite signal, `grace_seconds`, then kill. Returns when all are gone."""
+        ...
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        """The text of a file the replica wrote (e.g. its metric file), None if absent."""
+        ...
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        """Free what the replicas held (containers, remote dirs); after stop or exit."""
+        ...
+
+
+def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:
+    """The argv a process runtime runs for a replica (no image: the code runs in place).
+
+    Precedence as on Vertex: an explicit command (containerSpec.command / --command) wins;
+    then the local package's module or script (gcloud's autopackaging entrypoint), then
+    pythonPackageSpec.pythonModule. `python` is the interpreter for modules and .py scripts.
+    """
+    if launch.command:
+        return [*launch.command, *launch.args]
+    lp = launch.local_package
+    if lp is not None and lp.script:
+        runner = [python] if lp.script.endswith(".py") else ["/bin/bash"]
+        return [*runner, lp.script, *launch.args]
+    module = (lp.python_module if lp is not None else None) or launch.python_module
+    if module:
+        return [python, "-m", module, *launch.args]
+    from vcli.errors import InvalidValueError
+
+    raise InvalidValueError(
+        "--worker-pool-spec",
+        f"{launch.task_name} has container-image-uri={launch.image_uri} but no command: processes run code "
+        "directly, so give --command (or containerSpec.command), or run containers with --executor=docker.",
+    )
+
+
+def get_executor(name: str, **options: object) -> Executor:
+    """The executor called `name` (`local`, `docker`, `ssh`); imports it lazily."""
+    if name == "local":
+        from vcli.executors.local import LocalExecutor
+
+        return LocalExecutor(**options)  # type: ignore[arg-type]
+    if name == "docker":
+        from vcli.executors.docker import DockerExecutor
+
+        return DockerExecutor(**options)  # type: ignore[arg-type]
+    if name == "ssh":
+        from vcli.executors.ssh import SSHExecutor
+
+        return SSHExecutor(**options)  # type: ignore[arg-type]
+    from vcli.errors import UsageError
+
+    raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

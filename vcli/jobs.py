@@ -1,0 +1,334 @@
+"""The custom-job controller: plan replicas, start them, watch them, decide the job's state.
+
+`plan_job` resolves a `CustomJobSpec` into one `ReplicaLaunch` per replica (placement,
+reserved addresses, the Vertex environment, output and log paths). `JobRun` drives one job
+without blocking: `start()` then `poll()` until it returns a final state; the study controller
+runs many JobRuns side by side this way, and `run_job` is the blocking wrapper the CLI uses.
+
+Rules (Vertex's): the job SUCCEEDS when the primary replica (workerpool0-0) exits 0; any
+replica that exits non-zero FAILS the job and every sibling is stopped at once; a cancel
+request (Ctrl-C, or `vcli custom-jobs cancel` from any terminal, seen through the store)
+stops everything and ends CANCELLED; `scheduling.timeout` ends the job FAILED. Every state
+change is written to the store before anything else hears of it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from vcli import cluster
+from vcli.config import custom_job_spec_to_dict
+from vcli.errors import VcliError
+from vcli.executors import Executor, Placement, ReplicaHandle, ReplicaLaunch
+from vcli.spec import CustomJobSpec, JobState, ReplicaId
+from vcli.store import Store, now_iso
+
+#: Seconds between SIGTERM and SIGKILL when vcli stops replicas (TF ignores SIGTERM).
+STOP_GRACE_SECONDS = 3.0
+#: After the chief succeeds, how long other workers may take to finish on their own.
+WORKER_DRAIN_SECONDS = 30.0
+
+Placer = Callable[[Sequence[ReplicaId]], Sequence[Placement]]
+
+
+def local_placer(replicas: Sequence[ReplicaId]) -> list[Placement]:
+    return [Placement() for _ in replicas]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPlan:
+    job_id: str
+    spec: CustomJobSpec
+    launches: tuple[ReplicaLaunch, ...]
+    base_output_directory: str
+
+
+def plan_job(
+    spec: CustomJobSpec,
+    *,
+    job_id: str,
+    job_dir: Path,
+    executor: Executor,
+    trial_id: str | None = None,
+    base_output_directory: str | None = None,
+    placer: Placer = local_placer,
+    shm_size: str | None = None,
+) -> JobPlan:
+    """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts)."""
+    replicas = cluster.replica_ids(spec)
+    placements = list(placer(replicas))
+    addresses = {
+        r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
+    }
+    layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
+    base = base_output_directory or spec.base_output_directory or str(job_dir / "output")
+    job_dict = custom_job_spec_to_dict(spec)
+    launches = []
+    for replica, placement in zip(replicas, placements):
+        pool = spec.worker_pool_specs[replica.pool_index]
+        output_dir = job_dir / "replicas" / replica.task_name
+        metric_file = str(output_dir / "hypertune" / "output.metrics")
+        cs, ps, lp = pool.container_spec, pool.python_package_spec, pool.local_package
+        user_env = {e.name: e.value for e in (cs.env if cs else ()) + (ps.env if ps else ())}
+        env = cluster.replica_env(
+            layout=layout,
+            replica=replica,
+            job=job_dict,
+            job_id=job_id,
+            trial_id=trial_id,
+            base_output_directory=base,
+            metric_file=metric_file,
+            gpu_indices=placement.gpu_indices if placement.gpu_indices or pool.machine_spec.accelerator_count else None,
+            user_env=user_env,
+        )
+        image = (cs.image_uri if cs else "") or (ps.executor_image_uri if ps else "") or (lp.executor_image_uri if lp else "")
+        launches.append(
+            ReplicaLaunch(
+                job_id=job_id,
+                trial_id=trial_id,
+                replica=replica,
+                placement=placement,
+                image_uri=image or None,
+                command=tuple(cs.command) if cs else (),
+                args=tuple(cs.args if cs else ps.args if ps else ()),
+                env=env,
+                workdir=lp.path if lp else None,
+                output_dir=str(output_dir),
+                log_path=str(output_dir / "replica.log"),
+                metric_file=metric_file,
+                machine_spec=pool.machine_spec,
+                python_module=ps.python_module if ps else None,
+                local_package=lp,
+                mounts=(base,),
+                shm_size=shm_size,
+            )
+        )
+    return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base)
+
+
+def make_dirs(plan: JobPlan) -> None:
+    for launch in plan.launches:
+        os.makedirs(os.path.dirname(launch.metric_file), mode=0o700, exist_ok=True)
+    for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
+        if plan.launches:
+            os.makedirs(plan.launches[0].env[key], exist_ok=True)
+
+
+@dataclass
+class _Replica:
+    launch: ReplicaLaunch
+    handle: ReplicaHandle | None = None
+    exit_code: int | None = None
+    done: bool = False
+
+
+@dataclass
+class JobRun:
+    """One custom job being run. Non-blocking: call `start()`, then `poll()` until final."""
+
+    store: Store
+    executor: Executor
+    plan: JobPlan
+    timeout_seconds: float | None = None
+    on_progress: Callable[[str], None] = lambda msg: None
+    state: JobState = JobState.JOB_STATE_PENDING
+    error: dict[str, Any] | None = None
+    _replicas: list[_Replica] = field(default_factory=list)
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _worker: threading.Thread | None = None
+    _worker_error: BaseException | None = None
+    _final: JobState | None = None
+    _started_at: float = 0.0
+    _chief_done_at: float | None = None
+    _last_cancel_check: float = 0.0
+
+    @property
+    def job_id(self) -> str:
+        return self.plan.job_id
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Prepare (possibly a long image build) and start every replica, in a background thread."""
+        self._started_at = time.monotonic()
+        self._replicas = [_Replica(launch=l) for l in self.plan.launches]
+        for r in self._replicas:
+            self.store.upsert_replica(
+                self.job_id, r.launch.task_name, host=r.launch.placement.host,
+                address=_address(r.launch), state="PENDING", log_path=r.launch.log_path,
+                metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
+            )
+        self._set_state(JobState.JOB_STATE_PENDING)
+        make_dirs(self.plan)
+        self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
+        self._worker.start()
+
+    def _launch_all(self) -> None:
+        try:
+            launches = self.executor.prepare(list(self.plan.launches), cancelled=self._cancel, progress=self.on_progress)
+            for r, launch in zip(self._replicas, launches):
+                r.launch = launch
+            for r in self._replicas:
+                if self._cancel.is_set():
+                    return
+                r.handle = self.executor.start(r.launch)
+                self.store.upsert_replica(
+                    self.job_id, r.launch.task_name, handle=r.handle.to_json(), state="RUNNING", start_time=now_iso()
+                )
+        except BaseException as e:  # noqa: BLE001 - reported through poll() on the main thread
+            self._worker_error = e
+
+    def cancel(self) -> None:
+        """Ask the job to stop (idempotent); poll() carries it out and ends CANCELLED."""
+        if not self._cancel.is_set():
+            self._cancel.set()
+            if not self.state.is_final():
+                self._set_state(JobState.JOB_STATE_CANCELLING)
+
+    def poll(self) -> JobState | None:
+        """Advance the job; returns its final state once it has one (and everything stopped)."""
+        if self._final is not None:
+            return self._final
+        now = time.monotonic()
+        if now - self._last_cancel_check > 0.2:
+            self._last_cancel_check = now
+            if self.store.cancel_requested(self.job_id):
+                self.cancel()
+        if self._cancel.is_set():
+            return self._finish(JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+        starting = self._worker is not None and self._worker.is_alive()
+        if self._worker_error is not None:
+            err = self._worker_error
+            msg = str(err) if isinstance(err, VcliError) else f"{type(err).__name__}: {err}"
+            self.startup_error = err
+            return self._finish(JobState.JOB_STATE_FAILED, {"code": 3, "message": msg})
+        if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds:
+            return self._finish(
+                JobState.JOB_STATE_FAILED,
+                {"code": 4, "message": f"Job exceeded its scheduling.timeout of {self.timeout_seconds:g}s and was stopped."},
+            )
+        if not starting and self.state == JobState.JOB_STATE_PENDING:
+            self._set_state(JobState.JOB_STATE_RUNNING)
+        for r in self._replicas:
+            if r.handle is None or r.done:
+                continue
+            status = self.executor.poll(r.handle)
+            if status.running:
+                continue
+            r.done = True
+            r.exit_code = status.exit_code
+            reason = "SUCCEEDED" if status.exit_code == 0 else "FAILED"
+            self.store.upsert_replica(
+                self.job_id, r.launch.task_name, state=reason, exit_code=status.exit_code,
+                message=status.message, end_time=now_iso(),
+            )
+            _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason})"
+                      + (f": {status.message}" if status.message else ""))
+            if status.exit_code != 0:
+                detail = f" ({status.message})" if status.message else ""
+                return self._finish(
+                    JobState.JOB_STATE_FAILED,
+                    {
+                        "code": 13,
+                        "message": f"The replica {r.launch.task_name} exited with a non-zero status of "
+                        f"{status.exit_code}{detail}. To find out more about why your job exited please check "
+                        f"the logs: vcli custom-jobs stream-logs {self.job_id}",
+                    },
+                )
+            if r.launch.replica.pool_index == 0 and r.launch.replica.index == 0:
+                self._chief_done_at = now
+        if starting:
+            return None
+        if self._chief_done_at is not None:
+            workers_left = [r for r in self._replicas if not r.done and r.launch.replica.pool_index == 1]
+            if not workers_left or now - self._chief_done_at > WORKER_DRAIN_SECONDS:
+                return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
+        return None
+
+    def _finish(self, state: JobState, error: dict[str, Any] | None) -> JobState:
+        running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+        self._cancel.set()  # makes a still-running start thread stop launching
+        if self._worker is not None:
+            self._worker.join()
+            running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+        if running:
+            self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
+            self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
+            for r in self._replicas:
+                if r.handle is not None and not r.done:
+                    r.done = True
+                    st = self.executor.poll(r.handle)
+                    self.store.upsert_replica(
+                        self.job_id, r.launch.task_name, state="STOPPED", exit_code=st.exit_code, end_time=now_iso()
+                    )
+                    _log_vcli(r.launch, "Task stopped by vcli.")
+        self.executor.release([r.handle for r in self._replicas if r.handle is not None])
+        for r in self._replicas:
+            if r.handle is None:
+                self.store.upsert_replica(self.job_id, r.launch.task_name, state="NOT_STARTED")
+        self.error = error
+        self._set_state(state, error=error)
+        self._final = state
+        return state
+
+    def _set_state(self, state: JobState, error: Mapping[str, Any] | None = None) -> None:
+        self.state = state
+        self.store.set_state(self.job_id, state.value, error=error)
+
+
+def _address(launch: ReplicaLaunch) -> str:
+    spec = launch.env.get("CLUSTER_SPEC", "")
+    import json
+
+    try:
+        data = json.loads(spec)
+        return data["cluster"][f"workerpool{launch.replica.pool_index}"][launch.replica.index]
+    except (ValueError, KeyError, IndexError):
+        return ""
+
+
+def _log_vcli(launch: ReplicaLaunch, message: str) -> None:
+    from vcli.logs import LogWriter
+
+    try:
+        w = LogWriter(launch.log_path)
+        w.write("vcli", message)
+        w.close()
+    except OSError:
+        pass
+
+
+def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval: float = 0.1) -> JobState:
+    """Drive `run` to its end; Ctrl-C (KeyboardInterrupt) cancels it and is re-raised after."""
+    run.start()
+    try:
+        while True:
+            state = run.poll()
+            on_tick()
+            if state is not None:
+                return state
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        run.cancel()
+        run.poll()
+        on_tick()
+        raise
+
+
+def with_trial_args(spec: CustomJobSpec, args: Sequence[str]) -> CustomJobSpec:
+    """Append hyperparameter args to every pool's containerSpec / pythonPackageSpec args."""
+    pools = []
+    for pool in spec.worker_pool_specs:
+        if pool.container_spec is not None:
+            pool = replace(pool, container_spec=replace(pool.container_spec, args=pool.container_spec.args + tuple(args)))
+        if pool.python_package_spec is not None:
+            pool = replace(
+                pool, python_package_spec=replace(pool.python_package_spec, args=pool.python_package_spec.args + tuple(args))
+            )
+        pools.append(pool)
+    return replace(spec, worker_pool_specs=tuple(pools))

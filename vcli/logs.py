@@ -1,0 +1,150 @@
+"""Replica log files: one writer format for every executor, one follower for every reader.
+
+A replica's log is a text file of records `<unix time>\\t<stream>\\t<line>` where stream is
+`stdout`, `stderr` or `vcli` (messages from vcli itself about the replica, e.g. its exit).
+Executors write it (`LogWriter`, `pump`); the foreground view, `stream-logs` and tests read it
+(`read_records`, `follow`). gcloud prints stderr lines with severity ERROR; so do we.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Callable, Iterable, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    timestamp: float
+    stream: str
+    task_name: str
+    message: str
+
+    @property
+    def severity(self) -> str:
+        return "ERROR" if self.stream == "stderr" else "INFO"
+
+
+class LogWriter:
+    """Appends records to one replica's log file; safe to share between threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._file = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+
+    def write(self, stream: str, line: str, timestamp: float | None = None) -> None:
+        line = line.rstrip("\r\n").replace("\t", "    ")
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(f"{time.time() if timestamp is None else timestamp:.6f}\t{stream}\t{line}\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def pump(source: IO[bytes], writer: LogWriter, stream: str, on_done: Callable[[], None] | None = None) -> threading.Thread:
+    """Copy `source` line by line into `writer` from a daemon thread; returns the thread."""
+
+    def run() -> None:
+        try:
+            for raw in iter(source.readline, b""):
+                writer.write(stream, raw.decode("utf-8", errors="replace"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                source.close()
+            except OSError:
+                pass
+            if on_done is not None:
+                on_done()
+
+    thread = threading.Thread(target=run, name=f"vcli-log-{stream}", daemon=True)
+    thread.start()
+    return thread
+
+
+def parse_line(line: str, task_name: str) -> LogRecord | None:
+    parts = line.rstrip("\n").split("\t", 2)
+    if len(parts) != 3:
+        return None
+    try:
+        ts = float(parts[0])
+    except ValueError:
+        return None
+    return LogRecord(ts, parts[1], task_name, parts[2])
+
+
+def read_records(path: str, task_name: str) -> list[LogRecord]:
+    """Every complete record of one log file (a missing file has none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [r for r in (parse_line(line, task_name) for line in f if line.endswith("\n")) if r]
+    except FileNotFoundError:
+        return []
+
+
+class Follower:
+    """Tails several replica log files at once, yielding only complete new records."""
+
+    def __init__(self, logs: Sequence[tuple[str, str]]) -> None:
+        self._logs = list(logs)  # (task_name, path)
+        self._offsets: dict[str, int] = {}
+        self._partial: dict[str, str] = {}
+
+    def add(self, task_name: str, path: str) -> None:
+        if all(p != path for _, p in self._logs):
+            self._logs.append((task_name, path))
+
+    def poll(self) -> list[LogRecord]:
+        """New records from all files since the last call, in time order."""
+        out: list[LogRecord] = []
+        for task_name, path in self._logs:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    f.seek(self._offsets.get(path, 0))
+                    chunk = f.read()
+                    self._offsets[path] = f.tell()
+            except FileNotFoundError:
+                continue
+            if not chunk:
+                continue
+            text = self._partial.pop(path, "") + chunk
+            lines = text.split("\n")
+            if lines[-1]:
+                self._partial[path] = lines[-1]
+            for line in lines[:-1]:
+                record = parse_line(line, task_name)
+                if record:
+                    out.append(record)
+        out.sort(key=lambda r: r.timestamp)
+        return out
+
+
+def follow(
+    logs: Sequence[tuple[str, str]],
+    is_done: Callable[[], bool],
+    interval: float = 0.2,
+) -> Iterator[LogRecord]:
+    """Yield records from the logs as they are written until `is_done()` and all is read."""
+    follower = Follower(logs)
+    while True:
+        done = is_done()
+        records = follower.poll()
+        yield from records
+        if done:
+            yield from follower.poll()
+            return
+        if not records:
+            time.sleep(interval)
+
+
+def merge(records: Iterable[LogRecord]) -> list[LogRecord]:
+    return sorted(records, key=lambda r: r.timestamp)

@@ -1,0 +1,79 @@
+"""User properties, like `gcloud config`: a small JSON file in the user's config dir.
+
+Known properties: `executor` (local|docker|ssh: the default for --executor), `hosts` (default
+--hosts), `python` (interpreter for the process runtime). Path: $VCLI_CONFIG_DIR/properties.json,
+else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vcli.errors import InvalidValueError, UsageError
+
+KNOWN = {
+    "executor": ("local", "docker", "ssh"),
+    "hosts": None,
+    "python": None,
+}
+
+
+def config_dir() -> Path:
+    env = os.environ.get("VCLI_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(xdg) / "vcli"
+
+
+def _path() -> Path:
+    return config_dir() / "properties.json"
+
+
+def load() -> dict[str, str]:
+    try:
+        with open(_path(), encoding="utf-8") as f:
+            data = json.load(f)
+        return {str(k): str(v) for k, v in data.items()}
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _check(prop: str) -> None:
+    if prop not in KNOWN:
+        raise UsageError(f"argument PROPERTY: unknown property [{prop}]; valid: [{', '.join(sorted(KNOWN))}]")
+
+
+def get(prop: str, check: bool = False) -> str | None:
+    if check:
+        _check(prop)
+    return load().get(prop)
+
+
+def set_(prop: str, value: str) -> None:
+    _check(prop)
+    choices = KNOWN[prop]
+    if choices and value not in choices:
+        raise InvalidValueError(prop, f"[{value}] is not one of [{', '.join(choices)}]")
+    data = load()
+    data[prop] = value
+    _write(data)
+
+
+def unset(prop: str) -> None:
+    _check(prop)
+    data = load()
+    data.pop(prop, None)
+    _write(data)
+
+
+def _write(data: dict[str, str]) -> None:
+    path = _path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)

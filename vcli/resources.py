@@ -1,0 +1,85 @@
+"""Stored rows -> Vertex REST resources (camelCase dicts), as describe/list/--format print them.
+
+Fields are Vertex's (`name`, `displayName`, `jobSpec`, `state`, `createTime`, `startTime`,
+`endTime`, `updateTime`, `labels`, `error`; for tuning jobs `studySpec`, `trialJobSpec`,
+`maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount`, `trials`). vcli adds
+`replicas` (where each replica ran, its address, exit code and log) and `outputDirectory`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vcli.store import JobRow, Store
+
+
+def _times(row: JobRow, out: dict[str, Any]) -> None:
+    out["createTime"] = row.create_time
+    if row.start_time:
+        out["startTime"] = row.start_time
+    if row.end_time:
+        out["endTime"] = row.end_time
+    out["updateTime"] = row.update_time
+
+
+def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
+    rec = row.record
+    out: dict[str, Any] = {
+        "name": row.name,
+        "displayName": row.display_name,
+        "jobSpec": rec.get("jobSpec", {}),
+        "state": row.state,
+    }
+    _times(row, out)
+    if rec.get("labels"):
+        out["labels"] = rec["labels"]
+    if row.error:
+        out["error"] = row.error
+    out["outputDirectory"] = rec.get("outputDirectory")
+    if rec.get("executor"):
+        out["executor"] = rec["executor"]
+    if row.parent_id:
+        out["hyperparameterTuningJob"] = f"projects/local/locations/local/hyperparameterTuningJobs/{row.parent_id}"
+        out["trialId"] = row.trial_id
+    replicas = []
+    for r in store.replicas(row.id):
+        d: dict[str, Any] = {"taskName": r.task_name, "host": r.host, "state": r.state, "logPath": r.log_path}
+        if r.address:
+            d["address"] = r.address
+        if r.exit_code is not None:
+            d["exitCode"] = r.exit_code
+        if r.message:
+            d["message"] = r.message
+        if r.gpus:
+            d["gpus"] = r.gpus
+        replicas.append(d)
+    if replicas:
+        out["replicas"] = replicas
+    return out
+
+
+def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
+    rec = row.record
+    out: dict[str, Any] = {
+        "name": row.name,
+        "displayName": row.display_name,
+        "studySpec": rec.get("studySpec", {}),
+        "maxTrialCount": rec.get("maxTrialCount"),
+        "parallelTrialCount": rec.get("parallelTrialCount"),
+        "maxFailedTrialCount": rec.get("maxFailedTrialCount", 0),
+        "trialJobSpec": rec.get("trialJobSpec", {}),
+        "state": row.state,
+    }
+    _times(row, out)
+    if rec.get("labels"):
+        out["labels"] = rec["labels"]
+    if row.error:
+        out["error"] = row.error
+    for key in ("studyTimeout", "goalValue", "seed", "executor", "outputDirectory"):
+        if rec.get(key) is not None:
+            out[key] = rec[key]
+    trials = store.trials(row.id)
+    out["trials"] = trials
+    if rec.get("bestTrialId"):
+        out["bestTrialId"] = rec["bestTrialId"]
+    return out

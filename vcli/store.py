@@ -1,0 +1,341 @@
+"""The embedded store: one SQLite database (WAL) under VCLI_HOME, shared by every vcli process.
+
+Holds custom jobs (trial jobs included), hyperparameter tuning jobs, their trials and every
+replica (host, address, handle, exit code, log path). Several vcli processes use it at once:
+each write is one short transaction and readers never block writers (WAL). Files are 0600,
+folders 0700. Nothing here knows about executors or rendering; values are plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,                 -- customJob | hyperparameterTuningJob
+    display_name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    create_time TEXT NOT NULL,
+    start_time TEXT,
+    end_time TEXT,
+    update_time TEXT NOT NULL,
+    parent_id TEXT,                     -- the study of a trial's custom job
+    trial_id TEXT,
+    controller_pid INTEGER,             -- the vcli process that runs the job
+    controller_start TEXT,              -- its start time, so a reused pid is not mistaken for it
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT,                         -- JSON {code, message}
+    record TEXT NOT NULL                -- JSON: jobSpec / studySpec etc., labels, output dirs
+);
+CREATE INDEX IF NOT EXISTS jobs_kind ON jobs(kind, create_time);
+CREATE INDEX IF NOT EXISTS jobs_parent ON jobs(parent_id);
+CREATE TABLE IF NOT EXISTS replicas (
+    job_id TEXT NOT NULL,
+    task_name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    address TEXT,
+    handle TEXT,                        -- JSON ReplicaHandle
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    message TEXT,
+    log_path TEXT NOT NULL,
+    metric_file TEXT NOT NULL,
+    gpus TEXT,
+    start_time TEXT,
+    end_time TEXT,
+    PRIMARY KEY (job_id, task_name)
+);
+CREATE TABLE IF NOT EXISTS trials (
+    study_id TEXT NOT NULL,
+    trial_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    record TEXT NOT NULL,               -- JSON Vertex Trial resource
+    PRIMARY KEY (study_id, trial_id)
+);
+"""
+
+PROJECT = "local"
+LOCATION = "local"
+
+
+def now_iso() -> str:
+    """RFC 3339 UTC with microseconds, as Vertex prints times."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_home() -> Path:
+    env = os.environ.get("VCLI_HOME")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(xdg) / "vcli"
+
+
+def new_id() -> str:
+    """A Vertex-like 19-digit numeric id that sorts by creation time."""
+    return f"{int(time.time() * 1_000_000) % 10**16:016d}{secrets.randbelow(1000):03d}"
+
+
+def resource_name(kind: str, job_id: str) -> str:
+    collection = "customJobs" if kind == "customJob" else "hyperparameterTuningJobs"
+    return f"projects/{PROJECT}/locations/{LOCATION}/{collection}/{job_id}"
+
+
+def parse_job_ref(ref: str) -> str:
+    """Accept a bare id or a full resource name; return the id."""
+    return ref.rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: str
+    kind: str
+    display_name: str
+    state: str
+    create_time: str
+    start_time: str | None
+    end_time: str | None
+    update_time: str
+    parent_id: str | None
+    trial_id: str | None
+    controller_pid: int | None
+    controller_start: str | None
+    cancel_requested: bool
+    error: dict[str, Any] | None
+    record: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return resource_name(self.kind, self.id)
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    job_id: str
+    task_name: str
+    host: str
+    address: str | None
+    handle: dict[str, str] | None
+    state: str
+    exit_code: int | None
+    message: str | None
+    log_path: str
+    metric_file: str
+    gpus: str | None
+    start_time: str | None
+    end_time: str | None
+
+
+class Store:
+    """All persistent state. Thread-safe; one instance per process is enough."""
+
+    def __init__(self, home: Path | str | None = None) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.home, 0o700)
+        self.db_path = self.home / "vcli.db"
+        if not self.db_path.exists():
+            fd = os.open(self.db_path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        with self._lock:
+            self._conn.executescript(SCHEMA)
+        for suffix in ("-wal", "-shm"):
+            p = Path(str(self.db_path) + suffix)
+            if p.exists():
+                os.chmod(p, 0o600)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _tx(self) -> "_Tx":
+        return _Tx(self._conn, self._lock)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def job_dir(self, job_id: str) -> Path:
+        """The folder of a job's local files (replica logs, metric files, default outputs)."""
+        path = self.home / "jobs" / job_id
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    # ------------------------------------------------------------------ jobs
+
+    def create_job(
+        self,
+        *,
+        kind: str,
+        display_name: str,
+        record: Mapping[str, Any],
+        state: str,
+        parent_id: str | None = None,
+        trial_id: str | None = None,
+        job_id: str | None = None,
+    ) -> JobRow:
+        job_id = job_id or new_id()
+        ts = now_iso()
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO jobs (id, kind, display_name, state, create_time, update_time, parent_id, trial_id, record)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (job_id, kind, display_name, state, ts, ts, parent_id, trial_id, json.dumps(record)),
+            )
+        row = self.get_job(job_id)
+        assert row is not None
+        return row
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        with self._lock:
+            r = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job_row(r) if r else None
+
+    def list_jobs(self, kind: str, *, include_trial_jobs: bool = False) -> list[JobRow]:
+        sql = "SELECT * FROM jobs WHERE kind = ?"
+        if not include_trial_jobs:
+            sql += " AND parent_id IS NULL"
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY create_time", (kind,)).fetchall()
+        return [_job_row(r) for r in rows]
+
+    def child_jobs(self, parent_id: str) -> list[JobRow]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM jobs WHERE parent_id = ? ORDER BY create_time", (parent_id,)).fetchall()
+        return [_job_row(r) for r in rows]
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        """Set columns; `record` and `error` are JSON-encoded; update_time is refreshed."""
+        if "record" in fields:
+            fields["record"] = json.dumps(fields["record"])
+        if "error" in fields and fields["error"] is not None:
+            fields["error"] = json.dumps(fields["error"])
+        fields["update_time"] = now_iso()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as c:
+            c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+
+    def set_state(self, job_id: str, state: str, *, error: Mapping[str, Any] | None = None) -> None:
+        """Record a state change with Vertex's time rules (startTime on RUNNING, endTime at the end)."""
+        ts = now_iso()
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET state = ?, update_time = ? WHERE id = ?", (state, ts, job_id))
+            if state == "JOB_STATE_RUNNING":
+                c.execute("UPDATE jobs SET start_time = COALESCE(start_time, ?) WHERE id = ?", (ts, job_id))
+            if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"):
+                c.execute("UPDATE jobs SET end_time = COALESCE(end_time, ?) WHERE id = ?", (ts, job_id))
+            if error is not None:
+                c.execute("UPDATE jobs SET error = ? WHERE id = ?", (json.dumps(dict(error)), job_id))
+
+    def request_cancel(self, job_id: str) -> bool:
+        """Mark a job for cancellation; False if it had already ended."""
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE jobs SET cancel_requested = 1, state = 'JOB_STATE_CANCELLING', update_time = ?"
+                " WHERE id = ? AND state NOT IN ('JOB_STATE_SUCCEEDED','JOB_STATE_FAILED','JOB_STATE_CANCELLED')",
+                (now_iso(), job_id),
+            )
+            return cur.rowcount > 0
+
+    def cancel_requested(self, job_id: str) -> bool:
+        with self._lock:
+            r = self._conn.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(r and r[0])
+
+    # ------------------------------------------------------------------ replicas
+
+    def upsert_replica(self, job_id: str, task_name: str, **fields: Any) -> None:
+        if "handle" in fields and fields["handle"] is not None:
+            fields["handle"] = json.dumps(fields["handle"])
+        with self._tx() as c:
+            exists = c.execute("SELECT 1 FROM replicas WHERE job_id = ? AND task_name = ?", (job_id, task_name)).fetchone()
+            if exists:
+                cols = ", ".join(f"{k} = ?" for k in fields)
+                c.execute(f"UPDATE replicas SET {cols} WHERE job_id = ? AND task_name = ?", (*fields.values(), job_id, task_name))
+            else:
+                cols = ", ".join(["job_id", "task_name", *fields])
+                marks = ", ".join("?" * (len(fields) + 2))
+                c.execute(f"INSERT INTO replicas ({cols}) VALUES ({marks})", (job_id, task_name, *fields.values()))
+
+    def replicas(self, job_id: str) -> list[ReplicaRow]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,)).fetchall()
+        return [
+            ReplicaRow(
+                job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
+                handle=json.loads(r["handle"]) if r["handle"] else None, state=r["state"], exit_code=r["exit_code"],
+                message=r["message"], log_path=r["log_path"], metric_file=r["metric_file"], gpus=r["gpus"],
+                start_time=r["start_time"], end_time=r["end_time"],
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ trials
+
+    def save_trial(self, study_id: str, trial: Mapping[str, Any]) -> None:
+        """Insert or replace one trial (the Vertex Trial resource as a dict)."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO trials (study_id, trial_id, seq, state, record) VALUES (?,?,?,?,?)"
+                " ON CONFLICT(study_id, trial_id) DO UPDATE SET state = excluded.state, record = excluded.record",
+                (study_id, trial["id"], int(trial["id"]), trial["state"], json.dumps(trial)),
+            )
+
+    def trials(self, study_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute("SELECT record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+
+class _Tx:
+    """`with store._tx() as conn`: one IMMEDIATE transaction under the process lock."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.conn = conn
+        self.lock = lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self.lock.release()
+
+
+def _job_row(r: sqlite3.Row) -> JobRow:
+    return JobRow(
+        id=r["id"], kind=r["kind"], display_name=r["display_name"], state=r["state"],
+        create_time=r["create_time"], start_time=r["start_time"], end_time=r["end_time"],
+        update_time=r["update_time"], parent_id=r["parent_id"], trial_id=r["trial_id"],
+        controller_pid=r["controller_pid"], controller_start=r["controller_start"],
+        cancel_requested=bool(r["cancel_requested"]),
+        error=json.loads(r["error"]) if r["error"] else None, record=json.loads(r["record"]),
+    )
+
+
+def iter_lines(path: str) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        yield from f

@@ -1,0 +1,465 @@
+"""Search-space encoding shared by the suggesters, and their common trial bookkeeping.
+
+Every parameter of the (flattened, conditional) search space gets one column of an encoded
+vector. Numeric parameters (DOUBLE, INTEGER, DISCRETE) are mapped to a warped unit interval
+[0, 1] (linear, log, or reverse-log); a CATEGORICAL parameter's column holds its value index.
+An inactive conditional parameter holds a fixed marker (0.5 for numeric columns, -1 for
+categorical ones), so that a model sees one consistent vector per configuration.
+
+numpy is imported lazily inside functions: `vcli.suggesters` must stay cheap to import.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+
+from vcli.spec import (
+    CategoricalValueSpec,
+    DiscreteValueSpec,
+    DoubleValueSpec,
+    Goal,
+    IntegerValueSpec,
+    ParameterSpec,
+    ParameterValue,
+    ScaleType,
+    StudySpec,
+    Trial,
+    TrialState,
+    TrialSuggestion,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DOUBLE, INTEGER, DISCRETE, CATEGORICAL = "DOUBLE", "INTEGER", "DISCRETE", "CATEGORICAL"
+LINEAR, LOG, REVERSE_LOG = "linear", "log", "reverse_log"
+
+INACTIVE_NUMERIC = 0.5
+INACTIVE_CATEGORICAL = -1.0
+
+ParamKey = tuple[tuple[str, ParameterValue], ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One parameter of the flattened space (pre-order: a parent precedes its children)."""
+
+    parameter_id: str
+    kind: str
+    scale: str
+    lo: float = 0.0  # warping bounds (integers: widened by 0.5 on each side)
+    hi: float = 1.0
+    int_lo: int = 0  # INTEGER: inclusive bounds
+    int_hi: int = 0
+    values: tuple = ()  # DISCRETE: sorted floats; CATEGORICAL: strings in spec order
+    parent: int | None = None  # column index of the parent
+    parent_values: frozenset = frozenset()  # normalised parent values that activate this node
+
+    @property
+    def n_choices(self) -> int | None:
+        """Number of feasible values (None for DOUBLE)."""
+        if self.kind in (CATEGORICAL, DISCRETE):
+            return len(self.values)
+        if self.kind == INTEGER:
+            return self.int_hi - self.int_lo + 1
+        return None
+
+
+def _scale(spec: ParameterSpec) -> str:
+    if spec.scale_type == ScaleType.UNIT_LOG_SCALE:
+        return LOG
+    if spec.scale_type == ScaleType.UNIT_REVERSE_LOG_SCALE:
+        return REVERSE_LOG
+    return LINEAR
+
+
+def _warp(x: float, node: Node) -> float:
+    lo, hi = node.lo, node.hi
+    if hi <= lo:
+        return 0.5
+    if node.scale == LINEAR:
+        u = (x - lo) / (hi - lo)
+    elif node.scale == LOG:
+        u = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    else:  # reverse log: fine resolution near the top of the range
+        u = 1.0 - (math.log(lo + hi - x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return min(1.0, max(0.0, u))
+
+
+def _unwarp(u: float, node: Node) -> float:
+    lo, hi = node.lo, node.hi
+    if hi <= lo:
+        return lo
+    u = min(1.0, max(0.0, u))
+    if node.scale == LINEAR:
+        x = lo + u * (hi - lo)
+    elif node.scale == LOG:
+        x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+    else:
+        x = lo + hi - math.exp(math.log(lo) + (1.0 - u) * (math.log(hi) - math.log(lo)))
+    return min(hi, max(lo, x))
+
+
+class Space:
+    """The flattened search space of a StudySpec, with encoding to and from unit vectors."""
+
+    def __init__(self, parameters: Sequence[ParameterSpec]) -> None:
+        self.nodes: list[Node] = []
+        seen: set[str] = set()
+        for spec in parameters:
+            self._add(spec, None, (), seen)
+        self.dim = len(self.nodes)
+        self.index = {n.parameter_id: i for i, n in enumerate(self.nodes)}
+        self.has_conditionals = any(n.parent is not None for n in self.nodes)
+        self.is_finite = all(n.kind != DOUBLE for n in self.nodes)
+        # Per column: encoded values of every feasible choice (None for DOUBLE).
+        self.choices: list[tuple[float, ...] | None] = []
+        for n in self.nodes:
+            if n.kind == CATEGORICAL:
+                self.choices.append(tuple(float(i) for i in range(len(n.values))))
+            elif n.kind == DISCRETE:
+                self.choices.append(tuple(_warp(v, n) for v in n.values))
+            elif n.kind == INTEGER:
+                if n.int_hi - n.int_lo <= 4096:
+                    self.choices.append(
+                        tuple(_warp(float(v), n) for v in range(n.int_lo, n.int_hi + 1))
+                    )
+                else:
+                    self.choices.append(None)  # too many: searched as a rounded continuous dim
+            else:
+                self.choices.append(None)
+
+    def _add(self, spec: ParameterSpec, parent: int | None, parent_values: tuple, seen: set) -> None:
+        pid = spec.parameter_id
+        if pid in seen:
+            raise ValueError(f"parameter {pid!r} is defined more than once")
+        seen.add(pid)
+        vs = spec.value_spec
+        scale = _scale(spec)
+        pnode = self.nodes[parent] if parent is not None else None
+        pvals = frozenset(_normalise(pv, pnode) for pv in parent_values) if pnode else frozenset()
+        if isinstance(vs, DoubleValueSpec):
+            lo, hi = float(vs.min_value), float(vs.max_value)
+            _check_bounds(pid, lo, hi, scale)
+            node = Node(pid, DOUBLE, scale, lo, hi, parent=parent, parent_values=pvals)
+        elif isinstance(vs, IntegerValueSpec):
+            ilo, ihi = int(vs.min_value), int(vs.max_value)
+            if ihi < ilo:
+                raise ValueError(f"parameter {pid!r}: max_value < min_value")
+            if scale != LINEAR and ilo < 1:
+                raise ValueError(f"parameter {pid!r}: a log scale needs min_value >= 1")
+            node = Node(pid, INTEGER, scale, ilo - 0.5, ihi + 0.5, ilo, ihi,
+                        parent=parent, parent_values=pvals)
+        elif isinstance(vs, DiscreteValueSpec):
+            vals = tuple(sorted({float(v) for v in vs.values}))
+            if not vals:
+                raise ValueError(f"parameter {pid!r}: no discrete values")
+            _check_bounds(pid, vals[0], vals[-1], scale)
+            node = Node(pid, DISCRETE, scale, vals[0], vals[-1], values=vals,
+                        parent=parent, parent_values=pvals)
+        elif isinstance(vs, CategoricalValueSpec):
+            vals = tuple(str(v) for v in vs.values)
+            if not vals:
+                raise ValueError(f"parameter {pid!r}: no categorical values")
+            node = Node(pid, CATEGORICAL, LINEAR, values=vals, parent=parent, parent_values=pvals)
+        else:  # pragma: no cover - the spec union is closed
+            raise ValueError(f"parameter {pid!r}: unsupported value spec {type(vs).__name__}")
+        self.nodes.append(node)
+        col = len(self.nodes) - 1
+        for cond in spec.conditional_parameter_specs:
+            self._add(cond.parameter_spec, col, tuple(cond.parent_values), seen)
+
+    # ------------------------------------------------------------------ values
+
+    def normalise(self, col: int, value: object) -> ParameterValue:
+        return _normalise(value, self.nodes[col])
+
+    def value_of(self, col: int, u: float) -> ParameterValue:
+        """The feasible parameter value (plain Python type) nearest to encoded `u`."""
+        n = self.nodes[col]
+        if n.kind == CATEGORICAL:
+            i = int(round(u))
+            return n.values[min(len(n.values) - 1, max(0, i))]
+        if n.kind == DOUBLE:
+            return float(_unwarp(u, n))
+        if n.kind == INTEGER:
+            x = _unwarp(u, n)
+            return int(min(n.int_hi, max(n.int_lo, math.floor(x + 0.5))))
+        # DISCRETE: nearest in warped space
+        ch = self.choices[col]
+        j = min(range(len(ch)), key=lambda k: abs(ch[k] - u))
+        return float(n.values[j])
+
+    def encode_value(self, col: int, value: ParameterValue) -> float:
+        n = self.nodes[col]
+        if n.kind == CATEGORICAL:
+            s = str(value)
+            return float(n.values.index(s)) if s in n.values else 0.0
+        v = float(value)
+        if n.kind == INTEGER:
+            v = float(min(n.int_hi, max(n.int_lo, math.floor(v + 0.5))))
+        return _warp(min(n.hi, max(n.lo, v)), n)
+
+    def is_active(self, col: int, values: Mapping[str, ParameterValue]) -> bool:
+        n = self.nodes[col]
+        if n.parent is None:
+            return True
+        pid = self.nodes[n.parent].parameter_id
+        if pid not in values:
+            return False
+        return values[pid] in n.parent_values
+
+    # ------------------------------------------------------------------ vectors
+
+    def decode(self, row: Sequence[float]) -> dict[str, ParameterValue]:
+        """Encoded row -> {parameter_id: value} with only the active parameters."""
+        out: dict[str, ParameterValue] = {}
+        for col, n in enumerate(self.nodes):
+            if self.is_active(col, out):
+                out[n.parameter_id] = self.value_of(col, float(row[col]))
+        return out
+
+    def encode(self, params: Mapping[str, object]) -> list[float]:
+        """{parameter_id: value} -> encoded row (inactive or missing -> markers / defaults)."""
+        row: list[float] = []
+        active: dict[str, ParameterValue] = {}
+        for col, n in enumerate(self.nodes):
+            if not self.is_active(col, active):
+                row.append(INACTIVE_CATEGORICAL if n.kind == CATEGORICAL else INACTIVE_NUMERIC)
+                continue
+            raw = params.get(n.parameter_id)
+            if raw is None:
+                u = 0.0 if n.kind == CATEGORICAL else 0.5
+                u = float(self.encode_value(col, self.value_of(col, u)))
+            else:
+                u = self.encode_value(col, self.normalise(col, raw))
+            row.append(u)
+            active[n.parameter_id] = self.value_of(col, u)
+        return row
+
+    def key(self, params: Mapping[str, object]) -> ParamKey:
+        """A hashable identity of a configuration (active parameters, normalised values)."""
+        return self.key_of_row(self.encode(params))
+
+    def key_of_row(self, row: Sequence[float]) -> ParamKey:
+        return tuple(sorted(self.decode(row).items()))
+
+    def snap(self, X: "np.ndarray") -> "np.ndarray":
+        """Round every column of encoded rows to a feasible value and fix inactive columns."""
+        import numpy as np
+
+        X = np.array(X, dtype=float, copy=True)
+        for col, n in enumerate(self.nodes):
+            x = X[:, col]
+            if n.kind == CATEGORICAL:
+                X[:, col] = np.clip(np.rint(x), 0, len(n.values) - 1)
+            elif n.kind == DOUBLE:
+                X[:, col] = np.clip(x, 0.0, 1.0)
+            elif self.choices[col] is not None:
+                ch = np.asarray(self.choices[col])
+                idx = np.clip(np.searchsorted(ch, x), 1, len(ch) - 1) if len(ch) > 1 else np.zeros(len(x), int)
+                if len(ch) > 1:
+                    left = ch[idx - 1]
+                    right = ch[idx]
+                    idx = np.where(np.abs(x - left) <= np.abs(right - x), idx - 1, idx)
+                X[:, col] = ch[idx]
+            else:
+                X[:, col] = [self.encode_value(col, self.value_of(col, float(v))) for v in x]
+        return self.repair(X)
+
+    def repair(self, X: "np.ndarray") -> "np.ndarray":
+        """Set inactive columns to their markers; activate children with a valid value."""
+        import numpy as np
+
+        if not self.has_conditionals:
+            return X
+        active = np.ones((X.shape[0], self.dim), dtype=bool)
+        for col, n in enumerate(self.nodes):
+            if n.parent is not None:
+                p = n.parent
+                pvals = np.array(
+                    [self.value_of(p, float(v)) in n.parent_values for v in X[:, p]], dtype=bool
+                )
+                active[:, col] = active[:, p] & pvals
+            if n.kind == CATEGORICAL:
+                X[:, col] = np.where(active[:, col], np.maximum(X[:, col], 0.0), INACTIVE_CATEGORICAL)
+            else:
+                X[:, col] = np.where(active[:, col], X[:, col], INACTIVE_NUMERIC)
+        return X
+
+    def active_mask(self, row: Sequence[float]) -> list[bool]:
+        vals = self.decode(row)
+        return [n.parameter_id in vals for n in self.nodes]
+
+    def sample_unit(self, U: "np.ndarray") -> "np.ndarray":
+        """Map uniform [0,1) rows to feasible encoded rows (discrete choices uniform)."""
+        import numpy as np
+
+        X = np.array(U, dtype=float, copy=True)
+        for col, n in enumerate(self.nodes):
+            u = np.clip(U[:, col], 0.0, 1.0 - 1e-12)
+            if n.kind in (CATEGORICAL, DISCRETE):
+                k = len(n.values)
+                idx = np.floor(u * k).astype(int)
+                X[:, col] = idx if n.kind == CATEGORICAL else np.asarray(self.choices[col])[idx]
+            else:
+                X[:, col] = u
+        return self.snap(X)
+
+    def grid(self) -> Iterator[dict[str, ParameterValue]]:
+        """Every configuration of a finite space, in deterministic (spec) order."""
+        for n in self.nodes:
+            if n.kind == DOUBLE:
+                raise ValueError(
+                    f"GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL parameters; "
+                    f"parameter {n.parameter_id!r} is DOUBLE"
+                )
+        top = [c for c, n in enumerate(self.nodes) if n.parent is None]
+        children: dict[int, list[int]] = {}
+        for c, n in enumerate(self.nodes):
+            if n.parent is not None:
+                children.setdefault(n.parent, []).append(c)
+
+        def domain(col: int) -> list[ParameterValue]:
+            n = self.nodes[col]
+            if n.kind == INTEGER:
+                return list(range(n.int_lo, n.int_hi + 1))
+            return list(n.values)
+
+        def expand(cols: list[int], acc: dict) -> Iterator[dict]:
+            if not cols:
+                yield dict(acc)
+                return
+            col, rest = cols[0], cols[1:]
+            for v in domain(col):
+                acc[self.nodes[col].parameter_id] = v
+                kids = [k for k in children.get(col, []) if v in self.nodes[k].parent_values]
+                yield from expand(kids + rest, acc)
+                del acc[self.nodes[col].parameter_id]
+                # children set by the recursion were removed on the way back
+            return
+
+        yield from expand(top, {})
+
+
+def _check_bounds(pid: str, lo: float, hi: float, scale: str) -> None:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+        raise ValueError(f"parameter {pid!r}: invalid bounds [{lo}, {hi}]")
+    if scale != LINEAR and lo <= 0:
+        raise ValueError(f"parameter {pid!r}: a log scale needs min_value > 0")
+
+
+def _normalise(value: object, node: Node | None) -> ParameterValue:
+    if node is None:
+        return value  # type: ignore[return-value]
+    if node.kind == CATEGORICAL:
+        return str(value)
+    if node.kind == INTEGER:
+        try:
+            return int(math.floor(float(value) + 0.5))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return str(value)
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# ---------------------------------------------------------------------- bookkeeping
+
+
+def metric_value(trial: Trial, metric_id: str) -> float | None:
+    """The trial's final metric, or None when it has none (infeasible / non-finite)."""
+    if trial.state != TrialState.SUCCEEDED or trial.final_measurement is None:
+        return None
+    raw = trial.final_measurement.metrics.get(metric_id)
+    try:
+        v = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+class SuggesterBase:
+    """Trial bookkeeping shared by all suggesters; every bit of state derives from tell().
+
+    `_outstanding` holds suggestions this instance handed out that no told trial carries yet
+    (so that two ask() calls without a tell in between don't repeat themselves). A suggester
+    rebuilt from trials has none, which is the same state the original reaches once the
+    controller has told it the trials it created from those suggestions.
+    """
+
+    def __init__(self, study_spec: StudySpec, *, seed: int | None = None) -> None:
+        if not study_spec.metrics:
+            raise ValueError("the study spec has no metric")
+        self.study_spec = study_spec
+        self.space = Space(study_spec.parameters)
+        self.metric_id = study_spec.metrics[0].metric_id
+        self.sign = -1.0 if study_spec.metrics[0].goal == Goal.MAXIMIZE else 1.0
+        self.seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
+        self._trials: dict[str, Trial] = {}
+        self._outstanding: list[tuple[ParamKey, dict[str, ParameterValue]]] = []
+
+    # ------------------------------------------------------------------ protocol
+
+    def tell(self, trial: Trial) -> None:
+        self._trials[trial.id] = trial  # dict keeps first-insertion order on update
+        k = self.space.key(trial.parameters)
+        for i, (ok, _) in enumerate(self._outstanding):
+            if ok == k:
+                del self._outstanding[i]
+                break
+
+    def ask(self, count: int) -> list[TrialSuggestion]:
+        if count <= 0:
+            return []
+        params = self._ask(int(count))
+        for p in params:
+            self._outstanding.append((self.space.key(p), p))
+        return [TrialSuggestion(parameters=p) for p in params]
+
+    def _ask(self, count: int) -> list[dict[str, ParameterValue]]:  # pragma: no cover
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def n_known(self) -> int:
+        """Trials told so far plus suggestions not yet told: the replay-stable RNG counter."""
+        return len(self._trials) + len(self._outstanding)
+
+    def rng(self, *extra: int) -> "np.random.Generator":
+        import numpy as np
+
+        return np.random.default_rng([self.seed, self.n_known, *extra])
+
+    def observations(self) -> list[tuple[Mapping[str, ParameterValue], float]]:
+        """(parameters, value to MINIMISE) of every trial with a finite final metric."""
+        out = []
+        for t in self._trials.values():
+            v = metric_value(t, self.metric_id)
+            if v is not None:
+                out.append((t.parameters, self.sign * v))
+        return out
+
+    def pending(self) -> list[Mapping[str, ParameterValue]]:
+        """Running trials and outstanding suggestions (points with a value still to come)."""
+        out = [t.parameters for t in self._trials.values() if not t.state.is_final()]
+        out.extend(p for _, p in self._outstanding)
+        return out
+
+    def valueless(self) -> list[Mapping[str, ParameterValue]]:
+        """Finished trials without a usable metric (INFEASIBLE, missing or non-finite)."""
+        return [
+            t.parameters
+            for t in self._trials.values()
+            if t.state.is_final() and metric_value(t, self.metric_id) is None
+        ]
+
+    def known_keys(self) -> set[ParamKey]:
+        keys = {self.space.key(t.parameters) for t in self._trials.values()}
+        keys.update(k for k, _ in self._outstanding)
+        return keys

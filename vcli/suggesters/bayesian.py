@@ -1,0 +1,385 @@
+"""ALGORITHM_UNSPECIFIED: Bayesian optimisation.
+
+`GPSuggester` (backend "gp", the default) is vcli's own GP-based optimiser in numpy/scipy:
+
+* every parameter is one column in a warped unit space (see `_space`), categoricals use a
+  Hamming-distance kernel part, inactive conditional children hold a fixed marker;
+* a scrambled Sobol initial design of `n_startup` points;
+* a GP with a Matern-5/2 ARD kernel and noise, standardised outputs (MAXIMIZE negated),
+  hyperparameters by MAP (Optuna GPSampler's priors) with L-BFGS-B; above `max_fit_points`
+  observations the hyperparameters are fitted on a deterministic subset (the best points plus
+  a seeded random sample) while the posterior uses every observation;
+* log expected improvement, maximised over Sobol candidates, then a mixed local search from
+  the best candidates and the best observed point: L-BFGS-B over the active DOUBLE columns
+  (analytic gradients) alternating with exhaustive/neighbourhood search over the
+  INTEGER/DISCRETE/CATEGORICAL columns;
+* pending points (running trials, outstanding suggestions, earlier points of the same batch)
+  and valueless points (INFEASIBLE / non-finite) enter as kriging-believer fantasies: they
+  shrink the posterior variance there, so the optimiser does not re-propose them, without
+  ever being fed as metric values.
+
+`SkoptSuggester` (backend "skopt") rebuilds a scikit-optimize `Optimizer` with a GP from the
+history at every ask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from vcli.spec import ParameterValue, StudySpec
+from vcli.suggesters._space import (
+    CATEGORICAL,
+    DISCRETE,
+    DOUBLE,
+    INTEGER,
+    LINEAR,
+    LOG,
+    Space,
+    SuggesterBase,
+)
+
+
+class GPSuggester(SuggesterBase):
+    """vcli's Gaussian-process Bayesian optimiser (see the module docstring)."""
+
+    def __init__(
+        self,
+        study_spec: StudySpec,
+        *,
+        seed: int | None = None,
+        n_startup: int | None = None,
+        n_candidates: int = 2048,
+        n_local: int = 10,
+        max_fit_points: int = 200,
+    ) -> None:
+        super().__init__(study_spec, seed=seed)
+        import numpy as np
+
+        from vcli.suggesters import _gp  # noqa: F401  (imports scipy)
+
+        self._np = np
+        self.n_startup = n_startup if n_startup is not None else 10
+        self.n_candidates = n_candidates
+        self.n_local = n_local
+        self.max_fit_points = max_fit_points
+        sp = self.space
+        self._is_cat = np.array([n.kind == CATEGORICAL for n in sp.nodes], dtype=bool)
+        # columns searched by L-BFGS: DOUBLE, and INTEGER with too many values to enumerate
+        self._cont_cols = np.array(
+            [c for c, n in enumerate(sp.nodes) if n.kind == DOUBLE or sp.choices[c] is None], dtype=int
+        )
+        self._disc_cols = [c for c, n in enumerate(sp.nodes) if sp.choices[c] is not None]
+
+    # ------------------------------------------------------------------ ask
+
+    def _ask(self, count: int) -> list[dict[str, ParameterValue]]:
+        np = self._np
+        sp = self.space
+        obs = self.observations()
+        known = self.known_keys()
+        out: list[dict[str, ParameterValue]] = []
+        if sp.dim == 0:
+            return [{} for _ in range(count)]
+        if len(obs) < self.n_startup:
+            for i in range(count):
+                p = self._startup_point(i, known)
+                if p is None:
+                    break
+                known.add(sp.key(p))
+                out.append(p)
+            return out
+
+        from vcli.suggesters import _gp
+
+        X = np.array([sp.encode(p) for p, _ in obs])
+        yraw = np.array([v for _, v in obs])
+        mu, sd = float(np.mean(yraw)), float(np.std(yraw))
+        y = (yraw - mu) / (sd if sd > 0 else 1.0)
+        theta = self._fit(X, y)
+        gp_obs = _gp.GP(X, y, self._is_cat, theta)
+        best = float(np.min(y))
+        fantasies = [sp.encode(p) for p in self.pending()] + [sp.encode(p) for p in self.valueless()]
+        F = np.array(fantasies, dtype=float).reshape(-1, sp.dim)
+        best_x = X[int(np.argmin(y))]
+        for i in range(count):
+            if len(F):
+                fy, _ = gp_obs.predict(F)
+                gp = _gp.GP(np.vstack([X, F]), np.concatenate([y, fy]), self._is_cat, theta)
+            else:
+                gp = gp_obs
+            x = self._optimise_acq(gp, best, best_x, self.rng(i), known)
+            if x is None:
+                break
+            p = sp.decode(x)
+            known.add(sp.key(p))
+            out.append(p)
+            F = np.vstack([F, np.array(sp.encode(p))[None, :]])
+        return out
+
+    def _startup_point(self, i: int, known: set) -> dict[str, ParameterValue] | None:
+        """Point number n_known+i of a scrambled Sobol sequence seeded by `seed`."""
+        np = self._np
+        from scipy.stats import qmc
+
+        sp = self.space
+        idx = self.n_known + i
+        m = max(1, math.ceil(math.log2(idx + 1)))
+        U = qmc.Sobol(sp.dim, scramble=True, seed=np.random.default_rng([self.seed, 7])).random_base2(m)
+        p = sp.decode(sp.sample_unit(U[idx : idx + 1])[0])
+        if not sp.is_finite or sp.key(p) not in known:
+            return p
+        return self._untried_random(self.rng(i, 1), known)
+
+    def _untried_random(self, rng, known: set) -> dict[str, ParameterValue] | None:
+        sp = self.space
+        for _ in range(64):
+            p = sp.decode(sp.sample_unit(rng.random((1, sp.dim)))[0])
+            if sp.key(p) not in known:
+                return p
+        return next((p for p in sp.grid() if sp.key(p) not in known), None)
+
+    def _fit(self, X, y):
+        np = self._np
+        from vcli.suggesters import _gp
+
+        n = len(y)
+        if n > self.max_fit_points:
+            order = np.argsort(y, kind="stable")
+            n_best = self.max_fit_points // 4
+            rest = order[n_best:]
+            rng = np.random.default_rng([self.seed, n, 3])
+            pick = rng.choice(len(rest), size=self.max_fit_points - n_best, replace=False)
+            sel = np.sort(np.concatenate([order[:n_best], rest[pick]]))
+            X, y = X[sel], y[sel]
+        d = X.shape[1]
+        starts = [np.zeros(d + 2), np.concatenate([np.full(d, math.log(10.0)), [0.0, math.log(1e-3)]])]
+        return _gp.fit_hyperparameters(X, y, self._is_cat, starts)
+
+    # ------------------------------------------------------------------ acquisition
+
+    def _optimise_acq(self, gp, best: float, best_x, rng, known: set):
+        np = self._np
+        from scipy.stats import qmc
+
+        from vcli.suggesters import _gp
+
+        sp = self.space
+        sob = qmc.Sobol(sp.dim, scramble=True, seed=rng)
+        m = max(1, math.ceil(math.log2(self.n_candidates)))
+        C = sp.sample_unit(sob.random_base2(m))
+        mean, var = gp.predict(C)
+        f = _gp.log_ei(mean, var, best)
+        imax = int(np.argmax(f))
+        starts = [C[imax]]
+        probs = np.exp(f - f[imax])
+        probs[imax] = 0.0
+        nz = int(np.count_nonzero(probs > 0))
+        k = min(self.n_local - 2, nz)
+        if k > 0:
+            probs /= probs.sum()
+            starts.extend(C[rng.choice(len(C), size=k, replace=False, p=probs)])
+        starts.append(np.asarray(best_x, dtype=float))
+        results = [self._local_search(gp, best, np.array(s, dtype=float)) for s in starts]
+        results.sort(key=lambda r: -r[1])
+        for x, _ in results:
+            if not sp.is_finite or sp.key_of_row(x) not in known:
+                return x
+        # fully discrete space and every local optimum already tried: best untried candidate
+        for j in np.argsort(-f, kind="stable"):
+            if sp.key_of_row(C[j]) not in known:
+                return C[j]
+        p = self._untried_random(rng, known)
+        return None if p is None else np.array(sp.encode(p))
+
+    def _acq_batch(self, gp, best, X):
+        from vcli.suggesters import _gp
+
+        mean, var = gp.predict(X)
+        return _gp.log_ei(mean, var, best)
+
+    def _local_search(self, gp, best: float, x0):
+        np = self._np
+        sp = self.space
+        x = sp.snap(x0[None, :])[0]
+        fx = float(self._acq_batch(gp, best, x[None, :])[0])
+        for _ in range(8):
+            improved = False
+            active = np.array(sp.active_mask(x), dtype=bool)
+            cols = np.array([c for c in self._cont_cols if active[c]], dtype=int)
+            if len(cols):
+                xn, fn = self._lbfgs(gp, best, x, cols)
+                if fn > fx + 1e-9:
+                    x, fx, improved = xn, fn, True
+            for c in self._disc_cols:
+                if not sp.active_mask(x)[c]:
+                    continue
+                ch = np.asarray(sp.choices[c])
+                if len(ch) <= 1:
+                    continue
+                if len(ch) > 32:  # neighbourhood of the current choice
+                    j = int(np.argmin(np.abs(ch - x[c])))
+                    idx = sorted({min(len(ch) - 1, max(0, j + o)) for o in (-8, -4, -2, -1, 1, 2, 4, 8)} - {j})
+                    ch = ch[idx]
+                else:
+                    ch = ch[ch != x[c]]
+                Xc = np.repeat(x[None, :], len(ch), axis=0)
+                Xc[:, c] = ch
+                Xc = sp.repair(Xc)
+                fc = self._acq_batch(gp, best, Xc)
+                j = int(np.argmax(fc))
+                if fc[j] > fx + 1e-9:
+                    x, fx, improved = Xc[j], float(fc[j]), True
+            if not improved:
+                break
+        return x, fx
+
+    def _lbfgs(self, gp, best: float, x, cols):
+        np = self._np
+        from scipy import optimize
+
+        from vcli.suggesters import _gp
+
+        ls = np.clip(gp.lengthscales[cols], 1e-3, 1e3)  # precondition: optimise z = x / ls
+
+        def fun(z):
+            xx = x.copy()
+            xx[cols] = z * ls
+            mean, var, dmean, dvar = gp.predict_grad(xx, cols)
+            val, gm, gv = _gp.log_ei_grad(mean, var, best)
+            g = (gm * dmean + gv * dvar) * ls
+            return -val, -g
+
+        res = optimize.minimize(
+            fun,
+            x[cols] / ls,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0.0, 1.0 / l) for l in ls],
+            options={"maxiter": 100, "gtol": 1e-6},
+        )
+        xn = x.copy()
+        xn[cols] = np.clip(res.x * ls, 0.0, 1.0)
+        xn = self.space.snap(xn[None, :])[0]
+        fn = float(self._acq_batch(gp, best, xn[None, :])[0])
+        return xn, fn
+
+
+# ---------------------------------------------------------------------- skopt backend
+
+
+class SkoptSuggester(SuggesterBase):
+    """scikit-optimize's `Optimizer` (GP, gp_hedge) rebuilt from the trials at every ask.
+
+    Dimensions: linear/log DOUBLE -> Real (log-uniform prior for log), INTEGER -> Integer,
+    DISCRETE -> Integer index over the sorted values, CATEGORICAL -> Categorical; reverse-log
+    parameters -> Real on the warped [0,1]. Conditional children are always part of the
+    vector (inactive ones get a fixed default when told) and omitted from suggestions.
+    Pending trials are told with the constant lie min(observed) (skopt's "cl_min"); batches
+    use ask(n_points=count). Valueless trials are not told (skopt has no notion of them).
+    `acq_optimizer` is "sampling" when the space has a categorical, else "lbfgs".
+    """
+
+    def __init__(self, study_spec: StudySpec, *, seed: int | None = None, n_initial_points: int = 10) -> None:
+        super().__init__(study_spec, seed=seed)
+        import skopt  # noqa: F401
+
+        self.n_initial_points = n_initial_points
+        self._dims = [self._dimension(c) for c in range(self.space.dim)]
+
+    def _dimension(self, col: int):
+        from skopt.space import Categorical, Integer, Real
+
+        n = self.space.nodes[col]
+        name = n.parameter_id
+        if n.kind == CATEGORICAL:
+            return Categorical(list(n.values), name=name)
+        if n.kind == DISCRETE:
+            return Integer(0, len(n.values) - 1, name=name)
+        if n.scale not in (LINEAR, LOG):  # reverse log: warped unit interval
+            return Real(0.0, 1.0, name=name)
+        if n.kind == INTEGER:
+            if n.int_lo == n.int_hi:
+                return Categorical([n.int_lo], name=name)
+            prior = "log-uniform" if n.scale == LOG else "uniform"
+            return Integer(n.int_lo, n.int_hi, prior=prior, name=name)
+        lo, hi = n.lo, n.hi
+        if lo == hi:
+            return Categorical([lo], name=name)
+        return Real(lo, hi, prior="log-uniform" if n.scale == LOG else "uniform", name=name)
+
+    def _to_point(self, params: Mapping[str, object]) -> list:
+        sp = self.space
+        row = sp.encode(params)
+        point = []
+        for c, n in enumerate(sp.nodes):
+            u = row[c]
+            if n.kind == CATEGORICAL:
+                point.append(n.values[max(0, int(u))])
+            elif n.kind == DISCRETE:
+                point.append(n.values.index(sp.value_of(c, u)))
+            elif n.scale not in (LINEAR, LOG):
+                point.append(float(u))
+            elif n.kind == INTEGER:
+                point.append(int(sp.value_of(c, u)))
+            else:
+                point.append(float(sp.value_of(c, u)))
+        return point
+
+    def _from_point(self, point: Sequence) -> dict[str, ParameterValue]:
+        sp = self.space
+        row = []
+        for c, n in enumerate(sp.nodes):
+            v = point[c]
+            v = v.item() if hasattr(v, "item") else v
+            if n.kind == CATEGORICAL:
+                row.append(float(n.values.index(str(v))))
+            elif n.kind == DISCRETE:
+                row.append(sp.choices[c][int(v)])
+            elif n.scale not in (LINEAR, LOG):
+                row.append(float(v))
+            else:
+                row.append(sp.encode_value(c, v))
+        return sp.decode(row)
+
+    def _ask(self, count: int) -> list[dict[str, ParameterValue]]:
+        import warnings
+
+        import numpy as np
+        from skopt import Optimizer
+
+        sp = self.space
+        if sp.dim == 0:
+            return [{} for _ in range(count)]
+        has_cat = any(n.kind == CATEGORICAL for n in sp.nodes)
+        opt = Optimizer(
+            self._dims,
+            base_estimator="GP",
+            acq_func="gp_hedge",
+            acq_optimizer="sampling" if has_cat else "lbfgs",
+            n_initial_points=self.n_initial_points,
+            random_state=int(np.random.default_rng([self.seed, self.n_known]).integers(2**31 - 1)),
+            model_queue_size=1,
+        )
+        obs = self.observations()
+        xs = [self._to_point(p) for p, _ in obs]
+        ys = [float(v) for _, v in obs]
+        pend = self.pending()
+        if pend and ys:
+            xs += [self._to_point(p) for p in pend]
+            ys += [min(ys)] * len(pend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if xs:
+                opt.tell(xs, ys)
+            points = opt.ask(n_points=count) if count > 1 else [opt.ask()]
+        known = self.known_keys()
+        out = []
+        for pt in points:
+            p = self._from_point(pt)
+            k = sp.key(p)
+            if sp.is_finite and k in known:
+                continue
+            known.add(k)
+            out.append(p)
+        return out
