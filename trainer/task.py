@@ -340,6 +340,9 @@ def main(argv=None):
 
     chief = is_chief(cluster, task_type, task_index)
     multi_worker = cluster_size(cluster) > 1
+    if cluster:
+        # One line that lets people (and vcli's tests) see every replica got the same cluster.
+        print(f"cluster={json.dumps(cluster, sort_keys=True)} task={task_type}:{task_index}", flush=True)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf

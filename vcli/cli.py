@@ -538,6 +538,219 @@ def cj_stream_logs(
     _stream_logs(store, lambda: [("", row.id)], row.id, task_name)
 
 
+# =========================================================================== hp-tuning-jobs
+
+
+@hp_tuning_jobs.command("create")
+@command("hp-tuning-jobs.create")
+def hp_create(
+    display_name: Optional[str] = typer.Option(None, "--display-name", help="Display name of the study (overrides the file's displayName)."),
+    config: Optional[str] = typer.Option(None, "--config", help="HyperparameterTuningJob YAML or JSON (`-` = stdin)."),
+    max_trial_count: Optional[int] = typer.Option(None, "--max-trial-count", help="Overrides maxTrialCount (default 1)."),
+    parallel_trial_count: Optional[int] = typer.Option(None, "--parallel-trial-count", help="Overrides parallelTrialCount (default 1)."),
+    max_failed_trial_count: Optional[int] = typer.Option(None, "--max-failed-trial-count", help="vcli: overrides maxFailedTrialCount (0 = max(3, 10% of trials))."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="algorithm-unspecified (Bayesian) | grid-search | random-search"),
+    parameter_spec: Optional[List[str]] = typer.Option(None, "--parameter-spec", help="vcli: parameter-id=ID,type=double|integer|categorical|discrete,min=,max=,values=a;b,scale=linear|log|reverse-log[,parent=ID,parent-values=a;b]"),
+    metric: Optional[List[str]] = typer.Option(None, "--metric", help="vcli: metric-id=ID,goal=maximize|minimize"),
+    worker_pool_spec: Optional[List[str]] = typer.Option(None, "--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create."),
+    args: Optional[List[str]] = typer.Option(None, "--args", help="vcli: static args for every trial replica (before the hyperparameters)."),
+    measurement_selection: Optional[str] = typer.Option(None, "--measurement-selection", help="vcli: last | best"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="vcli: makes the suggestions reproducible."),
+    study_timeout: Optional[str] = typer.Option(None, "--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends."),
+    goal_value: Optional[float] = typer.Option(None, "--goal-value", help="vcli: end the study once a trial's metric reaches this value."),
+    bayesian_backend: str = typer.Option("gp", "--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize)."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="KEY=VALUE,..."),
+    region: Optional[str] = typer.Option(None, "--region", help="Accepted for gcloud compatibility."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local (default) | docker | ssh."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Comma-separated inventory hosts for the trials (ssh)."),
+    shm_size: Optional[str] = typer.Option(None, "--shm-size", help="vcli: /dev/shm size for containers."),
+    validate_only: bool = typer.Option(False, "--validate-only", help="Check and print the resolved study; launch nothing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="json|yaml|value(...)|table(...)|csv(...)|none"),
+) -> None:
+    """Run a hyperparameter tuning study in the foreground with a live table of trials."""
+    from dataclasses import replace
+
+    from vcli import config as cfg
+    from vcli.errors import ExitCode, InvalidValueError, UsageError
+    from vcli.resources import hp_tuning_job_resource
+    from vcli.spec import MeasurementSelectionType
+    from vcli.store import Store, new_id, resource_name
+
+    doc, source = cfg.hp_tuning_document(
+        config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec, algorithm=algorithm
+    )
+    spec, file_name, file_labels = cfg.hp_tuning_job_from_document(doc, source)
+    name_ = display_name or file_name
+    if not name_:
+        raise UsageError("argument --display-name: Must be specified.")
+    for flag, value in (("--max-trial-count", max_trial_count), ("--parallel-trial-count", parallel_trial_count)):
+        if value is not None and value < 1:
+            raise InvalidValueError(flag, f"Value must be greater than or equal to 1; received: {value}.")
+    if max_failed_trial_count is not None and max_failed_trial_count < 0:
+        raise InvalidValueError("--max-failed-trial-count", f"Value must not be negative; received: {max_failed_trial_count}.")
+    if args is not None:
+        joined = [a for v in args for a in cfg.split_arg_list(v)]
+        spec = replace(spec, trial_job_spec=cfg.apply_args_and_command(spec.trial_job_spec, args=joined, command=None))
+    if measurement_selection is not None:
+        choices = {"last": MeasurementSelectionType.LAST_MEASUREMENT, "best": MeasurementSelectionType.BEST_MEASUREMENT}
+        if measurement_selection not in choices:
+            raise UsageError(f"argument --measurement-selection: Invalid choice: '{measurement_selection}'. Valid choices are [best, last].")
+        spec = replace(spec, study_spec=replace(spec.study_spec, measurement_selection_type=choices[measurement_selection]))
+    spec = replace(
+        spec,
+        max_trial_count=max_trial_count if max_trial_count is not None else spec.max_trial_count,
+        parallel_trial_count=parallel_trial_count if parallel_trial_count is not None else spec.parallel_trial_count,
+        max_failed_trial_count=max_failed_trial_count if max_failed_trial_count is not None else spec.max_failed_trial_count,
+        study_timeout_seconds=cfg.parse_duration(study_timeout, "--study-timeout") if study_timeout else None,
+        goal_value=goal_value,
+    )
+    if spec.parallel_trial_count > spec.max_trial_count:
+        err(f"WARNING: parallelTrialCount ({spec.parallel_trial_count}) is greater than maxTrialCount "
+            f"({spec.max_trial_count}); running at most {spec.max_trial_count} trials at once.")
+        spec = replace(spec, parallel_trial_count=spec.max_trial_count)
+    if bayesian_backend not in ("gp", "skopt"):
+        raise UsageError(f"argument --bayesian-backend: Invalid choice: '{bayesian_backend}'. Valid choices are [gp, skopt].")
+    label_map = {**file_labels, **cfg.parse_labels(labels)}
+    if seed is None:
+        import secrets
+
+        seed = secrets.randbelow(2**31)
+    ex_name = _executor_name(executor)
+    ex = _make_executor(ex_name, hosts)
+    store = Store()
+    study_id = new_id()
+    record = {
+        "studySpec": cfg.study_spec_to_dict(spec.study_spec),
+        "trialJobSpec": cfg.custom_job_spec_to_dict(spec.trial_job_spec),
+        "maxTrialCount": spec.max_trial_count,
+        "parallelTrialCount": spec.parallel_trial_count,
+        "maxFailedTrialCount": spec.max_failed_trial_count,
+        "labels": label_map,
+        "seed": seed,
+        "executor": ex_name,
+        "bayesianBackend": bayesian_backend,
+        "studyTimeout": f"{spec.study_timeout_seconds:g}s" if spec.study_timeout_seconds else None,
+        "goalValue": goal_value,
+        "outputDirectory": spec.trial_job_spec.base_output_directory or str(store.home / "jobs" / study_id / "output"),
+    }
+    from vcli.suggesters import get_suggester
+
+    try:
+        suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
+    except ValueError as e:
+        raise InvalidValueError("--config", str(e)) from None
+    except ImportError as e:
+        raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): pip install 'vcli[tune]'") from None
+    if validate_only:
+        from vcli.jobs import plan_job
+        from vcli.study import format_value
+
+        plan = plan_job(spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=store.home / "jobs" / "validate-only",
+                        executor=ex, trial_id="1", placer=_placer(ex))
+        _check_runnable(ex, plan)
+        err("The study is valid; nothing was launched (--validate-only).")
+        _emit({"displayName": name_, **{k: v for k, v in record.items() if v is not None}}, fmt, is_list=False)
+        return
+    store.create_job(kind="hyperparameterTuningJob", display_name=name_, record=record, state="JOB_STATE_QUEUED", job_id=study_id)
+    _mark_controller(store, study_id)
+    name = resource_name("hyperparameterTuningJob", study_id)
+    err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
+    err(f"  {spec.max_trial_count} trial(s), up to {spec.parallel_trial_count} at once, {spec.study_spec.algorithm.value}, "
+        f"seed {seed}, {ex_name} executor; Ctrl-C cancels the study.")
+    err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
+    _interrupt_on_signals()
+    from vcli.study import StudyRun
+    from vcli.view import make_study_view
+
+    out = sys.stderr if fmt else sys.stdout
+    metric_spec = spec.study_spec.metrics[0]
+    from vcli.config import iter_parameters
+
+    view = make_study_view(out, name_, metric_spec.metric_id, metric_spec.goal, iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
+    run = StudyRun(
+        store=store, executor=ex, spec=spec, study_id=study_id, display_name=name_, suggester=suggester,
+        on_event=view.event, on_progress=view.message, placer=_placer(ex), shm_size=shm_size,
+    )
+    started = time.monotonic()
+    try:
+        state = run.run()
+    except KeyboardInterrupt:
+        view.close("JOB_STATE_CANCELLED")
+        err(f"Hyperparameter tuning job [{study_id}] was cancelled (interrupted); every trial was stopped.")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    view.close(state.value)
+    took = time.monotonic() - started
+    best = run.best_trial()
+    msg = (run.error or {}).get("message", "")
+    err(f"Hyperparameter tuning job [{study_id}] finished: {state.value} in {took:.1f}s." + (f" {msg}" if msg and state.value != "JOB_STATE_SUCCEEDED" else ""))
+    if best is not None and best.final_measurement is not None:
+        from vcli.study import trial_args
+
+        value = best.final_measurement.metrics[metric_spec.metric_id]
+        err(f"Best trial: {best.id} {metric_spec.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "
+            f"with {' '.join(trial_args(run.param_specs, best.parameters))}")
+    if fmt:
+        _emit(hp_tuning_job_resource(store, store.get_job(study_id)), fmt, is_list=False)
+    raise typer.Exit(_exit_for_state(state))
+
+
+@hp_tuning_jobs.command("list")
+@command("hp-tuning-jobs.list")
+def hp_list(
+    fmt: Optional[str] = typer.Option(None, "--format"),
+    filter_: Optional[str] = typer.Option(None, "--filter"),
+    sort_by: Optional[str] = typer.Option(None, "--sort-by"),
+    limit: Optional[int] = typer.Option(None, "--limit"),
+    region: Optional[str] = typer.Option(None, "--region"),
+) -> None:
+    """List hyperparameter tuning jobs."""
+    from vcli.resources import hp_tuning_job_resource
+
+    store = _store()
+    rows = store.list_jobs("hyperparameterTuningJob")
+    _list_output([hp_tuning_job_resource(store, r) for r in rows], fmt, filter_, sort_by, limit)
+
+
+@hp_tuning_jobs.command("describe")
+@command("hp-tuning-jobs.describe")
+def hp_describe(
+    job: str = typer.Argument(..., help="ID or resource name of the tuning job."),
+    fmt: Optional[str] = typer.Option(None, "--format"),
+    region: Optional[str] = typer.Option(None, "--region"),
+) -> None:
+    """Show a study: its spec, every trial (parameters, measurements, state) and the best trial."""
+    from vcli.resources import hp_tuning_job_resource
+
+    store = _store()
+    _emit(hp_tuning_job_resource(store, _get_row(store, job, "hyperparameterTuningJob")), fmt, is_list=False)
+
+
+@hp_tuning_jobs.command("cancel")
+@command("hp-tuning-jobs.cancel")
+def hp_cancel(
+    job: str = typer.Argument(..., help="ID or resource name of the tuning job."),
+    no_wait: bool = typer.Option(False, "--async", help="Return once the request is recorded."),
+    region: Optional[str] = typer.Option(None, "--region"),
+) -> None:
+    """Cancel a running study from any terminal: every trial is stopped."""
+    store = _store()
+    _cancel(store, _get_row(store, job, "hyperparameterTuningJob"), "hyperparameter tuning job", wait=not no_wait)
+
+
+@hp_tuning_jobs.command("stream-logs")
+@command("hp-tuning-jobs.stream-logs")
+def hp_stream_logs(
+    job: str = typer.Argument(..., help="ID or resource name of the tuning job."),
+    task_name: Optional[str] = typer.Option(None, "--task-name", help="Only this replica of each trial, e.g. workerpool0-0."),
+    polling_interval: int = typer.Option(1, "--polling-interval", help="Accepted for gcloud compatibility."),
+    region: Optional[str] = typer.Option(None, "--region"),
+) -> None:
+    """Print the logs of every trial (task names `trial-N/workerpool0-0`) until the study ends."""
+    store = _store()
+    row = _get_row(store, job, "hyperparameterTuningJob")
+    _stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id, task_name)
+
+
 # =========================================================================== config
 
 

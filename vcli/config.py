@@ -150,10 +150,16 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]]) -> None:
             raise bad("Key [accelerator-type] required as [accelerator-count] is specified.")
         acc = spec.get("accelerator-type")
         if acc is not None and acc not in ACCELERATOR_TYPES:
-            raise bad(f"Found invalid value of [accelerator-type]: {acc}. Available values are [{', '.join(ACCELERATOR_TYPES)}].")
+            raise bad(f"Found invalid value of [accelerator-type]: {acc}. Available values are [{', '.join(sorted(ACCELERATOR_TYPES))}].")
         for key in _INT_KEYS:
             if key in spec and spec[key] < 1:
                 raise bad(f"Key [{key}] must be a positive integer, received: {spec[key]}.")
+        if i == 0 and spec.get("replica-count", 1) != 1:
+            raise bad(f"The first `--worker-pool-spec` is the chief and must have replica-count=1, received: {spec['replica-count']}.")
+    # As gcloud: the hardware keys of every spec are checked first, then the software keys.
+    for i, spec in enumerate(specs):
+        if not spec:
+            continue
         if i > 0 and "local-package-path" in spec:
             raise bad("Key [local-package-path] is only allowed in the first `--worker-pool-spec` flag.")
         if i > 0 and has_local:
@@ -167,18 +173,19 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]]) -> None:
         if "local-package-path" in spec:
             _validate_local_package(spec)
             continue
-        local_only = [k for k in _LOCAL_ONLY_KEYS if k in spec]
-        if local_only:
-            raise bad(
-                f"Keys [{_keys(local_only)}] are not allowed: Only allow to specify together with "
-                "`local-package-path` in the first `--worker-pool-spec` flag."
-            )
+        # gcloud's order: the image keys first, then the keys that need a local package.
         if ("executor-image-uri" in spec) == ("container-image-uri" in spec):
             raise bad("Exactly one of keys [executor-image-uri, container-image-uri] is required.")
         if "container-image-uri" in spec and "python-module" in spec:
             raise bad("Key [python-module] is not allowed together with key [container-image-uri].")
         if "executor-image-uri" in spec and "python-module" not in spec:
             raise bad("Key [python-module] is required.")
+        local_only = [k for k in _LOCAL_ONLY_KEYS if k in spec]
+        if local_only:
+            raise bad(
+                f"Keys [{_keys(local_only)}] are not allowed: Only allow to specify together with "
+                "`local-package-path` in the first `--worker-pool-spec` flag."
+            )
 
 
 def _validate_local_package(spec: Mapping[str, Any]) -> None:
@@ -527,7 +534,7 @@ class _Decoder:
                         sub, f"keys with underscores are invalid; the field is spelled [{_camel(key)}] (camelCase)"
                     )
                 hint = difflib.get_close_matches(key, list(schema), n=1)
-                extra = f"; did you mean [{hint[0]}]?" if hint else ""
+                extra = f"; did you mean [{hint[0]}]?" if hint else "."
                 raise self.error(sub, f"unknown field of {name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
             out[key] = self.decode(val, schema[key], sub)
         return out
@@ -630,6 +637,8 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: _Decoder, path: str
         count = p.get("replicaCount", 1)
         if count < 1:
             raise decoder.error(f"{ppath}.replicaCount", f"must be a positive integer, found [{count}]")
+        if i == 0 and count != 1:
+            raise decoder.error(f"{ppath}.replicaCount", f"the first worker pool is the chief and must have 1 replica, found [{count}]")
         local = None
         if "localPackage" in p:
             lp = p["localPackage"]
@@ -1057,3 +1066,167 @@ def study_spec_to_dict(spec: StudySpec) -> dict[str, Any]:
 def study_spec_from_stored(data: Mapping[str, Any]) -> StudySpec:
     decoder = _Decoder("<store>")
     return study_spec_from_dict(decoder.decode_message(dict(data), "StudySpec", "studySpec"), decoder)
+
+
+# =========================================================================== study flags (vcli extension)
+
+PARAMETER_SPEC_KEYS = ("parameter-id", "type", "min", "max", "values", "scale", "parent", "parent-values")
+METRIC_KEYS = ("metric-id", "goal")
+_SCALES = {
+    "linear": "UNIT_LINEAR_SCALE",
+    "log": "UNIT_LOG_SCALE",
+    "reverse-log": "UNIT_REVERSE_LOG_SCALE",
+    "unspecified": "SCALE_TYPE_UNSPECIFIED",
+}
+_TYPES = ("double", "integer", "categorical", "discrete")
+
+
+def _num(text: str, flag: str, key: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidValueError(flag, f"Key [{key}] must be a number, received: {text}.") from None
+
+
+def parameter_spec_from_flag(value: str) -> tuple[dict[str, Any], str | None, list[str]]:
+    """`--parameter-spec=parameter-id=lr,type=double,min=1e-4,max=0.1,scale=log` -> a
+    camelCase ParameterSpec dict, plus its parent id and parent values when conditional.
+
+    `type` may be left out: `values` of numbers -> discrete, other `values` -> categorical,
+    integer `min`/`max` -> integer, other `min`/`max` -> double. `values` are `;`-separated.
+    """
+    flag = "--parameter-spec"
+    raw = parse_dict_arg(value, flag=flag, valid_keys=PARAMETER_SPEC_KEYS)
+    pid = raw.get("parameter-id")
+    if not pid:
+        raise InvalidValueError(flag, "Key [parameter-id] required in dict arg but not provided.")
+    values = [v for v in raw.get("values", "").split(";") if v] if "values" in raw else None
+    kind = raw.get("type")
+    if kind is not None and kind not in _TYPES:
+        raise InvalidValueError(flag, f"Key [type] must be one of [{', '.join(_TYPES)}], received: {kind}.")
+    if kind is None:
+        if values is not None:
+            try:
+                [float(v) for v in values]
+                kind = "discrete"
+            except ValueError:
+                kind = "categorical"
+        elif re.fullmatch(r"[-+]?\d+", raw.get("min", "x")) and re.fullmatch(r"[-+]?\d+", raw.get("max", "x")):
+            kind = "integer"
+        else:
+            kind = "double"
+    d: dict[str, Any] = {"parameterId": pid}
+    if kind in ("double", "integer"):
+        for key in ("min", "max"):
+            if key not in raw:
+                raise InvalidValueError(flag, f"Key [{key}] is required for a {kind} parameter [{pid}].")
+        lo, hi = _num(raw["min"], flag, "min"), _num(raw["max"], flag, "max")
+        if kind == "integer":
+            if not (lo.is_integer() and hi.is_integer()):
+                raise InvalidValueError(flag, f"Keys [min, max] of integer parameter [{pid}] must be integers.")
+            d["integerValueSpec"] = {"minValue": int(lo), "maxValue": int(hi)}
+        else:
+            d["doubleValueSpec"] = {"minValue": lo, "maxValue": hi}
+    elif kind == "categorical":
+        d["categoricalValueSpec"] = {"values": values or []}
+    else:
+        d["discreteValueSpec"] = {"values": [_num(v, flag, "values") for v in values or []]}
+    if "scale" in raw:
+        if raw["scale"] not in _SCALES:
+            raise InvalidValueError(flag, f"Key [scale] must be one of [{', '.join(_SCALES)}], received: {raw['scale']}.")
+        d["scaleType"] = _SCALES[raw["scale"]]
+    elif kind != "categorical":
+        d["scaleType"] = "UNIT_LINEAR_SCALE"
+    parent = raw.get("parent")
+    parent_values = [v for v in raw.get("parent-values", "").split(";") if v]
+    if parent and not parent_values:
+        raise InvalidValueError(flag, f"Key [parent-values] is required with [parent] for parameter [{pid}].")
+    if parent_values and not parent:
+        raise InvalidValueError(flag, f"Key [parent] is required with [parent-values] for parameter [{pid}].")
+    return d, parent, parent_values
+
+
+def parameters_from_flags(values: Sequence[str]) -> list[dict[str, Any]]:
+    """All --parameter-spec flags -> camelCase parameters, children nested under parents."""
+    parsed = [parameter_spec_from_flag(v) for v in values]
+    by_id = {d["parameterId"]: d for d, _, _ in parsed}
+    top: list[dict[str, Any]] = []
+    for d, parent, parent_values in parsed:
+        if parent is None:
+            top.append(d)
+            continue
+        if parent not in by_id:
+            raise InvalidValueError("--parameter-spec", f"[{d['parameterId']}] names parent [{parent}], which no --parameter-spec defines.")
+        p = by_id[parent]
+        if "categoricalValueSpec" in p:
+            cond = {"parentCategoricalValues": {"values": parent_values}}
+        elif "discreteValueSpec" in p:
+            cond = {"parentDiscreteValues": {"values": [_num(v, "--parameter-spec", "parent-values") for v in parent_values]}}
+        elif "integerValueSpec" in p:
+            cond = {"parentIntValues": {"values": [int(_num(v, "--parameter-spec", "parent-values")) for v in parent_values]}}
+        else:
+            raise InvalidValueError("--parameter-spec", f"[{parent}] is a double parameter and cannot be a parent of [{d['parameterId']}].")
+        p.setdefault("conditionalParameterSpecs", []).append({"parameterSpec": d, **cond})
+    return top
+
+
+def metric_from_flag(value: str) -> dict[str, Any]:
+    """`--metric=metric-id=accuracy,goal=maximize` -> a camelCase MetricSpec dict."""
+    raw = parse_dict_arg(value, flag="--metric", valid_keys=METRIC_KEYS)
+    if not raw.get("metric-id"):
+        raise InvalidValueError("--metric", "Key [metric-id] required in dict arg but not provided.")
+    goal = raw.get("goal", "maximize").upper()
+    if goal not in ("MAXIMIZE", "MINIMIZE"):
+        raise InvalidValueError("--metric", f"Key [goal] must be maximize or minimize, received: {raw['goal']}.")
+    return {"metricId": raw["metric-id"], "goal": goal}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """`90`, `90s`, `30m`, `2h` -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise InvalidValueError(flag, f"expected a duration such as 600s, 30m or 2h, received: {text}.")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def hp_tuning_document(
+    *,
+    config: str | None,
+    parameter_specs: Sequence[str] | None,
+    metrics: Sequence[str] | None,
+    worker_pool_specs: Sequence[str] | None,
+    algorithm: str | None,
+) -> tuple[Any, str]:
+    """The HyperparameterTuningJob document from --config and/or the vcli study flags."""
+    from vcli.spec import CustomJobSpec
+
+    doc: dict[str, Any] = {}
+    source = "<flags>"
+    if config:
+        loaded, source = load_document(config)
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
+        doc = dict(loaded or {})
+    if parameter_specs:
+        doc.setdefault("studySpec", {})
+        doc["studySpec"] = {**(doc["studySpec"] or {}), "parameters": parameters_from_flags(parameter_specs)}
+    if metrics:
+        doc.setdefault("studySpec", {})
+        doc["studySpec"] = {**(doc["studySpec"] or {}), "metrics": [metric_from_flag(m) for m in metrics]}
+    if worker_pool_specs:
+        pools = worker_pools_from_flags([parse_worker_pool_spec(v) for v in worker_pool_specs])
+        trial = dict(doc.get("trialJobSpec") or {})
+        trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
+        doc["trialJobSpec"] = trial
+    if algorithm:
+        choices = ("algorithm-unspecified", "grid-search", "random-search")
+        if algorithm not in choices:
+            raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
+        if "studySpec" in doc:
+            doc["studySpec"] = {**(doc["studySpec"] or {}), "algorithm": algorithm.replace("-", "_").upper()}
+    if not config and not (parameter_specs and metrics and worker_pool_specs):
+        raise UsageError(
+            "argument --config: Must be specified, unless the study is given by flags: "
+            "--parameter-spec (one or more), --metric and --worker-pool-spec."
+        )
+    return doc, source

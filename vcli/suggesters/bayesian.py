@@ -52,6 +52,7 @@ class GPSuggester(SuggesterBase):
         n_candidates: int = 2048,
         n_local: int = 10,
         max_fit_points: int = 200,
+        **tuning: object,
     ) -> None:
         super().__init__(study_spec, seed=seed)
         import numpy as np
@@ -63,6 +64,7 @@ class GPSuggester(SuggesterBase):
         self.n_candidates = n_candidates
         self.n_local = n_local
         self.max_fit_points = max_fit_points
+        self.tuning = dict(tuning)  # experimental knobs used by the benchmark
         sp = self.space
         self._is_cat = np.array([n.kind == CATEGORICAL for n in sp.nodes], dtype=bool)
         # columns searched by L-BFGS: DOUBLE, and INTEGER with too many values to enumerate
@@ -124,6 +126,8 @@ class GPSuggester(SuggesterBase):
 
         sp = self.space
         idx = self.n_known + i
+        if self.tuning.get("startup") == "random":
+            return self._untried_random(self.rng(i, 2), known if sp.is_finite else set())
         m = max(1, math.ceil(math.log2(idx + 1)))
         U = qmc.Sobol(sp.dim, scramble=True, seed=np.random.default_rng([self.seed, 7])).random_base2(m)
         p = sp.decode(sp.sample_unit(U[idx : idx + 1])[0])
@@ -153,7 +157,9 @@ class GPSuggester(SuggesterBase):
             sel = np.sort(np.concatenate([order[:n_best], rest[pick]]))
             X, y = X[sel], y[sel]
         d = X.shape[1]
-        starts = [np.zeros(d + 2), np.concatenate([np.full(d, math.log(10.0)), [0.0, math.log(1e-3)]])]
+        starts = [np.zeros(d + 2)]
+        if self.tuning.get("two_starts", True):
+            starts.append(np.concatenate([np.full(d, math.log(10.0)), [0.0, math.log(1e-3)]]))
         return _gp.fit_hyperparameters(X, y, self._is_cat, starts)
 
     # ------------------------------------------------------------------ acquisition

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install everything vcli's tests need, then run the whole test suite.
+#
+#   bash .ci/test.sh [pytest args...]
+#
+# Installs (idempotent): Debian packages (docker.io, openssh-server, mmdebstrap, iproute2),
+# a running dockerd with the test images (.ci/docker-setup.sh), sshd prerequisites
+# (.ci/ssh-setup.sh), and a virtualenv .venv with vcli[all]. Needs root for apt and dockerd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+log() { echo "[ci +$(( $(date +%s) - start ))s] $*"; }
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv with $($PY --version)"
+    $PY -m venv .venv
+fi
+log "installing vcli[all] into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all]'
+
+if [ -f .ci/ssh-setup.sh ]; then log "ssh setup"; bash .ci/ssh-setup.sh; fi
+if [ -f .ci/docker-setup.sh ]; then log "docker setup"; PATH="$PWD/.venv/bin:$PATH" bash .ci/docker-setup.sh; fi
+
+log "running tests"
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+rc=$?
+set -e
+log "pytest exit code $rc"
+exit $rc

@@ -1,0 +1,57 @@
+"""Shared pytest fixtures for the vcli test suite.
+
+- `vcli_home`: a private, empty VCLI_HOME and VCLI_CONFIG_DIR (tmp dirs) for the test.
+- `run_vcli`: runs the real CLI (`python -m vcli ...`) in a subprocess with that home and
+  returns the CompletedProcess (text mode, stdout and stderr captured, never raises on a
+  non-zero exit).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: Outer-environment variables that would change how vcli behaves in a test.
+_SCRUB = ("VCLI_EXECUTOR", "VCLI_PYTHON", "TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID")
+
+
+@pytest.fixture
+def vcli_home(tmp_path, monkeypatch):
+    """An empty vcli home and config dir; returns the home Path (config dir is its sibling)."""
+    home = tmp_path / "vcli-home"
+    conf = tmp_path / "vcli-config"
+    home.mkdir()
+    conf.mkdir()
+    monkeypatch.setenv("VCLI_HOME", str(home))
+    monkeypatch.setenv("VCLI_CONFIG_DIR", str(conf))
+    for name in _SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture
+def run_vcli(vcli_home):
+    """`run_vcli(*args, input=None, env=None, timeout=60)` -> subprocess.CompletedProcess."""
+
+    def run(*args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 60):
+        full_env = dict(os.environ)  # already holds VCLI_HOME / VCLI_CONFIG_DIR (monkeypatched)
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [sys.executable, "-m", "vcli", *args],
+            input=input,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+
+    return run

@@ -1,0 +1,1 @@
+"""Test harnesses that bring up real services (the Docker engine, sshd) for integration tests."""

@@ -1,0 +1,127 @@
+"""Shared helpers for end-to-end tests: run the real CLI, find leftovers, wait for states."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def vcli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["VCLI_HOME"] = str(home)
+    env["VCLI_CONFIG_DIR"] = str(home / "config")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def vcli(home: Path, *args: str, timeout: float = 300, input: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m vcli ARGS` to completion (killing its group on timeout)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vcli", *args],
+        env=vcli_env(home, **env),
+        cwd=REPO,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"vcli {' '.join(args)} timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    """Start `python -m vcli ARGS` in the background (its own session)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "vcli", *args],
+        env=vcli_env(home, **env),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def describe(home: Path, kind: str, job_id: str) -> dict[str, Any]:
+    r = vcli(home, kind, "describe", job_id, "--format=json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def list_ids(home: Path, kind: str) -> list[str]:
+    r = vcli(home, kind, "list", "--format=value(name.basename())", timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live (non-zombie) pids whose environment has KEY=VALUE (e.g. VCLI_JOB_ID=<id>)."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            if stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def job_id_from_stderr(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "is submitted successfully" in line or "submitted successfully" in line:
+            return line.split("[", 1)[1].split("]", 1)[0].rsplit("/", 1)[-1]
+    raise AssertionError(f"no job id in stderr:\n{stderr}")
+
+
+def read_stderr_until(proc: subprocess.Popen[str], needle: str, timeout: float) -> str:
+    """Read the background process's stderr lines until one contains `needle`."""
+    import selectors
+
+    assert proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(timeout=0.2):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen += line
+            if needle in line:
+                return seen
+    raise AssertionError(f"'{needle}' not seen in stderr within {timeout}s:\n{seen}")

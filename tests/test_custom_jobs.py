@@ -1,0 +1,249 @@
+"""End-to-end custom jobs through the real CLI on the local process executor.
+
+Real processes, real TensorFlow: a two-replica MultiWorkerMirroredStrategy job on digits,
+a failing worker, cancel from a second process, Ctrl-C, a scheduling timeout, and a
+controller killed outright. After each, no process of the job may survive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    describe,
+    job_id_from_stderr,
+    list_ids,
+    processes_with_env,
+    read_stderr_until,
+    spawn,
+    vcli,
+    wait_for,
+)
+
+POOL = "machine-type=n1-standard-4,replica-count=1"
+
+
+def test_two_replica_multiworker_job_trains_digits(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = vcli(
+        home,
+        "custom-jobs", "create", "--display-name=digits",
+        f"--worker-pool-spec={POOL},local-package-path=.,python-module=trainer.task",
+        f"--worker-pool-spec={POOL}",
+        "--args=--epochs=3",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_id = job_id_from_stderr(r.stderr)
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert job["name"].endswith(f"/customJobs/{job_id}")
+    assert [x["taskName"] for x in job["replicas"]] == ["workerpool0-0", "workerpool1-0"]
+    assert all(x["exitCode"] == 0 for x in job["replicas"])
+
+    # Both replicas saw the same cluster: chief + worker at the reserved addresses.
+    clusters = {}
+    for line in r.stdout.splitlines():
+        if "cluster=" in line:
+            task = line.split("]", 1)[0].lstrip("[")
+            clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
+    assert set(clusters) == {"workerpool0-0", "workerpool1-0"}
+    assert clusters["workerpool0-0"] == clusters["workerpool1-0"]
+    addresses = {x["taskName"]: x["address"] for x in job["replicas"]}
+    assert clusters["workerpool0-0"] == {"chief": [addresses["workerpool0-0"]], "worker": [addresses["workerpool1-0"]]}
+
+    # The chief saved the model under AIP_MODEL_DIR and reported accuracy > 0.8.
+    out = Path(job["outputDirectory"])
+    assert (out / "model" / "saved_model.pb").exists() or any((out / "model").iterdir())
+    metric_file = home / "jobs" / job_id / "replicas" / "workerpool0-0" / "hypertune" / "output.metrics"
+    reports = [json.loads(line) for line in metric_file.read_text().splitlines()]
+    assert [x["global_step"] for x in reports] == ["1", "2", "3"]
+    assert float(reports[-1]["accuracy"]) > 0.8
+    # The worker has its own metric file and wrote no report.
+    assert not (home / "jobs" / job_id / "replicas" / "workerpool1-0" / "hypertune" / "output.metrics").exists()
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+    # list and stream-logs from "another terminal" see the job.
+    assert job_id in list_ids(home, "custom-jobs")
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, "--task-name=workerpool0-0", timeout=60)
+    assert logs.returncode == 0
+    lines = [l.split("\t") for l in logs.stdout.splitlines()]
+    assert all(len(l) == 4 and l[2] == "workerpool0-0" for l in lines)
+    assert any("final val_accuracy=" in l[3] for l in lines)
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    return pkg
+
+
+STUBBORN = """
+    import os, signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # like TF's multi-worker runtime
+    print("started", os.environ["VCLI_TASK_NAME"], flush=True)
+    role = os.environ["VCLI_TASK_NAME"]
+    if role.startswith("workerpool1") and "--fail" in sys.argv:
+        time.sleep(1.5)
+        print("worker failing now", flush=True)
+        sys.exit(1)
+    while True:
+        time.sleep(0.1)
+"""
+
+
+def test_failing_worker_fails_job_and_stops_chief(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    started = time.monotonic()
+    r = vcli(
+        home,
+        "custom-jobs", "create", "--display-name=fails",
+        f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
+        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=2",
+        "--args=--fail",
+        timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    assert r.returncode == 6, r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_FAILED"
+    assert "exited with a non-zero status of 1" in job["error"]["message"]
+    # Worker fails after ~1.5 s; the SIGTERM-ignoring chief must be gone well within 10 s.
+    assert elapsed < 1.5 + 10
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+    states = {x["taskName"]: x["state"] for x in job["replicas"]}
+    assert states["workerpool0-0"] == "STOPPED"
+    assert "FAILED" in states.values()
+
+
+def test_cancel_from_another_process(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(
+        home,
+        "custom-jobs", "create", "--display-name=cancel-me",
+        f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
+        f"--worker-pool-spec={POOL}",
+    )
+    try:
+        seen = read_stderr_until(proc, "submitted successfully", 60)
+        job_id = job_id_from_stderr(seen)
+        wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+        r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "Request to cancel CustomJob" in r.stderr
+        assert proc.wait(timeout=60) == 5
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", job_id)
+        # Cancelling a finished job is a no-op with a message.
+        again = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+        assert again.returncode == 0 and "already ended" in again.stderr
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_cancels(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(
+        home,
+        "custom-jobs", "create", "--display-name=interrupt-me",
+        f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
+        f"--worker-pool-spec={POOL}",
+    )
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", job_id)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_scheduling_timeout_fails_job(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            workerPoolSpecs:
+              machineSpec: {{machineType: n1-standard-4}}
+              replicaCount: 1
+              containerSpec:
+                command: [python3, {pkg}/stubborn.py]
+            scheduling:
+              timeout: 2s
+            """
+        )
+    )
+    r = vcli(home, "custom-jobs", "create", "--display-name=slow", f"--config={config}", timeout=60)
+    assert r.returncode == 6, r.stderr
+    job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
+    assert job["state"] == "JOB_STATE_FAILED"
+    assert "scheduling.timeout of 2s" in job["error"]["message"]
+    assert not processes_with_env("VCLI_JOB_ID", job["name"].rsplit("/", 1)[-1])
+
+
+def test_killed_controller_leaves_no_orphans_and_cancel_cleans_up(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(
+        home,
+        "custom-jobs", "create", "--display-name=orphan-check",
+        f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
+        f"--worker-pool-spec={POOL}",
+    )
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
+    proc.wait(timeout=10)
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 10, "replicas to die with their controller")
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_config_file_job_with_env_and_command(tmp_path: Path, workers: int) -> None:
+    home = tmp_path / "home"
+    out = tmp_path / "out"
+    config = tmp_path / "job.json"
+    pool = {
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": "1",
+        "containerSpec": {
+            "imageUri": "recorded-only:latest",
+            "command": ["python3", "-c", "import os,sys; print(os.environ['GREETING'], sys.argv[1:])"],
+            "args": "--one",
+            "env": [{"name": "GREETING", "value": "hello world"}],
+        },
+    }
+    pools = pool if workers == 0 else [pool, {**pool, "replicaCount": workers}]
+    replicas = 1 + workers
+    config.write_text(
+        json.dumps({"workerPoolSpecs": pools, "baseOutputDirectory": {"outputUriPrefix": f"file://{out}"}})
+    )
+    r = vcli(home, "custom-jobs", "create", "--display-name=cfg", f"--config={config}", "--format=json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == "recorded-only:latest"
+    assert job["outputDirectory"] == str(out)
+    assert (out / "model").is_dir()
+    assert r.stderr.count("hello world ['--one']") == replicas

@@ -1,0 +1,429 @@
+"""The hyperparameter-tuning controller: a study of trials, each trial a real custom job.
+
+`StudyRun.run()` fills up to `parallelTrialCount` slots with the suggester's proposals, runs
+each as a custom job built from `trialJobSpec` plus `--<parameterId>=<value>` args (with
+`task.trial`, CLOUD_ML_TRIAL_ID and per-trial AIP_* directories), reads the chief's metrics
+while it runs, and tells the suggester the outcome. It ends when:
+
+- `maxTrialCount` trials have been created and all finished, or the suggester is exhausted
+  (grid search): SUCCEEDED if at least one trial SUCCEEDED, else FAILED;
+- more than the failure budget of trials failed: FAILED (running trials are stopped);
+- a cancel request (Ctrl-C or `hp-tuning-jobs cancel` from any terminal): CANCELLED;
+- vcli extensions: the goal value is reached, or the study's wall-clock budget runs out.
+  Both stop launching AND stop the running trials (like Hyperopt SparkTrials' `timeout`);
+  a stopped trial with measurements ends SUCCEEDED with its last/best one, else INFEASIBLE.
+
+Trials that fail or finish without the metric are INFEASIBLE with a reason (Vertex has no
+FAILED trial state) and count towards the failure budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+from vcli.config import custom_job_spec_to_dict, iter_parameters
+from vcli.executors import Executor
+from vcli.jobs import JobRun, local_placer, plan_job, with_trial_args
+from vcli.logs import Follower
+from vcli.metrics import MetricReader
+from vcli.spec import (
+    DiscreteValueSpec,
+    HyperparameterTuningJobSpec,
+    IntegerValueSpec,
+    JobState,
+    Measurement,
+    ParameterSpec,
+    ParameterValue,
+    Trial,
+    TrialState,
+)
+from vcli.store import Store, now_iso, resource_name
+from vcli.suggesters import Suggester
+
+#: How many failed trials a study tolerates when maxFailedTrialCount is 0 (Vertex: "service decides").
+def default_failure_budget(max_trial_count: int) -> int:
+    """0 means: max(3, 10% of maxTrialCount), but never more than maxTrialCount."""
+    return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
+
+
+def format_value(spec: ParameterSpec, value: ParameterValue) -> str:
+    """A parameter value as the trainer receives it in `--<id>=<value>`.
+
+    INTEGER values are integers (`--num_units=64`), and so are whole DISCRETE values
+    (`--batch_size=128`, where Vertex sends `128.0` and breaks `type=int` parsers); other
+    numbers use Python's shortest round-trip repr; CATEGORICAL values are passed verbatim.
+    """
+    if isinstance(spec.value_spec, IntegerValueSpec):
+        return str(int(value))
+    if isinstance(spec.value_spec, DiscreteValueSpec):
+        f = float(value)
+        return str(int(f)) if f.is_integer() else repr(f)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def trial_args(specs: Mapping[str, ParameterSpec], parameters: Mapping[str, ParameterValue]) -> list[str]:
+    return [f"--{pid}={format_value(specs[pid], v)}" for pid, v in parameters.items()]
+
+
+def json_value(spec: ParameterSpec, value: ParameterValue) -> ParameterValue:
+    if isinstance(spec.value_spec, IntegerValueSpec):
+        return int(value)
+    if isinstance(spec.value_spec, DiscreteValueSpec):
+        return float(value)
+    return value
+
+
+def measurement_to_dict(m: Measurement) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "stepCount": str(m.step_count),
+        "metrics": [{"metricId": k, "value": v if math.isfinite(v) else str(v)} for k, v in m.metrics.items()],
+    }
+    if m.elapsed_seconds is not None:
+        d["elapsedDuration"] = f"{m.elapsed_seconds:.3f}s"
+    return d
+
+
+def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
+    return Measurement(
+        step_count=int(d.get("stepCount", 0)),
+        metrics={m["metricId"]: float(m["value"]) for m in d.get("metrics", [])},
+        elapsed_seconds=float(d["elapsedDuration"].rstrip("s")) if d.get("elapsedDuration") else None,
+    )
+
+
+def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "id": t.id,
+        "state": t.state.value,
+        "parameters": [{"parameterId": k, "value": json_value(specs[k], v)} for k, v in t.parameters.items()],
+    }
+    if t.final_measurement is not None:
+        d["finalMeasurement"] = measurement_to_dict(t.final_measurement)
+    if t.measurements:
+        d["measurements"] = [measurement_to_dict(m) for m in t.measurements]
+    for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason), ("customJob", t.custom_job)):
+        if val:
+            d[key] = val
+    return d
+
+
+def trial_from_dict(d: Mapping[str, Any]) -> Trial:
+    return Trial(
+        id=d["id"],
+        state=TrialState(d["state"]),
+        parameters={p["parameterId"]: p["value"] for p in d.get("parameters", [])},
+        final_measurement=measurement_from_dict(d["finalMeasurement"]) if d.get("finalMeasurement") else None,
+        measurements=tuple(measurement_from_dict(m) for m in d.get("measurements", [])),
+        infeasible_reason=d.get("infeasibleReason"),
+        custom_job=d.get("customJob"),
+        start_time=d.get("startTime"),
+        end_time=d.get("endTime"),
+    )
+
+
+def replay(suggester: Suggester, trials: Sequence[Mapping[str, Any]]) -> Suggester:
+    """Tell a fresh suggester every stored trial, in order (resume a study)."""
+    for d in trials:
+        suggester.tell(trial_from_dict(d))
+    return suggester
+
+
+@dataclass
+class _ActiveTrial:
+    trial: Trial
+    run: JobRun
+    reader: MetricReader
+    follower: Follower
+    chief_log: str
+    started: float
+    stop_reason: str | None = None
+
+
+@dataclass
+class StudyRun:
+    """Runs one study to its end; `on_update(trials, state)` hears every trial event."""
+
+    store: Store
+    executor: Executor
+    spec: HyperparameterTuningJobSpec
+    study_id: str
+    display_name: str
+    suggester: Suggester
+    on_event: Callable[[str, Trial | None], None] = lambda kind, trial: None
+    on_progress: Callable[[str], None] = lambda msg: None
+    placer: Any = local_placer
+    shm_size: str | None = None
+    trials: dict[str, Trial] = field(default_factory=dict)
+    state: JobState = JobState.JOB_STATE_PENDING
+    error: dict[str, Any] | None = None
+    _active: dict[str, _ActiveTrial] = field(default_factory=dict)
+    _failed: int = 0
+    _exhausted: bool = False
+    _stop_launching: str | None = None
+    _cancelled: bool = False
+
+    def __post_init__(self) -> None:
+        self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
+        self.metric = self.spec.study_spec.metrics[0]
+        self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
+        self.base_output = self.spec.trial_job_spec.base_output_directory or str(
+            self.store.home / "jobs" / self.study_id / "output"
+        )
+        self._deadline = (
+            time.monotonic() + self.spec.study_timeout_seconds if self.spec.study_timeout_seconds else None
+        )
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, interval: float = 0.1) -> JobState:
+        """Blocking. KeyboardInterrupt cancels the study (every trial stopped) and re-raises."""
+        self._set_state(JobState.JOB_STATE_RUNNING)
+        last_cancel_check = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now - last_cancel_check > 0.25:
+                    last_cancel_check = now
+                    if self.store.cancel_requested(self.study_id):
+                        return self._end_cancelled()
+                self._poll_active()
+                if self._failed > self.failure_budget:
+                    self._stop_all("the study failed")
+                    return self._finish(
+                        JobState.JOB_STATE_FAILED,
+                        {"code": 9, "message": f"{self._failed} trials failed, more than the budget of {self.failure_budget} "
+                         "(maxFailedTrialCount). See each trial's infeasibleReason."},
+                    )
+                if self._deadline is not None and now > self._deadline and self._stop_launching is None:
+                    self._stop_launching = "the study's time budget ran out"
+                    self.on_progress(f"Study time budget of {self.spec.study_timeout_seconds:g}s is used up: stopping running trials.")
+                    self._stop_all(self._stop_launching)
+                if self._stop_launching is None:
+                    self._launch()
+                if not self._active and (
+                    self._stop_launching is not None
+                    or self._exhausted
+                    or len(self.trials) >= self.spec.max_trial_count
+                ):
+                    return self._complete()
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            self._end_cancelled()
+            raise
+
+    def _complete(self) -> JobState:
+        best = self.best_trial()
+        if best is None:
+            return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": "No trial reported the metric "
+                                f"[{self.metric.metric_id}]; every trial is INFEASIBLE (see infeasibleReason)."})
+        return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
+
+    def _end_cancelled(self) -> JobState:
+        self._cancelled = True
+        self._set_state(JobState.JOB_STATE_CANCELLING)
+        self._stop_all("the study was cancelled")
+        return self._finish(JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+
+    # ------------------------------------------------------------------ trials
+
+    def _launch(self) -> None:
+        free = self.spec.parallel_trial_count - len(self._active)
+        remaining = self.spec.max_trial_count - len(self.trials)
+        count = min(free, remaining)
+        if count <= 0 or self._exhausted:
+            return
+        suggestions = self.suggester.ask(count)
+        if not suggestions:
+            self._exhausted = True  # the search space is used up (grid search)
+            return
+        for s in suggestions:
+            self._start_trial(dict(s.parameters))
+
+    def _start_trial(self, parameters: dict[str, ParameterValue]) -> None:
+        trial_id = str(len(self.trials) + 1)
+        job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, parameters))
+        job_row = self.store.create_job(
+            kind="customJob",
+            display_name=f"{self.display_name}-trial-{trial_id}",
+            record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
+                    "outputDirectory": f"{self.base_output}/{trial_id}"},
+            state=JobState.JOB_STATE_QUEUED.value,
+            parent_id=self.study_id,
+            trial_id=trial_id,
+        )
+        trial = Trial(
+            id=trial_id,
+            parameters=parameters,
+            state=TrialState.ACTIVE,
+            custom_job=resource_name("customJob", job_row.id),
+            start_time=now_iso(),
+        )
+        self.trials[trial_id] = trial
+        self.suggester.tell(trial)
+        self._save(trial)
+        plan = plan_job(
+            job_spec,
+            job_id=job_row.id,
+            job_dir=self.store.home / "jobs" / job_row.id,
+            executor=self.executor,
+            trial_id=trial_id,
+            base_output_directory=self.base_output,
+            placer=self.placer,
+            shm_size=self.shm_size,
+        )
+        timeout = job_spec.scheduling.timeout_seconds if job_spec.scheduling else None
+        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout, on_progress=self.on_progress)
+        chief = plan.launches[0]
+        self._active[trial_id] = _ActiveTrial(
+            trial=trial, run=run, reader=MetricReader(self.metric.metric_id),
+            follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
+            started=time.monotonic(),
+        )
+        self.store.update_job(job_row.id, controller_pid=_self_pid(), controller_start=_self_start())
+        run.start()
+        self.on_event("started", trial)
+
+    def _read_metrics(self, active: _ActiveTrial) -> bool:
+        chief = active.run.plan.launches[0]
+        new = False
+        handle = next((r.handle for r in active.run._replicas if r.handle is not None), None)  # noqa: SLF001
+        text = self.executor.read_file(handle, chief.metric_file) if handle is not None else None
+        new |= active.reader.feed_hypertune(text)
+        for rec in active.follower.poll():
+            if rec.stream == "stdout":
+                new |= active.reader.feed_stdout_line(rec.message, rec.timestamp)
+        return new
+
+    def _poll_active(self) -> None:
+        for trial_id, active in list(self._active.items()):
+            state = active.run.poll()
+            if self._read_metrics(active):
+                elapsed = time.monotonic() - active.started
+                ms = tuple(replace(m, elapsed_seconds=m.elapsed_seconds if m.elapsed_seconds is not None else round(elapsed, 3))
+                           for m in active.reader.measurements)
+                active.trial = replace(active.trial, measurements=ms)
+                self.trials[trial_id] = active.trial
+                self._save(active.trial)
+                self.on_event("measurement", active.trial)
+                if self._goal_reached(active.trial) and self._stop_launching is None:
+                    self._stop_launching = "the study's goal value was reached"
+                    self.on_progress(f"Trial {trial_id} reached the goal value {self.spec.goal_value:g}: stopping the study.")
+                    for other_id, other in self._active.items():
+                        if other_id != trial_id:
+                            self._request_stop(other, self._stop_launching)
+            if state is None:
+                continue
+            del self._active[trial_id]
+            self._read_metrics(active)
+            self._conclude(active, state)
+
+    def _goal_reached(self, trial: Trial) -> bool:
+        goal = self.spec.goal_value
+        if goal is None or not trial.measurements:
+            return False
+        value = trial.measurements[-1].metrics.get(self.metric.metric_id)
+        if value is None or not math.isfinite(value):
+            return False
+        return value >= goal if self.metric.goal.value == "MAXIMIZE" else value <= goal
+
+    def _conclude(self, active: _ActiveTrial, job_state: JobState) -> None:
+        final = active.reader.final(self.metric.goal, self.spec.study_spec.measurement_selection_type)
+        trial = active.trial
+        reason: str | None = None
+        counts_as_failure = False
+        if job_state == JobState.JOB_STATE_SUCCEEDED:
+            if final is None:
+                reason = (f"The trial finished without reporting the metric [{self.metric.metric_id}] (report it with "
+                          f"cloudml-hypertune, or print a line `{self.metric.metric_id}=VALUE`).")
+                counts_as_failure = True
+        elif active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
+            if final is None:
+                reason = f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}."
+        else:
+            msg = (active.run.error or {}).get("message", job_state.value)
+            reason = f"The trial's custom job ended {job_state.value}: {msg}"
+            counts_as_failure = True
+            final = None
+        elapsed = time.monotonic() - active.started
+        if final is not None:
+            final = replace(final, elapsed_seconds=round(elapsed, 3))
+        trial = replace(
+            trial,
+            state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
+            final_measurement=None if reason else final,
+            infeasible_reason=reason,
+            end_time=now_iso(),
+        )
+        if counts_as_failure:
+            self._failed += 1
+        self.trials[trial.id] = trial
+        self.suggester.tell(trial)
+        self._save(trial)
+        self.on_event("finished", trial)
+
+    def _request_stop(self, active: _ActiveTrial, reason: str) -> None:
+        if active.stop_reason is None:
+            active.stop_reason = reason
+            active.trial = replace(active.trial, state=TrialState.STOPPING)
+            self.trials[active.trial.id] = active.trial
+            self._save(active.trial)
+            self.on_event("stopping", active.trial)
+            active.run.cancel()
+
+    def _stop_all(self, reason: str) -> None:
+        for active in list(self._active.values()):
+            self._request_stop(active, reason)
+        deadline = time.monotonic() + 120
+        while self._active and time.monotonic() < deadline:
+            self._poll_active()
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ records
+
+    def best_trial(self) -> Trial | None:
+        sign = 1.0 if self.metric.goal.value == "MAXIMIZE" else -1.0
+        done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
+        if not done:
+            return None
+        return max(done, key=lambda t: (sign * t.final_measurement.metrics[self.metric.metric_id], -int(t.id)))  # type: ignore[union-attr]
+
+    def _save(self, trial: Trial) -> None:
+        self.store.save_trial(self.study_id, trial_to_dict(trial, self.param_specs))
+
+    def _set_state(self, state: JobState, error: dict[str, Any] | None = None) -> None:
+        self.state = state
+        self.store.set_state(self.study_id, state.value, error=error)
+
+    def _finish(self, state: JobState, error: dict[str, Any] | None) -> JobState:
+        best = self.best_trial()
+        row = self.store.get_job(self.study_id)
+        if row is not None:
+            record = dict(row.record)
+            record["bestTrialId"] = best.id if best else None
+            if self._stop_launching:
+                record["stopReason"] = self._stop_launching
+            self.store.update_job(self.study_id, record=record)
+        self.error = error
+        self._set_state(state, error)
+        self.on_event("study-finished", best)
+        return state
+
+
+def _self_pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _self_start() -> str | None:
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        return data[data.rfind(b")") + 2:].split()[19].decode()
+    except (OSError, IndexError):
+        return None
