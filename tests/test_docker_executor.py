@@ -11,6 +11,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +338,9 @@ def test_create_kwargs_commands_mounts_workdir(tmp_path: Path) -> None:
     assert kw["working_dir"] == str(code) and kw["volumes"][str(code)] == {"bind": str(code), "mode": "ro"}
     no_args = make_launch(tmp_path, "kw", command=(), image="img:1")
     assert "command" not in container_create_kwargs(no_args)  # the image's CMD
+    module = make_launch(tmp_path, "kw", command=(), args=("--a",), image="img:1", python_module="trainer.task")
+    kw = container_create_kwargs(module)  # pythonPackageSpec: python3 -m in the executor image
+    assert kw["entrypoint"] == ["python3", "-m", "trainer.task"] and kw["command"] == ["--a"]
 
 
 def test_gpu_assignment_two_concurrent_replicas(tmp_path: Path) -> None:
@@ -440,20 +444,25 @@ def test_autopackage_build_run_and_cache(jobs, tmp_path: Path) -> None:
     executor = DockerExecutor()
     job = jobs()
     pkg = _package(tmp_path)
-    local = LocalPackage(path=str(pkg), script="task.py", requirements=("six",), extra_dirs=("data",))
+    local = LocalPackage(
+        path=str(pkg), executor_image_uri=PYBASE_IMAGE, script="task.py", requirements=("six",), extra_dirs=("data",)
+    )
     launches = [
-        make_launch(
+        make_launch(  # as vcli.jobs plans them: no command, the package dir as workdir
             tmp_path,
             job,
             pool=p,
-            image=PYBASE_IMAGE,
-            command=("python3", "task.py"),  # how the process runtime would run it
+            image=image,
+            command=(),
             args=("--lr", "0.1"),
             workdir=str(pkg),
             local_package=local,
         )
-        for p in (0, 1)
+        for p, image in ((0, None), (1, PYBASE_IMAGE))  # base image: image_uri or the package's
     ]
+    # Without prepare (no build) the package runs in place on the executor image.
+    in_place = container_create_kwargs(replace(launches[1]))
+    assert in_place["entrypoint"] == ["python3", "task.py"] and in_place["working_dir"] == str(pkg)
     progress: list[str] = []
     t0 = time.monotonic()
     prepared = executor.prepare(launches, cancelled=threading.Event(), progress=progress.append)

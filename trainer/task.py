@@ -340,9 +340,12 @@ def main(argv=None):
 
     chief = is_chief(cluster, task_type, task_index)
     multi_worker = cluster_size(cluster) > 1
+    # One line that shows what Vertex (or vcli) gave this replica: cluster, task, trial.
+    trial = os.environ.get("CLOUD_ML_TRIAL_ID", "-")
     if cluster:
-        # One line that lets people (and vcli's tests) see every replica got the same cluster.
-        print(f"cluster={json.dumps(cluster, sort_keys=True)} task={task_type}:{task_index}", flush=True)
+        print(f"cluster={json.dumps(cluster, sort_keys=True)} task={task_type}:{task_index} trial={trial}", flush=True)
+    else:
+        print(f"single replica trial={trial}", flush=True)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf

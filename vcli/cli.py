@@ -554,6 +554,7 @@ def hp_create(
     metric: Optional[List[str]] = typer.Option(None, "--metric", help="vcli: metric-id=ID,goal=maximize|minimize"),
     worker_pool_spec: Optional[List[str]] = typer.Option(None, "--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create."),
     args: Optional[List[str]] = typer.Option(None, "--args", help="vcli: static args for every trial replica (before the hyperparameters)."),
+    command_: Optional[List[str]] = typer.Option(None, "--command", help="vcli: command for the trial job's container pools."),
     measurement_selection: Optional[str] = typer.Option(None, "--measurement-selection", help="vcli: last | best"),
     seed: Optional[int] = typer.Option(None, "--seed", help="vcli: makes the suggestions reproducible."),
     study_timeout: Optional[str] = typer.Option(None, "--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends."),
@@ -588,9 +589,10 @@ def hp_create(
             raise InvalidValueError(flag, f"Value must be greater than or equal to 1; received: {value}.")
     if max_failed_trial_count is not None and max_failed_trial_count < 0:
         raise InvalidValueError("--max-failed-trial-count", f"Value must not be negative; received: {max_failed_trial_count}.")
-    if args is not None:
-        joined = [a for v in args for a in cfg.split_arg_list(v)]
-        spec = replace(spec, trial_job_spec=cfg.apply_args_and_command(spec.trial_job_spec, args=joined, command=None))
+    if args is not None or command_ is not None:
+        joined = None if args is None else [a for v in args for a in cfg.split_arg_list(v)]
+        cmd = None if command_ is None else [a for v in command_ for a in cfg.split_arg_list(v)]
+        spec = replace(spec, trial_job_spec=cfg.apply_args_and_command(spec.trial_job_spec, args=joined, command=cmd))
     if measurement_selection is not None:
         choices = {"last": MeasurementSelectionType.LAST_MEASUREMENT, "best": MeasurementSelectionType.BEST_MEASUREMENT}
         if measurement_selection not in choices:

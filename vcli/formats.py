@@ -26,58 +26,97 @@ class Projection:
     path: tuple[str, ...]
     basename: bool
     label: str
+    #: gcloud transforms after the lookup, in order: (name, positional args, keyword args).
+    transforms: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ()
 
 
 @dataclass(frozen=True)
 class Format:
     kind: str
     projections: tuple[Projection, ...]
+    #: `csv[no-heading](...)` / `table[no-heading](...)`.
+    no_heading: bool = False
 
 
 _KINDS = ("yaml", "json", "value", "csv", "table", "none", "default")
 
 
 def parse_format(text: str) -> Format:
-    m = re.fullmatch(r"\s*([a-z]+)(?:\[[^\]]*\])?\s*(?:\((.*)\))?\s*", text, re.S)
+    m = re.fullmatch(r"\s*([a-z]+)(?:\[([^\]]*)\])?\s*(?:\((.*)\))?\s*", text, re.S)
     if not m or m.group(1) not in _KINDS:
         raise UsageError(
             f"argument --format: unknown format [{text}]; use one of json, yaml, none, value(FIELD,...), csv(FIELD,...), table(FIELD,...)"
         )
     kind = "yaml" if m.group(1) == "default" else m.group(1)
+    no_heading = "no-heading" in _split(m.group(2) or "", ",")
     projections: list[Projection] = []
-    if m.group(2):
-        for part in _split_top(m.group(2)):
+    if m.group(3):
+        for part in _split(m.group(3), ","):
             part = part.strip()
-            if not part:
-                continue
-            label = None
-            if ":" in part:
-                part, _, attrs = part.partition(":")
-                lm = re.search(r"label=([^:]+)", attrs)
-                label = lm.group(1) if lm else None
-            basename = part.endswith(".basename()")
-            if basename:
-                part = part[: -len(".basename()")]
-            part = re.sub(r"\.[a-z_]+\(.*\)$", "", part)  # other transforms: ignored, value kept
-            path = tuple(p for p in part.split(".") if p)
-            projections.append(Projection(path, basename, label or _header(path[-1] if path else "")))
+            if part:
+                projections.append(_projection(part))
     if kind in ("value", "csv", "table") and not projections:
         raise UsageError(f"argument --format: [{kind}] needs fields, e.g. {kind}(name,state)")
-    return Format(kind, tuple(projections))
+    return Format(kind, tuple(projections), no_heading)
 
 
-def _split_top(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
+def _projection(part: str) -> Projection:
+    """`key.path[0].name.transform(args):label=X` -> Projection (':' inside quotes is not an attribute)."""
+    key, *attrs = _split(part, ":", maxsplit=1)
+    label = None
+    if attrs:
+        lm = re.search(r"(?:^|:)label=([^:]+)", attrs[0])
+        label = lm.group(1).strip().strip("'\"") if lm else None
+    path: list[str] = []
+    transforms = []
+    for seg in _split(key.strip(), "."):
+        tm = re.fullmatch(r"([a-z_]+)\((.*)\)", seg.strip(), re.S)
+        if tm:
+            pos, kw = [], []
+            for arg in _split(tm.group(2), ","):
+                arg = arg.strip()
+                km = re.fullmatch(r"([a-z_]+)=(.*)", arg, re.S)
+                if km:
+                    kw.append((km.group(1), _unquote(km.group(2).strip())))
+                elif arg:
+                    pos.append(_unquote(arg))
+            transforms.append((tm.group(1), tuple(pos), tuple(kw)))
+        elif not transforms:
+            path.extend(_path(seg))
+        # a key after a transform (unsupported chaining) is ignored
+    basename = any(t[0] == "basename" for t in transforms)
+    return Projection(tuple(path), basename, label or _header(path[-1] if path else ""), tuple(transforms))
+
+
+def _path(text: str) -> list[str]:
+    """`workerPoolSpecs[0].machineSpec` -> ['workerPoolSpecs', '0', 'machineSpec']."""
+    return [p for p in re.split(r"[.\[\]]+", text) if p]
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _split(text: str, sep: str, maxsplit: int = -1) -> list[str]:
+    """Split on `sep` outside parentheses, brackets and quotes."""
+    out, depth, quote, cur = [], 0, "", ""
     for ch in text:
-        if ch == "(":
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
             depth += 1
-        elif ch == ")":
+        elif ch in ")]":
             depth -= 1
-        if ch == "," and depth == 0:
+        elif ch == sep and depth == 0 and (maxsplit < 0 or len(out) < maxsplit):
             out.append(cur)
             cur = ""
-        else:
-            cur += ch
+            continue
+        cur += ch
     out.append(cur)
     return out
 
@@ -102,15 +141,41 @@ def get_path(data: Any, path: Sequence[str]) -> Any:
 
 def _cell(data: Any, p: Projection) -> str:
     value = get_path(data, p.path)
+    for name, args, kwargs in p.transforms:
+        if value is None:
+            break
+        value = _transform(name, args, dict(kwargs), value)
     if value is None:
         return ""
-    if p.basename and isinstance(value, str):
-        value = value.rstrip("/").rsplit("/", 1)[-1]
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, list):
         return ";".join(_scalar(v) for v in value)
     return _scalar(value)
+
+
+def _transform(name: str, args: tuple[str, ...], kwargs: dict[str, str], value: Any) -> Any:
+    """gcloud's basename() and date(format, tz=LOCAL|UTC); other transforms keep the value."""
+    if name == "basename" and isinstance(value, str):
+        return value.rstrip("/").rsplit("/", 1)[-1]
+    if name == "date":
+        from datetime import datetime, timezone
+
+        fmt = kwargs.get("format") or (args[0] if args else "%Y-%m-%dT%H:%M:%S")
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                when = datetime.fromtimestamp(value, timezone.utc)
+            else:
+                when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except (ValueError, OverflowError, OSError):
+            return value
+        tz = kwargs.get("tz") or (args[3] if len(args) > 3 else None)
+        if tz and tz.upper() == "LOCAL":
+            when = when.astimezone()
+        elif tz and tz.upper() == "UTC":
+            when = when.astimezone(timezone.utc)
+        return when.strftime(fmt)
+    return value
 
 
 def _scalar(v: Any) -> str:
@@ -136,29 +201,34 @@ def render(resources: Any, fmt: Format, *, is_list: bool) -> str:
     if fmt.kind == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow([p.label.lower() for p in fmt.projections])
+        if not fmt.no_heading:
+            w.writerow([p.label.lower() for p in fmt.projections])
         w.writerows(rows)
         return buf.getvalue()
     headers = [p.label for p in fmt.projections]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    if fmt.no_heading:
+        widths = [max((len(r[i]) for r in rows), default=0) for i in range(len(headers))]
+    lines = [] if fmt.no_heading else ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
 
 
-_TERM = re.compile(r"^([A-Za-z0-9_.]+)\s*(!=|=|~|:|<=|>=|<|>)\s*(.*)$")
+_TERM = re.compile(r"^([A-Za-z0-9_.\[\]]+)\s*(!=|=|~|:|<=|>=|<|>)\s*(.*)$", re.S)
+#: One filter term: unquoted text and quoted strings run together (`displayName="my job"`).
+_TOKEN = re.compile(r"""(?:[^\s"']+|"[^"]*"|'[^']*')+""")
 
 
 def apply_filter(resources: list[dict[str, Any]], expr: str | None) -> list[dict[str, Any]]:
     if not expr:
         return resources
-    terms = [t for t in re.split(r"\s+AND\s+|\s+", expr.strip()) if t]
+    terms = [t for t in _TOKEN.findall(expr) if t != "AND"]
     parsed = []
     for t in terms:
         m = _TERM.match(t)
         if not m:
             raise UsageError(f"argument --filter: cannot parse [{t}]; use FIELD=VALUE, FIELD!=VALUE, FIELD~REGEX or FIELD:TEXT")
-        parsed.append((m.group(1).split("."), m.group(2), m.group(3).strip("'\"")))
+        parsed.append((_path(m.group(1)), m.group(2), _unquote(m.group(3).strip())))
 
     def ok(r: dict[str, Any]) -> bool:
         for path, op, val in parsed:
@@ -190,6 +260,19 @@ def apply_sort(resources: list[dict[str, Any]], sort_by: str | None) -> list[dic
     out = list(resources)
     for key in reversed([k.strip() for k in sort_by.split(",") if k.strip()]):
         desc = key.startswith("~")
-        path = key.lstrip("~").split(".")
-        out.sort(key=lambda r: (get_path(r, path) is None, str(get_path(r, path) or "")), reverse=desc)
+        path = _path(key.lstrip("~"))
+        out.sort(key=lambda r: _sort_key(get_path(r, path)), reverse=desc)
     return out
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers (and numeric strings such as int64 counts) by value, then text, then missing."""
+    if value is None:
+        return (2, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value))
+    text = _scalar(value)
+    try:
+        return (0, float(text))
+    except ValueError:
+        return (1, text)

@@ -135,8 +135,9 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         "init": True,
         "detach": True,
     }
-    if launch.command:
-        kwargs["entrypoint"] = list(launch.command)
+    entrypoint = _entrypoint(launch)
+    if entrypoint:
+        kwargs["entrypoint"] = entrypoint
         kwargs["command"] = list(launch.args)
     elif launch.args:
         kwargs["command"] = list(launch.args)  # the image's ENTRYPOINT with these args
@@ -159,6 +160,24 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         kwargs["mem_limit"] = mem_limit
         kwargs["memswap_limit"] = mem_limit  # no swap on top: over the limit means OOM
     return kwargs
+
+
+def _entrypoint(launch: ReplicaLaunch) -> list[str]:
+    """What runs in the container, before `launch.args`; [] = the image's own ENTRYPOINT.
+
+    Same precedence as the process runtime (`process_argv`): an explicit command; then a
+    local package run in place (not built by `prepare`: its script or module, from the
+    mounted workdir); then pythonPackageSpec.pythonModule (`python3 -m`, as Vertex runs it).
+    """
+    if launch.command:
+        return list(launch.command)
+    lp = launch.local_package
+    if lp is not None and lp.script:
+        return (["python3"] if lp.script.endswith(".py") else ["/bin/bash"]) + [lp.script]
+    module = (lp.python_module if lp is not None else None) or launch.python_module
+    if module:
+        return ["python3", "-m", module]
+    return []
 
 
 def _has_registry_host(image: str) -> bool:
@@ -547,8 +566,9 @@ class DockerExecutor:
     ) -> list[ReplicaLaunch]:
         """Check the engine and images; build autopackaged images.
 
-        Launches with `local_package` get the built image, an empty command (the image's
-        ENTRYPOINT runs), their `args` unchanged, workdir None and local_package None. If
+        Launches with `local_package` (base image: `image_uri`, else the package's
+        executor_image_uri) get the built image, an empty command (the image's ENTRYPOINT
+        runs), their `args` unchanged, workdir None and local_package None. If
         `cancelled` is set meanwhile, returns promptly with the launches as given (nothing
         built); the caller checks `cancelled`.
         """
@@ -565,26 +585,28 @@ class DockerExecutor:
                     checked.add(launch.image_uri)
                 out.append(launch)
                 continue
-            if not launch.image_uri:
+            base = launch.image_uri or launch.local_package.executor_image_uri
+            if not base:
                 raise InvalidValueError(
                     "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
                 )
-            key = (launch.local_package, launch.image_uri)
+            key = (launch.local_package, base)
             if key not in built:
-                tag = self._build_package(launch, cancelled, progress)
+                tag = self._build_package(launch, base, cancelled, progress)
                 if tag is None:  # cancelled
                     return list(launches)
                 built[key] = tag
             out.append(replace(launch, image_uri=built[key], command=(), workdir=None, local_package=None))
         return out
 
-    def _build_package(self, launch: ReplicaLaunch, cancelled: threading.Event, progress: Callable[[str], None]) -> str | None:
+    def _build_package(
+        self, launch: ReplicaLaunch, base: str, cancelled: threading.Event, progress: Callable[[str], None]
+    ) -> str | None:
         import docker
 
         pkg = launch.local_package
-        assert pkg is not None and launch.image_uri
+        assert pkg is not None
         root = _validate_package(pkg)
-        base = launch.image_uri
         base_id = self._ensure_image(base, cancelled, progress)
         if cancelled.is_set():
             return None

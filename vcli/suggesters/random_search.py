@@ -12,7 +12,7 @@ class RandomSearchSuggester(SuggesterBase):
     """Uniform in each parameter's scale: log-uniform for UNIT_LOG_SCALE, reverse-log for
     UNIT_REVERSE_LOG_SCALE; INTEGER/DISCRETE/CATEGORICAL values uniform over their choices.
     Conditional children are drawn only when active. Draw i of a batch uses the generator
-    numpy.random.default_rng([seed, n_known, i]), so replay reproduces it. In a fully
+    numpy.random.default_rng([seed, n_known + i]) (the trial's number), so replay reproduces it. In a fully
     discrete space, points already tried are avoided, and [] is returned once all are tried.
     """
 
@@ -25,7 +25,12 @@ class RandomSearchSuggester(SuggesterBase):
         known = self.known_keys() if self.space.is_finite else set()
         exhausted = False
         for i in range(count):
-            rng = self.rng(i)
+            # Keyed by the overall trial number, not by (known, batch index): the k-th trial
+            # gets the same draw whether it was asked alone or in a batch, so a seeded study
+            # is reproducible however its parallel trials happen to finish.
+            import numpy as np
+
+            rng = np.random.default_rng([self.seed, self.n_known + i])
             params = None
             for _ in range(_MAX_RETRIES):
                 row = self.space.sample_unit(rng.random((1, self.space.dim)))[0]

@@ -1,0 +1,164 @@
+"""Bad input through the real CLI: one `ERROR: (vcli.GROUP.COMMAND) ...` line, the right exit code.
+
+Exit codes (vcli.errors.ExitCode, gcloud §3.6): 1 invalid value, 2 usage, 4 not found.
+Also: --validate-only launches nothing, `list` on an empty home, and print-env.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+IMG = "us-docker.pkg.dev/p/r/trainer:1"
+EXE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-4:latest"
+POOL = f"--worker-pool-spec=machine-type=n1,executor-image-uri={EXE},python-module=trainer.task"
+CREATE = "ERROR: (vcli.custom-jobs.create) "
+
+
+def one_error_line(result, prefix: str = CREATE) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got:\n{result.stderr}"
+    assert lines[0].startswith(prefix), lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    return lines[0][len(prefix):]
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        ([POOL], 2, "argument --display-name: Must be specified."),
+        (["--display-name=j"], 2, "Must be specified"),
+        (["--display-name=j", "--worker-pool-spec=machine-type=n1,disk-size=100"], 2,
+         "argument --worker-pool-spec: valid keys are [accelerator-count, accelerator-type, container-image-uri, "
+         "executor-image-uri, extra-dirs, extra-packages, local-package-path, machine-type, output-image-uri, "
+         "python-module, replica-count, requirements, script]; received: disk-size"),
+        (["--display-name=j", "--worker-pool-spec=machine-type=n1,container-image-uri"], 2,
+         "argument --worker-pool-spec: Bad syntax for dict arg: [container-image-uri]."),
+        (["--display-name=j", f"--worker-pool-spec=machine-type=n1,replica-count=two,container-image-uri={IMG}"], 2,
+         "argument --worker-pool-spec:"),
+        (["--display-name=j", POOL, f"--worker-pool-spec=machine-type=n1,replica-count=-1,container-image-uri={IMG}"], 1,
+         "Invalid value for [--worker-pool-spec]: Key [replica-count]"),
+        (["--display-name=j", "--worker-pool-spec=", POOL], 1,
+         "Invalid value for [--worker-pool-spec]: Empty value is not allowed for the first `--worker-pool-spec` flag."),
+        (["--display-name=j", f"--worker-pool-spec=container-image-uri={IMG}"], 1,
+         "Invalid value for [--worker-pool-spec]: Key [machine-type] required in dict arg but not provided."),
+        (["--display-name=j", f"--worker-pool-spec=machine-type=n1,accelerator-type=T4,container-image-uri={IMG}"], 1,
+         "Invalid value for [--worker-pool-spec]: Found invalid value of [accelerator-type]: T4. Available values are [NVIDIA_A100_80GB, "),
+        (["--display-name=j", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG},executor-image-uri={EXE}"], 1,
+         "Invalid value for [--worker-pool-spec]: Exactly one of keys [executor-image-uri, container-image-uri] is required."),
+        (["--display-name=j", "--worker-pool-spec=machine-type=n1,local-package-path=/nonexistent/vcli-pkg,python-module=m"], 1,
+         "Invalid value for [--worker-pool-spec]: Directory '/nonexistent/vcli-pkg' is not found."),
+        (["--display-name=j", POOL, "--executor=bogus"], 2, "argument --executor: invalid choice: 'bogus'"),
+        (["--display-name=j", POOL, "--labels=Team=x"], 1, "Invalid value for [--labels]:"),
+        (["--display-name=j", POOL, "--format=xml", "--validate-only"], 2, "argument --format:"),
+    ],
+)
+def test_create_flag_errors(run_vcli, vcli_home, args, code, message):
+    r = run_vcli("custom-jobs", "create", *args)
+    assert r.returncode == code, r.stderr
+    assert one_error_line(r).startswith(message)
+    assert not (vcli_home / "jobs").exists()
+
+
+@pytest.mark.parametrize(
+    "text,code,fragment",
+    [
+        (None, 1, "does not exist"),
+        ("workerPoolSpecs: [\n", 1, "line 2, column 1"),
+        ("workerPoolSpecs: [{machineSpec: {machineType: n1, foo: 1}, containerSpec: {imageUri: x}}]", 1,
+         "[workerPoolSpecs[0].machineSpec.foo]"),
+        ("worker_pool_specs: []", 1, "[workerPoolSpecs]"),
+        ("workerPoolSpecs: [{machineSpec: {machineType: n1}, containerSpec: {imageUri: x}}]\n"
+         "baseOutputDirectory: {outputUriPrefix: 'gs://b/o'}", 1, "[gs://b/o] is not a local directory"),
+        ("workerPoolSpecs: [{machineSpec: {machineType: n1}}]", 1,
+         "Exactly one of fields [pythonPackageSpec, containerSpec] is required"),
+        ("serviceAccount: a@b.c", 2, "argument --config:"),
+    ],
+)
+def test_create_config_errors(run_vcli, vcli_home, tmp_path, text, code, fragment):
+    path = tmp_path / "job.yaml"
+    if text is not None:
+        path.write_text(text)
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={path}")
+    assert r.returncode == code, r.stderr
+    assert fragment in one_error_line(r)
+    assert not (vcli_home / "jobs").exists()
+
+
+def test_image_only_pool_on_local_executor_fails_before_creating_a_job(run_vcli, vcli_home):
+    # The local executor runs processes: a container pool without --command cannot run. That is
+    # bad input, known before anything starts: one line, exit 1, and no job left in the store.
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG}",
+                 "--executor=local")
+    assert r.returncode == 1
+    assert "no command" in one_error_line(r)
+    r = run_vcli("custom-jobs", "list", "--format=json")
+    assert json.loads(r.stdout) == []
+
+
+@pytest.mark.parametrize("command", ["describe", "cancel", "stream-logs"])
+def test_unknown_job_is_not_found(run_vcli, command):
+    r = run_vcli("custom-jobs", command, "1234567890")
+    assert r.returncode == 4, r.stderr
+    assert "[1234567890] was not found" in one_error_line(r, f"ERROR: (vcli.custom-jobs.{command}) ")
+
+
+def test_unknown_flag_is_a_usage_error_without_traceback(run_vcli):
+    r = run_vcli("custom-jobs", "create", "--display-name=j", POOL, "--disk-size=100")
+    assert r.returncode == 2
+    assert "--disk-size" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_only_prints_the_job_and_launches_nothing(run_vcli, vcli_home):
+    r = run_vcli(
+        "custom-jobs", "create", "--display-name=check", POOL,
+        f"--worker-pool-spec=machine-type=n1,replica-count=2,executor-image-uri={EXE},python-module=trainer.task",
+        "--args=--epochs=1", "--labels=team=x", "--validate-only", "--format=json",
+    )
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert job["displayName"] == "check" and job["labels"] == {"team": "x"}
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "2"]
+    assert all(p["pythonPackageSpec"]["args"] == ["--epochs=1"] for p in pools)
+    assert [x["taskName"] for x in job["replicas"]] == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+    assert "Traceback" not in r.stderr
+    # Default format: YAML of the same resource.
+    r = run_vcli("custom-jobs", "create", "--display-name=check", POOL, "--validate-only")
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["displayName"] == "check"
+    # Nothing was recorded or launched.
+    r = run_vcli("custom-jobs", "list")
+    assert r.returncode == 0 and r.stdout == "" and "Listed 0 items." in r.stderr
+    assert not (vcli_home / "jobs").exists() or not any((vcli_home / "jobs").iterdir())
+
+
+def test_list_on_an_empty_home(run_vcli):
+    r = run_vcli("custom-jobs", "list")
+    assert r.returncode == 0
+    assert r.stdout == ""
+    assert r.stderr.strip() == "Listed 0 items."
+
+
+def test_print_env_shows_tf_config_for_a_two_pool_job(run_vcli):
+    r = run_vcli(
+        "custom-jobs", "print-env", POOL,
+        f"--worker-pool-spec=machine-type=n1,replica-count=2,executor-image-uri={EXE},python-module=trainer.task",
+        "--format=json",
+    )
+    assert r.returncode == 0, r.stderr
+    replicas = json.loads(r.stdout)
+    assert [x["taskName"] for x in replicas] == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+    chief, w0, w1 = (x["env"]["TF_CONFIG"] for x in replicas)
+    assert chief["task"] == {"type": "chief", "index": 0}
+    assert w1["task"] == {"type": "worker", "index": 1}
+    assert chief["cluster"]["chief"] == [replicas[0]["address"]]
+    assert chief["cluster"]["worker"] == [replicas[1]["address"], replicas[2]["address"]]
+    assert chief["cluster"] == w0["cluster"] == w1["cluster"]
+    assert replicas[1]["env"]["CLUSTER_SPEC"]["task"] == {"type": "workerpool1", "index": 0}
+    assert replicas[0]["command"][-2:] == ["-m", "trainer.task"]
+    # Default output is YAML, and a single-replica job has no TF_CONFIG.
+    r = run_vcli("custom-jobs", "print-env", POOL)
+    (only,) = yaml.safe_load_all(r.stdout)
+    assert "TF_CONFIG" not in only["env"] and "CLUSTER_SPEC" in only["env"]

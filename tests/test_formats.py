@@ -1,0 +1,239 @@
+"""gcloud's output conventions: --format, --filter, --sort-by, --limit (gcloud-vertex.md §3.5).
+
+Unit tests on sample resources, plus `custom-jobs list/describe` through the real CLI on a
+store filled with the Store API (no job is run).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+import yaml
+
+from vcli.errors import UsageError
+from vcli.formats import apply_filter, apply_sort, parse_format, render
+
+
+def job(i: int, display: str, state: str, created: str, replicas: str, labels=None) -> dict:
+    r = {
+        "name": f"projects/local/locations/local/customJobs/{1000 + i}",
+        "displayName": display,
+        "state": state,
+        "createTime": created,
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                 "containerSpec": {"imageUri": "img", "args": ["--a=1", "--b=2"]}},
+                {"machineSpec": {"machineType": f"e2-{i}"}, "replicaCount": replicas},
+            ]
+        },
+        "enableWebAccess": i == 2,
+    }
+    if labels:
+        r["labels"] = labels
+    return r
+
+
+JOBS = [
+    job(1, "exp-alpha", "JOB_STATE_SUCCEEDED", "2025-05-01T10:00:00.123456Z", "9", {"team": "vision"}),
+    job(2, "exp-beta, with comma", "JOB_STATE_FAILED", "2025-05-03T08:30:00Z", "10"),
+    job(3, "baseline run", "JOB_STATE_RUNNING", "2025-05-02T23:59:59Z", "2", {"team": "nlp"}),
+]
+
+
+def out(fmt: str, resources=JOBS, is_list: bool = True) -> str:
+    return render(resources, parse_format(fmt), is_list=is_list)
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_json_list_is_an_array_and_describe_an_object():
+    text = out("json")
+    assert json.loads(text) == JOBS
+    assert text.startswith("[\n  {\n")
+    assert json.loads(out("json", JOBS[0], is_list=False)) == JOBS[0]
+
+
+def test_yaml_list_is_documents_separated_by_dashes():
+    text = out("yaml")
+    assert list(yaml.safe_load_all(text)) == JOBS
+    assert text.count("\n---\n") == 2 and not text.startswith("---")
+    # Keys sorted, block style, int64 strings stay quoted.
+    first = text.split("---\n")[0]
+    assert first.index("createTime:") < first.index("displayName:") < first.index("name:") < first.index("state:")
+    assert "replicaCount: '9'" in first
+    assert yaml.safe_load(out("default", JOBS[0], is_list=False)) == JOBS[0]
+
+
+def test_none_prints_nothing():
+    assert out("none") == ""
+    assert out("none", JOBS[0], is_list=False) == ""
+
+
+def test_value_is_tab_separated_without_header():
+    text = out("value(name.basename(), displayName, labels.team, jobSpec.workerPoolSpecs[1].replicaCount)")
+    assert text.splitlines() == ["1001\texp-alpha\tvision\t9", "1002\texp-beta, with comma\t\t10", "1003\tbaseline run\tnlp\t2"]
+
+
+def test_value_lists_bools_and_dotted_indices():
+    text = out("value(jobSpec.workerPoolSpecs.0.containerSpec.args, enableWebAccess)", JOBS[:2])
+    assert text.splitlines() == ["--a=1;--b=2\tFalse", "--a=1;--b=2\tTrue"]
+
+
+def test_value_of_full_name():
+    assert out("value(name)", JOBS[:1]) == "projects/local/locations/local/customJobs/1001\n"
+
+
+def test_csv_has_a_lower_case_header_and_quotes_commas():
+    text = out("csv(name.basename():label=ID, displayName, state)")
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["id", "display_name", "state"]
+    assert rows[1:] == [
+        ["1001", "exp-alpha", "JOB_STATE_SUCCEEDED"],
+        ["1002", "exp-beta, with comma", "JOB_STATE_FAILED"],
+        ["1003", "baseline run", "JOB_STATE_RUNNING"],
+    ]
+    assert '"exp-beta, with comma"' in text
+    assert out("csv[no-heading](displayName)", JOBS[:1]) == "exp-alpha\n"
+
+
+def test_table_has_upper_case_headers_and_aligned_columns():
+    text = out("table(name.basename():label=ID, displayName, state, createTime.date('%Y-%m-%d %H:%M'))")
+    lines = text.splitlines()
+    assert lines[0].split() == ["ID", "DISPLAY_NAME", "STATE", "CREATE_TIME"]
+    assert lines[1].startswith("1001  exp-alpha ")
+    # Every column starts at the same offset on every line.
+    for header in ("DISPLAY_NAME", "STATE", "CREATE_TIME"):
+        col = lines[0].index(header)
+        for line in lines[1:]:
+            assert line[col - 2:col] == "  " and line[col] != " "
+    assert lines[1].endswith("2025-05-01 10:00")
+    assert lines[2].endswith("2025-05-03 08:30")
+    assert len(lines) == 4
+
+
+def test_date_transform_keeps_a_colon_in_its_format():
+    text = out("value(createTime.date('%H:%M:%S', tz=UTC), createTime.date(format='%Y'))", JOBS[:1])
+    assert text == "10:00:00\t2025\n"
+
+
+def test_format_attributes_and_labels():
+    fmt = parse_format("table[box](displayName:label=NAME:sort=1, state)")
+    assert [p.label for p in fmt.projections] == ["NAME", "STATE"]
+    assert out("table[no-heading](displayName)", JOBS[:1]) == "exp-alpha\n"
+
+
+@pytest.mark.parametrize("bad", ["xml", "value", "csv()", "table", "json("])
+def test_bad_formats_are_usage_errors(bad):
+    with pytest.raises(UsageError) as info:
+        parse_format(bad)
+    assert str(info.value).startswith("argument --format:")
+
+
+# --------------------------------------------------------------------------- filter, sort
+
+
+def names(resources) -> list[str]:
+    return [r["displayName"] for r in resources]
+
+
+@pytest.mark.parametrize(
+    "expr,expected",
+    [
+        ("state=JOB_STATE_FAILED", ["exp-beta, with comma"]),
+        ("state!=JOB_STATE_FAILED", ["exp-alpha", "baseline run"]),
+        ("displayName~^exp", ["exp-alpha", "exp-beta, with comma"]),
+        ("displayName:RUN", ["baseline run"]),
+        ('displayName="baseline run"', ["baseline run"]),
+        ("displayName='exp-beta, with comma'", ["exp-beta, with comma"]),
+        ("labels.team=nlp", ["baseline run"]),
+        ("displayName~^exp AND state=JOB_STATE_SUCCEEDED", ["exp-alpha"]),
+        ("displayName~^exp state=JOB_STATE_FAILED", ["exp-beta, with comma"]),
+        ("jobSpec.workerPoolSpecs[1].replicaCount>=9", ["exp-alpha", "exp-beta, with comma"]),
+        ("jobSpec.workerPoolSpecs[1].replicaCount<9", ["baseline run"]),
+        ("jobSpec.workerPoolSpecs[1].machineSpec.machineType=e2-3", ["baseline run"]),
+        ("createTime>2025-05-02", ["exp-beta, with comma", "baseline run"]),
+        ("", ["exp-alpha", "exp-beta, with comma", "baseline run"]),
+    ],
+)
+def test_filter(expr, expected):
+    assert names(apply_filter(JOBS, expr)) == expected
+
+
+def test_bad_filter_is_a_usage_error():
+    with pytest.raises(UsageError) as info:
+        apply_filter(JOBS, "state")
+    assert str(info.value).startswith("argument --filter:")
+
+
+def test_sort_by():
+    assert names(apply_sort(JOBS, "createTime")) == ["exp-alpha", "baseline run", "exp-beta, with comma"]
+    assert names(apply_sort(JOBS, "~createTime")) == ["exp-beta, with comma", "baseline run", "exp-alpha"]
+    assert names(apply_sort(JOBS, "displayName")) == ["baseline run", "exp-alpha", "exp-beta, with comma"]
+    # int64 strings sort by value ("10" after "9"), not as text.
+    assert names(apply_sort(JOBS, "jobSpec.workerPoolSpecs[1].replicaCount")) == ["baseline run", "exp-alpha", "exp-beta, with comma"]
+    # Several keys: the first decides, the next breaks ties; missing values go last.
+    assert names(apply_sort(JOBS, "labels.team,~createTime")) == ["baseline run", "exp-alpha", "exp-beta, with comma"]
+    assert apply_sort(JOBS, "") == JOBS
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+@pytest.fixture
+def filled_home(vcli_home):
+    from vcli.store import Store
+
+    store = Store(vcli_home)
+    ids = []
+    for display, state, created in [
+        ("exp-alpha", "JOB_STATE_SUCCEEDED", "2025-05-01T10:00:00.000000Z"),
+        ("exp-beta", "JOB_STATE_FAILED", "2025-05-03T08:30:00.000000Z"),
+        ("baseline", "JOB_STATE_CANCELLED", "2025-05-02T12:00:00.000000Z"),
+    ]:
+        spec = {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1"}, "replicaCount": "1", "containerSpec": {"imageUri": "img"}}]}
+        row = store.create_job(kind="customJob", display_name=display, record={"jobSpec": spec, "labels": {}}, state=state)
+        store.update_job(row.id, create_time=created)
+        ids.append(row.id)
+    store.close()
+    return ids
+
+
+def test_list_with_format_filter_sort_and_limit(run_vcli, filled_home):
+    r = run_vcli("custom-jobs", "list", "--format=value(displayName,state)", "--sort-by=~createTime")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["exp-beta\tJOB_STATE_FAILED", "baseline\tJOB_STATE_CANCELLED", "exp-alpha\tJOB_STATE_SUCCEEDED"]
+    r = run_vcli("custom-jobs", "list", "--filter=displayName~^exp", "--sort-by=~createTime", "--limit=1", "--format=value(name.basename())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{filled_home[1]}\n"
+    r = run_vcli("custom-jobs", "list", "--format=json", "--sort-by=displayName")
+    assert [j["displayName"] for j in json.loads(r.stdout)] == ["baseline", "exp-alpha", "exp-beta"]
+    r = run_vcli("custom-jobs", "list")  # default: YAML documents
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert [d["displayName"] for d in docs] == ["exp-alpha", "baseline", "exp-beta"]
+    assert docs[0]["name"] == f"projects/local/locations/local/customJobs/{filled_home[0]}"
+    r = run_vcli("custom-jobs", "list", "--filter=state=JOB_STATE_RUNNING", "--format=json")
+    assert r.returncode == 0 and json.loads(r.stdout) == [] and "Listed 0 items." in r.stderr
+
+
+def test_list_rejects_a_bad_limit_and_format(run_vcli, filled_home):
+    r = run_vcli("custom-jobs", "list", "--limit=0")
+    assert r.returncode == 2 and r.stderr.startswith("ERROR: (vcli.custom-jobs.list) argument --limit:")
+    r = run_vcli("custom-jobs", "list", "--format=xml")
+    assert r.returncode == 2 and r.stderr.startswith("ERROR: (vcli.custom-jobs.list) argument --format:")
+
+
+def test_describe_formats(run_vcli, filled_home):
+    job_id = filled_home[2]
+    r = run_vcli("custom-jobs", "describe", job_id)
+    assert r.returncode == 0, r.stderr
+    doc = yaml.safe_load(r.stdout)
+    assert doc["displayName"] == "baseline" and doc["state"] == "JOB_STATE_CANCELLED"
+    r = run_vcli("custom-jobs", "describe", f"projects/local/locations/local/customJobs/{job_id}", "--format=json")
+    assert json.loads(r.stdout)["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "1"
+    r = run_vcli("custom-jobs", "describe", job_id, "--format=value(displayName,createTime.date('%Y-%m-%d'))")
+    assert r.stdout == "baseline\t2025-05-02\n"

@@ -1,0 +1,403 @@
+"""End-to-end hyperparameter tuning through the real CLI (local process executor).
+
+Two studies run the real TensorFlow trainer; the rest use a tiny stand-in trainer (a script
+that reports through the hypertune file format or a `metric=value` stdout line) so that the
+controller's rules can be checked in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+from tests.helpers import (
+    describe,
+    job_id_from_stderr,
+    processes_with_env,
+    read_stderr_until,
+    spawn,
+    vcli,
+    wait_for,
+)
+from vcli import config as cfg
+from vcli.store import Store
+from vcli.study import replay
+from vcli.suggesters import get_suggester
+
+DIGITS_STUDY = """
+displayName: digits-hpt
+maxTrialCount: 4
+parallelTrialCount: 2
+studySpec:
+  metrics:
+  - metricId: accuracy
+    goal: MAXIMIZE
+  parameters:
+  - parameterId: learning_rate
+    doubleValueSpec: {minValue: 1e-3, maxValue: 0.3}
+    scaleType: UNIT_LOG_SCALE
+  - parameterId: num_units
+    discreteValueSpec: {values: [16, 32, 64]}
+    scaleType: UNIT_LINEAR_SCALE
+  - parameterId: momentum
+    doubleValueSpec: {minValue: 0.5, maxValue: 0.95}
+    scaleType: UNIT_LINEAR_SCALE
+trialJobSpec:
+  workerPoolSpecs:
+    machineSpec: {machineType: n1-standard-4}
+    replicaCount: 1
+    pythonPackageSpec:
+      executorImageUri: vcli-trainer:latest
+      pythonModule: trainer.task
+      args: [--epochs=2]
+"""
+
+
+def _trial_logs(home: Path, study_id: str) -> dict[str, list[str]]:
+    r = vcli(home, "hp-tuning-jobs", "stream-logs", study_id, "--task-name=workerpool0-0", timeout=60)
+    assert r.returncode == 0, r.stderr
+    out: dict[str, list[str]] = {}
+    for line in r.stdout.splitlines():
+        severity, ts, task, message = line.split("\t", 3)
+        out.setdefault(task, []).append(message)
+    return out
+
+
+def test_bayesian_study_of_the_real_trainer(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    config = tmp_path / "hp.yaml"
+    config.write_text(DIGITS_STUDY)
+    r = vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--display-name=digits-hpt", "--seed=3",
+             "--format=json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert study["studySpec"]["algorithm"] == "ALGORITHM_UNSPECIFIED"
+    trials = study["trials"]
+    assert [t["id"] for t in trials] == ["1", "2", "3", "4"]
+    assert all(t["state"] == "SUCCEEDED" for t in trials)
+    # Plain lines on a non-TTY, and the best trial is named at the end.
+    assert "trial 1 ACTIVE" in r.stderr and "Best trial:" in r.stderr
+    best = max(trials, key=lambda t: t["finalMeasurement"]["metrics"][0]["value"])
+    assert study["bestTrialId"] == best["id"]
+    assert f"Best trial: {best['id']} " in r.stderr
+    logs = _trial_logs(home, study["name"].rsplit("/", 1)[-1])
+    for t in trials:
+        params = {p["parameterId"]: p["value"] for p in t["parameters"]}
+        assert set(params) == {"learning_rate", "num_units", "momentum"}
+        assert 1e-3 <= params["learning_rate"] <= 0.3 and 0.5 <= params["momentum"] <= 0.95
+        assert params["num_units"] in (16.0, 32.0, 64.0)
+        fm = t["finalMeasurement"]
+        assert fm["stepCount"] == "2" and fm["metrics"][0]["metricId"] == "accuracy"
+        assert [m["stepCount"] for m in t["measurements"]] == ["1", "2"]
+        assert t["startTime"] <= t["endTime"]
+        # The trial's custom job got the static args plus --<id>=<value> (integers as integers).
+        job = describe(home, "custom-jobs", t["customJob"].rsplit("/", 1)[-1])
+        args = job["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+        assert args[0] == "--epochs=2"
+        assert f"--num_units={int(params['num_units'])}" in args
+        assert f"--learning_rate={params['learning_rate']!r}" in args
+        assert job["trialId"] == t["id"]
+        assert job["outputDirectory"].endswith(f"/{t['id']}")
+        # The replica saw CLOUD_ML_TRIAL_ID; its AIP_MODEL_DIR is <base>/<trial>/model.
+        assert f"single replica trial={t['id']}" in logs[f"trial-{t['id']}/workerpool0-0"]
+        assert (Path(study["outputDirectory"]) / t["id"] / "model").is_dir()
+    described = describe(home, "hp-tuning-jobs", study["name"])
+    assert [t["state"] for t in described["trials"]] == ["SUCCEEDED"] * 4
+    assert described["maxTrialCount"] == 4 and described["parallelTrialCount"] == 2
+
+
+def test_study_with_two_replica_trials(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = vcli(
+        home, "hp-tuning-jobs", "create", "--display-name=mw-hpt",
+        "--parameter-spec=parameter-id=learning_rate,type=double,min=0.05,max=0.2,scale=log",
+        "--metric=metric-id=accuracy,goal=maximize",
+        "--worker-pool-spec=machine-type=n1-standard-4,local-package-path=.,python-module=trainer.task",
+        "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1",
+        "--args=--epochs=1",
+        "--max-trial-count=2", "--parallel-trial-count=1", "--algorithm=random-search", "--seed=5",
+        "--format=json",
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    r2 = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"], timeout=60)
+    for t in study["trials"]:
+        lines = [l.split("\t")[3] for l in r2.stdout.splitlines() if l.split("\t")[2].startswith(f"trial-{t['id']}/")]
+        cluster_lines = [l for l in lines if l.startswith("cluster=")]
+        # chief and worker both report TF_CONFIG with task.trial = this trial's id.
+        assert len(cluster_lines) == 2, lines[:20]
+        assert all(l.endswith(f"trial={t['id']}") for l in cluster_lines)
+        assert {l.split(" task=")[1].split(" ")[0] for l in cluster_lines} == {"chief:0", "worker:0"}
+        job = describe(home, "custom-jobs", t["customJob"])
+        assert [x["taskName"] for x in job["replicas"]] == ["workerpool0-0", "workerpool1-0"]
+
+
+# A stand-in trainer: objective = -(x-3)^2 - (y-1)^2 (+ categorical bonus), reported via
+# hypertune's file format (or stdout); fails on purpose for x > FAIL_ABOVE if set.
+TOY = """
+import json, os, sys, time
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+with open(os.environ["VCLI_TEST_ECHO"] + "/" + os.environ.get("CLOUD_ML_TRIAL_ID", "0"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "trial": os.environ.get("CLOUD_ML_TRIAL_ID"),
+               "cluster_spec": json.loads(os.environ["CLUSTER_SPEC"])}, f)
+x = float(args.get("x", 0)); y = float(args.get("y", 0))
+if "fail_above" in args and x > float(args["fail_above"]):
+    sys.exit(7)
+if args.get("mode") == "silent":
+    sys.exit(0)
+value = -(x - 3) ** 2 - (y - 1) ** 2 + (0.5 if args.get("kind") == "b" else 0.0)
+if args.get("mode") == "stdout":
+    for step in (1, 2):
+        print(f"score={value - (2 - step):.6f} step={step}", flush=True)
+else:
+    path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lines = []
+    for step in (1, 2, 3):   # rewrite the whole file every report, like cloudml-hypertune
+        v = value - 1.0 if step == 2 else value - (3 - step)   # step 2 is the worst
+        lines.append(json.dumps({"score": str(v), "global_step": str(step), "timestamp": time.time(),
+                                 "trial": os.environ.get("CLOUD_ML_TRIAL_ID", "0"), "checkpoint_path": ""}, sort_keys=True))
+        with open(path, "w") as f:
+            f.write("\\n".join(lines) + "\\n")
+        time.sleep(float(args.get("sleep", 0)))
+"""
+
+
+def _toy(tmp_path: Path) -> tuple[Path, Path]:
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "toy.py").write_text(TOY)
+    echo = tmp_path / "echo"
+    echo.mkdir()
+    return pkg, echo
+
+
+def _toy_study(home: Path, pkg: Path, echo: Path, *extra: str, timeout: float = 300):
+    return vcli(
+        home, "hp-tuning-jobs", "create", "--display-name=toy",
+        "--metric=metric-id=score,goal=maximize",
+        f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=toy.py",
+        "--format=json", *extra, timeout=timeout, VCLI_TEST_ECHO=str(echo),
+    )
+
+
+def test_grid_search_enumerates_the_product_and_stops(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=x,type=integer,min=1,max=3",
+        "--parameter-spec=parameter-id=kind,values=a;b",
+        "--algorithm=grid-search", "--max-trial-count=20", "--parallel-trial-count=3",
+    )
+    assert r.returncode == 0, r.stderr
+    trials = json.loads(r.stdout)["trials"]
+    points = sorted((p["parameters"][0]["value"], p["parameters"][1]["value"]) for p in trials)
+    assert points == [(1, "a"), (1, "b"), (2, "a"), (2, "b"), (3, "a"), (3, "b")]
+    best = json.loads(r.stdout)["bestTrialId"]
+    assert {p["parameterId"]: p["value"] for p in trials[int(best) - 1]["parameters"]} == {"x": 3, "kind": "b"}
+    # --x reached the trainer as an integer; CLUSTER_SPEC.task.trial matches the trial id.
+    for t in trials:
+        seen = json.loads((echo / t["id"]).read_text())
+        assert seen["trial"] == t["id"] and seen["cluster_spec"]["task"]["trial"] == t["id"]
+        assert any(a in seen["argv"] for a in ("--x=1", "--x=2", "--x=3"))
+
+
+def test_random_search_is_reproducible_with_a_seed(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    runs = []
+    for i in range(2):
+        r = _toy_study(
+            tmp_path / f"home{i}", pkg, echo,
+            "--parameter-spec=parameter-id=x,min=0.0,max=6.0",
+            "--parameter-spec=parameter-id=y,min=0.001,max=10,scale=log",
+            "--algorithm=random-search", "--max-trial-count=4", "--parallel-trial-count=2", "--seed=11",
+        )
+        assert r.returncode == 0, r.stderr
+        runs.append([t["parameters"] for t in json.loads(r.stdout)["trials"]])
+    assert runs[0] == runs[1]
+
+
+def test_failed_trials_beyond_the_budget_fail_the_study(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=x,type=integer,min=1,max=6",
+        "--parameter-spec=parameter-id=fail_above,values=2",
+        "--algorithm=grid-search", "--max-trial-count=6", "--parallel-trial-count=1",
+        "--max-failed-trial-count=2",
+    )
+    assert r.returncode == 6, r.stderr
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_FAILED"
+    assert "more than the budget of 2" in study["error"]["message"]
+    states = [t["state"] for t in study["trials"]]
+    # x=1,2 succeed; x=3,4,5 fail (exit 7): the third failure exceeds the budget; x=6 never runs.
+    assert states == ["SUCCEEDED", "SUCCEEDED", "INFEASIBLE", "INFEASIBLE", "INFEASIBLE"]
+    assert "non-zero status of 7" in study["trials"][2]["infeasibleReason"]
+
+
+def test_trainer_that_never_reports_is_infeasible_not_a_crash(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=mode,values=silent",
+        "--max-trial-count=1",
+    )
+    assert r.returncode == 6, r.stderr
+    assert "Traceback" not in r.stderr
+    study = json.loads(r.stdout)
+    assert study["trials"][0]["state"] == "INFEASIBLE"
+    assert "without reporting the metric [score]" in study["trials"][0]["infeasibleReason"]
+
+
+def test_stdout_metrics_and_best_measurement_selection(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=mode,values=stdout",
+        "--parameter-spec=parameter-id=x,values=3",
+        "--max-trial-count=1",
+    )
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)["trials"][0]
+    assert [m["stepCount"] for m in t["measurements"]] == ["1", "2"]
+    assert t["finalMeasurement"]["stepCount"] == "2"
+    # hypertune file with BEST selection: step 3 is best, step 2 worst; LAST would also be 3,
+    # so use a 2-report file via y: BEST must pick the max over all reports.
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=x,values=3",
+        "--measurement-selection=best", "--max-trial-count=1",
+    )
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)["trials"][0]
+    values = {m["stepCount"]: m["metrics"][0]["value"] for m in t["measurements"]}
+    assert set(values) == {"1", "2", "3"}  # re-read and de-duplicated, not tailed
+    assert t["finalMeasurement"]["metrics"][0]["value"] == max(values.values())
+
+
+def test_goal_value_ends_the_study_early(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=x,type=integer,min=1,max=5",
+        "--algorithm=grid-search", "--max-trial-count=5", "--parallel-trial-count=1",
+        "--goal-value=-0.5",
+    )
+    # x=1 -> -4-1=-5, x=2 -> -2, x=3 -> -1 ... y=0 gives -1 at best; goal -0.5 is never reached
+    assert r.returncode == 0
+    assert len(json.loads(r.stdout)["trials"]) == 5
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=x,type=integer,min=1,max=5",
+        "--parameter-spec=parameter-id=y,values=1",
+        "--algorithm=grid-search", "--max-trial-count=5", "--parallel-trial-count=1",
+        "--goal-value=-0.5",
+    )
+    assert r.returncode == 0, r.stderr
+    study = json.loads(r.stdout)
+    assert len(study["trials"]) == 3  # x=3, y=1 reaches 0 >= -0.5
+    assert "goal value" in r.stderr
+
+
+def test_study_timeout_stops_running_trials(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    r = _toy_study(
+        tmp_path / "home", pkg, echo,
+        "--parameter-spec=parameter-id=sleep,values=3",
+        "--parameter-spec=parameter-id=x,min=0.0,max=6.0",
+        "--max-trial-count=4", "--parallel-trial-count=2", "--study-timeout=4s",
+    )
+    study = json.loads(r.stdout)
+    # Two trials ran 2 reports (about 6 s each would be needed for all 3): stopped at 4 s,
+    # they end SUCCEEDED with the measurements they made; no more trials were launched.
+    assert len(study["trials"]) == 2, r.stderr
+    assert all(t["state"] == "SUCCEEDED" for t in study["trials"])
+    assert r.returncode == 0
+    assert "time budget" in r.stderr
+
+
+def test_cancel_study_from_another_terminal(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    home = tmp_path / "home"
+    proc = spawn(
+        home, "hp-tuning-jobs", "create", "--display-name=cancel-study",
+        "--metric=metric-id=score,goal=maximize",
+        f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=toy.py",
+        "--parameter-spec=parameter-id=sleep,values=30",
+        "--parameter-spec=parameter-id=x,min=0.0,max=6.0",
+        "--max-trial-count=4", "--parallel-trial-count=2",
+        VCLI_TEST_ECHO=str(echo),
+    )
+    try:
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        store = Store(home)
+        wait_for(lambda: len(store.child_jobs(study_id)) == 2, 30, "two trials")
+        jobs = [c.id for c in store.child_jobs(study_id)]
+        wait_for(lambda: all(processes_with_env("VCLI_JOB_ID", j) for j in jobs), 30, "trial replicas running")
+        r = vcli(home, "hp-tuning-jobs", "cancel", study_id, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert proc.wait(timeout=60) == 5
+        study = describe(home, "hp-tuning-jobs", study_id)
+        assert study["state"] == "JOB_STATE_CANCELLED"
+        assert len(study["trials"]) == 2
+        for j in jobs:
+            assert not processes_with_env("VCLI_JOB_ID", j)
+            assert describe(home, "custom-jobs", j)["state"] == "JOB_STATE_CANCELLED"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_resume_by_replay_proposes_the_original_next_point(tmp_path: Path) -> None:
+    pkg, echo = _toy(tmp_path)
+    home = tmp_path / "home"
+    for algorithm in ("algorithm-unspecified", "random-search"):
+        r = _toy_study(
+            home, pkg, echo,
+            "--parameter-spec=parameter-id=x,min=0.0,max=6.0",
+            "--parameter-spec=parameter-id=kind,values=a;b",
+            f"--algorithm={algorithm}", "--max-trial-count=5", "--parallel-trial-count=1", "--seed=21",
+        )
+        assert r.returncode == 0, r.stderr
+        study = json.loads(r.stdout)
+        stored = Store(home).trials(study["name"].rsplit("/", 1)[-1])
+        spec = cfg.study_spec_from_stored(study["studySpec"])
+        rebuilt = replay(get_suggester(spec, seed=21), stored[:4])
+        nxt = rebuilt.ask(1)[0].parameters
+        assert dict(nxt) == {p["parameterId"]: p["value"] for p in stored[4]["parameters"]}
+
+
+def test_bad_study_inputs_get_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    base = ["hp-tuning-jobs", "create", "--display-name=bad", "--metric=metric-id=score,goal=maximize",
+            "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x,"]
+    cases = {
+        "--parameter-spec=parameter-id=x,min=5,max=1": "must not be greater than maxValue",
+        "--parameter-spec=parameter-id=x,min=0,max=1.0,scale=log": "strictly positive",
+        "--parameter-spec=parameter-id=x,type=double,min=0.1,max=1.0": None,
+    }
+    for flag, needle in cases.items():
+        r = vcli(home, *base[:4], flag, "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=img",
+                 "--command=python3,-c,pass", "--algorithm=grid-search" if needle is None else "--max-trial-count=1",
+                 "--validate-only", timeout=60)
+        if needle is None:
+            needle = "GRID_SEARCH needs every parameter"
+        assert r.returncode == 1, (flag, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ERROR: (vcli.hp-tuning-jobs.create)") and needle in lines[0], (flag, r.stderr)
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=x", "--metric=metric-id=a b", timeout=60)
+    assert r.returncode == 2  # no parameters / pools: usage
+    # parallel > max is clamped with a warning (validate-only shows the result)
+    r = vcli(home, *base[:4], "--parameter-spec=parameter-id=x,min=0.0,max=1.0",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=img", "--command=python3,-c,pass",
+             "--max-trial-count=2", "--parallel-trial-count=5", "--validate-only", "--format=json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: parallelTrialCount (5) is greater than maxTrialCount (2)" in r.stderr
+    assert json.loads(r.stdout)["parallelTrialCount"] == 2

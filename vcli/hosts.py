@@ -1,0 +1,398 @@
+"""The host inventory: the machines vcli may run replicas on over SSH. Standard library + PyYAML.
+
+The inventory is a YAML file, `$VCLI_HOSTS_FILE`, else `<config dir>/hosts.yaml` (the config
+dir is `vcli.properties.config_dir()`: `$VCLI_CONFIG_DIR`, else `~/.config/vcli`):
+
+    hosts:
+      gpu1:
+        address: 10.0.0.5          # what vcli connects to and what TF_CONFIG carries
+        port: 22
+        user: ml                   # default: your local user name, as ssh does
+        identity_file: ~/.ssh/id_ed25519   # default: ssh-agent and ~/.ssh/id_*
+        runtime: process           # process | docker
+        workdir: ~/.vcli           # on the host; `~` is expanded there
+        python: /opt/venv/bin/python       # interpreter for the process runtime
+        gpus: {count: 2, type: NVIDIA_TESLA_T4}   # declared; `vcli hosts check` can detect
+        cpus: 16
+        memory_gb: 64
+        internal_address: 192.168.1.5      # optional: address other hosts use (TF_CONFIG)
+        detected: {...}            # written by `vcli hosts check`, never needed
+
+Declared values win over detected ones. The host `local` (this machine) is implicit; an
+inventory entry named `local` only adds GPU/CPU declarations for it. Host keys are checked
+against `~/.ssh/known_hosts` and vcli's own `<config dir>/known_hosts`
+(see `vcli.executors.ssh`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from vcli.errors import ConfigError, InvalidValueError, NotFoundError
+
+__all__ = [
+    "Host",
+    "LOCAL",
+    "RUNTIMES",
+    "hosts_file",
+    "known_hosts_file",
+    "user_known_hosts_file",
+    "load_inventory",
+    "save_inventory",
+    "get_host",
+    "resolve_hosts",
+    "put_host",
+    "remove_host",
+    "local_host",
+]
+
+LOCAL = "local"
+RUNTIMES = ("process", "docker")
+DEFAULT_WORKDIR = "~/.vcli"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """One inventory host. `gpu_count`/`gpu_type`/`cpus`/`memory_gb` are declared values."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    runtime: str = "process"
+    workdir: str = DEFAULT_WORKDIR
+    python: str = "python3"
+    gpu_count: int | None = None
+    gpu_type: str | None = None
+    #: Explicit GPU indices (as nvidia-smi numbers them) when not simply 0..count-1.
+    gpu_indices: tuple[int, ...] | None = None
+    cpus: float | None = None
+    memory_gb: float | None = None
+    internal_address: str | None = None
+    #: What `vcli hosts check` found (gpus: {count, type, indices}, cpus, memory_gb, ...).
+    detected: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ effective values
+
+    @property
+    def login(self) -> str:
+        return self.user or getpass.getuser()
+
+    @property
+    def tf_address(self) -> str:
+        """The address other replicas use to reach this host (TF_CONFIG, CLUSTER_SPEC)."""
+        return self.internal_address or self.address
+
+    @property
+    def is_local(self) -> bool:
+        return self.name == LOCAL
+
+    def gpus(self) -> tuple[tuple[int, ...], str | None]:
+        """(GPU indices, accelerator type): declared first, else detected, else none."""
+        det = self.detected.get("gpus") if isinstance(self.detected, Mapping) else None
+        det = det if isinstance(det, Mapping) else {}
+        if self.gpu_indices is not None:
+            indices = tuple(self.gpu_indices)
+        elif self.gpu_count is not None:
+            indices = tuple(range(self.gpu_count))
+        elif det.get("indices") is not None:
+            indices = tuple(int(i) for i in det["indices"])
+        elif det.get("count") is not None:
+            indices = tuple(range(int(det["count"])))
+        else:
+            indices = ()
+        gtype = self.gpu_type or (det.get("type") if isinstance(det.get("type"), str) else None)
+        return indices, gtype
+
+    def capacity_cpus(self) -> float | None:
+        if self.cpus is not None:
+            return self.cpus
+        v = self.detected.get("cpus") if isinstance(self.detected, Mapping) else None
+        return float(v) if v is not None else None
+
+    def capacity_memory_gb(self) -> float | None:
+        if self.memory_gb is not None:
+            return self.memory_gb
+        v = self.detected.get("memory_gb") if isinstance(self.detected, Mapping) else None
+        return float(v) if v is not None else None
+
+    # ------------------------------------------------------------------ (de)serialisation
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"address": self.address, "port": self.port}
+        if self.user:
+            out["user"] = self.user
+        if self.identity_file:
+            out["identity_file"] = self.identity_file
+        out["runtime"] = self.runtime
+        out["workdir"] = self.workdir
+        out["python"] = self.python
+        if self.gpu_count is not None or self.gpu_type or self.gpu_indices is not None:
+            g: dict[str, Any] = {}
+            if self.gpu_count is not None:
+                g["count"] = self.gpu_count
+            if self.gpu_indices is not None:
+                g["indices"] = list(self.gpu_indices)
+            if self.gpu_type:
+                g["type"] = self.gpu_type
+            out["gpus"] = g
+        if self.cpus is not None:
+            out["cpus"] = self.cpus
+        if self.memory_gb is not None:
+            out["memory_gb"] = self.memory_gb
+        if self.internal_address:
+            out["internal_address"] = self.internal_address
+        if self.detected:
+            out["detected"] = dict(self.detected)
+        return out
+
+    def to_resource(self) -> dict[str, Any]:
+        """The camelCase view `vcli hosts list --format` projects (declared + effective)."""
+        indices, gtype = self.gpus()
+        out: dict[str, Any] = {
+            "name": self.name,
+            "address": self.address,
+            "port": self.port,
+            "user": self.login if not self.is_local else None,
+            "identityFile": self.identity_file,
+            "runtime": self.runtime,
+            "workdir": self.workdir,
+            "python": self.python,
+            "gpus": len(indices),
+            "gpuType": gtype,
+            "gpuIndices": ",".join(map(str, indices)) or None,
+            "cpus": _num(self.capacity_cpus()),
+            "memoryGb": _num(self.capacity_memory_gb()),
+        }
+        if self.internal_address:
+            out["internalAddress"] = self.internal_address
+        if self.detected:
+            out["detected"] = dict(self.detected)
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _num(v: float | None) -> float | int | None:
+    if v is None:
+        return None
+    return int(v) if float(v).is_integer() else round(float(v), 1)
+
+
+def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.yaml") -> Host:
+    where = f"{source}: hosts.{name}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of host settings")
+    known = {"address", "port", "user", "identity_file", "runtime", "workdir", "python", "gpus", "cpus",
+             "memory_gb", "internal_address", "detected"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    address = data.get("address")
+    if name != LOCAL and not address:
+        raise ConfigError(f"{where}.address: required")
+    gpus = data.get("gpus")
+    count = gtype = indices = None
+    if isinstance(gpus, Mapping):
+        count = gpus.get("count")
+        gtype = gpus.get("type")
+        indices = tuple(int(i) for i in gpus["indices"]) if gpus.get("indices") is not None else None
+    elif gpus is not None:
+        count = gpus
+    try:
+        return validate(Host(
+            name=name,
+            address=str(address or "127.0.0.1"),
+            port=int(data.get("port", 22)),
+            user=data.get("user") or None,
+            identity_file=data.get("identity_file") or None,
+            runtime=str(data.get("runtime", "process")),
+            workdir=str(data.get("workdir") or DEFAULT_WORKDIR),
+            python=str(data.get("python") or "python3"),
+            gpu_count=int(count) if count is not None else None,
+            gpu_type=str(gtype) if gtype else None,
+            gpu_indices=indices,
+            cpus=float(data["cpus"]) if data.get("cpus") is not None else None,
+            memory_gb=float(data["memory_gb"]) if data.get("memory_gb") is not None else None,
+            internal_address=data.get("internal_address") or None,
+            detected=dict(data.get("detected") or {}),
+        ))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def validate(host: Host) -> Host:
+    """Raise InvalidValueError for a bad setting; returns the host."""
+    if not _NAME_RE.match(host.name):
+        raise InvalidValueError("NAME", f"[{host.name}] must be letters, digits, '.', '_' or '-' (max 63)")
+    if host.runtime not in RUNTIMES:
+        raise InvalidValueError("--runtime", f"[{host.runtime}] is not one of [{', '.join(RUNTIMES)}]")
+    if not 0 < host.port < 65536:
+        raise InvalidValueError("--port", f"[{host.port}] must be 1-65535")
+    if host.gpu_count is not None and host.gpu_count < 0:
+        raise InvalidValueError("--gpus", "must be >= 0")
+    if host.gpu_type is not None:
+        from vcli.spec import ACCELERATOR_TYPES
+
+        if host.gpu_type not in ACCELERATOR_TYPES:
+            raise InvalidValueError("--gpu-type", f"[{host.gpu_type}] is not one of [{', '.join(ACCELERATOR_TYPES)}]")
+    for v, flag in ((host.cpus, "--cpus"), (host.memory_gb, "--memory-gb")):
+        if v is not None and v <= 0:
+            raise InvalidValueError(flag, "must be > 0")
+    if any(c in host.address for c in " \t\n'\"`$;") or host.address.startswith("-"):
+        raise InvalidValueError("--address", f"[{host.address}] is not a host name or IP address")
+    if host.user and (host.user.startswith("-") or any(c in host.user for c in " \t\n@:'\"`$;")):
+        raise InvalidValueError("--user", f"[{host.user}] is not a user name")
+    return host
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def hosts_file() -> Path:
+    env = os.environ.get("VCLI_HOSTS_FILE")
+    if env:
+        return Path(env).expanduser()
+    from vcli.properties import config_dir
+
+    return config_dir() / "hosts.yaml"
+
+
+def known_hosts_file() -> Path:
+    """vcli's own known_hosts (keys accepted with `vcli hosts add --accept-new-host-key`)."""
+    from vcli.properties import config_dir
+
+    return config_dir() / "known_hosts"
+
+
+def user_known_hosts_file() -> Path:
+    """The user's OpenSSH known_hosts (read only): $VCLI_SSH_USER_KNOWN_HOSTS, else ~/.ssh/known_hosts."""
+    env = os.environ.get("VCLI_SSH_USER_KNOWN_HOSTS")
+    if env:
+        return Path(env).expanduser()
+    return Path("~/.ssh/known_hosts").expanduser()
+
+
+def load_inventory(path: Path | None = None) -> dict[str, Host]:
+    """All hosts of the inventory file (an absent file is an empty inventory)."""
+    import yaml
+
+    path = path or hosts_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
+        raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
+    return {str(n): host_from_yaml(str(n), h or {}, source=str(path)) for n, h in (data.get("hosts") or {}).items()}
+
+
+def save_inventory(hosts: Mapping[str, Host], path: Path | None = None) -> None:
+    import yaml
+
+    path = path or hosts_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    body = {"hosts": {name: h.to_yaml_dict() for name, h in sorted(hosts.items())}}
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("# vcli host inventory: edit freely or use `vcli hosts add|remove`.\n")
+        yaml.safe_dump(body, f, sort_keys=False, default_flow_style=False)
+    os.replace(tmp, path)
+
+
+def put_host(host: Host) -> None:
+    inv = load_inventory()
+    inv[host.name] = validate(host)
+    save_inventory(inv)
+
+
+def remove_host(name: str) -> Host:
+    inv = load_inventory()
+    if name not in inv:
+        raise NotFoundError(f"Host [{name}] is not in the inventory ({hosts_file()}). List hosts with `vcli hosts list`.")
+    host = inv.pop(name)
+    save_inventory(inv)
+    return host
+
+
+def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
+    """This machine: GPUs from an inventory entry `local`, else $VCLI_LOCAL_GPUS, else
+    `vcli.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi); CPUs/memory from the OS."""
+    inv = load_inventory() if inventory is None else inventory
+    base = inv.get(LOCAL) or Host(name=LOCAL, address="127.0.0.1")
+    base = replace(base, address="127.0.0.1" if not base.internal_address else base.address)
+    detected: dict[str, Any] = dict(base.detected)
+    if base.gpu_count is None and base.gpu_indices is None:
+        declared = os.environ.get("VCLI_LOCAL_GPUS", "").strip()
+        indices: tuple[int, ...]
+        if declared:
+            indices = tuple(range(int(declared))) if declared.isdigit() else tuple(
+                int(p) for p in declared.split(",") if p.strip())
+        else:
+            try:
+                from vcli.gpus import detect_local_gpus
+
+                indices = detect_local_gpus()
+            except Exception:  # noqa: BLE001 - no GPUs is the safe answer
+                indices = ()
+        detected["gpus"] = {"count": len(indices), "indices": list(indices)}
+        gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE")
+        if gtype:
+            detected["gpus"]["type"] = gtype
+    detected.setdefault("cpus", os.cpu_count() or 1)
+    mem = _local_memory_gb()
+    if mem:
+        detected.setdefault("memory_gb", mem)
+    return replace(base, detected=detected)
+
+
+def _local_memory_gb() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def get_host(name: str, inventory: Mapping[str, Host] | None = None) -> Host:
+    inv = load_inventory() if inventory is None else inventory
+    if name == LOCAL:
+        return local_host(inv)
+    if name not in inv:
+        known = ", ".join(sorted(inv)) or "none"
+        raise NotFoundError(
+            f"Host [{name}] is not in the inventory ({hosts_file()}; hosts: {known}). "
+            f"Add it with `vcli hosts add {name} --address=...`."
+        )
+    return inv[name]
+
+
+def resolve_hosts(names: str | Iterable[str] | None, inventory: Mapping[str, Host] | None = None) -> list[Host]:
+    """Hosts named by a comma-separated list (None or empty: every inventory host except `local`)."""
+    inv = load_inventory() if inventory is None else inventory
+    if names is None or (isinstance(names, str) and not names.strip()):
+        hosts = [h for n, h in sorted(inv.items()) if n != LOCAL]
+        if not hosts:
+            raise NotFoundError(
+                f"The host inventory ({hosts_file()}) is empty: add hosts with `vcli hosts add NAME --address=...`."
+            )
+        return hosts
+    items = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n).strip() for n in names]
+    seen: list[str] = []
+    for n in items:
+        if n and n not in seen:
+            seen.append(n)
+    return [get_host(n, inv) for n in seen]
