@@ -141,6 +141,7 @@ if [ "$current" = "$source_hash" ] && [ -z "${VCLI_FORCE_REBUILD:-}" ]; then
     log "$TRAINER_IMAGE up to date (source hash $source_hash)"
 else
     log "building $TRAINER_IMAGE (source hash $source_hash, image has '${current:-none}')"
+    old_id=$(docker image inspect -f '{{.Id}}' "$TRAINER_IMAGE" 2>/dev/null || true)
     mkdir -p .build-extra
     ca_copied=
     if [ -f /etc/ssl/certs/ca-certificates.crt ] && [ ! -e .build-extra/ca.crt ]; then
@@ -158,6 +159,10 @@ else
         trap - EXIT
     fi
     log "$TRAINER_IMAGE built"
+    if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect -f '{{.Id}}' "$TRAINER_IMAGE")" ]; then
+        # The previous build is now untagged: drop it (shared layers stay).
+        docker image rm "$old_id" >/dev/null 2>&1 && log "removed the previous $TRAINER_IMAGE (${old_id:7:12})" || true
+    fi
 fi
 
 for image in "$BASE_IMAGE" "$TRAINER_IMAGE"; do

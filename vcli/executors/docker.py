@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import calendar
 import hashlib
+import io
 import json
 import math
 import os
@@ -113,14 +114,15 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
 
     Pure apart from building `docker.types.DeviceRequest` objects for GPUs.
     """
-    if not launch.image_uri:
+    image = launch.image_uri or (launch.local_package.executor_image_uri if launch.local_package else None)
+    if not image:
         raise ExecutorError(f"replica {launch.task_name}: no container image to run (the docker executor needs an image)")
     env = dict(launch.env)
     volumes: dict[str, dict[str, str]] = {}  # keyed by host path = container path
     for path in (launch.output_dir, *launch.mounts):
         volumes[os.path.abspath(path)] = {"bind": os.path.abspath(path), "mode": "rw"}
     kwargs: dict[str, Any] = {
-        "image": launch.image_uri,
+        "image": image,
         "name": container_name(launch),
         "labels": container_labels(launch),
         "environment": env,
@@ -233,7 +235,10 @@ def _start_error_text(explanation: str) -> str:
     text = explanation.strip()
     if "caused: " in text:
         text = text.rsplit("caused: ", 1)[1]
-    return re.sub(r":\s*unknown$", "", text).strip()
+    text = re.sub(r":\s*unknown$", "", text).strip()
+    if "could not select device driver" in text:
+        text += " (GPUs need the NVIDIA Container Toolkit configured for this Docker engine)"
+    return text
 
 
 def status_from_state(state: Mapping[str, Any], task_name: str, *, stopped: bool = False) -> ReplicaStatus:
@@ -405,8 +410,6 @@ def _write_context(root: str, files: Sequence[str], dockerfile: str, ca_file: st
         data = dockerfile.encode()
         info = tarfile.TarInfo(f"{_CTX_VCLI}/Dockerfile")
         info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-        import io
-
         tar.addfile(info, io.BytesIO(data))
         if ca_file:
             tar.add(ca_file, arcname=f"{_CTX_VCLI}/ca.crt", recursive=False)
@@ -934,6 +937,7 @@ class DockerExecutor:
         import docker
 
         api = self.client().api
+        errors: list[Exception] = []
 
         def remove(handle: ReplicaHandle) -> None:
             try:
@@ -942,7 +946,9 @@ class DockerExecutor:
                 pass
             except docker.errors.APIError as e:
                 if e.status_code != 409:  # 409: removal already in progress
-                    raise
+                    errors.append(e)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
             watch = self._watches.get(handle.ref)
             if watch is not None and watch.thread is not None:
                 watch.thread.join(timeout=5)
@@ -950,12 +956,14 @@ class DockerExecutor:
         if len(handles) <= 1:
             for h in handles:
                 remove(h)
-            return
-        threads = [threading.Thread(target=remove, args=(h,), daemon=True) for h in handles]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        else:
+            threads = [threading.Thread(target=remove, args=(h,), daemon=True) for h in handles]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if errors:
+            raise self._wrap(errors[0], "removing replica containers") from errors[0]
 
     # ------------------------------------------------------------------ whole jobs
 

@@ -1,0 +1,69 @@
+"""Start-up stays light: `vcli --help` and listing never import TensorFlow, Docker, paramiko,
+scikit-optimize or scikit-learn (they are installed here, so an eager import would show).
+
+Each check runs the real CLI entry point in a fresh interpreter and then reports which of
+those packages ended up in `sys.modules`; nothing is hooked into the import system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn")
+MARKER = "@@vcli-heavy-modules@@"
+
+PROBE = f"""
+import json, sys
+sys.argv = ["vcli", *json.loads(sys.argv[1])]
+from vcli.cli import app
+code = 0
+try:
+    app()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {set(HEAVY)!r})
+print({MARKER!r} + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["custom-jobs", "list"],
+        ["custom-jobs", "create", "--help"],
+        ["hp-tuning-jobs", "list"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_cli_does_not_import_heavy_packages(vcli_home, argv):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv)],
+        env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    (line,) = [l for l in r.stdout.splitlines() if l.startswith(MARKER)]
+    report = json.loads(line[len(MARKER):])
+    assert report["code"] == 0, r.stderr
+    assert report["heavy"] == [], f"`vcli {' '.join(argv)}` imported {report['heavy']}"
+
+
+def test_the_probe_detects_an_import(vcli_home):
+    """The probe itself works: a module that is imported is reported."""
+    probe = PROBE.replace("from vcli.cli import app", "import docker\nfrom vcli.cli import app")
+    r = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(["--version"])],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    (line,) = [l for l in r.stdout.splitlines() if l.startswith(MARKER)]
+    assert "docker" in json.loads(line[len(MARKER):])["heavy"]
