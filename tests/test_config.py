@@ -433,9 +433,10 @@ def test_int64_from_numeric_strings_and_durations(tmp_path):
     assert "expected an integer" in config_error(
         tmp_path, f"workerPoolSpecs: [{{machineSpec: {{machineType: n1}}, replicaCount: 'one', containerSpec: {{imageUri: {IMG}}}}}]"
     )
-    assert "[8000]" not in config_error(
+    msg = config_error(
         tmp_path, f"workerPoolSpecs: [{{machineSpec: {{machineType: n1}}, containerSpec: {{imageUri: {IMG}}}}}]\nscheduling: {{timeout: 2h}}"
     )
+    assert "[scheduling.timeout]" in msg and "expected a duration" in msg and "[2h]" in msg
 
 
 def test_exponent_numbers_are_numbers():
@@ -803,3 +804,25 @@ def test_hpt_unknown_key_names_its_path():
     msg = hpt_error(doc)
     assert "[studySpec.parameters[3].conditionalParameterSpecs[0].parameterSpec.doubleValueSpec.step]" in msg
     assert "unknown field of DoubleValueSpec" in msg
+
+
+def test_plain_scalars_follow_yaml_1_2_core_schema(tmp_path):
+    # YAML 1.1 would turn these into booleans, 90, 8 and a date; Vertex's JSON has no such types.
+    spec = load(
+        tmp_path,
+        f"""
+        workerPoolSpecs:
+          - machineSpec: {{machineType: n1}}
+            containerSpec:
+              imageUri: {IMG}
+              args: [--amp, on, --resume, no, --every, 1:30, --since, 2024-01-01, --lr, 1e-5]
+              env: [{{name: TF_ENABLE_ONEDNN_OPTS, value: off}}]
+        enableWebAccess: true
+        """,
+    )
+    cs = spec.worker_pool_specs[0].container_spec
+    assert cs.args[:8] == ("--amp", "on", "--resume", "no", "--every", "1:30", "--since", "2024-01-01")
+    assert cs.args[9] in ("1e-5", "1e-05")
+    assert cs.env[0].value == "off"
+    assert spec.enable_web_access is True
+    assert cfg.parse_yaml("[0o17, 0x1F, 009, -5, .inf, true, null]", "x") == [15, 31, 9, -5, float("inf"), True, None]

@@ -84,6 +84,12 @@ def test_value_lists_bools_and_dotted_indices():
     assert text.splitlines() == ["--a=1;--b=2\tFalse", "--a=1;--b=2\tTrue"]
 
 
+def test_value_of_a_mapping_is_key_equals_value():
+    r = {"labels": {"team": "nlp", "env": "dev"}}
+    assert out("value(labels)", [r]) == "env=dev;team=nlp\n"
+    assert out("csv(labels)", [r]) == "labels\nenv=dev;team=nlp\n"
+
+
 def test_value_of_full_name():
     assert out("value(name)", JOBS[:1]) == "projects/local/locations/local/customJobs/1001\n"
 

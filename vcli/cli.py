@@ -148,6 +148,14 @@ def _make_executor(name: str, hosts: Optional[str] = None) -> Any:
     return get_executor(name)
 
 
+def _check_format(fmt: Optional[str]) -> None:
+    """Reject a bad --format before anything runs (not after a whole job)."""
+    if fmt:
+        from vcli.formats import parse_format
+
+        parse_format(fmt)
+
+
 def _placer(ex: Any) -> Any:
     """The executor's placement (ssh: the host scheduler) or everything on this machine."""
     from vcli.jobs import local_placer
@@ -162,6 +170,9 @@ def _check_runnable(ex: Any, plan: Any) -> None:
     if ex.name == "local":
         for launch in plan.launches:
             process_argv(launch, ex.python)
+    preflight = getattr(ex, "preflight", None)
+    if preflight is not None:
+        preflight(list(plan.launches))
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -234,7 +245,7 @@ def _build_custom_job_spec(
     from vcli.spec import CustomJobSpec
 
     if not worker_pool_spec and not config:
-        raise UsageError("Exactly one of (--config | --worker-pool-spec) must be specified.")
+        raise UsageError("At least one of (--config | --worker-pool-spec) must be specified.")
     spec = cfg.load_custom_job_spec(config) if config else CustomJobSpec(worker_pool_specs=())
     if worker_pool_spec:
         pools = cfg.worker_pools_from_flags([cfg.parse_worker_pool_spec(v) for v in worker_pool_spec])
@@ -286,6 +297,7 @@ def cj_create(
     from vcli.spec import JobState
     from vcli.store import Store, new_id, resource_name
 
+    _check_format(fmt)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
     spec = _build_custom_job_spec(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)
@@ -302,8 +314,8 @@ def cj_create(
         "executor": ex_name,
         "outputDirectory": plan.base_output_directory,
     }
+    _check_runnable(ex, plan)
     if validate_only:
-        _check_runnable(ex, plan)
         resource = {"displayName": display_name, "jobSpec": record["jobSpec"], "labels": label_map or None,
                     "replicas": [{"taskName": l.task_name, "command": list(l.argv) or None, "imageUri": l.image_uri} for l in plan.launches]}
         resource = {k: v for k, v in resource.items() if v is not None}
@@ -577,6 +589,7 @@ def hp_create(
     from vcli.spec import MeasurementSelectionType
     from vcli.store import Store, new_id, resource_name
 
+    _check_format(fmt)
     doc, source = cfg.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec, algorithm=algorithm
     )

@@ -565,7 +565,28 @@ def _yaml_loader() -> Any:
     class Loader(yaml.SafeLoader):
         pass
 
-    # YAML 1.1 (PyYAML) needs a dot in floats, so `1e-5` would be a string; use YAML 1.2's rule.
+    # Plain scalars follow YAML 1.2's core schema, not PyYAML's YAML 1.1: only true/false are
+    # booleans (`on`, `no`, `y` stay strings), no sexagesimal (`1:30`), octal `010` or
+    # timestamps (`2024-01-01` stays a string), and `1e-5` is a float (1.1 needs a dot).
+    dropped = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"}
+    Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers if tag not in dropped]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+    )
+
+    def construct_int(loader: Any, node: Any) -> int:
+        text = loader.construct_scalar(node)
+        if text.startswith(("0o", "0x")):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(

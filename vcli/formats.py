@@ -3,10 +3,14 @@
 Supported formats: `yaml` (default for describe/list; list prints `---`-separated documents),
 `json` (an object for describe, an array for list), `value(f1, f2, ...)` (tab-separated, no
 header), `csv(...)` (header + comma-separated), `table(...)` (aligned columns with upper-case
-headers) and `none`. Projections are dotted field paths with optional `.basename()` and
-`:label=NAME`, e.g. `table(name.basename():label=ID, displayName, state)`.
-Filters: terms `field=value`, `field!=value`, `field~regex`, `field:substring`, joined by
-spaces or AND. Sort: `--sort-by=~createTime,displayName` (`~` = descending).
+headers) and `none`; `csv[no-heading]`/`table[no-heading]` drop the header. Projections are
+field paths (`jobSpec.workerPoolSpecs[0].replicaCount`) with optional transforms
+`.basename()` and `.date(FORMAT[, tz=LOCAL|UTC])` (others keep the value) and `:label=NAME`,
+e.g. `table(name.basename():label=ID, displayName, createTime.date('%Y-%m-%d %H:%M'))`.
+Lists print `a;b`, mappings `k=v;k2=v2`, as gcloud's value/csv printers do.
+Filters: terms `field=value`, `field!=value`, `field~regex`, `field:substring`, `<`, `>`, ...
+joined by spaces or AND; values may be quoted (`displayName="my job"`).
+Sort: `--sort-by=~createTime,displayName` (`~` = descending; numbers by value).
 """
 
 from __future__ import annotations
@@ -151,6 +155,8 @@ def _cell(data: Any, p: Projection) -> str:
         return "True" if value else "False"
     if isinstance(value, list):
         return ";".join(_scalar(v) for v in value)
+    if isinstance(value, dict):  # gcloud: `key=value;...`, keys sorted
+        return ";".join(f"{k}={_scalar(v)}" for k, v in sorted(value.items()))
     return _scalar(value)
 
 

@@ -558,6 +558,30 @@ class DockerExecutor:
             detail = getattr(e, "explanation", None) or str(e)
             raise ExecutorError(f"Cannot pull image [{image}]: {str(detail).strip().splitlines()[0]}") from e
 
+    def preflight(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """Fast checks before a job is created: the engine answers and every image that will
+        not be built is present locally (or names a registry to pull from)."""
+        import docker
+
+        client = self.client()
+        for launch in launches:
+            image = launch.image_uri
+            if launch.local_package is not None:
+                image = launch.image_uri or launch.local_package.executor_image_uri
+                if not image:
+                    raise InvalidValueError(
+                        "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
+                    )
+            if not image:
+                raise InvalidValueError("--worker-pool-spec", f"{launch.task_name} has no image to run: give container-image-uri.")
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                if not _has_registry_host(image):
+                    raise ExecutorError(_image_missing_message(image)) from None
+            except docker.errors.DockerException as e:
+                raise self._wrap(e, f"looking up image [{image}]") from e
+
     # ------------------------------------------------------------------ prepare / build
 
     def prepare(
@@ -839,8 +863,7 @@ class DockerExecutor:
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: its container was removed")
         except Exception as e:  # noqa: BLE001 - engine gone mid-run
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: lost the Docker engine ({e})")
-        text = final.message or f"replica {watch.task_name} exited with code {final.exit_code}"
-        watch.writer.write("vcli", text)
+        # The controller (vcli.jobs) records the exit, with final.message, in this same log.
         watch.writer.close()
         watch.final = final
         watch.done.set()

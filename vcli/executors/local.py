@@ -38,11 +38,29 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
+_recent_ports: dict[int, float] = {}
+_recent_lock = threading.Lock()
+
+
 def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port the kernel says is free on `address` now (bind to 0, read, release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
+    """A TCP port the kernel says is free on `address` now (bind to 0, read, release).
+
+    The kernel may hand the same ephemeral port out again right after it is released, so
+    ports given out in the last minute are skipped: one job never gets a port twice.
+    """
+    with _recent_lock:
+        now = time.monotonic()
+        for port, at in list(_recent_ports.items()):
+            if now - at > 60:
+                del _recent_ports[port]
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((address, 0))
+                port = int(s.getsockname()[1])
+            if port not in _recent_ports:
+                _recent_ports[port] = now
+                return port
+        raise ExecutorError(f"Cannot find a free TCP port on {address}.")
 
 
 class _Spawner:

@@ -96,8 +96,7 @@ class GPSuggester(SuggesterBase):
 
         X = np.array([sp.encode(p) for p, _ in obs])
         yraw = np.array([v for _, v in obs])
-        mu, sd = float(np.mean(yraw)), float(np.std(yraw))
-        y = (yraw - mu) / (sd if sd > 0 else 1.0)
+        y = self._transform(yraw)
         theta = self._fit(X, y)
         gp_obs = _gp.GP(X, y, self._is_cat, theta)
         best = float(np.min(y))
@@ -118,6 +117,25 @@ class GPSuggester(SuggesterBase):
             out.append(p)
             F = np.vstack([F, np.array(sp.encode(p))[None, :]])
         return out
+
+    def _transform(self, yraw):
+        """Standardised (and optionally warped) outputs to minimise."""
+        np = self._np
+        y = yraw - np.mean(yraw)
+        sd = float(np.std(y))
+        y = y / (sd if sd > 0 else 1.0)
+        mode = self.tuning.get("ywarp")
+        if mode and sd > 0:
+            if mode == "yj":
+                from scipy import stats
+
+                y = stats.yeojohnson(y)[0]
+            elif mode == "log":
+                y = np.log(y - y.min() + float(self.tuning.get("log_delta", 0.1)))
+            y = y - np.mean(y)
+            s2 = float(np.std(y))
+            y = y / (s2 if s2 > 0 else 1.0)
+        return y
 
     def _startup_point(self, i: int, known: set) -> dict[str, ParameterValue] | None:
         """Point number n_known+i of a scrambled Sobol sequence seeded by `seed`."""

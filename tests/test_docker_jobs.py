@@ -1,0 +1,165 @@
+"""Jobs and studies as containers on the real Docker engine, through the real CLI.
+
+Needs the engine and the images of `.ci/docker-setup.sh` (`vcli-trainer:latest` built from the
+repository's Dockerfile on an offline Debian base). Afterwards no container of a job may
+exist, running or stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.harness.docker_env import ensure_docker
+from tests.helpers import describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
+
+pytestmark = pytest.mark.docker
+
+TRAINER_IMAGE = "vcli-trainer:latest"
+POOL = "machine-type=n1-standard-4,replica-count=1"
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = ensure_docker()
+    c.images.get(TRAINER_IMAGE)  # built by .ci/docker-setup.sh; a clear KeyError-free failure if not
+    return c
+
+
+def _containers(client, job_id: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"vcli.job={job_id}"})
+
+
+def test_two_replica_job_as_containers(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = vcli(
+        home, "custom-jobs", "create", "--executor=docker", "--display-name=digits",
+        f"--worker-pool-spec={POOL},container-image-uri={TRAINER_IMAGE}",
+        f"--worker-pool-spec={POOL},container-image-uri={TRAINER_IMAGE}",
+        "--args=--epochs=3",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_id = job_id_from_stderr(r.stderr)
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED" and job["executor"] == "docker"
+    clusters = {}
+    for line in r.stdout.splitlines():
+        if "cluster=" in line:
+            task = line.split("]", 1)[0].lstrip("[")
+            clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
+    assert clusters["workerpool0-0"] == clusters["workerpool1-0"] and set(clusters["workerpool0-0"]) == {"chief", "worker"}
+    model = Path(job["outputDirectory"]) / "model"
+    assert (model / "saved_model.pb").exists(), list(model.iterdir())
+    metrics = home / "jobs" / job_id / "replicas" / "workerpool0-0" / "hypertune" / "output.metrics"
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert float(last["accuracy"]) > 0.8
+    assert not _containers(client, job_id)
+
+
+def test_study_with_container_trials(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    config = tmp_path / "hp.yaml"
+    config.write_text(textwrap.dedent(f"""
+        studySpec:
+          metrics: {{metricId: accuracy, goal: MAXIMIZE}}
+          parameters:
+          - parameterId: learning_rate
+            doubleValueSpec: {{minValue: 0.01, maxValue: 0.3}}
+            scaleType: UNIT_LOG_SCALE
+          - parameterId: num_units
+            integerValueSpec: {{minValue: 16, maxValue: 64}}
+            scaleType: UNIT_LINEAR_SCALE
+        maxTrialCount: 3
+        parallelTrialCount: 2
+        trialJobSpec:
+          workerPoolSpecs:
+            machineSpec: {{machineType: n1-standard-4}}
+            replicaCount: 1
+            containerSpec:
+              imageUri: {TRAINER_IMAGE}
+              args: [--epochs=2]
+    """))
+    r = vcli(home, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}",
+             "--display-name=docker-hpt", "--seed=2", "--format=json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3
+    for t in study["trials"]:
+        assert t["finalMeasurement"]["stepCount"] == "2"
+        job_id = t["customJob"].rsplit("/", 1)[-1]
+        assert not _containers(client, job_id)
+        # metrics came from the bind-mounted hypertune file
+        f = home / "jobs" / job_id / "replicas" / "workerpool0-0" / "hypertune" / "output.metrics"
+        assert json.loads(f.read_text().splitlines()[-1])["trial"] == t["id"]
+
+
+STUBBORN = "import signal,time,os,sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n" \
+           "if os.environ['VCLI_TASK_NAME'].startswith('workerpool1'):\n    time.sleep(1); sys.exit(1)\n" \
+           "while True: time.sleep(0.1)\n"
+
+
+def test_failure_and_cancel_leave_no_container(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cmd = "--command=^|^python3|-c|" + STUBBORN
+    r = vcli(
+        home, "custom-jobs", "create", "--executor=docker", "--display-name=fails",
+        f"--worker-pool-spec={POOL},container-image-uri=vcli-base:bookworm",
+        f"--worker-pool-spec={POOL},container-image-uri=vcli-base:bookworm",
+        cmd, timeout=120,
+    )
+    assert r.returncode == 6, r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
+    assert not _containers(client, job_id)
+
+    # cancel from a second process while both run (the chief ignores SIGTERM)
+    proc = spawn(
+        home, "custom-jobs", "create", "--executor=docker", "--display-name=cancel-me",
+        f"--worker-pool-spec={POOL},container-image-uri=vcli-base:bookworm",
+        "--command=^|^python3|-c|import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
+    )
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: [c for c in _containers(client, job_id) if c.status == "running"], 60, "container running")
+        c = vcli(home, "custom-jobs", "cancel", job_id, timeout=120)
+        assert c.returncode == 0, c.stderr
+        assert proc.wait(timeout=60) == 5
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not _containers(client, job_id)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_autopackaged_job_with_script_and_requirements(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "run.py").write_text("import six, sys\nprint('six', six.__version__, 'args', sys.argv[1:])\n")
+    r = vcli(
+        home, "custom-jobs", "create", "--executor=docker", "--display-name=autopkg",
+        f"--worker-pool-spec={POOL},executor-image-uri=vcli-pybase:bookworm,local-package-path={pkg},"
+        "script=run.py,requirements=six",
+        "--args=--hello", timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "six 1." in r.stdout and "args ['--hello']" in r.stdout
+    job_id = job_id_from_stderr(r.stderr)
+    assert not _containers(client, job_id)
+
+
+def test_missing_image_is_one_clear_line(client, tmp_path: Path) -> None:
+    r = vcli(
+        tmp_path / "home", "custom-jobs", "create", "--executor=docker", "--display-name=noimg",
+        f"--worker-pool-spec={POOL},container-image-uri=vcli-does-not-exist:latest",
+        timeout=120,
+    )
+    assert r.returncode == 3, r.stderr
+    errors = [l for l in r.stderr.splitlines() if l.startswith("ERROR:") or "Traceback" in l]
+    assert len(errors) == 1 and "vcli-does-not-exist:latest" in errors[0], r.stderr

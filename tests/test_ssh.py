@@ -1,0 +1,352 @@
+"""The ssh executor end to end: real sshd in network namespaces, the real CLI, no mocks.
+
+The harness (`tests/harness/netns.py`) gives two or three "hosts" (namespaces with an sshd
+each) behind a switch namespace; vcli runs in a controller namespace, so nothing in the root
+namespace changes. The hosts share this machine's filesystem and Python (with TensorFlow);
+each gets its own working directory, so "on the chief's host" is a directory we can look in.
+
+Needs root, iproute2, openssh-server and paramiko (`.ci/ssh-setup.sh`). Run: pytest -m ssh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import netns
+
+pytestmark = [pytest.mark.ssh]
+
+REPO = Path(__file__).resolve().parent.parent
+INJECTION = "a b'; touch /tmp/pwned; echo '$(id)"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    c = netns.NetnsCluster(tmp_path_factory.mktemp("netns"), n=2)
+    with c:
+        yield c
+    assert c.leftovers() == [], f"namespaces/links left behind: {c.leftovers()}"
+
+
+class Env:
+    """A private vcli home/config/inventory for one test, and the CLI run inside the controller ns."""
+
+    def __init__(self, cluster: netns.NetnsCluster, tmp: Path, *, known: bool = True,
+                 extra: dict[str, dict[str, Any]] | None = None) -> None:
+        self.cluster = cluster
+        self.tmp = tmp
+        self.home = tmp / "home"
+        self.config = tmp / "config"
+        self.config.mkdir()
+        self.workdirs = {h.name: tmp / f"{h.name}-workdir" for h in cluster.hosts}
+        self.hosts_file = self.config / "hosts.yaml"
+        self.hosts_file.write_text(cluster.inventory_yaml(self.workdirs, sys.executable, extra=extra))
+        self.user_known_hosts = tmp / "user_known_hosts"  # stands in for ~/.ssh/known_hosts
+        self.user_known_hosts.write_text(cluster.known_hosts() if known else "")
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VCLI_", "TF_CONFIG", "CLUSTER_SPEC"))}
+        env.update(
+            VCLI_HOME=str(self.home), VCLI_CONFIG_DIR=str(self.config), VCLI_HOSTS_FILE=str(self.hosts_file),
+            VCLI_SSH_USER_KNOWN_HOSTS=str(self.user_known_hosts),
+            PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        return self.cluster.ctl([sys.executable, "-m", "vcli", *args])
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = self.spawn(*args)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"vcli {' '.join(args)} timed out after {timeout}s\n{out}\n{err}")
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(*args), env=self.env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def hosts(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`vcli hosts ...` (through the sub-app directly if vcli.cli does not mount it yet)."""
+        probe = subprocess.run([sys.executable, "-m", "vcli", "hosts", "--help"], env=self.env(), cwd=REPO,
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return self.run("hosts", *args, timeout=timeout)
+        code = "import sys; from vcli.cli_hosts import hosts_app; sys.argv[0] = 'vcli hosts'; hosts_app()"
+        proc = subprocess.run(self.cluster.ctl([sys.executable, "-c", code, *args]), env=self.env(), cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
+        return proc
+
+    def describe(self, job_id: str) -> dict[str, Any]:
+        res = self.run("custom-jobs", "describe", job_id, "--format=json", timeout=60)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+
+def _job_id(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "CustomJob [" in line and "customJobs/" in line:
+            return line.split("customJobs/")[1].split("]")[0]
+    raise AssertionError(f"no job id in:\n{stderr}")
+
+
+def _package(tmp: Path, files: dict[str, str]) -> Path:
+    pkg = tmp / "pkg"
+    for rel, text in files.items():
+        p = pkg / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return pkg
+
+
+# =========================================================================== (a) MWMS across hosts
+
+
+def test_multiworker_job_across_two_hosts(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path)
+    pkg = tmp_path / "pkg"
+    shutil.copytree(REPO / "trainer", pkg / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    pool = f"machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},python-module=trainer.task"
+    started = time.monotonic()
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1,h2", "--display-name=mwms",
+                  f"--worker-pool-spec={pool}", f"--worker-pool-spec={pool}", "--args=--epochs=2", timeout=600)
+    took = time.monotonic() - started
+    print(f"MWMS over SSH: {took:.1f}s")
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    job_id = _job_id(res.stderr)
+    job = env.describe(job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    by_task = {r["taskName"]: r for r in job["replicas"]}
+    assert by_task["workerpool0-0"]["host"] == "h1" and by_task["workerpool1-0"]["host"] == "h2"
+    assert by_task["workerpool0-0"]["address"].startswith("10.213.0.11:")
+    assert by_task["workerpool1-0"]["address"].startswith("10.213.0.12:")
+    # TF_CONFIG carried the namespaces' addresses: the trainer prints its cluster.
+    cluster_lines = [l for l in res.stdout.splitlines() if "cluster=" in l]
+    assert cluster_lines and all("10.213.0.11" in l and "10.213.0.12" in l for l in cluster_lines), res.stdout
+    assert "final val_accuracy=" in res.stdout
+    # The model is on the chief's host (h1's workdir), not on the worker's and not locally.
+    model_dirs = list((env.workdirs["h1"] / "jobs" / job_id).rglob("saved_model.pb"))
+    assert model_dirs, f"no SavedModel under {env.workdirs['h1']}"
+    assert not list((env.workdirs["h2"]).rglob("saved_model.pb"))
+    assert not list(env.home.rglob("saved_model.pb"))
+    # The replica log says where its outputs are on the host.
+    assert f"outputs under {env.workdirs['h1']}/jobs/{job_id}" in res.stdout
+    # Nothing left running on either host.
+    for h in ("h1", "h2"):
+        assert cluster.job_pids(h, job_id) == []
+
+
+# =========================================================================== (b) host keys
+
+
+def test_unknown_host_key_refused_then_accepted(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path, known=False)
+    h1 = cluster.host("h1")
+    # A job on a host whose key nobody has accepted is refused with the fingerprint.
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=k",
+                  "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x",
+                  f"--command={sys.executable},-c,print(1)", timeout=120)
+    assert res.returncode != 0
+    assert "is not known" in res.stderr and h1.fingerprint in res.stderr and "ssh-ed25519" in res.stderr
+    assert "vcli hosts add h1 --accept-new-host-key" in res.stderr
+    assert not (env.config / "known_hosts").exists()
+    # `hosts add` without the flag refuses too and records nothing.
+    res = env.hosts("add", "h3", f"--address={h1.address}", "--user=root", f"--identity-file={cluster.client_key}",
+                    f"--python={sys.executable}")
+    assert res.returncode != 0 and h1.fingerprint in res.stderr, res.stderr
+    assert "h3:" not in env.hosts_file.read_text()
+    # Accepting explicitly records the key in vcli's known_hosts, and then the host works.
+    res = env.hosts("add", "h1", "--accept-new-host-key")
+    assert res.returncode == 0, res.stderr
+    assert h1.fingerprint in res.stderr
+    assert h1.host_key_pub.read_text().split()[1] in (env.config / "known_hosts").read_text()
+    res = env.hosts("check", "h1", "--format=json")
+    assert res.returncode == 0, res.stderr
+    facts = json.loads(res.stdout)[0]
+    assert facts["status"] == "OK" and facts["cpus"] >= 1 and facts["python"].startswith(sys.executable)
+    # A changed key (h2's key recorded for h1's address) is refused loudly, even with the flag.
+    (env.config / "known_hosts").write_text(
+        cluster.host("h2").known_hosts_line().replace(cluster.host("h2").address, h1.address))
+    res = env.hosts("add", "h1", "--accept-new-host-key")
+    assert res.returncode != 0 and "HOST KEY CHANGED" in res.stderr, res.stderr
+    assert h1.fingerprint in res.stderr and cluster.host("h2").fingerprint in res.stderr
+
+
+def test_hosts_check_and_list(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path, extra={"h1": {"gpus": {"count": 1, "type": "NVIDIA_TESLA_T4"}}})
+    res = env.hosts("check", "--format=json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert set(rows) == {"h1", "h2"} and all(r["status"] == "OK" for r in rows.values())
+    assert "All 2 host(s) OK." in res.stderr  # h1 <-> h2 reachable on a TF-style port
+    res = env.hosts("list", "--format=value(name,address,gpus,gpuType)")
+    assert res.returncode == 0, res.stderr
+    assert "h1\t10.213.0.11\t1\tNVIDIA_TESLA_T4" in res.stdout
+    # Cut h2 off: check names it and the reachability problem, one line each.
+    cluster.link_down("h2")
+    try:
+        res = env.hosts("check", "--format=json", timeout=180)
+    finally:
+        cluster.link_up("h2")
+    assert res.returncode != 0
+    problems = [l for l in res.stderr.splitlines() if l.startswith("PROBLEM:")]
+    assert any("h2" in p and "Cannot connect" in p for p in problems), res.stderr
+
+
+# =========================================================================== (c) injection
+
+
+def test_injection_args_reach_the_trainer_verbatim(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path)
+    if os.path.exists("/tmp/pwned"):
+        os.remove("/tmp/pwned")
+    pkg = _package(tmp_path, {"dump.py": """
+        import json, os, sys
+        out = os.path.join(os.environ["AIP_MODEL_DIR"], "argv.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump({"argv": sys.argv[1:], "secret": os.environ.get("VCLI_SECRET_TOKEN")}, f)
+        print("argv=" + json.dumps(sys.argv[1:]))
+    """})
+    config = tmp_path / "job.yaml"
+    config.write_text(json.dumps({"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+        "containerSpec": {"imageUri": "unused", "command": [sys.executable, str(pkg / "dump.py")],
+                          "args": [f"--value={INJECTION}", INJECTION],
+                          "env": [{"name": "VCLI_SECRET_TOKEN", "value": "s3cr3t $(id) 'x'"}]},
+    }]}))
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h2", "--display-name=inj",
+                  f"--config={config}", timeout=180)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    job_id = _job_id(res.stderr)
+    dumped = json.loads(next((env.workdirs["h2"] / "jobs" / job_id).rglob("argv.json")).read_text())
+    assert dumped["argv"] == [f"--value={INJECTION}", INJECTION]
+    assert dumped["secret"] == "s3cr3t $(id) 'x'"
+    assert not os.path.exists("/tmp/pwned")
+    # The secret is in no log and no describe output.
+    logs = env.run("custom-jobs", "stream-logs", job_id, timeout=60)
+    described = json.dumps(env.describe(job_id))
+    for text in (res.stdout, res.stderr, logs.stdout, described):
+        assert "s3cr3t" not in text
+
+
+# =========================================================================== (d) host loss
+
+
+def test_host_loss_fails_the_job_quickly_and_stops_the_rest(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path)
+    pkg = _package(tmp_path, {"sleeper.py": """
+        import os, sys, time
+        print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
+        time.sleep(600)
+    """})
+    pool = f"machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},script=sleeper.py"
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1,h2", "--display-name=loss",
+                     f"--worker-pool-spec={pool}", f"--worker-pool-spec={pool}")
+    try:
+        job_id = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for both replicas to run
+            jobs = list((env.home / "jobs").glob("*/replicas")) if (env.home / "jobs").exists() else []
+            if jobs:
+                job_id = jobs[0].parent.name
+                logs = [p.read_text() for p in jobs[0].glob("*/replica.log")]
+                if len(logs) == 2 and all("up on" in l for l in logs):
+                    break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("replicas did not start")
+        assert job_id and cluster.job_pids("h1", job_id) and cluster.job_pids("h2", job_id)
+        cluster.link_down("h2")
+        cut = time.monotonic()
+        out, err = proc.communicate(timeout=90)
+        took = time.monotonic() - cut
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        cluster.link_up("h2")
+    print(f"host loss -> CLI exit: {took:.1f}s")
+    assert proc.returncode != 0
+    assert took < 40, f"the controller took {took:.1f}s to give up on the lost host"
+    assert "lost contact with host h2" in err + out
+    job = env.describe(job_id)
+    assert job["state"] == "JOB_STATE_FAILED"
+    assert "h2" in job["error"]["message"]
+    # Nothing of the job is left on the surviving host (h1), nor any session of it.
+    assert cluster.job_pids("h1", job_id) == []
+    leftover = [p for p in cluster.pids("h1") if p != cluster.host("h1").sshd.pid]
+    deadline = time.monotonic() + 10
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leftover = [p for p in cluster.pids("h1") if p != cluster.host("h1").sshd.pid]
+    assert leftover == [], [netns.process_cmdline(p) for p in leftover]
+    # The replica on the lost host is still there (it was unreachable); clean it up for the next test.
+    for p in cluster.job_pids("h2", job_id):
+        os.kill(p, signal.SIGKILL)
+
+
+# =========================================================================== (e) study over two 1-GPU hosts
+
+
+def _placer_gets_spec() -> bool:
+    """Does vcli.jobs.plan_job pass the job spec to the placer (needed for GPU placement)?"""
+    import inspect
+
+    from vcli import jobs
+
+    return "spec=spec" in inspect.getsource(jobs.plan_job)
+
+
+def test_study_over_two_one_gpu_hosts(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    if not _placer_gets_spec():
+        pytest.skip("vcli.jobs.plan_job does not pass spec/job_id to the placer yet (issue 5 integration)")
+    env = Env(cluster, tmp_path, extra={h: {"gpus": {"count": 1, "type": "NVIDIA_TESLA_T4"}} for h in ("h1", "h2")})
+    pkg = _package(tmp_path, {"trial.py": """
+        import json, os, sys, time
+        lr = float(sys.argv[1].split("=", 1)[1])
+        rec = {"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time()}
+        time.sleep(2)
+        rec["end"] = time.time()
+        out = os.path.join(os.environ["AIP_MODEL_DIR"], "trial.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        json.dump(rec, open(out, "w"))
+        print(f"accuracy={1 - abs(lr - 0.3):.4f}", flush=True)
+    """})
+    pool = (f"machine-type=n1-standard-4,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1,"
+            f"local-package-path={pkg},script=trial.py")
+    res = env.run("hp-tuning-jobs", "create", "--executor=ssh", "--hosts=h1,h2", "--display-name=study",
+                  "--max-trial-count=4", "--parallel-trial-count=2", "--algorithm=random-search", "--seed=1",
+                  "--metric=metric-id=accuracy,goal=maximize",
+                  "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1",
+                  f"--worker-pool-spec={pool}", "--format=json", timeout=600)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    study = json.loads(res.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 4
+    records = []
+    for h in ("h1", "h2"):
+        for p in env.workdirs[h].rglob("trial.json"):
+            records.append((h, json.loads(p.read_text())))
+    assert len(records) == 4 and {h for h, _ in records} == {"h1", "h2"}
+    assert all(r["cuda"] == "0" for _, r in records)
+    for host in ("h1", "h2"):  # never two trials at once on one host's only GPU
+        spans = sorted((r["start"], r["end"]) for h, r in records if h == host)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans

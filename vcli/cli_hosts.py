@@ -1,0 +1,230 @@
+"""`vcli hosts add | remove | list | check`: the SSH host inventory (see `vcli.hosts`).
+
+Mounted by `vcli.cli` as `vcli hosts`. Only typer is imported at module level; paramiko is
+imported when a command connects.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, List, Optional, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+hosts_app = typer.Typer(
+    help="Manage the SSH hosts vcli runs replicas on (the inventory) and check them.",
+    no_args_is_help=True,
+)
+
+_LIST_FORMAT = ("table(name, address, port, user, runtime, gpus, gpuType, cpus, memoryGb, workdir)")
+_CHECK_FORMAT = ("table(name, status, os, cpus, memoryGb, diskFreeGb, gpus, gpuType, docker, python)")
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _command(path: str) -> Callable[[F], F]:
+    """VcliError -> `ERROR: (vcli.hosts.X) message` and its exit code (as vcli.cli does)."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from vcli.errors import ExitCode, VcliError
+
+            try:
+                return fn(*args, **kwargs)
+            except VcliError as e:
+                try:
+                    from vcli.cli import _state
+
+                    debug = _state.get("verbosity") == "debug"
+                except Exception:  # noqa: BLE001
+                    debug = False
+                if debug:
+                    import traceback
+
+                    traceback.print_exc()
+                _err(f"ERROR: (vcli.{path}) {e}")
+                raise typer.Exit(int(e.exit_code)) from None
+            except KeyboardInterrupt:
+                _err(f"ERROR: (vcli.{path}) Interrupted.")
+                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+def _emit(resources: Any, fmt: Optional[str], default: str, *, is_list: bool = True) -> None:
+    from vcli.formats import parse_format, render
+
+    sys.stdout.write(render(resources, parse_format(fmt or default), is_list=is_list))
+    sys.stdout.flush()
+
+
+@hosts_app.command("add")
+@_command("hosts.add")
+def hosts_add(
+    name: str = typer.Argument(..., help="Inventory name of the host, e.g. gpu1."),
+    address: Optional[str] = typer.Option(None, "--address", help="Host name or IP address (required for a new host)."),
+    port: Optional[int] = typer.Option(None, "--port", help="SSH port (default 22)."),
+    user: Optional[str] = typer.Option(None, "--user", help="Login user (default: your local user name)."),
+    identity_file: Optional[str] = typer.Option(None, "--identity-file", help="Private key (default: ssh-agent, ~/.ssh/id_*)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="process (default) | docker."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Working directory on the host (default ~/.vcli)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Python (or venv python) for the process runtime (default python3)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs to offer (default: detected by `vcli hosts check`)."),
+    gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="Accelerator type of the GPUs, e.g. NVIDIA_TESLA_T4."),
+    cpus: Optional[float] = typer.Option(None, "--cpus", help="vCPUs to offer (machine types are matched against it)."),
+    memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory to offer, GB."),
+    internal_address: Optional[str] = typer.Option(None, "--internal-address", help="Address other hosts use to reach this one (TF_CONFIG), if not --address."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="Record the host's key in vcli's known_hosts if it is not known yet (never replaces a changed key)."),
+    no_connect: bool = typer.Option(False, "--no-connect", help="Only write the inventory; do not connect to verify the host key."),
+) -> None:
+    """Add a host to the inventory (or change one), after verifying its SSH host key."""
+    from dataclasses import replace
+
+    from vcli import hosts as H
+    from vcli.errors import ExecutorError, UsageError
+
+    if name == H.LOCAL:
+        raise UsageError("`local` is this machine and always available; declare its GPUs with $VCLI_LOCAL_GPUS.")
+    inv = H.load_inventory()
+    existing = inv.get(name)
+    if existing is None and not address:
+        raise UsageError("argument --address: Must be specified for a new host.")
+    base = existing or H.Host(name=name, address=address or "")
+    changes: dict[str, Any] = {}
+    for key, value in (("address", address), ("port", port), ("user", user), ("identity_file", identity_file),
+                       ("runtime", runtime), ("workdir", workdir), ("python", python), ("gpu_count", gpus),
+                       ("gpu_type", gpu_type), ("cpus", cpus), ("memory_gb", memory_gb),
+                       ("internal_address", internal_address)):
+        if value is not None:
+            changes[key] = value
+    if "gpu_count" in changes:
+        changes["gpu_indices"] = None
+    host = H.validate(replace(base, **changes))
+    if no_connect:
+        H.put_host(host)
+        _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()} (not connected; its key is checked on first use).")
+        return
+    from vcli.executors.ssh import HostKeyError, accept_host_key, connect
+
+    try:
+        if accept_new_host_key:
+            key_type, fp, new = accept_host_key(host)
+            if new:
+                _err(f"Accepted {key_type} key {fp} for {name} ({host.address}:{host.port}) into {H.known_hosts_file()}.")
+            else:
+                _err(f"Host key of {name} is already known ({key_type} {fp}).")
+        else:
+            client, _ = connect(host)
+            client.close()
+    except HostKeyError:
+        raise  # unknown or changed: nothing is written
+    except ExecutorError as e:
+        H.put_host(host)
+        _err(f"WARNING: {e}")
+        _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()}, but could not verify it now.")
+        return
+    H.put_host(host)
+    _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()}. Check it with `vcli hosts check {name}`.")
+
+
+@hosts_app.command("remove")
+@_command("hosts.remove")
+def hosts_remove(
+    names: List[str] = typer.Argument(..., help="Inventory names to remove."),
+) -> None:
+    """Remove hosts from the inventory (their keys stay in known_hosts)."""
+    from vcli import hosts as H
+
+    for n in names:
+        H.remove_host(n)
+        _err(f"Removed host [{n}].")
+
+
+@hosts_app.command("list")
+@_command("hosts.list")
+def hosts_list(
+    fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_LIST_FORMAT}; also json, yaml, value(...), csv(...)."),
+    filter_: Optional[str] = typer.Option(None, "--filter", help="e.g. runtime=docker, gpus>0"),
+    sort_by: Optional[str] = typer.Option(None, "--sort-by"),
+    include_local: bool = typer.Option(False, "--include-local", help="Also show `local` (this machine)."),
+) -> None:
+    """List the inventory."""
+    from vcli import hosts as H
+    from vcli.formats import apply_filter, apply_sort
+
+    inv = H.load_inventory()
+    rows = [h.to_resource() for n, h in sorted(inv.items()) if n != H.LOCAL]
+    if include_local:
+        rows.insert(0, H.local_host(inv).to_resource())
+    rows = apply_sort(apply_filter(rows, filter_), sort_by)
+    if not rows:
+        _err(f"Listed 0 items. Add hosts with `vcli hosts add NAME --address=...` ({H.hosts_file()}).")
+        if (fmt or "").startswith("json"):
+            print("[]")
+        return
+    _emit(rows, fmt, _LIST_FORMAT)
+
+
+@hosts_app.command("check")
+@_command("hosts.check")
+def hosts_check(
+    names: Optional[List[str]] = typer.Argument(None, help="Hosts to check (default: all)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_CHECK_FORMAT}."),
+    no_reachability: bool = typer.Option(False, "--no-reachability", help="Skip the host-to-host TF port test."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record detected GPUs/CPUs/memory in the inventory."),
+) -> None:
+    """Connect to hosts; report OS, CPUs, memory, disk, GPUs, Docker, Python and host-to-host reachability."""
+    from dataclasses import replace
+
+    from vcli import hosts as H
+    from vcli.errors import ExitCode, VcliError
+    from vcli.executors.ssh import check_hosts
+
+    inv = H.load_inventory()
+    targets = H.resolve_hosts(",".join(names) if names else None, inv)
+    if any(h.is_local for h in targets):
+        raise VcliError("`local` is this machine; check remote hosts only.")
+    rows, problems = check_hosts(targets, reachability=not no_reachability)
+    if save:
+        changed = False
+        for row in rows:
+            if row.get("status") in ("UNREACHABLE", "TIMEOUT", "ERROR"):
+                continue
+            h = inv.get(row["name"])
+            if h is None:
+                continue
+            det: dict[str, Any] = {}
+            if "cpus" in row:
+                det["cpus"] = row["cpus"]
+            if "memoryGb" in row:
+                det["memory_gb"] = row["memoryGb"]
+            gpus = row.get("gpuDetails") or []
+            det["gpus"] = {"count": len(gpus), "indices": [g["index"] for g in gpus]}
+            if gpus and gpus[0].get("type"):
+                det["gpus"]["type"] = gpus[0]["type"]
+            if row.get("docker"):
+                det["docker"] = row["docker"]
+            if dict(h.detected) != det:
+                inv[h.name] = replace(h, detected=det)
+                changed = True
+        if changed:
+            H.save_inventory(inv)
+    if not (fmt or "").startswith(("json", "yaml")):
+        for row in rows:
+            row.pop("gpuDetails", None)
+    _emit(rows, fmt, _CHECK_FORMAT)
+    for p in problems:
+        _err(f"PROBLEM: {p}")
+    if problems:
+        _err(f"{len(problems)} problem(s) found.")
+        bad = any(r.get("status") in ("UNREACHABLE", "TIMEOUT", "ERROR") for r in rows)
+        raise typer.Exit(int(ExitCode.EXECUTOR_UNAVAILABLE if bad else ExitCode.INVALID))
+    _err(f"All {len(rows)} host(s) OK.")
