@@ -926,7 +926,7 @@ class SSHExecutor:
         for _ in range(5):
             port = None
             try:
-                rc, out, _ = link.run(f"{q(link.host.python)} -c {q(_FREE_PORT)}", timeout=CONNECT_TIMEOUT + 10)
+                rc, out, _ = link.run(f"{q(link.host.python)} -S -c {q(_FREE_PORT)}", timeout=CONNECT_TIMEOUT + 10)
                 if rc == 0 and out.strip().isdigit():
                     port = int(out.strip())
             except ExecutorError:

@@ -129,7 +129,9 @@ class GPSuggester(SuggesterBase):
             if mode == "yj":
                 from scipy import stats
 
-                y = stats.yeojohnson(y)[0]
+                lmb = float(stats.yeojohnson_normmax(y))
+                lo, hi = self.tuning.get("yj_clip", (-10.0, 10.0))
+                y = stats.yeojohnson(y, lmbda=min(hi, max(lo, lmb)))
             elif mode == "log":
                 y = np.log(y - y.min() + float(self.tuning.get("log_delta", 0.1)))
             y = y - np.mean(y)
