@@ -14,12 +14,12 @@ from tests.helpers import REPO, vcli_env
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_scripts_are_current(shell: str, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.argv[0] = 'vcli'; from vcli.cli import run; run()", "--show-completion", shell],
-        env=vcli_env(tmp_path), capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", "import sys; sys.argv[0] = 'vcli'; from vcli.cli import run; run()", "--show-completion"],
+        env=vcli_env(tmp_path, SHELL=f"/bin/{shell}"), capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
     committed = (REPO / "completions" / f"vcli.{shell}").read_text()
-    assert out.stdout == committed, f"regenerate with: vcli --show-completion {shell} > completions/vcli.{shell}"
+    assert out.stdout == committed, f"regenerate with: SHELL=/bin/{shell} vcli --show-completion > completions/vcli.{shell}"
 
 
 def test_bash_completion_completes_commands(tmp_path: Path) -> None:
