@@ -1,10 +1,1 @@
-_vcli_completion() {
-    local IFS=$'
-'
-    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
-                   COMP_CWORD=$COMP_CWORD \
-                   _VCLI_COMPLETE=complete_bash $1 ) )
-    return 0
-}
-
-complete -o default -F _vcli_completion vcli
+complete --command vcli --no-files --arguments "(env _VCLI_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) vcli)" --condition "env _VCLI_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) vcli"

@@ -1,10 +1,7 @@
+#compdef vcli
+
 _vcli_completion() {
-    local IFS=$'
-'
-    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
-                   COMP_CWORD=$COMP_CWORD \
-                   _VCLI_COMPLETE=complete_bash $1 ) )
-    return 0
+  eval $(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" _VCLI_COMPLETE=complete_zsh vcli)
 }
 
-complete -o default -F _vcli_completion vcli
+compdef _vcli_completion vcli

@@ -1,4 +1,8 @@
-"""The shell completion scripts in completions/ are generated from the CLI and must not drift."""
+"""The shell completion scripts in completions/ are typer's, for `vcli`, and must not drift.
+
+Regenerate with:
+    python -c "from typer.completion import get_completion_script as g; [open(f'completions/vcli.{s}', 'w').write(g(prog_name='vcli', complete_var='_VCLI_COMPLETE', shell=s)) for s in ('bash', 'zsh', 'fish')]"
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.completion import get_completion_script
 
 from tests.helpers import REPO, vcli_env
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
-def test_completion_scripts_are_current(shell: str, tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.argv[0] = 'vcli'; from vcli.cli import run; run()", "--show-completion"],
-        env=vcli_env(tmp_path, SHELL=f"/bin/{shell}"), capture_output=True, text=True, timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    committed = (REPO / "completions" / f"vcli.{shell}").read_text()
-    assert out.stdout == committed, f"regenerate with: SHELL=/bin/{shell} vcli --show-completion > completions/vcli.{shell}"
+def test_completion_scripts_are_current(shell: str) -> None:
+    expected = get_completion_script(prog_name="vcli", complete_var="_VCLI_COMPLETE", shell=shell)
+    assert (REPO / "completions" / f"vcli.{shell}").read_text() == expected
 
 
 def test_bash_completion_completes_commands(tmp_path: Path) -> None:
