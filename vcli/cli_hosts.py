@@ -112,7 +112,7 @@ def hosts_add(
         H.put_host(host)
         _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()} (not connected; its key is checked on first use).")
         return
-    from vcli.executors.ssh import HostKeyError, accept_host_key, connect
+    from vcli.executors.ssh import HostKeyError, UnknownHostKeyError, accept_host_key, connect
 
     try:
         if accept_new_host_key:
@@ -124,8 +124,12 @@ def hosts_add(
         else:
             client, _ = connect(host)
             client.close()
+    except UnknownHostKeyError as e:
+        if existing is not None:
+            raise  # `vcli hosts add NAME --accept-new-host-key` is enough: the entry exists
+        raise UnknownHostKeyError(e.host, e.key_type, e.fingerprint, accept_hint=_rerun_hint()) from None
     except HostKeyError:
-        raise  # unknown or changed: nothing is written
+        raise  # changed: nothing is written
     except ExecutorError as e:
         H.put_host(host)
         _err(f"WARNING: {e}")
@@ -133,6 +137,15 @@ def hosts_add(
         return
     H.put_host(host)
     _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()}. Check it with `vcli hosts check {name}`.")
+
+
+def _rerun_hint() -> str:
+    """This very command line plus --accept-new-host-key (the host is not recorded yet)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if a != "--accept-new-host-key"]
+    args = args[args.index("hosts"):] if "hosts" in args else ["hosts", *args]
+    return shlex.join(["vcli", *args, "--accept-new-host-key"])
 
 
 @hosts_app.command("remove")

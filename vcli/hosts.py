@@ -175,6 +175,9 @@ class Host:
             out["internalAddress"] = self.internal_address
         if self.detected:
             out["detected"] = dict(self.detected)
+        if self.is_local:  # no SSH settings: it is this machine
+            for key in ("port", "identityFile", "workdir", "python"):
+                out.pop(key, None)
         return {k: v for k, v in out.items() if v is not None}
 
 

@@ -537,18 +537,14 @@ class JobPlacer:
     nothing but are still spread over the hosts.
     """
 
-    def __init__(self, scheduler: Scheduler, *, wait_seconds: float = 0.0,
-                 before_place: Any = None) -> None:
+    def __init__(self, scheduler: Scheduler, *, wait_seconds: float = 0.0) -> None:
         self.scheduler = scheduler
         self.wait_seconds = wait_seconds
-        self._before_place = before_place
         self._anon = 0
         self._lock = threading.Lock()
 
     def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
                  **_: Any) -> list[Placement]:
-        if self._before_place is not None:
-            self._before_place()
         if job_id is None:
             with self._lock:
                 self._anon += 1

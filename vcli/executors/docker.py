@@ -863,7 +863,8 @@ class DockerExecutor:
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: its container was removed")
         except Exception as e:  # noqa: BLE001 - engine gone mid-run
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: lost the Docker engine ({e})")
-        # The controller (vcli.jobs) records the exit, with final.message, in this same log.
+        text = final.message or f"replica {watch.task_name} exited with code {final.exit_code}"
+        watch.writer.write("vcli", text)
         watch.writer.close()
         watch.final = final
         watch.done.set()

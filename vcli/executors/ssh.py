@@ -31,6 +31,15 @@ Process model
     request is refused for root logins; feasibility.md §5). Only groups whose processes carry
     `VCLI_JOB_ID=<job>` are signalled, so a reused pgid is never hit.
 
+Docker runtime (`runtime: docker` in the inventory)
+    The replica runs through vcli's Docker executor against the host's own engine: a private
+    local UNIX socket forwards each engine connection to `docker system dial-stdio` on the host
+    over the same verified SSH connection (the Docker SDK's own ssh:// transport would bypass
+    vcli's known_hosts and identity file). Output/metric/AIP_* paths are mapped to the host's
+    workdir as above and bind-mounted there; images must exist on the host's engine, be pullable
+    from a registry, or be built there (autopackaging streams the build context over SSH).
+    Needs the docker CLI (>= 18.09) on the host and the login user in its docker group.
+
 Host failure
     Every connection runs a heartbeat (a global request every 2 s) and paramiko keepalives.
     A connection that answers nothing for `VCLI_SSH_DEAD_AFTER` seconds (default 10) is
@@ -53,7 +62,7 @@ import socket
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -105,13 +114,13 @@ class HostKeyError(ExecutorError):
 
 
 class UnknownHostKeyError(HostKeyError):
-    def __init__(self, host: Host, key_type: str, fp: str) -> None:
-        self.key_type, self.fingerprint = key_type, fp
+    def __init__(self, host: Host, key_type: str, fp: str, accept_hint: str | None = None) -> None:
+        self.host, self.key_type, self.fingerprint = host, key_type, fp
+        hint = accept_hint or f"vcli hosts add {host.name} --accept-new-host-key"
         super().__init__(
-            f"Host key of {host.name} ({_hostport(host)}) is not known: it offered a {key_type} key with fingerprint "
+            f"Host key of {host.name} ({_hostport(host)}) is not known: the host offered the {key_type} key "
             f"{fp}. vcli never accepts keys silently. Check the fingerprint on the host "
-            f"(`ssh-keygen -lf /etc/ssh/ssh_host_{_key_file_kind(key_type)}_key.pub`), then accept it with: "
-            f"vcli hosts add {host.name} --accept-new-host-key"
+            f"(`ssh-keygen -lf /etc/ssh/ssh_host_{_key_file_kind(key_type)}_key.pub`), then accept it with: {hint}"
         )
 
 
@@ -550,6 +559,13 @@ class _HostLink:
             return any(c.alive() for c in self._conns)
 
     def close(self) -> None:
+        with self._sftp_lock:
+            if self._sftp is not None:
+                try:
+                    self._sftp.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._sftp = None
         with self._lock:
             for c in self._conns:
                 c.close()
@@ -755,9 +771,135 @@ def _signal_code(name: str | None) -> int | None:
         return None
 
 
-def _parse_ref(ref: str) -> tuple[int, str, str]:
-    pgid, job_id, root = ref.split("@", 2)
-    return int(pgid), job_id, root
+def _parse_ref(ref: str) -> tuple[str, str, str]:
+    """`PGID@JOB@ROOT` (process) or `docker:CONTAINER@JOB@ROOT` -> (token, job id, remote workdir)."""
+    token, job_id, root = ref.split("@", 2)
+    return token, job_id, root
+
+
+@dataclass(frozen=True)
+class _RemoteView:
+    """A launch's paths and environment as seen on its host."""
+
+    root: str
+    env: dict[str, str]
+    output_dir: str
+    metric_file: str
+    mounts: tuple[str, ...]
+    mkdirs: tuple[str, ...]
+
+
+def remote_view(launch: ReplicaLaunch, root: str) -> _RemoteView:
+    """Map every local path under vcli's home to the host's workdir (`root`)."""
+    home = _local_home()
+    env = {k: map_path(v, home, root) for k, v in launch.env.items()}
+    out = map_path(os.path.abspath(launch.output_dir), home, root)
+    if out == os.path.abspath(launch.output_dir):  # not under vcli's home: keep it per job
+        out = f"{root}/jobs/{launch.job_id}/replicas/{launch.task_name}"
+    metric = map_path(os.path.abspath(launch.metric_file), home, root)
+    if metric == os.path.abspath(launch.metric_file):
+        metric = f"{out}/hypertune/output.metrics"
+    if "CLOUD_ML_HP_METRIC_FILE" in env:
+        env["CLOUD_ML_HP_METRIC_FILE"] = metric
+    mounts = tuple(map_path(os.path.abspath(m), home, root) for m in launch.mounts)
+    mkdirs = [out, posixpath.dirname(metric)]
+    for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
+        if key in env and env[key].startswith(root + "/"):
+            mkdirs.append(env[key])
+    mkdirs += [m for m in mounts if m.startswith(root + "/")]
+    return _RemoteView(root=root, env=env, output_dir=out, metric_file=metric, mounts=mounts,
+                       mkdirs=tuple(dict.fromkeys(mkdirs)))
+
+
+class _DockerBridge:
+    """A private local UNIX socket whose every connection is `docker system dial-stdio` run on
+    the host over the link's verified SSH connection, so the Docker SDK (and vcli's Docker
+    executor) talks to the host's engine with vcli's host-key checking, identity file and
+    timeouts. Needs the docker CLI (>= 18.09) on the host and the login user in its docker group.
+    """
+
+    def __init__(self, link: "_HostLink") -> None:
+        import tempfile
+
+        self.link = link
+        self.dir = tempfile.mkdtemp(prefix="vcli-docker-ssh-")
+        os.chmod(self.dir, 0o700)
+        self.path = os.path.join(self.dir, "engine.sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.path)
+        self._server.listen(64)
+        self._closed = False
+        threading.Thread(target=self._accept, name=f"vcli-docker-bridge-{link.host.name}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                local, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(local,), daemon=True).start()
+
+    def _serve(self, local: socket.socket) -> None:
+        try:
+            conn, chan = self.link.open_session()
+            chan.exec_command("docker system dial-stdio")
+        except Exception:  # noqa: BLE001 - the SDK sees a closed connection and reports it
+            local.close()
+            return
+
+        def up() -> None:
+            try:
+                while True:
+                    data = local.recv(65536)
+                    if not data:
+                        chan.shutdown_write()
+                        return
+                    chan.sendall(data)
+            except Exception:  # noqa: BLE001
+                chan.close()
+
+        t = threading.Thread(target=up, daemon=True)
+        t.start()
+        try:
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                conn.touch()
+                local.sendall(data)
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            try:
+                local.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            t.join(5)
+            local.close()
+            chan.close()
+            conn.channels = max(0, conn.channels - 1)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._server.close()
+        finally:
+            try:
+                os.unlink(self.path)
+                os.rmdir(self.dir)
+            except OSError:
+                pass
+
+
+def _remote_docker_executor(base_url: str) -> Any:
+    from vcli.executors.docker import DockerExecutor
+
+    class RemoteDockerExecutor(DockerExecutor):
+        #: The output dirs are paths on the host: not to be created on this machine (honoured by
+        #: DockerExecutor.start when it checks this attribute).
+        create_local_dirs = False
+
+    return RemoteDockerExecutor(base_url=base_url)
 
 
 def _local_home() -> str:
@@ -802,6 +944,9 @@ class SSHExecutor:
         self._replicas: dict[str, _Replica] = {}
         self._lock = threading.RLock()
         self._probing: set[str] = set()
+        self._dockers: dict[str, tuple[_DockerBridge, Any]] = {}
+        self._docker_metric: dict[str, str] = {}
+        self._docker_lost: dict[str, ReplicaStatus] = {}
         self._closed = threading.Event()
         self._Scheduler, self._HostCapacity, self._JobPlacer = Scheduler, HostCapacity, JobPlacer
         self._scheduler: Any = None
@@ -879,26 +1024,80 @@ class SSHExecutor:
 
     def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
                 progress: Callable[[str], None]) -> list[ReplicaLaunch]:
+        out = list(launches)
         try:
             for launch in launches:
-                host = self._host(launch.placement.host)
-                if launch.placement.runtime == "docker" or host.runtime == "docker":
-                    raise ExecutorError(
-                        f"Host {host.name} uses the docker runtime, which the ssh executor does not run yet: "
-                        "set `runtime: process` for it (vcli hosts add ... --runtime=process).")
-                process_argv(launch, host.python)
+                if not self._is_docker(launch):
+                    process_argv(launch, self._host(launch.placement.host).python)
             done: set[tuple[str, str]] = set()
             for launch in launches:
                 if cancelled.is_set():
                     break
                 host = self._host(launch.placement.host)
-                if launch.workdir and (host.name, launch.workdir) not in done:
+                if not self._is_docker(launch) and launch.workdir and (host.name, launch.workdir) not in done:
                     done.add((host.name, launch.workdir))
                     self._ship(host, launch.workdir, progress)
+            by_host: dict[str, list[int]] = {}
+            for i, launch in enumerate(launches):
+                if self._is_docker(launch):
+                    by_host.setdefault(launch.placement.host, []).append(i)
+            for host_name, idx in by_host.items():
+                if cancelled.is_set():
+                    break
+                docker_ex = self._docker(host_name)
+                link = self._link(host_name)
+                views = [remote_view(launches[i], link.root()) for i in idx]
+                dirs = sorted({d for v in views for d in v.mkdirs})
+                rc, _, err = link.run(f"mkdir -p -- {qargv(dirs)}", timeout=30)
+                if rc != 0:
+                    raise ExecutorError(f"Host {host_name}: cannot create {dirs[0]}: {err.strip()}")
+                remote = [replace(launches[i], env=v.env, output_dir=v.output_dir, metric_file=v.metric_file,
+                                  mounts=v.mounts) for i, v in zip(idx, views)]
+                progress(f"Using the Docker engine of {host_name} over SSH.")
+                ready = docker_ex.prepare(remote, cancelled=cancelled, progress=progress)
+                for i, launch in zip(idx, ready):
+                    out[i] = launch
         except BaseException:
             self.release_job(launches[0].job_id if launches else "")
             raise
-        return list(launches)
+        return out
+
+    def _is_docker(self, launch: ReplicaLaunch) -> bool:
+        return launch.placement.runtime == "docker" or self._host(launch.placement.host).runtime == "docker"
+
+    def _docker(self, host_name: str) -> Any:
+        """The Docker executor bound to `host_name`'s engine (through an SSH bridge)."""
+        with self._lock:
+            entry = self._dockers.get(host_name)
+            if entry is None:
+                bridge = _DockerBridge(self._link(host_name))
+                entry = self._dockers[host_name] = (bridge, _remote_docker_executor(f"unix://{bridge.path}"))
+            return entry[1]
+
+    def _start_docker(self, launch: ReplicaLaunch, host: Host, link: "_HostLink") -> ReplicaHandle:
+        view = remote_view(launch, link.root())  # idempotent for launches prepare() already mapped
+        remote = replace(launch, env=view.env, output_dir=view.output_dir, metric_file=view.metric_file,
+                         mounts=view.mounts)
+        docker_ex = self._docker(host.name)
+        try:
+            inner = docker_ex.start(remote)
+        except PermissionError as e:
+            raise ExecutorError(
+                f"Cannot start replica {launch.task_name} on {host.name}'s Docker engine: the Docker executor tried to "
+                f"create the host's directory {e.filename} on this machine (it needs to honour "
+                "`create_local_dirs = False`).") from None
+        ref = f"docker:{inner.ref}@{launch.job_id}@{view.root}"
+        with self._lock:
+            self._docker_metric[ref] = view.metric_file
+        w = LogWriter(launch.log_path)
+        w.write("vcli", f"Started on {host.name} ({host.login}@{host.address}:{host.port}) as container "
+                        f"{inner.ref[:12]} of the host's Docker engine; outputs under {view.root}/jobs on {host.name}.")
+        w.close()
+        return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name)
+
+    def _docker_handle(self, handle: ReplicaHandle) -> ReplicaHandle:
+        token, _, _ = _parse_ref(handle.ref)
+        return ReplicaHandle(executor="docker", host=handle.host, ref=token[len("docker:"):], task_name=handle.task_name)
 
     def _ship(self, host: Host, local_dir: str, progress: Callable[[str], None]) -> str:
         if not os.path.isdir(local_dir):
@@ -945,27 +1144,17 @@ class SSHExecutor:
 
         host = self._host(launch.placement.host)
         link = self._link(host.name)
-        root = link.root()
-        home = _local_home()
-        env = {k: map_path(v, home, root) for k, v in launch.env.items()}
+        if self._is_docker(launch):
+            return self._start_docker(launch, host, link)
+        view = remote_view(launch, link.root())
+        root, env, remote_out, remote_metric = view.root, dict(view.env), view.output_dir, view.metric_file
         env.setdefault("PYTHONUNBUFFERED", "1")
-        remote_out = map_path(os.path.abspath(launch.output_dir), home, root)
-        if remote_out == os.path.abspath(launch.output_dir):  # not under vcli's home: keep it per job
-            remote_out = f"{root}/jobs/{launch.job_id}/replicas/{launch.task_name}"
-        remote_metric = map_path(os.path.abspath(launch.metric_file), home, root)
-        if remote_metric == os.path.abspath(launch.metric_file):
-            remote_metric = f"{remote_out}/hypertune/output.metrics"
-        if "CLOUD_ML_HP_METRIC_FILE" in env:
-            env["CLOUD_ML_HP_METRIC_FILE"] = remote_metric
         if launch.workdir:
             cwd = _code_dir(root, launch.workdir)
             env["PYTHONPATH"] = ":".join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
         else:
             cwd = remote_out
-        mkdirs = [remote_out, posixpath.dirname(remote_metric)]
-        for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
-            if key in env and env[key].startswith(root + "/"):
-                mkdirs.append(env[key])
+        mkdirs = list(view.mkdirs)
         secret_names = [k for k in env if is_secret(k, launch.secret_env)]
         secrets = {k: env.pop(k) for k in secret_names}
         for k, v in secrets.items():
@@ -1022,6 +1211,8 @@ class SSHExecutor:
         return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name)
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        if handle.ref.startswith("docker:"):
+            return self._poll_docker(handle)
         rep = self._replicas.get(handle.ref)
         if rep is None:
             return self._poll_foreign(handle)
@@ -1052,17 +1243,54 @@ class SSHExecutor:
             return rep.result
         return ReplicaStatus(running=True)
 
+    def _poll_docker(self, handle: ReplicaHandle) -> ReplicaStatus:
+        link = self._link(handle.host)
+        with self._lock:
+            lost = self._docker_lost.get(handle.ref)
+        if lost is not None:
+            return lost
+        if link._conns and not link.healthy():  # noqa: SLF001 - connections existed and all died
+            host = link.host
+            msg = (f"lost contact with host {host.name} ({host.address}): no answer over SSH; the container's state "
+                   "there is unknown and the host is marked unhealthy")
+            status = ReplicaStatus(running=False, exit_code=255, message=msg)
+            with self._lock:
+                self._docker_lost[handle.ref] = status
+            return status
+        try:
+            return self._docker(handle.host).poll(self._docker_handle(handle))
+        except ExecutorError as e:
+            status = ReplicaStatus(running=False, exit_code=255, message=f"host {handle.host}: {e}")
+            with self._lock:
+                self._docker_lost[handle.ref] = status
+            return status
+
     def _poll_foreign(self, handle: ReplicaHandle) -> ReplicaStatus:
         pgid, job_id, _ = _parse_ref(handle.ref)
         try:
-            rc, out, _ = self._link(handle.host).run(f"sh -c {q(_ALIVE_SCRIPT)} alive {q(job_id)} {pgid}", timeout=20)
+            rc, out, _ = self._link(handle.host).run(f"sh -c {q(_ALIVE_SCRIPT)} alive {q(job_id)} {q(pgid)}", timeout=20)
         except ExecutorError as e:
             return ReplicaStatus(running=False, exit_code=255, message=str(e))
         alive = "RUNNING" in out
         return ReplicaStatus(running=alive, message=None if alive else "the replica is gone (exit code unknown)")
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
-        by_host: dict[tuple[str, str], list[int]] = {}
+        docker_handles = [h for h in handles if h.ref.startswith("docker:")]
+        handles = [h for h in handles if not h.ref.startswith("docker:")]
+        errors: list[str] = []
+
+        def docker_stop(host_name: str, mine: list[ReplicaHandle]) -> None:
+            if self._link(host_name)._conns and not self._link(host_name).healthy():  # noqa: SLF001
+                return
+            try:
+                self._docker(host_name).stop(mine, grace_seconds=grace_seconds)
+            except ExecutorError as e:
+                errors.append(f"{host_name}: {e}")
+
+        threads = [threading.Thread(target=docker_stop, args=(
+            name, [self._docker_handle(h) for h in docker_handles if h.host == name]), daemon=True)
+            for name in sorted({h.host for h in docker_handles})]
+        by_host: dict[tuple[str, str], list[str]] = {}
         for h in handles:
             pgid, job_id, _ = _parse_ref(h.ref)
             rep = self._replicas.get(h.ref)
@@ -1074,11 +1302,10 @@ class SSHExecutor:
                     rep.writer.write("vcli", f"cannot stop the replica: host {h.host} is unreachable")
                     continue
             by_host.setdefault((h.host, job_id), []).append(pgid)
-        errors: list[str] = []
 
-        def kill(host: str, job_id: str, pgids: list[int]) -> None:
+        def kill(host: str, job_id: str, pgids: list[str]) -> None:
             tenths = max(1, int(grace_seconds * 10))
-            cmd = f"sh -c {q(_KILL_SCRIPT)} kill {q(job_id)} {tenths} {' '.join(map(str, pgids))}"
+            cmd = f"sh -c {q(_KILL_SCRIPT)} kill {q(job_id)} {tenths} {qargv(pgids)}"
             try:
                 rc, out, err = self._link(host).run(cmd, timeout=grace_seconds + 20)
                 if rc != 0:
@@ -1086,8 +1313,8 @@ class SSHExecutor:
             except ExecutorError as e:
                 errors.append(str(e))
 
-        threads = [threading.Thread(target=kill, args=(host, job, pg), daemon=True)
-                   for (host, job), pg in by_host.items()]
+        threads += [threading.Thread(target=kill, args=(host, job, pg), daemon=True)
+                    for (host, job), pg in by_host.items()]
         for t in threads:
             t.start()
         for t in threads:
@@ -1109,6 +1336,12 @@ class SSHExecutor:
         _, _, root = _parse_ref(handle.ref)
         local = os.path.abspath(path)
         remote = map_path(local, _local_home(), root)
+        if handle.ref.startswith("docker:"):
+            with self._lock:
+                if handle.ref in self._docker_lost:
+                    return None
+            if os.path.basename(local) == "output.metrics" and handle.ref in self._docker_metric:
+                remote = self._docker_metric[handle.ref]
         if rep is not None:
             is_metric = local == os.path.abspath(rep.launch.metric_file)
             if is_metric:
@@ -1137,6 +1370,17 @@ class SSHExecutor:
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         jobs = set()
+        for host_name in sorted({h.host for h in handles if h.ref.startswith("docker:")}):
+            mine = [h for h in handles if h.host == host_name and h.ref.startswith("docker:")]
+            for h in mine:
+                jobs.add(_parse_ref(h.ref)[1])
+            if self._link(host_name)._conns and not self._link(host_name).healthy():  # noqa: SLF001
+                continue
+            try:
+                self._docker(host_name).release([self._docker_handle(h) for h in mine])
+            except ExecutorError:
+                pass
+        handles = [h for h in handles if not h.ref.startswith("docker:")]
         for h in handles:
             _, job_id, _ = _parse_ref(h.ref)
             jobs.add(job_id)
@@ -1176,15 +1420,32 @@ class SSHExecutor:
 
     def remote_dirs(self, handle: ReplicaHandle) -> dict[str, str]:
         """Where a replica's files are on its host (for describe)."""
-        pgid, job_id, root = _parse_ref(handle.ref)
-        return {"host": handle.host, "pgid": str(pgid), "workdir": root, "jobDir": f"{root}/jobs/{job_id}"}
+        return handle_location(handle.to_json())
 
     def close(self) -> None:
         self._closed.set()
         with self._lock:
             links = list(self._links.values())
+            bridges = [b for b, _ in self._dockers.values()]
+        for b in bridges:
+            b.close()
         for link in links:
             link.close()
+
+
+def handle_location(handle: Mapping[str, str]) -> dict[str, str]:
+    """For `describe`: where an ssh replica ran and keeps its files, from its stored handle JSON.
+
+    {"host", "workdir" (the host's vcli workdir), "jobDir", and "processGroup" or "container"}.
+    Pure: no connection, no paramiko.
+    """
+    token, job_id, root = _parse_ref(handle["ref"])
+    out = {"host": handle.get("host", ""), "workdir": root, "jobDir": f"{root}/jobs/{job_id}"}
+    if token.startswith("docker:"):
+        out["container"] = token[len("docker:"):][:12]
+    else:
+        out["processGroup"] = token
+    return out
 
 
 # =========================================================================== vcli hosts check
