@@ -247,3 +247,29 @@ def test_config_file_job_with_env_and_command(tmp_path: Path, workers: int) -> N
     assert job["outputDirectory"] == str(out)
     assert (out / "model").is_dir()
     assert r.stderr.count("hello world ['--one']") == replicas
+
+
+def test_async_create_returns_at_once_and_the_job_runs_in_background(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN, "quick.py": "import sys; print('quick', sys.argv[1:])\n"})
+    started = time.monotonic()
+    r = vcli(home, "custom-jobs", "create", "--async", "--display-name=bg",
+             f"--worker-pool-spec={POOL},local-package-path={pkg},script=quick.py", "--args=--a=1",
+             "--format=value(name.basename())", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - started < 10
+    job_id = r.stdout.strip()
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=120)  # follows until the job ends
+    assert "quick ['--a=1']" in logs.stdout
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+
+    # an async job is cancelled from another process like any other
+    r = vcli(home, "custom-jobs", "create", "--async", "--display-name=bg-cancel",
+             f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
+             "--format=value(name.basename())", timeout=60)
+    job_id = r.stdout.strip()
+    wait_for(lambda: processes_with_env("VCLI_JOB_ID", job_id), 30, "the replica running")
+    c = vcli(home, "custom-jobs", "cancel", job_id, timeout=120)
+    assert c.returncode == 0, c.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+    assert not processes_with_env("VCLI_JOB_ID", job_id)

@@ -288,9 +288,13 @@ def cj_create(
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Comma-separated inventory hosts to place replicas on (ssh executor)."),
     shm_size: Optional[str] = typer.Option(None, "--shm-size", help="vcli: /dev/shm size for containers, e.g. 2g (NCCL)."),
     validate_only: bool = typer.Option(False, "--validate-only", help="Check and print the resolved job; launch nothing."),
+    async_: bool = typer.Option(False, "--async", help="Return once the job is submitted; it runs in a background vcli process."),
     fmt: Optional[str] = typer.Option(None, "--format", help="json|yaml|value(...)|table(...)|csv(...)|none"),
 ) -> None:
-    """Create a custom job and run it in the foreground, streaming its replicas' logs."""
+    """Create a custom job and run it in the foreground, streaming its replicas' logs.
+
+    With --async, a detached vcli process runs the job (as gcloud's create returns at once);
+    follow it with stream-logs, stop it with cancel."""
     from vcli import config as cfg
     from vcli.errors import ExitCode, UsageError
     from vcli.jobs import JobRun, plan_job, run_job
@@ -313,6 +317,8 @@ def cj_create(
         "labels": label_map,
         "executor": ex_name,
         "outputDirectory": plan.base_output_directory,
+        "hosts": hosts,
+        "shmSize": shm_size,
     }
     _check_runnable(ex, plan)
     if validate_only:
@@ -323,8 +329,18 @@ def cj_create(
         _emit(resource, fmt, is_list=False)
         return
     row = store.create_job(kind="customJob", display_name=display_name, record=record, state="JOB_STATE_QUEUED", job_id=job_id)
-    _mark_controller(store, job_id)
     name = resource_name("customJob", job_id)
+    if async_:
+        _spawn_runner(store, job_id, ["custom-jobs", "run-job", job_id])
+        err(f"CustomJob [{name}] is submitted successfully.\n\nYour job is still active. You may view the status of "
+            f"your job with the command\n\n  $ vcli custom-jobs describe {job_id}\n\nor continue streaming the logs "
+            f"with the command\n\n  $ vcli custom-jobs stream-logs {job_id}")
+        if fmt:
+            from vcli.resources import custom_job_resource
+
+            _emit(custom_job_resource(store, store.get_job(job_id)), fmt, is_list=False)
+        return
+    _mark_controller(store, job_id)
     err(f"CustomJob [{name}] is submitted successfully.")
     err(f"Running {len(plan.launches)} replica(s) with the {ex_name} executor; Ctrl-C cancels the job.")
     err(f"  describe:    vcli custom-jobs describe {job_id}")
@@ -361,6 +377,50 @@ def cj_create(
         e = run.startup_error
         if isinstance(e, VcliError):
             raise typer.Exit(int(e.exit_code))
+    raise typer.Exit(_exit_for_state(state))
+
+
+def _spawn_runner(store: Any, job_id: str, argv: list[str]) -> None:
+    """Start a detached vcli process that runs a stored job (for --async)."""
+    import subprocess
+
+    log = store.job_dir(job_id) / "controller.log"
+    with open(log, "ab", buffering=0) as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vcli", *argv],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+        )
+    # The runner records itself as the controller; until then the spawner stands in, so a
+    # `cancel` in between waits for the runner instead of finding no controller.
+    store.update_job(job_id, controller_pid=proc.pid, controller_start=_proc_start_time(proc.pid))
+
+
+@custom_jobs.command("run-job", hidden=True)
+@command("custom-jobs.run-job")
+def cj_run_job(job: str = typer.Argument(...)) -> None:
+    """Run a stored custom job to its end (the background half of `create --async`)."""
+    from vcli import config as cfg
+    from vcli.jobs import JobRun, plan_job, run_job
+
+    store = _store()
+    row = _get_row(store, job, "customJob")
+    _mark_controller(store, row.id)
+    if store.cancel_requested(row.id):
+        store.set_state(row.id, "JOB_STATE_CANCELLED", error={"code": 1, "message": "CANCELED"})
+        return
+    rec = row.record
+    spec = cfg.custom_job_spec_from_stored(rec["jobSpec"])
+    ex = _make_executor(rec.get("executor") or "local", rec.get("hosts"))
+    plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=ex,
+                    shm_size=rec.get("shmSize"), placer=_placer(ex), base_output_directory=rec.get("outputDirectory"))
+    _interrupt_on_signals()
+    timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
+    run = JobRun(store=store, executor=ex, plan=plan, timeout_seconds=timeout, on_progress=err)
+    try:
+        state = run_job(run)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    err(f"CustomJob [{row.name}] finished: {state.value}.")
     raise typer.Exit(_exit_for_state(state))
 
 
