@@ -508,9 +508,9 @@ def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_pat
     assert proc.returncode == 0, f"{out}\n{err}"
     study = json.loads(out)
     states = [t["state"] for t in study["trials"]]
-    assert len(states) == 4 and states.count("SUCCEEDED") == 3 and states.count("INFEASIBLE") == 1, states
+    assert len(states) == 4 and states.count("SUCCEEDED") == 3 and states.count("INFEASIBLE") == 1, f"{states}\n{err}"
     lost = next(t for t in study["trials"] if t["state"] == "INFEASIBLE")
-    assert "h2" in json.dumps(lost)
+    assert "h2" in json.dumps(lost), f"{lost}\n{err}"
     for p in cluster.pids("h2"):  # the replica stranded on the lost host
         if netns.process_env(p).get("VCLI_JOB_ID"):
             os.kill(p, signal.SIGKILL)

@@ -39,6 +39,10 @@ app.add_typer(custom_jobs, name="custom-jobs")
 app.add_typer(hp_tuning_jobs, name="hp-tuning-jobs")
 app.add_typer(config_app, name="config")
 
+from vcli.cli_hosts import hosts_app  # noqa: E402  (imports only typer)
+
+app.add_typer(hosts_app, name="hosts")
+
 _state: dict[str, Any] = {"verbosity": "warning"}
 
 
@@ -156,11 +160,32 @@ def _check_format(fmt: Optional[str]) -> None:
         parse_format(fmt)
 
 
+_LOCAL_PLACER: Any = None
+
+
 def _placer(ex: Any) -> Any:
-    """The executor's placement (ssh: the host scheduler) or everything on this machine."""
+    """The executor's placement (ssh: the host scheduler), else this machine's.
+
+    When this machine declares or has GPUs (inventory host `local`, $VCLI_LOCAL_GPUS or
+    nvidia-smi), local replicas get specific GPUs from the same scheduler the SSH hosts use;
+    otherwise everything simply runs here.
+    """
+    global _LOCAL_PLACER
     from vcli.jobs import local_placer
 
-    return getattr(ex, "placer", None) or local_placer
+    own = getattr(ex, "placer", None)
+    if own is not None:
+        return own
+    if _LOCAL_PLACER is None:
+        from vcli.hosts import local_host
+
+        if local_host().gpus()[0]:
+            from vcli.placement import local_placer as gpu_placer
+
+            _LOCAL_PLACER = gpu_placer()
+        else:
+            _LOCAL_PLACER = local_placer
+    return _LOCAL_PLACER
 
 
 def _check_runnable(ex: Any, plan: Any) -> None:

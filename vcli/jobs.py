@@ -33,10 +33,12 @@ STOP_GRACE_SECONDS = 3.0
 #: After the chief succeeds, how long other workers may take to finish on their own.
 WORKER_DRAIN_SECONDS = 30.0
 
-Placer = Callable[[Sequence[ReplicaId]], Sequence[Placement]]
+#: `placer(replicas, spec=..., job_id=...) -> placements`; may have `release(job_id)`.
+Placer = Callable[..., Sequence[Placement]]
 
 
-def local_placer(replicas: Sequence[ReplicaId]) -> list[Placement]:
+def local_placer(replicas: Sequence[ReplicaId], **_: object) -> list[Placement]:
+    """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
     return [Placement() for _ in replicas]
 
 
@@ -46,6 +48,13 @@ class JobPlan:
     spec: CustomJobSpec
     launches: tuple[ReplicaLaunch, ...]
     base_output_directory: str
+    #: The placer that reserved capacity (GPUs) for this job; released when the job ends.
+    placer: Any = None
+
+    def release_placement(self) -> None:
+        release = getattr(self.placer, "release", None)
+        if release is not None:
+            release(self.job_id)
 
 
 def plan_job(
@@ -61,10 +70,16 @@ def plan_job(
 ) -> JobPlan:
     """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts)."""
     replicas = cluster.replica_ids(spec)
-    placements = list(placer(replicas))
-    addresses = {
-        r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
-    }
+    placements = list(placer(replicas, spec=spec, job_id=job_id))
+    try:
+        addresses = {
+            r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
+        }
+    except BaseException:
+        release = getattr(placer, "release", None)
+        if release is not None:
+            release(job_id)
+        raise
     layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
     base = base_output_directory or spec.base_output_directory or str(job_dir / "output")
     job_dict = custom_job_spec_to_dict(spec)
@@ -108,7 +123,7 @@ def plan_job(
                 shm_size=shm_size,
             )
         )
-    return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base)
+    return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base, placer=placer)
 
 
 def make_dirs(plan: JobPlan) -> None:
@@ -268,6 +283,7 @@ class JobRun:
                     )
                     _log_vcli(r.launch, "Task stopped by vcli.")
         self.executor.release([r.handle for r in self._replicas if r.handle is not None])
+        self.plan.release_placement()
         for r in self._replicas:
             if r.handle is None:
                 self.store.upsert_replica(self.job_id, r.launch.task_name, state="NOT_STARTED")

@@ -52,6 +52,10 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
             d["message"] = r.message
         if r.gpus:
             d["gpus"] = r.gpus
+        if r.handle and r.handle.get("executor") == "ssh":
+            from vcli.executors.ssh import handle_location  # pure: no paramiko import
+
+            d["remote"] = handle_location(r.handle)
         replicas.append(d)
     if replicas:
         out["replicas"] = replicas

@@ -40,7 +40,8 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.store import Store, now_iso, resource_name
+from vcli.errors import VcliError
+from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.suggesters import Suggester
 
 #: How many failed trials a study tolerates when maxFailedTrialCount is 0 (Vertex: "service decides").
@@ -166,6 +167,8 @@ class StudyRun:
     _exhausted: bool = False
     _stop_launching: str | None = None
     _cancelled: bool = False
+    _queued: list[dict[str, ParameterValue]] = field(default_factory=list)
+    _waiting_logged: bool = False
 
     def __post_init__(self) -> None:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
@@ -204,8 +207,12 @@ class StudyRun:
                     self.on_progress(f"Study time budget of {self.spec.study_timeout_seconds:g}s is used up: stopping running trials.")
                     self._stop_all(self._stop_launching)
                 if self._stop_launching is None:
-                    self._launch()
-                if not self._active and (
+                    try:
+                        self._launch()
+                    except VcliError as e:  # e.g. a trial that can never be placed on the hosts
+                        self._stop_all("the study failed")
+                        return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": str(e)})
+                if not self._active and not self._queued and (
                     self._stop_launching is not None
                     or self._exhausted
                     or len(self.trials) >= self.spec.max_trial_count
@@ -232,8 +239,13 @@ class StudyRun:
     # ------------------------------------------------------------------ trials
 
     def _launch(self) -> None:
-        free = self.spec.parallel_trial_count - len(self._active)
-        remaining = self.spec.max_trial_count - len(self.trials)
+        """Start trials in free slots: queued suggestions first (they wait for capacity)."""
+        while self._queued and len(self._active) < self.spec.parallel_trial_count:
+            if not self._start_trial(self._queued[0]):
+                return  # no capacity now (GPUs busy, a host down): try again on a later tick
+            self._queued.pop(0)
+        free = self.spec.parallel_trial_count - len(self._active) - len(self._queued)
+        remaining = self.spec.max_trial_count - len(self.trials) - len(self._queued)
         count = min(free, remaining)
         if count <= 0 or self._exhausted:
             return
@@ -241,13 +253,37 @@ class StudyRun:
         if not suggestions:
             self._exhausted = True  # the search space is used up (grid search)
             return
-        for s in suggestions:
-            self._start_trial(dict(s.parameters))
+        for i, s in enumerate(suggestions):
+            if not self._start_trial(dict(s.parameters)):
+                self._queued.extend(dict(x.parameters) for x in suggestions[i:])
+                return
 
-    def _start_trial(self, parameters: dict[str, ParameterValue]) -> None:
+    def _start_trial(self, parameters: dict[str, ParameterValue]) -> bool:
+        """Place and start one trial; False (nothing recorded) when capacity is busy now."""
+        from vcli.placement import NoCapacityError
+
         trial_id = str(len(self.trials) + 1)
         job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, parameters))
+        job_id = new_id()
+        try:
+            plan = plan_job(
+                job_spec,
+                job_id=job_id,
+                job_dir=self.store.home / "jobs" / job_id,
+                executor=self.executor,
+                trial_id=trial_id,
+                base_output_directory=self.base_output,
+                placer=self.placer,
+                shm_size=self.shm_size,
+            )
+        except NoCapacityError as e:
+            if not self._waiting_logged:
+                self.on_progress(f"Waiting for capacity to start trial {trial_id}: {e}")
+                self._waiting_logged = True
+            return False
+        self._waiting_logged = False
         job_row = self.store.create_job(
+            job_id=job_id,
             kind="customJob",
             display_name=f"{self.display_name}-trial-{trial_id}",
             record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
@@ -266,16 +302,6 @@ class StudyRun:
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
-        plan = plan_job(
-            job_spec,
-            job_id=job_row.id,
-            job_dir=self.store.home / "jobs" / job_row.id,
-            executor=self.executor,
-            trial_id=trial_id,
-            base_output_directory=self.base_output,
-            placer=self.placer,
-            shm_size=self.shm_size,
-        )
         timeout = job_spec.scheduling.timeout_seconds if job_spec.scheduling else None
         run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout, on_progress=self.on_progress)
         chief = plan.launches[0]
@@ -287,6 +313,7 @@ class StudyRun:
         self.store.update_job(job_row.id, controller_pid=_self_pid(), controller_start=_self_start())
         run.start()
         self.on_event("started", trial)
+        return True
 
     def _read_metrics(self, active: _ActiveTrial) -> bool:
         chief = active.run.plan.launches[0]

@@ -790,9 +790,10 @@ class DockerExecutor:
 
         client = self.client()
         kwargs = container_create_kwargs(launch, mem_limit=self.mem_limit)
-        os.makedirs(launch.output_dir, exist_ok=True)
-        for path in launch.mounts:
-            os.makedirs(path, exist_ok=True)
+        if getattr(self, "create_local_dirs", True):  # False when the engine is on an SSH host
+            os.makedirs(launch.output_dir, exist_ok=True)
+            for path in launch.mounts:
+                os.makedirs(path, exist_ok=True)
         try:
             container = self._create(client, kwargs)
         except docker.errors.ImageNotFound as e:
