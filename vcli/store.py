@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 """
 
+SCHEMA_VERSION = 1
 PROJECT = "local"
 LOCATION = "local"
 
@@ -151,11 +152,14 @@ class Store:
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA busy_timeout=30000")
-        with self._lock:
-            self._conn.executescript(SCHEMA)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        # The schema and WAL mode persist in the file: set them up once, not on every command.
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.executescript(SCHEMA)
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         for suffix in ("-wal", "-shm"):
             p = Path(str(self.db_path) + suffix)
             if p.exists():
