@@ -323,16 +323,16 @@ def summarise(results, problems, opts, seeds, n):
     for problem in problems:
         lines.append(f"\n#### {problem}\n")
         hdr = "| optimizer | q | seeds | " + " | ".join(f"regret@{c} median [Q1, Q3]" for c in checkpoints)
-        hdr += " | cpu ms/suggestion |"
+        hdr += f" | solved@{checkpoints[-1]} (regret < 1e-3) | cpu ms/suggestion |"
         lines.append(hdr)
-        lines.append("|" + "---|" * (4 + len(checkpoints)))
+        lines.append("|" + "---|" * (5 + len(checkpoints)))
         for opt in opts:
             for q in (1, 4):
                 runs = [idx.get((problem, opt, q, s)) for s in seeds]
                 runs = [r for r in runs if r]
                 if not runs:
                     if q == 4 and not OPTIMIZERS[opt][1]:
-                        lines.append(f"| {opt} | 4 | n/a | " + " | ".join("n/a" for _ in checkpoints) + " | n/a |")
+                        lines.append(f"| {opt} | 4 | n/a | " + " | ".join("n/a" for _ in checkpoints) + " | n/a | n/a |")
                     continue
                 cells = []
                 for c in checkpoints:
@@ -341,7 +341,10 @@ def summarise(results, problems, opts, seeds, n):
                     med[(problem, opt, q, c)] = m
                     cells.append(f"{_fmt(m)} [{_fmt(q1)}, {_fmt(q3)}]")
                 cpu = np.median([r["cpu_s_per_suggestion"] for r in runs]) * 1000
-                lines.append(f"| {opt} | {q} | {len(runs)} | " + " | ".join(cells) + f" | {cpu:.1f} |")
+                solved = sum(r["regret"][checkpoints[-1] - 1] < 1e-3 for r in runs)
+                lines.append(
+                    f"| {opt} | {q} | {len(runs)} | " + " | ".join(cells) + f" | {solved}/{len(runs)} | {cpu:.1f} |"
+                )
     # ratios
     lines.append("\n#### vcli_gp vs Optuna GPSampler, and q=4 vs q=1 (median regret ratios; < 1 = vcli better)\n")
     lines.append("| problem | " + " | ".join(f"vcli/GPSampler q=1 @{c}" for c in checkpoints) + " | "

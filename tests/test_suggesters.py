@@ -233,6 +233,15 @@ def test_consecutive_asks_without_tell_do_not_repeat(kind):
     assert a != b
 
 
+@pytest.mark.parametrize("kind", ["random", "gp"])
+def test_random_draws_keyed_by_trial_number_not_batching(kind):
+    """The k-th (random / initial-design) trial is the same whether asked alone or in a batch."""
+    batched = [x.parameters for x in _make(kind, seed=5).ask(4)]
+    s = _make(kind, seed=5)
+    single = [s.ask(1)[0].parameters for _ in range(4)]
+    assert batched == single
+
+
 # ---------------------------------------------------------------------------- grid
 
 

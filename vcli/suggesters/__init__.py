@@ -52,8 +52,8 @@ class Suggester(Protocol):
 
     Determinism (replay): for a fixed ``seed``, a fresh suggester told the same trials in
     the same order as the original proposes the same next points. Random draws derive only
-    from (seed, number of known trials and outstanding suggestions, index in the batch);
-    there is no RNG state that depends on call history.
+    from (seed, the number the suggested trial will get = known trials + outstanding
+    suggestions + index in the batch); there is no RNG state that depends on call history.
     """
 
     def ask(self, count: int) -> list[TrialSuggestion]: ...

@@ -100,6 +100,7 @@ def fit_hyperparameters(
     is_cat: np.ndarray,
     starts: list[np.ndarray] | None = None,
     min_noise: float = MIN_NOISE,
+    gtol: float = 1e-4,
 ) -> np.ndarray:
     """MAP hyperparameters theta = [log lam (d), log s, log(noise - MIN_NOISE)]."""
     d = X.shape[1]
@@ -116,7 +117,7 @@ def fit_hyperparameters(
             jac=True,
             method="L-BFGS-B",
             bounds=bounds,
-            options={"maxiter": 200, "gtol": 1e-4},
+            options={"maxiter": 200, "gtol": gtol},
         )
         if np.isfinite(res.fun) and res.fun < best_val:
             best_theta, best_val = res.x, float(res.fun)
@@ -217,19 +218,9 @@ def log_ei_grad(mean: float, var: float, best: float) -> tuple[float, float, flo
     return lh + math.log(sd), d_mean, d_var
 
 
-def log_ei_grads(mean: np.ndarray, var: np.ndarray, best) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised log EI and its partial derivatives with respect to mean and variance."""
-    sd = np.sqrt(var)
-    z = (best - mean) / sd
-    lh = log_h(z)
-    ratio_cdf = np.exp(special.log_ndtr(z) - lh)
-    ratio_pdf = np.exp(-0.5 * z * z - _LOG_2PI_HALF - lh)
-    return lh + np.log(sd), -ratio_cdf / sd, ratio_pdf / (2.0 * var)
-
-
 # ---------------------------------------------------------------------- acquisitions
-# Each has values(X) -> (m,) for many points and value_grad(x, cols) -> (value, gradient
-# with respect to x[cols]) for one point; larger is better.
+# values(X) -> (m,) for many points; value_grad(x, cols) -> (value, gradient with respect
+# to x[cols]) for one point; larger is better.
 
 
 class LogEI:
@@ -244,99 +235,3 @@ class LogEI:
         mean, var, dmean, dvar = self.gp.predict_grad(x, cols)
         val, gm, gv = log_ei_grad(mean, var, self.best)
         return val, gm * dmean + gv * dvar
-
-
-class NegMean:
-    """Minus the posterior mean: pure exploitation."""
-
-    def __init__(self, gp: GP) -> None:
-        self.gp = gp
-
-    def values(self, X: np.ndarray) -> np.ndarray:
-        return -self.gp.predict(X)[0]
-
-    def value_grad(self, x: np.ndarray, cols: np.ndarray):
-        mean, _, dmean, _ = self.gp.predict_grad(x, cols)
-        return -mean, -dmean
-
-
-class QLogEI:
-    """log of the expected improvement of a batch made of pending points P plus x.
-
-    Improvement = max(0, best - min(f(P), f(x))). With fantasies f(P) drawn from the joint
-    posterior (fixed standard-normal QMC samples Z, shape (K, p)), f(x) given f(P) is
-    Gaussian, so the expectation over f(x) is closed form: for fantasy k the batch's
-    improvement is a_k + EI(x; threshold t_k = min(best, min_j f_k(P_j))), a_k independent
-    of x. We maximise log(mean_k EI_k(x)), which ranks x like the q-batch EI.
-    """
-
-    def __init__(self, gp: GP, best: float, P: np.ndarray, Z: np.ndarray) -> None:
-        self.gp, self.best, self.P = gp, best, P
-        muP, _ = gp.predict(P)
-        KPo = gp.s * matern52(sqdist(P, gp.X, gp.lam, gp.is_cat))[0]  # (p, n)
-        self.G = linalg.cho_solve(gp.chol, KPo.T, check_finite=False).T  # (p, n) = K_Po K^-1
-        CPP = gp.s * matern52(sqdist(P, P, gp.lam, gp.is_cat))[0] - self.G @ KPo.T
-        CPP = 0.5 * (CPP + CPP.T)
-        CPP[np.diag_indices(len(P))] += 1e-9 * gp.s + gp.noise * 1e-3
-        self.LP = _safe_cholesky(CPP)
-        self.Z = Z
-        fant = muP[None, :] + Z @ self.LP.T  # (K, p)
-        self.t = np.minimum(best, fant.min(axis=1))  # (K,)
-        self.logK = math.log(Z.shape[0])
-
-    def _cross(self, X: np.ndarray, KXo: np.ndarray) -> np.ndarray:
-        KXP = self.gp.s * matern52(sqdist(X, self.P, self.gp.lam, self.gp.is_cat))[0]  # (m, p)
-        C = KXP - KXo @ self.G.T  # (m, p) posterior cross-covariance
-        return linalg.solve_triangular(self.LP, C.T, lower=True, check_finite=False)  # (p, m)
-
-    def values(self, X: np.ndarray) -> np.ndarray:
-        gp = self.gp
-        KXo = gp.s * matern52(sqdist(X, gp.X, gp.lam, gp.is_cat))[0]
-        mean = KXo @ gp.alpha
-        V = linalg.solve_triangular(gp.chol[0], KXo.T, lower=True, check_finite=False)
-        var = gp.s - np.sum(V * V, axis=0)
-        A = self._cross(X, KXo)  # (p, m)
-        cvar = np.maximum(var - np.sum(A * A, axis=0), 1e-30)  # (m,)
-        M = mean[:, None] + (self.Z @ A).T  # (m, K)
-        L = log_ei(M, np.broadcast_to(cvar[:, None], M.shape), self.t[None, :])
-        return special.logsumexp(L, axis=1) - self.logK
-
-    def value_grad(self, x: np.ndarray, cols: np.ndarray):
-        gp = self.gp
-        r2 = sqdist(x[None, :], gp.X, gp.lam, gp.is_cat)[0]
-        km, dkm = matern52(r2)
-        k = gp.s * km
-        dk = (gp.s * dkm)[:, None] * 2.0 * gp.lam[cols][None, :] * (x[cols][None, :] - gp.X[:, cols])
-        mean = float(k @ gp.alpha)
-        dmean = dk.T @ gp.alpha
-        v = linalg.cho_solve(gp.chol, k, check_finite=False)
-        var = gp.s - float(k @ v)
-        dvar = -2.0 * (dk.T @ v)
-        r2p = sqdist(x[None, :], self.P, gp.lam, gp.is_cat)[0]
-        kpm, dkpm = matern52(r2p)
-        kP = gp.s * kpm
-        dkP = (gp.s * dkpm)[:, None] * 2.0 * gp.lam[cols][None, :] * (x[cols][None, :] - self.P[:, cols])
-        c = kP - self.G @ k  # (p,)
-        dc = dkP - self.G @ dk  # (p, c)
-        a = linalg.solve_triangular(self.LP, c, lower=True, check_finite=False)
-        da = linalg.solve_triangular(self.LP, dc, lower=True, check_finite=False)
-        cvar = max(var - float(a @ a), 1e-30)
-        dcvar = dvar - 2.0 * (da.T @ a)
-        m = mean + self.Z @ a  # (K,)
-        dm = dmean[None, :] + self.Z @ da  # (K, c)
-        lk, gm, gv = log_ei_grads(m, np.full_like(m, cvar), self.t)
-        val = float(special.logsumexp(lk)) - self.logK
-        w = np.exp(lk - special.logsumexp(lk))  # softmax weights
-        grad = (w * gm) @ dm + float(np.sum(w * gv)) * dcvar
-        return val, grad
-
-
-def _safe_cholesky(A: np.ndarray) -> np.ndarray:
-    jitter = 0.0
-    scale = float(np.mean(np.diag(A))) if len(A) else 1.0
-    for _ in range(10):
-        try:
-            return linalg.cholesky(A + jitter * np.eye(len(A)), lower=True, check_finite=False)
-        except linalg.LinAlgError:
-            jitter = max(jitter * 10.0, 1e-10 * max(scale, 1e-12))
-    return np.diag(np.sqrt(np.maximum(np.diag(A), 1e-12)))

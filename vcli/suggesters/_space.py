@@ -58,15 +58,6 @@ class Node:
     parent: int | None = None  # column index of the parent
     parent_values: frozenset = frozenset()  # normalised parent values that activate this node
 
-    @property
-    def n_choices(self) -> int | None:
-        """Number of feasible values (None for DOUBLE)."""
-        if self.kind in (CATEGORICAL, DISCRETE):
-            return len(self.values)
-        if self.kind == INTEGER:
-            return self.int_hi - self.int_lo + 1
-        return None
-
 
 def _scale(spec: ParameterSpec) -> str:
     if spec.scale_type == ScaleType.UNIT_LOG_SCALE:
@@ -431,10 +422,13 @@ class SuggesterBase:
         """Trials told so far plus suggestions not yet told: the replay-stable RNG counter."""
         return len(self._trials) + len(self._outstanding)
 
-    def rng(self, *extra: int) -> "np.random.Generator":
+    def rng(self, i: int, *purpose: int) -> "np.random.Generator":
+        """The generator for suggestion i of the current ask, keyed by the number that trial
+        will get (n_known + i): the k-th trial gets the same draws whether it was asked
+        alone or in a batch, and a rebuilt suggester reproduces them."""
         import numpy as np
 
-        return np.random.default_rng([self.seed, self.n_known, *extra])
+        return np.random.default_rng([self.seed, self.n_known + i, *purpose])
 
     def observations(self) -> list[tuple[Mapping[str, ParameterValue], float]]:
         """(parameters, value to MINIMISE) of every trial with a finite final metric."""

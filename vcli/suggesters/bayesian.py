@@ -2,21 +2,26 @@
 
 `GPSuggester` (backend "gp", the default) is vcli's own GP-based optimiser in numpy/scipy:
 
-* every parameter is one column in a warped unit space (see `_space`), categoricals use a
-  Hamming-distance kernel part, inactive conditional children hold a fixed marker;
-* a scrambled Sobol initial design of `n_startup` points;
-* a GP with a Matern-5/2 ARD kernel and noise, standardised outputs (MAXIMIZE negated),
-  hyperparameters by MAP (Optuna GPSampler's priors) with L-BFGS-B; above `max_fit_points`
-  observations the hyperparameters are fitted on a deterministic subset (the best points plus
-  a seeded random sample) while the posterior uses every observation;
-* log expected improvement, maximised over Sobol candidates, then a mixed local search from
-  the best candidates and the best observed point: L-BFGS-B over the active DOUBLE columns
-  (analytic gradients) alternating with exhaustive/neighbourhood search over the
-  INTEGER/DISCRETE/CATEGORICAL columns;
-* pending points (running trials, outstanding suggestions, earlier points of the same batch)
-  and valueless points (INFEASIBLE / non-finite) enter as kriging-believer fantasies: they
-  shrink the posterior variance there, so the optimiser does not re-propose them, without
-  ever being fed as metric values.
+* every parameter is one column in a warped unit space (see `_space`); categoricals use a
+  Hamming-distance kernel part; inactive conditional children hold a fixed marker;
+* an initial design of `n_startup` (10) random points: the trials numbered below n_startup
+  are random, the rest come from the model (so a batch may mix both);
+* a GP with a Matern-5/2 ARD kernel plus noise (floor 1e-8) on standardised, Yeo-Johnson
+  warped outputs (MAXIMIZE negated); hyperparameters by MAP (Optuna GPSampler's priors),
+  L-BFGS-B from two fixed starts; above `max_fit_points` observations the hyperparameters
+  are fitted on a deterministic subset (the best quarter plus a seeded random sample) while
+  the posterior uses every observation;
+* log expected improvement, maximised over 2048 Sobol candidates, then a mixed local search
+  from the best candidate, 8 roulette-chosen ones and the best observed point: L-BFGS-B
+  over the active DOUBLE columns (analytic gradients, preconditioned by the lengthscales)
+  alternating with enumeration of the INTEGER/DISCRETE/CATEGORICAL columns;
+* pending points (running trials, outstanding suggestions, earlier points of the same
+  batch) are kriging-believer fantasies with the incumbent lowered to the smallest fantasy
+  mean, which spreads a batch; valueless points (INFEASIBLE / non-finite) are
+  kriging-believer fantasies too (they only shrink the variance there), so the optimiser
+  does not propose them again, and they are never fed as metric values;
+* random draws come from numpy.random.default_rng([seed, trial number, purpose]), so a
+  suggester rebuilt from the same trials proposes the same points.
 
 `SkoptSuggester` (backend "skopt") rebuilds a scikit-optimize `Optimizer` with a GP from the
 history at every ask.
@@ -35,9 +40,11 @@ from vcli.suggesters._space import (
     INTEGER,
     LINEAR,
     LOG,
-    Space,
     SuggesterBase,
 )
+
+# purposes of the seeded generators (the third element of the rng key)
+_RNG_STARTUP, _RNG_ACQ, _RNG_FIT = 1, 2, 3
 
 
 class GPSuggester(SuggesterBase):
@@ -48,11 +55,12 @@ class GPSuggester(SuggesterBase):
         study_spec: StudySpec,
         *,
         seed: int | None = None,
-        n_startup: int | None = None,
+        n_startup: int = 10,
         n_candidates: int = 2048,
         n_local: int = 10,
         max_fit_points: int = 200,
-        **tuning: object,
+        min_noise: float = 1e-8,
+        warp_outputs: bool = True,
     ) -> None:
         super().__init__(study_spec, seed=seed)
         import numpy as np
@@ -60,13 +68,12 @@ class GPSuggester(SuggesterBase):
         from vcli.suggesters import _gp  # noqa: F401  (imports scipy)
 
         self._np = np
-        self.n_startup = n_startup if n_startup is not None else 10
+        self.n_startup = n_startup
         self.n_candidates = n_candidates
         self.n_local = n_local
         self.max_fit_points = max_fit_points
-        # experimental knobs (benchmark only); the defaults are the tuned configuration
-        self.tuning = {"ywarp": "yj", "startup": "random", "fantasy": "kb_best", **tuning}
-        self._min_noise = float(self.tuning.get("min_noise", 1e-8))
+        self.min_noise = min_noise
+        self.warp_outputs = warp_outputs
         sp = self.space
         self._is_cat = np.array([n.kind == CATEGORICAL for n in sp.nodes], dtype=bool)
         # columns searched by L-BFGS: DOUBLE, and INTEGER with too many values to enumerate
@@ -78,65 +85,48 @@ class GPSuggester(SuggesterBase):
     # ------------------------------------------------------------------ ask
 
     def _ask(self, count: int) -> list[dict[str, ParameterValue]]:
-        np = self._np
         sp = self.space
-        obs = self.observations()
-        known = self.known_keys()
-        out: list[dict[str, ParameterValue]] = []
         if sp.dim == 0:
             return [{} for _ in range(count)]
-        n_random = count if len(obs) < self.n_startup else 0
-        if self.tuning.get("startup_by_index") and len(obs) >= 2:
-            n_random = max(0, min(count, self.n_startup - self.n_known))
-        if n_random:
-            for i in range(n_random):
-                p = self._startup_point(i, known)
-                if p is None:
-                    break
-                known.add(sp.key(p))
-                out.append(p)
-            if n_random == count or len(out) < n_random:
+        obs = self.observations()
+        known = self.known_keys()
+        # trial numbers below n_startup are random (all of them until 2 observations exist)
+        n_random = count if len(obs) < 2 else max(0, min(count, self.n_startup - self.n_known))
+        out: list[dict[str, ParameterValue]] = []
+        for i in range(n_random):
+            p = self._untried_random(self.rng(i, _RNG_STARTUP), known)
+            if p is None:
                 return out
-            return out + self._ask_model(count - n_random, obs, known, out)
-        return self._ask_model(count, obs, known, [])
+            known.add(sp.key(p))
+            out.append(p)
+        if n_random < count:
+            out += self._ask_model(count - n_random, obs, known, out)
+        return out
 
     def _ask_model(self, count, obs, known, batch) -> list[dict[str, ParameterValue]]:
-        """`count` points from the GP; `batch` = points already chosen in this ask (pending)."""
+        """`count` points from the GP; `batch` = points already chosen in this ask."""
         np = self._np
         sp = self.space
-        out: list[dict[str, ParameterValue]] = []
-
         from vcli.suggesters import _gp
 
         X = np.array([sp.encode(p) for p, _ in obs])
-        yraw = np.array([v for _, v in obs])
-        y = self._transform(yraw)
+        y = self._transform(np.array([v for _, v in obs]))
         theta = self._fit(X, y)
-        gp_obs = _gp.GP(X, y, self._is_cat, theta, self._min_noise)
+        gp = _gp.GP(X, y, self._is_cat, theta, self.min_noise)
         best = float(np.min(y))
-        P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
-        V = np.array([sp.encode(p) for p in self.valueless()], dtype=float).reshape(-1, sp.dim)
         best_x = X[int(np.argmin(y))]
-        mode = self.tuning.get("fantasy", "qei")
-        base = gp_obs
+        V = np.array([sp.encode(p) for p in self.valueless()], dtype=float).reshape(-1, sp.dim)
         if len(V):  # valueless points: kriging-believer fantasies (variance only)
-            fy, _ = gp_obs.predict(V)
-            base = _gp.GP(np.vstack([X, V]), np.concatenate([y, fy]), self._is_cat, theta, self._min_noise)
+            gp = self._believe(gp, V, theta)
+        P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
+        out: list[dict[str, ParameterValue]] = []
         for i in range(len(batch), len(batch) + count):
-            rng = self.rng(i)
-            if not len(P):
-                acq = _gp.LogEI(base, best)
-            elif mode == "qei":
-                Z = self._normal_qmc(rng, len(P))
-                acq = _gp.QLogEI(base, best, P, Z)
-            else:  # kriging believer, incumbent updated with the fantasies
-                fy, _ = base.predict(P)
-                gp = _gp.GP(np.vstack([base.X, P]), np.concatenate([base.y, fy]), self._is_cat, theta, self._min_noise)
-                b = min(best, float(np.min(fy)))
-                if self.tuning.get("local_second") and len(P) == 1:
-                    b = best
-                acq = _gp.LogEI(gp, b)
-            x = self._optimise_acq(acq, base, best_x, rng, known)
+            if len(P):  # kriging believer, incumbent lowered to the best fantasy
+                fy, _ = gp.predict(P)
+                acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
+            else:
+                acq = _gp.LogEI(gp, best)
+            x = self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
             if x is None:
                 break
             p = sp.decode(x)
@@ -145,66 +135,37 @@ class GPSuggester(SuggesterBase):
             P = np.vstack([P, np.array(sp.encode(p))[None, :]])
         return out
 
-    def _normal_qmc(self, rng, dim: int):
-        """Fixed standard-normal QMC samples (n_fantasies, dim) for the q-batch EI."""
+    def _believe(self, gp, F, theta, fy=None):
+        """`gp` conditioned on fantasies at F valued at its own posterior mean."""
         np = self._np
-        from scipy.stats import norm, qmc
-
-        K = int(self.tuning.get("n_fantasies", 128))
-        U = qmc.Sobol(dim, scramble=True, seed=rng).random(K)
-        return norm.ppf(np.clip(U, 1e-9, 1 - 1e-9))
-
-    def _far_from(self, x, Z, gp, tol: float) -> bool:
-        """True when x is farther than `tol` (lengthscale units) from every row of Z."""
         from vcli.suggesters import _gp
 
-        if len(Z) == 0:
-            return True
-        r2 = _gp.sqdist(x[None, :], Z, gp.lam, self._is_cat)[0]
-        return bool(self._np.min(r2) > tol * tol)
+        if fy is None:
+            fy, _ = gp.predict(F)
+        return _gp.GP(np.vstack([gp.X, F]), np.concatenate([gp.y, fy]), self._is_cat, theta, self.min_noise)
 
     def _transform(self, yraw):
-        """Standardised (and optionally warped) outputs to minimise."""
+        """Outputs to minimise: standardised, Yeo-Johnson warped, standardised again."""
         np = self._np
+        from scipy import stats
+
         y = yraw - np.mean(yraw)
         sd = float(np.std(y))
-        y = y / (sd if sd > 0 else 1.0)
-        mode = self.tuning.get("ywarp")
-        if mode and sd > 0:
-            if mode == "yj":
-                from scipy import stats
-
-                lmb = float(stats.yeojohnson_normmax(y))
-                lo, hi = self.tuning.get("yj_clip", (-10.0, 10.0))
-                y = stats.yeojohnson(y, lmbda=min(hi, max(lo, lmb)))
-            elif mode == "log":
-                y = np.log(y - y.min() + float(self.tuning.get("log_delta", 0.1)))
-            y = y - np.mean(y)
-            s2 = float(np.std(y))
-            y = y / (s2 if s2 > 0 else 1.0)
-        return y
-
-    def _startup_point(self, i: int, known: set) -> dict[str, ParameterValue] | None:
-        """Point number n_known+i of a scrambled Sobol sequence seeded by `seed`."""
-        np = self._np
-        from scipy.stats import qmc
-
-        sp = self.space
-        idx = self.n_known + i
-        if self.tuning.get("startup") == "random":
-            return self._untried_random(self.rng(i, 2), known if sp.is_finite else set())
-        m = max(1, math.ceil(math.log2(idx + 1)))
-        U = qmc.Sobol(sp.dim, scramble=True, seed=np.random.default_rng([self.seed, 7])).random_base2(m)
-        p = sp.decode(sp.sample_unit(U[idx : idx + 1])[0])
-        if not sp.is_finite or sp.key(p) not in known:
-            return p
-        return self._untried_random(self.rng(i, 1), known)
+        if not sd > 0:
+            return np.zeros_like(y)
+        if not self.warp_outputs:
+            return y / sd
+        y = stats.yeojohnson(y / sd)[0]
+        y = y - np.mean(y)
+        sd = float(np.std(y))
+        return y / sd if sd > 0 else y
 
     def _untried_random(self, rng, known: set) -> dict[str, ParameterValue] | None:
+        """A random point; in a finite space one not in `known` (None when all are)."""
         sp = self.space
         for _ in range(64):
             p = sp.decode(sp.sample_unit(rng.random((1, sp.dim)))[0])
-            if sp.key(p) not in known:
+            if not sp.is_finite or sp.key(p) not in known:
                 return p
         return next((p for p in sp.grid() if sp.key(p) not in known), None)
 
@@ -217,19 +178,20 @@ class GPSuggester(SuggesterBase):
             order = np.argsort(y, kind="stable")
             n_best = self.max_fit_points // 4
             rest = order[n_best:]
-            rng = np.random.default_rng([self.seed, n, 3])
+            rng = np.random.default_rng([self.seed, n, _RNG_FIT])
             pick = rng.choice(len(rest), size=self.max_fit_points - n_best, replace=False)
             sel = np.sort(np.concatenate([order[:n_best], rest[pick]]))
             X, y = X[sel], y[sel]
         d = X.shape[1]
-        starts = [np.zeros(d + 2)]
-        if self.tuning.get("two_starts", True):
-            starts.append(np.concatenate([np.full(d, math.log(10.0)), [0.0, math.log(1e-3)]]))
-        return _gp.fit_hyperparameters(X, y, self._is_cat, starts, self._min_noise)
+        starts = [
+            np.zeros(d + 2),  # lengthscales 1, signal variance 1, noise 1
+            np.concatenate([np.full(d, math.log(10.0)), [0.0, math.log(1e-3)]]),  # short, quiet
+        ]
+        return _gp.fit_hyperparameters(X, y, self._is_cat, starts, self.min_noise)
 
     # ------------------------------------------------------------------ acquisition
 
-    def _optimise_acq(self, acq, gp, best_x, rng, known: set):
+    def _optimise_acq(self, acq, ls, best_x, rng, known: set):
         """Maximise `acq` over the space: Sobol candidates, then local search from the best."""
         np = self._np
         from scipy.stats import qmc
@@ -249,7 +211,6 @@ class GPSuggester(SuggesterBase):
             probs /= probs.sum()
             starts.extend(C[rng.choice(len(C), size=k, replace=False, p=probs)])
         starts.append(np.asarray(best_x, dtype=float))
-        ls = gp.lengthscales
         results = [self._local_search(acq, ls, np.array(s, dtype=float)) for s in starts]
         results.sort(key=lambda r: -r[1])
         for x, _ in results:

@@ -12,8 +12,9 @@ class RandomSearchSuggester(SuggesterBase):
     """Uniform in each parameter's scale: log-uniform for UNIT_LOG_SCALE, reverse-log for
     UNIT_REVERSE_LOG_SCALE; INTEGER/DISCRETE/CATEGORICAL values uniform over their choices.
     Conditional children are drawn only when active. Draw i of a batch uses the generator
-    numpy.random.default_rng([seed, n_known + i]) (the trial's number), so replay reproduces it. In a fully
-    discrete space, points already tried are avoided, and [] is returned once all are tried.
+    numpy.random.default_rng([seed, n_known + i]) (the trial's number), so replay reproduces
+    it. In a fully discrete space, points already tried are avoided, and [] is returned once
+    all are tried.
     """
 
     def __init__(self, study_spec: StudySpec, *, seed: int | None = None) -> None:
@@ -23,14 +24,8 @@ class RandomSearchSuggester(SuggesterBase):
     def _ask(self, count: int) -> list[dict[str, ParameterValue]]:
         out: list[dict[str, ParameterValue]] = []
         known = self.known_keys() if self.space.is_finite else set()
-        exhausted = False
         for i in range(count):
-            # Keyed by the overall trial number, not by (known, batch index): the k-th trial
-            # gets the same draw whether it was asked alone or in a batch, so a seeded study
-            # is reproducible however its parallel trials happen to finish.
-            import numpy as np
-
-            rng = np.random.default_rng([self.seed, self.n_known + i])
+            rng = self.rng(i)  # keyed by the trial number: batching does not change draws
             params = None
             for _ in range(_MAX_RETRIES):
                 row = self.space.sample_unit(rng.random((1, self.space.dim)))[0]
@@ -42,11 +37,9 @@ class RandomSearchSuggester(SuggesterBase):
                 params = next(
                     (p for p in self.space.grid() if self.space.key(p) not in known), None
                 )
-                if params is None:
-                    exhausted = True
+                if params is None:  # every point of a finite space has been tried
                     break
             if self.space.is_finite:
                 known.add(self.space.key(params))
             out.append(params)
-        del exhausted
         return out
