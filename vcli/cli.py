@@ -11,18 +11,17 @@ inside the commands, and nothing here imports TensorFlow, Docker, paramiko or sk
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 import time
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from vcli import __version__
-
-F = TypeVar("F", bound=Callable[..., Any])
+from vcli.cli_support import command, err
+from vcli.cli_support import state as _state
 
 app = typer.Typer(
     name="vcli",
@@ -43,9 +42,6 @@ from vcli.cli_hosts import hosts_app  # noqa: E402  (imports only typer)
 
 app.add_typer(hosts_app, name="hosts")
 
-_state: dict[str, Any] = {"verbosity": "warning"}
-
-
 def _version(value: bool) -> None:
     if value:
         print(f"vcli {__version__}")
@@ -62,34 +58,6 @@ def main(
     _state["verbosity"] = verbosity
 
 
-def err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def command(path: str) -> Callable[[F], F]:
-    """Turn VcliErrors into one gcloud-style line and an exit code; Ctrl-C into 130."""
-
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from vcli.errors import ExitCode, VcliError
-
-            try:
-                return fn(*args, **kwargs)
-            except VcliError as e:
-                if _state["verbosity"] == "debug":
-                    import traceback
-
-                    traceback.print_exc()
-                err(f"ERROR: (vcli.{path}) {e}")
-                raise typer.Exit(int(e.exit_code)) from None
-            except KeyboardInterrupt:
-                err(f"ERROR: (vcli.{path}) Interrupted.")
-                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
 
 
 def _interrupt_on_signals() -> None:
@@ -353,7 +321,7 @@ def cj_create(
         err("The job is valid; nothing was launched (--validate-only).")
         _emit(resource, fmt, is_list=False)
         return
-    row = store.create_job(kind="customJob", display_name=display_name, record=record, state="JOB_STATE_QUEUED", job_id=job_id)
+    store.create_job(kind="customJob", display_name=display_name, record=record, state="JOB_STATE_QUEUED", job_id=job_id)
     name = resource_name("customJob", job_id)
     if async_:
         _spawn_runner(store, job_id, ["custom-jobs", "run-job", job_id])
@@ -672,7 +640,7 @@ def hp_create(
     from vcli.errors import ExitCode, InvalidValueError, UsageError
     from vcli.resources import hp_tuning_job_resource
     from vcli.spec import MeasurementSelectionType
-    from vcli.store import Store, new_id, resource_name
+    from vcli.store import Store, new_id
 
     _check_format(fmt)
     doc, source = cfg.hp_tuning_document(
@@ -743,8 +711,6 @@ def hp_create(
         raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): pip install 'vcli[tune]'") from None
     if validate_only:
         from vcli.jobs import plan_job
-        from vcli.study import format_value
-
         plan = plan_job(spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=store.home / "jobs" / "validate-only",
                         executor=ex, trial_id="1", placer=_placer(ex))
         _check_runnable(ex, plan)
@@ -753,7 +719,6 @@ def hp_create(
         return
     store.create_job(kind="hyperparameterTuningJob", display_name=name_, record=record, state="JOB_STATE_QUEUED", job_id=study_id)
     _mark_controller(store, study_id)
-    name = resource_name("hyperparameterTuningJob", study_id)
     err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
     err(f"  {spec.max_trial_count} trial(s), up to {spec.parallel_trial_count} at once, {spec.study_spec.algorithm.value}, "
         f"seed {seed}, {ex_name} executor; Ctrl-C cancels the study.")
@@ -872,7 +837,7 @@ def config_get(prop: str = typer.Argument(...)) -> None:
 
     value = properties.get(prop, check=True)
     if value is None:
-        err(f"(unset)")
+        err("(unset)")
     else:
         print(value)
 

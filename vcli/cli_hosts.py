@@ -6,13 +6,13 @@ imported when a command connects.
 
 from __future__ import annotations
 
-import functools
 import sys
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, List, Optional
 
 import typer
 
-F = TypeVar("F", bound=Callable[..., Any])
+from vcli.cli_support import command as _command
+from vcli.cli_support import err as _err
 
 hosts_app = typer.Typer(
     help="Manage the SSH hosts vcli runs replicas on (the inventory) and check them.",
@@ -23,40 +23,6 @@ _LIST_FORMAT = ("table(name, address, port, user, runtime, gpus, gpuType, cpus, 
 _CHECK_FORMAT = ("table(name, status, os, cpus, memoryGb, diskFreeGb, gpus, gpuType, docker, python)")
 
 
-def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _command(path: str) -> Callable[[F], F]:
-    """VcliError -> `ERROR: (vcli.hosts.X) message` and its exit code (as vcli.cli does)."""
-
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from vcli.errors import ExitCode, VcliError
-
-            try:
-                return fn(*args, **kwargs)
-            except VcliError as e:
-                try:
-                    from vcli.cli import _state
-
-                    debug = _state.get("verbosity") == "debug"
-                except Exception:  # noqa: BLE001
-                    debug = False
-                if debug:
-                    import traceback
-
-                    traceback.print_exc()
-                _err(f"ERROR: (vcli.{path}) {e}")
-                raise typer.Exit(int(e.exit_code)) from None
-            except KeyboardInterrupt:
-                _err(f"ERROR: (vcli.{path}) Interrupted.")
-                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
 
 
 def _emit(resources: Any, fmt: Optional[str], default: str, *, is_list: bool = True) -> None:
