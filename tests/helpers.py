@@ -125,3 +125,13 @@ def read_stderr_until(proc: subprocess.Popen[str], needle: str, timeout: float) 
             if needle in line:
                 return seen
     raise AssertionError(f"'{needle}' not seen in stderr within {timeout}s:\n{seen}")
+
+
+def clusters_from_stdout(stdout: str) -> dict[str, dict[str, list[str]]]:
+    """The trainer's `[task] cluster={...} task=...` lines, as {task name: cluster}."""
+    clusters = {}
+    for line in stdout.splitlines():
+        if "cluster=" in line:
+            task = line.split("]", 1)[0].lstrip("[")
+            clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
+    return clusters

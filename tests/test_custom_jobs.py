@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    clusters_from_stdout,
     describe,
     job_id_from_stderr,
     list_ids,
@@ -49,11 +50,7 @@ def test_two_replica_multiworker_job_trains_digits(tmp_path: Path) -> None:
     assert all(x["exitCode"] == 0 for x in job["replicas"])
 
     # Both replicas saw the same cluster: chief + worker at the reserved addresses.
-    clusters = {}
-    for line in r.stdout.splitlines():
-        if "cluster=" in line:
-            task = line.split("]", 1)[0].lstrip("[")
-            clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
+    clusters = clusters_from_stdout(r.stdout)
     assert set(clusters) == {"workerpool0-0", "workerpool1-0"}
     assert clusters["workerpool0-0"] == clusters["workerpool1-0"]
     addresses = {x["taskName"]: x["address"] for x in job["replicas"]}
@@ -109,7 +106,7 @@ def test_failing_worker_fails_job_and_stops_chief(tmp_path: Path) -> None:
         home,
         "custom-jobs", "create", "--display-name=fails",
         f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
-        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=2",
+        "--worker-pool-spec=machine-type=n1-standard-4,replica-count=2",
         "--args=--fail",
         timeout=120,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.docker_env import ensure_docker
-from tests.helpers import describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
+from tests.helpers import clusters_from_stdout, describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -48,11 +48,7 @@ def test_two_replica_job_as_containers(client, tmp_path: Path) -> None:
     job_id = job_id_from_stderr(r.stderr)
     job = describe(home, "custom-jobs", job_id)
     assert job["state"] == "JOB_STATE_SUCCEEDED" and job["executor"] == "docker"
-    clusters = {}
-    for line in r.stdout.splitlines():
-        if "cluster=" in line:
-            task = line.split("]", 1)[0].lstrip("[")
-            clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
+    clusters = clusters_from_stdout(r.stdout)
     assert clusters["workerpool0-0"] == clusters["workerpool1-0"] and set(clusters["workerpool0-0"]) == {"chief", "worker"}
     model = Path(job["outputDirectory"]) / "model"
     assert (model / "saved_model.pb").exists(), list(model.iterdir())

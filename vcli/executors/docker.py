@@ -942,11 +942,7 @@ class DockerExecutor:
             except Exception as e:  # noqa: BLE001
                 errors.append(e)
 
-        threads = [threading.Thread(target=stop_one, args=(h,), daemon=True) for h in handles]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_parallel(stop_one, handles)
         if errors:
             raise self._wrap(errors[0], "stopping replicas") from errors[0]
 
@@ -978,15 +974,7 @@ class DockerExecutor:
             if watch is not None and watch.thread is not None:
                 watch.thread.join(timeout=5)
 
-        if len(handles) <= 1:
-            for h in handles:
-                remove(h)
-        else:
-            threads = [threading.Thread(target=remove, args=(h,), daemon=True) for h in handles]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+        _in_parallel(remove, handles)
         if errors:
             raise self._wrap(errors[0], "removing replica containers") from errors[0]
 
@@ -1005,6 +993,19 @@ class DockerExecutor:
         ids = self.job_containers(job_id)
         self.release([ReplicaHandle(executor=self.name, host="local", ref=cid, task_name="") for cid in ids])
         return len(ids)
+
+
+def _in_parallel(fn: Callable[[ReplicaHandle], None], handles: Sequence[ReplicaHandle]) -> None:
+    """Run `fn` for every handle at once (engine calls block for seconds each); one inline."""
+    if len(handles) <= 1:
+        for h in handles:
+            fn(h)
+        return
+    threads = [threading.Thread(target=fn, args=(h,), daemon=True) for h in handles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _split_tag(image: str) -> tuple[str, str | None]:
