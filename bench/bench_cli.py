@@ -71,7 +71,7 @@ def launch_overhead(replicas: int, python_start: float) -> float:
     import threading
 
     from vcli.executors.local import LocalExecutor
-    from vcli.jobs import JobRun, plan_job
+    from vcli.control.jobs import JobRun, plan_job
     from vcli.spec import ContainerSpec, CustomJobSpec, MachineSpec, WorkerPoolSpec
     from vcli.store import Store, new_id
 

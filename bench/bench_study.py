@@ -58,7 +58,7 @@ def bench_vcli(trials: int, parallel: int) -> tuple[float, float]:
         MachineSpec, MetricSpec, ParameterSpec, ScaleType, StudySpec, WorkerPoolSpec,
     )
     from vcli.store import Store, new_id
-    from vcli.study import StudyRun
+    from vcli.control.study import StudyRun
     from vcli.suggesters import get_suggester
 
     tmp = Path(tempfile.mkdtemp())

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from vcli import cluster
-from vcli.config import custom_job_spec_to_dict
+from vcli.codec import custom_job_spec_to_dict
 from vcli.executors import get_executor
-from vcli.jobs import plan_job
+from vcli.control.jobs import plan_job
 from vcli.spec import ContainerSpec, CustomJobSpec, MachineSpec, PythonPackageSpec, WorkerPoolSpec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -1,6 +1,6 @@
 """`--worker-pool-spec` and `--config` decoding, as gcloud does it (gcloud-vertex.md §1.3-1.6, §4).
 
-Most tests call `vcli.config` directly; a few go through the real CLI (`run_vcli`) for what
+Most tests call `vcli.codec` directly; a few go through the real CLI (`run_vcli`) for what
 only the command wires up: exit codes, `--config=-`, and flags overriding the file.
 """
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from vcli import config as cfg
+from vcli import codec as cfg
 from vcli.errors import ConfigError, ExitCode, InvalidValueError, UsageError
 from vcli.spec import (
     ACCELERATOR_TYPES,

@@ -22,9 +22,9 @@ from tests.helpers import (
     vcli,
     wait_for,
 )
-from vcli import config as cfg
+from vcli import codec as cfg
 from vcli.store import Store
-from vcli.study import replay
+from vcli.control.study import replay
 from vcli.suggesters import get_suggester
 
 DIGITS_STUDY = """

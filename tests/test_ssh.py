@@ -90,7 +90,7 @@ class Env:
                                capture_output=True, text=True, timeout=60)
         if probe.returncode == 0:
             return self.run("hosts", *args, timeout=timeout)
-        code = "import sys; from vcli.cli_hosts import hosts_app; sys.argv[0] = 'vcli hosts'; hosts_app()"
+        code = "import sys; from vcli.cli.hosts import hosts_app; sys.argv[0] = 'vcli hosts'; hosts_app()"
         proc = subprocess.run(self.cluster.ctl([sys.executable, "-c", code, *args]), env=self.env(), cwd=REPO,
                               capture_output=True, text=True, timeout=timeout)
         return proc
@@ -410,7 +410,7 @@ def _placer_gets_spec() -> bool:
     """Does vcli.jobs.plan_job pass the job spec and id to the placer (needed for GPU placement)?"""
     import tempfile
 
-    from vcli import jobs
+    from vcli.control import jobs
     from vcli.executors import Placement
     from vcli.spec import CustomJobSpec, WorkerPoolSpec
 

@@ -192,7 +192,7 @@ def _scalar(v: Any) -> str:
 
 def render(resources: Any, fmt: Format, *, is_list: bool) -> str:
     """Text for stdout ('' for `none`); resources are JSON-ready dicts."""
-    from vcli.config import to_yaml
+    from vcli.codec import to_yaml
 
     items = resources if is_list else [resources]
     if fmt.kind == "none":

@@ -1,6 +1,6 @@
 """The vcli data model: Vertex AI's training and study types as frozen dataclasses.
 
-Standard library only. Python uses snake_case; `vcli.config` is the only place that
+Standard library only. Python uses snake_case; `vcli.codec` is the only place that
 translates to and from Vertex's camelCase YAML/JSON. Enum values are Vertex's strings.
 """
 
@@ -9,6 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Union
+
+#: Environment variables whose names end with one of these are secrets: never printed.
+SECRET_SUFFIXES = ("_SECRET", "_TOKEN", "_PASSWORD", "_KEY")
+SECRET_PREFIX = "VCLI_SECRET_"
+
+
+def is_secret(name: str, extra: tuple[str, ...] | list[str] = ()) -> bool:
+    """Documented rule: names starting with VCLI_SECRET_ or ending _SECRET/_TOKEN/_PASSWORD/_KEY."""
+    return name in extra or name.startswith(SECRET_PREFIX) or name.upper().endswith(SECRET_SUFFIXES)
+
 
 # --------------------------------------------------------------------------- enums
 
@@ -44,6 +54,44 @@ class TrialState(str, Enum):
 
     def is_final(self) -> bool:
         return self in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
+
+
+class ReplicaState(str, Enum):
+    """One replica's life as the store records it (Vertex has no replica resource; vcli's own)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    #: Stopped by vcli (a sibling failed, the job was cancelled or timed out).
+    STOPPED = "STOPPED"
+    #: Never started (the job ended before its turn).
+    NOT_STARTED = "NOT_STARTED"
+
+
+class JobKind(str, Enum):
+    """The two Vertex resources vcli stores; the value is the resource collection's singular."""
+
+    CUSTOM_JOB = "customJob"
+    HYPERPARAMETER_TUNING_JOB = "hyperparameterTuningJob"
+
+
+class ExecutorKind(str, Enum):
+    """What runs replicas (`--executor`): child processes, local containers, SSH hosts."""
+
+    LOCAL = "local"
+    DOCKER = "docker"
+    SSH = "ssh"
+
+
+class StudyEvent(str, Enum):
+    """What a study controller tells its view (`on_event(event, trial)`)."""
+
+    TRIAL_STARTED = "started"
+    TRIAL_STOPPING = "stopping"
+    TRIAL_FINISHED = "finished"
+    #: The study ended; the trial passed along is the best one (or None).
+    STUDY_FINISHED = "study-finished"
 
 
 class Goal(str, Enum):

@@ -1,6 +1,6 @@
 """The executor interface: how a replica is started, watched, stopped and read back.
 
-Plain data crosses this boundary. The job controller (`vcli.jobs`) resolves everything a
+Plain data crosses this boundary. The job controller (`vcli.control.jobs`) resolves everything a
 replica needs into a `ReplicaLaunch` (argv, environment, working dir, output dir, placement);
 the executor turns it into a process, a container or a remote process and returns a
 `ReplicaHandle` that round-trips through JSON, so `vcli custom-jobs cancel` in another
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from vcli.spec import LocalPackage, MachineSpec, ReplicaId
+from vcli.spec import ExecutorKind, LocalPackage, MachineSpec, ReplicaId
 
 __all__ = [
     "Executor",
+    "ExecutorBase",
+    "HostHealth",
     "Placement",
     "ReplicaHandle",
     "ReplicaLaunch",
@@ -31,7 +33,7 @@ __all__ = [
     "EXECUTOR_NAMES",
 ]
 
-EXECUTOR_NAMES = ("local", "docker", "ssh")
+EXECUTOR_NAMES = tuple(k.value for k in ExecutorKind)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,13 +101,20 @@ class ReplicaHandle:
     host: str
     ref: str
     task_name: str
+    #: What a person may want to know about where the replica lives (e.g. its remote
+    #: directories on an SSH host); shown by `describe`, never parsed back.
+    details: Mapping[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, str]:
-        return {"executor": self.executor, "host": self.host, "ref": self.ref, "taskName": self.task_name}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"executor": self.executor, "host": self.host, "ref": self.ref, "taskName": self.task_name}
+        if self.details:
+            data["details"] = dict(self.details)
+        return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, str]) -> ReplicaHandle:
-        return cls(executor=data["executor"], host=data["host"], ref=data["ref"], task_name=data["taskName"])
+    def from_json(cls, data: Mapping[str, Any]) -> ReplicaHandle:
+        return cls(executor=data["executor"], host=data["host"], ref=data["ref"], task_name=data["taskName"],
+                   details=dict(data.get("details") or {}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,16 +126,46 @@ class ReplicaStatus:
     message: str | None = None
 
 
-class Executor(Protocol):
-    """Starts and controls replicas. Implementations: local (process), docker, ssh.
+class HostHealth(Protocol):
+    """Hears which hosts an executor found dead or alive again (the placement scheduler does).
 
-    Call order for one job: `prepare` once (may build images; must return promptly when
-    `cancelled` is set), `reserve_port` for every replica, `start` for every replica, then
-    `poll` repeatedly, `stop` for whatever still runs, `release` at the end. Handles may also
-    come from another process (`cancel`): `stop` must work on them.
+    Executors that reach other machines report through this instead of importing placement:
+    the controller layer wires the executor and the scheduler together.
     """
 
+    def mark_unhealthy(self, host: str, reason: str) -> None: ...
+
+    def mark_healthy(self, host: str) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Starts and controls replicas: the whole surface controllers and the CLI may use.
+
+    Implementations: `local` (processes), `docker` (containers), `ssh` (processes or containers
+    on inventory hosts), and the in-process fake of the test suite; every one must pass
+    `tests/test_executor_contract.py`.
+
+    Call order for one job: `check` (also what `--validate-only` runs), `prepare` once (may
+    build images or ship code; must return promptly when `cancelled` is set), `reserve_port` for
+    every replica, `start` for every replica, then `poll` repeatedly, `stop` for whatever still
+    runs, `release` at the end; `close` once when the executor is no longer needed. Handles may
+    also come from another process (`cancel`): `poll`, `stop` and `release` must work on them.
+
+    Errors: anything the user must fix in the spec raises `InvalidValueError`; an executor that
+    cannot run now (engine down, image missing, host unreachable) raises `ExecutorError`.
+    """
+
+    #: The `--executor` name that selects this executor (`ExecutorKind` value).
     name: str
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """Raise if these launches cannot run on this executor; launch nothing, change nothing."""
+        ...
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        """The argv the replica will run (empty: the image's own entrypoint), for print-env."""
+        ...
 
     def prepare(
         self,
@@ -147,7 +186,7 @@ class Executor(Protocol):
         ...
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
-        """Non-blocking, idempotent status of a replica this executor started."""
+        """Non-blocking, idempotent status of a replica (started here or by another process)."""
         ...
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
@@ -159,8 +198,34 @@ class Executor(Protocol):
         ...
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
-        """Free what the replicas held (containers, remote dirs); after stop or exit."""
+        """Free what the replicas held (containers, remote dirs); after stop or exit. Idempotent."""
         ...
+
+    def close(self) -> None:
+        """Drop connections and helper threads; the executor is not used afterwards."""
+        ...
+
+
+class ExecutorBase:
+    """Defaults for the contract's optional capabilities; executors subclass it.
+
+    `check` asks `command_for` about every launch (which raises for a replica with nothing to
+    run); `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
+    """
+
+    name: str = ""
+    #: The interpreter for `python -m` / `.py` entrypoints of process replicas.
+    python: str = "python3"
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        for launch in launches:
+            self.command_for(launch)
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        return process_argv(launch, self.python)
+
+    def close(self) -> None:
+        return None
 
 
 def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:
@@ -188,20 +253,24 @@ def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:
     )
 
 
-def get_executor(name: str, **options: object) -> Executor:
-    """The executor called `name` (`local`, `docker`, `ssh`); imports it lazily."""
-    if name == "local":
+def get_executor(name: str) -> Executor:
+    """A default-configured executor called `name`, imported lazily.
+
+    For stopping and reading replicas from stored handles (`cancel` from another terminal).
+    Running jobs builds executors with their data in `vcli.control.wiring`.
+    """
+    if name == ExecutorKind.LOCAL.value:
         from vcli.executors.local import LocalExecutor
 
-        return LocalExecutor(**options)  # type: ignore[arg-type]
-    if name == "docker":
+        return LocalExecutor()
+    if name == ExecutorKind.DOCKER.value:
         from vcli.executors.docker import DockerExecutor
 
-        return DockerExecutor(**options)  # type: ignore[arg-type]
-    if name == "ssh":
+        return DockerExecutor()
+    if name == ExecutorKind.SSH.value:
         from vcli.executors.ssh import SSHExecutor
 
-        return SSHExecutor(**options)  # type: ignore[arg-type]
+        return SSHExecutor()
     from vcli.errors import UsageError
 
     raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

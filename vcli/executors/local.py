@@ -24,7 +24,7 @@ import time
 from typing import Callable, Sequence
 
 from vcli.errors import ExecutorError
-from vcli.executors import Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
 from vcli.logs import LogWriter, pump
 
 _PR_SET_PDEATHSIG = 1
@@ -114,7 +114,7 @@ class _Running:
         self.finished = False
 
 
-class LocalExecutor:
+class LocalExecutor(ExecutorBase):
     """Replicas as child processes of this vcli process."""
 
     name = "local"

@@ -529,7 +529,7 @@ def local_placer(*, enforce_cpu_memory: bool = False) -> Any:
 
 
 class JobPlacer:
-    """The `placer(replicas, spec=..., job_id=...)` callable `vcli.jobs.plan_job` uses.
+    """The `placer(replicas, spec=..., job_id=...)` callable `vcli.control.jobs.plan_job` uses.
 
     Non-blocking by default: a job that does not fit now raises NoCapacityError (a study's
     controller keeps the trial queued and tries again; `wait_seconds` makes it wait instead),

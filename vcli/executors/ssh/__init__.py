@@ -9,7 +9,7 @@ Security
     which appends it to vcli's file); a changed key is refused loudly. Nothing is ever added
     silently. Remote commands are built from argument vectors with `shlex.quote`; the
     environment travels as quoted `env NAME=VALUE` arguments (sshd's AcceptEnv would drop
-    arbitrary names), except secrets (`vcli.config.is_secret`), which travel on the channel's
+    arbitrary names), except secrets (`vcli.codec.is_secret`), which travel on the channel's
     stdin so they never appear in a command line, a process list or a log. The remote
     login shell must be POSIX (sh, bash, dash, zsh).
 
@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
 from vcli.hosts import Host
 from vcli.logs import LogWriter
 
@@ -979,7 +979,7 @@ def _code_dir(root: str, local_dir: str) -> str:
     return f"{root}/code/{base}-{tag}"
 
 
-class SSHExecutor:
+class SSHExecutor(ExecutorBase):
     """Replicas as processes on SSH hosts of the inventory. See the module docstring."""
 
     name = "ssh"
@@ -1077,6 +1077,12 @@ class SSHExecutor:
                 self._probing.discard(host.name)
 
     # ------------------------------------------------------------------ protocol
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        if self._is_docker(launch):
+            return list(launch.argv)
+        return process_argv(launch, self._host(launch.placement.host).python)
+
 
     def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
                 progress: Callable[[str], None]) -> list[ReplicaLaunch]:
@@ -1196,8 +1202,6 @@ class SSHExecutor:
         raise ExecutorError(f"Host {placement.host}: could not find a free port")
 
     def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
-        from vcli.config import is_secret
-
         host = self._host(launch.placement.host)
         link = self._link(host.name)
         if self._is_docker(launch):
@@ -1211,7 +1215,7 @@ class SSHExecutor:
         else:
             cwd = remote_out
         mkdirs = list(view.mkdirs)
-        secret_names = [k for k in env if is_secret(k, launch.secret_env)]
+        secret_names = [k for k in env if k in launch.secret_env]
         secrets = {k: env.pop(k) for k in secret_names}
         for k, v in secrets.items():
             if "\n" in v or "\r" in v:

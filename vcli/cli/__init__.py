@@ -20,8 +20,8 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from vcli import __version__
-from vcli.cli_support import command, err
-from vcli.cli_support import state as _state
+from vcli.cli.support import command, err
+from vcli.cli.support import state as _state
 
 app = typer.Typer(
     name="vcli",
@@ -38,7 +38,7 @@ app.add_typer(custom_jobs, name="custom-jobs")
 app.add_typer(hp_tuning_jobs, name="hp-tuning-jobs")
 app.add_typer(config_app, name="config")
 
-from vcli.cli_hosts import hosts_app  # noqa: E402  (imports only typer)
+from vcli.cli.hosts import hosts_app  # noqa: E402  (imports only typer)
 
 app.add_typer(hosts_app, name="hosts")
 
@@ -104,68 +104,12 @@ def _list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: O
     _emit(resources, fmt, is_list=True)
 
 
-def _executor_name(flag: Optional[str]) -> str:
-    from vcli import properties
-
-    return flag or os.environ.get("VCLI_EXECUTOR") or properties.get("executor") or "local"
-
-
-def _make_executor(name: str, hosts: Optional[str] = None) -> Any:
-    from vcli.executors import get_executor
-
-    if name == "ssh" or hosts:
-        from vcli.executors import get_executor as ge
-
-        return ge("ssh", hosts=hosts)
-    return get_executor(name)
-
-
 def _check_format(fmt: Optional[str]) -> None:
     """Reject a bad --format before anything runs (not after a whole job)."""
     if fmt:
         from vcli.formats import parse_format
 
         parse_format(fmt)
-
-
-_LOCAL_PLACER: Any = None
-
-
-def _placer(ex: Any) -> Any:
-    """The executor's placement (ssh: the host scheduler), else this machine's.
-
-    When this machine declares or has GPUs (inventory host `local`, $VCLI_LOCAL_GPUS or
-    nvidia-smi), local replicas get specific GPUs from the same scheduler the SSH hosts use;
-    otherwise everything simply runs here.
-    """
-    global _LOCAL_PLACER
-    from vcli.jobs import local_placer
-
-    own = getattr(ex, "placer", None)
-    if own is not None:
-        return own
-    if _LOCAL_PLACER is None:
-        from vcli.hosts import local_host
-
-        if local_host().gpus()[0]:
-            from vcli.placement import local_placer as gpu_placer
-
-            _LOCAL_PLACER = gpu_placer()
-        else:
-            _LOCAL_PLACER = local_placer
-    return _LOCAL_PLACER
-
-
-def _check_runnable(ex: Any, plan: Any) -> None:
-    """What --validate-only can check without launching: every replica has something to run."""
-    from vcli.executors import process_argv
-
-    if ex.name == "local":
-        for launch in plan.launches:
-            process_argv(launch, ex.python)
-    preflight = getattr(ex, "preflight", None)
-    if preflight is not None:
-        preflight(list(plan.launches))
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -233,7 +177,7 @@ def _build_custom_job_spec(
 ) -> Any:
     from dataclasses import replace
 
-    from vcli import config as cfg
+    from vcli import codec as cfg
     from vcli.errors import UsageError
     from vcli.spec import CustomJobSpec
 
@@ -288,9 +232,9 @@ def cj_create(
 
     With --async, a detached vcli process runs the job (as gcloud's create returns at once);
     follow it with stream-logs, stop it with cancel."""
-    from vcli import config as cfg
+    from vcli import codec as cfg
     from vcli.errors import ExitCode, UsageError
-    from vcli.jobs import JobRun, plan_job, run_job
+    from vcli.control.jobs import JobRun, plan_job, run_job
     from vcli.spec import JobState
     from vcli.store import Store, new_id, resource_name
 
@@ -299,12 +243,14 @@ def cj_create(
         raise UsageError("argument --display-name: Must be specified.")
     spec = _build_custom_job_spec(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)
     label_map = cfg.parse_labels(labels)
-    ex_name = _executor_name(executor)
-    ex = _make_executor(ex_name, hosts)
+    from vcli.control.wiring import executor_kind, open_execution
+
+    execution = open_execution(executor_kind(executor), hosts)
+    ex, ex_name = execution.executor, execution.kind.value
     store = Store()
     job_id = new_id()
     job_dir = store.home / "jobs" / job_id
-    plan = plan_job(spec, job_id=job_id, job_dir=job_dir, executor=ex, shm_size=shm_size, placer=_placer(ex))
+    plan = plan_job(spec, job_id=job_id, job_dir=job_dir, executor=ex, shm_size=shm_size, placer=execution.placer)
     record = {
         "jobSpec": cfg.custom_job_spec_to_dict(spec),
         "labels": label_map,
@@ -313,7 +259,7 @@ def cj_create(
         "hosts": hosts,
         "shmSize": shm_size,
     }
-    _check_runnable(ex, plan)
+    ex.check(plan.launches)
     if validate_only:
         resource = {"displayName": display_name, "jobSpec": record["jobSpec"], "labels": label_map or None,
                     "replicas": [{"taskName": l.task_name, "command": list(l.argv) or None, "imageUri": l.image_uri} for l in plan.launches]}
@@ -364,12 +310,10 @@ def cj_create(
         from vcli.resources import custom_job_resource
 
         _emit(custom_job_resource(store, final), fmt, is_list=False)
-    if getattr(run, "startup_error", None) is not None:
-        from vcli.errors import VcliError
+    from vcli.errors import VcliError
 
-        e = run.startup_error
-        if isinstance(e, VcliError):
-            raise typer.Exit(int(e.exit_code))
+    if isinstance(run.startup_error, VcliError):
+        raise typer.Exit(int(run.startup_error.exit_code))
     raise typer.Exit(_exit_for_state(state))
 
 
@@ -392,8 +336,8 @@ def _spawn_runner(store: Any, job_id: str, argv: list[str]) -> None:
 @command("custom-jobs.run-job")
 def cj_run_job(job: str = typer.Argument(...)) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
-    from vcli import config as cfg
-    from vcli.jobs import JobRun, plan_job, run_job
+    from vcli import codec as cfg
+    from vcli.control.jobs import JobRun, plan_job, run_job
 
     store = _store()
     row = _get_row(store, job, "customJob")
@@ -403,9 +347,12 @@ def cj_run_job(job: str = typer.Argument(...)) -> None:
         return
     rec = row.record
     spec = cfg.custom_job_spec_from_stored(rec["jobSpec"])
-    ex = _make_executor(rec.get("executor") or "local", rec.get("hosts"))
+    from vcli.control.wiring import executor_kind, open_execution
+
+    execution = open_execution(executor_kind(rec.get("executor") or "local"), rec.get("hosts"))
+    ex = execution.executor
     plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=ex,
-                    shm_size=rec.get("shmSize"), placer=_placer(ex), base_output_directory=rec.get("outputDirectory"))
+                    shm_size=rec.get("shmSize"), placer=execution.placer, base_output_directory=rec.get("outputDirectory"))
     _interrupt_on_signals()
     timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
     run = JobRun(store=store, executor=ex, plan=plan, timeout_seconds=timeout, on_progress=err)
@@ -444,24 +391,28 @@ def cj_print_env(
     """Show what every replica of a job would get: address, command and Vertex environment."""
     import json
 
-    from vcli.jobs import plan_job
+    from vcli.errors import VcliError
+
+    from vcli.control.jobs import plan_job
     from vcli.store import Store
 
     spec = _build_custom_job_spec(worker_pool_spec, config, args, command_, None, None, None)
-    ex = _make_executor(_executor_name(executor))
+    from vcli.control.wiring import executor_kind, open_execution
+
+    execution = open_execution(executor_kind(executor))
+    ex = execution.executor
     store = Store()
-    plan = plan_job(spec, job_id="JOB_ID", job_dir=store.home / "jobs" / "JOB_ID", executor=ex, trial_id=trial_id, placer=_placer(ex))
+    plan = plan_job(spec, job_id="JOB_ID", job_dir=store.home / "jobs" / "JOB_ID", executor=ex, trial_id=trial_id,
+                    placer=execution.placer)
     out = []
     for l in plan.launches:
         env = dict(l.env)
         for key in ("CLUSTER_SPEC", "TF_CONFIG"):
             if key in env:
                 env[key] = json.loads(env[key])
-        from vcli.executors import process_argv
-
         try:
-            argv = process_argv(l, getattr(ex, "python", "python3")) if ex.name != "docker" else list(l.argv)
-        except Exception:  # noqa: BLE001 - an image-only pool: show what is known
+            argv = ex.command_for(l)
+        except VcliError:  # an image-only pool on a process executor: show what is known
             argv = list(l.argv)
         out.append({"taskName": l.task_name, "address": env.get("CLUSTER_SPEC", {}).get("cluster", {}).get(f"workerpool{l.replica.pool_index}", [""])[l.replica.index], "command": argv, "env": env})
     _emit(out, fmt, is_list=True)
@@ -636,7 +587,7 @@ def hp_create(
     """Run a hyperparameter tuning study in the foreground with a live table of trials."""
     from dataclasses import replace
 
-    from vcli import config as cfg
+    from vcli import codec as cfg
     from vcli.errors import ExitCode, InvalidValueError, UsageError
     from vcli.resources import hp_tuning_job_resource
     from vcli.spec import MeasurementSelectionType
@@ -683,8 +634,10 @@ def hp_create(
         import secrets
 
         seed = secrets.randbelow(2**31)
-    ex_name = _executor_name(executor)
-    ex = _make_executor(ex_name, hosts)
+    from vcli.control.wiring import executor_kind, open_execution
+
+    execution = open_execution(executor_kind(executor), hosts)
+    ex, ex_name = execution.executor, execution.kind.value
     store = Store()
     study_id = new_id()
     record = {
@@ -710,10 +663,10 @@ def hp_create(
     except ImportError as e:
         raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): pip install 'vcli[tune]'") from None
     if validate_only:
-        from vcli.jobs import plan_job
+        from vcli.control.jobs import plan_job
         plan = plan_job(spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=store.home / "jobs" / "validate-only",
-                        executor=ex, trial_id="1", placer=_placer(ex))
-        _check_runnable(ex, plan)
+                        executor=ex, trial_id="1", placer=execution.placer)
+        ex.check(plan.launches)
         err("The study is valid; nothing was launched (--validate-only).")
         _emit({"displayName": name_, **{k: v for k, v in record.items() if v is not None}}, fmt, is_list=False)
         return
@@ -724,17 +677,17 @@ def hp_create(
         f"seed {seed}, {ex_name} executor; Ctrl-C cancels the study.")
     err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
     _interrupt_on_signals()
-    from vcli.study import StudyRun
+    from vcli.control.study import StudyRun
     from vcli.view import make_study_view
 
     out = sys.stderr if fmt else sys.stdout
     metric_spec = spec.study_spec.metrics[0]
-    from vcli.config import iter_parameters
+    from vcli.codec import iter_parameters
 
     view = make_study_view(out, name_, metric_spec.metric_id, metric_spec.goal, iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
     run = StudyRun(
         store=store, executor=ex, spec=spec, study_id=study_id, display_name=name_, suggester=suggester,
-        on_event=view.event, on_progress=view.message, placer=_placer(ex), shm_size=shm_size,
+        on_event=view.event, on_progress=view.message, placer=execution.placer, shm_size=shm_size,
     )
     started = time.monotonic()
     try:
@@ -749,7 +702,7 @@ def hp_create(
     msg = (run.error or {}).get("message", "")
     err(f"Hyperparameter tuning job [{study_id}] finished: {state.value} in {took:.1f}s." + (f" {msg}" if msg and state.value != "JOB_STATE_SUCCEEDED" else ""))
     if best is not None and best.final_measurement is not None:
-        from vcli.study import trial_args
+        from vcli.codec.trial import trial_args
 
         value = best.final_measurement.metrics[metric_spec.metric_id]
         err(f"Best trial: {best.id} {metric_spec.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli import cluster
-from vcli.config import custom_job_spec_to_dict
+from vcli.codec import custom_job_spec_to_dict
 from vcli.errors import VcliError
 from vcli.executors import Executor, Placement, ReplicaHandle, ReplicaLaunch
-from vcli.spec import CustomJobSpec, JobState, ReplicaId
+from vcli.spec import CustomJobSpec, JobState, ReplicaId, ReplicaState, is_secret
 from vcli.store import Store, now_iso
+from vcli.control.clock import SYSTEM_CLOCK, Clock
 
 #: Seconds between SIGTERM and SIGKILL when vcli stops replicas (TF ignores SIGTERM).
 STOP_GRACE_SECONDS = 3.0
@@ -121,6 +122,7 @@ def plan_job(
                 local_package=lp,
                 mounts=(base,),
                 shm_size=shm_size,
+                secret_env=tuple(k for k in env if is_secret(k)),
             )
         )
     return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base, placer=placer)
@@ -151,8 +153,11 @@ class JobRun:
     plan: JobPlan
     timeout_seconds: float | None = None
     on_progress: Callable[[str], None] = lambda msg: None
+    clock: Clock = SYSTEM_CLOCK
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
+    #: Why the job could not start (an executor or spec error raised by prepare/start).
+    startup_error: BaseException | None = None
     _replicas: list[_Replica] = field(default_factory=list)
     _cancel: threading.Event = field(default_factory=threading.Event)
     _worker: threading.Thread | None = None
@@ -166,16 +171,22 @@ class JobRun:
     def job_id(self) -> str:
         return self.plan.job_id
 
+    @property
+    def primary_handle(self) -> ReplicaHandle | None:
+        """The handle of workerpool0-0 once it started (whose metric file a trial reads)."""
+        first = self._replicas[0] if self._replicas else None
+        return first.handle if first is not None else None
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Prepare (possibly a long image build) and start every replica, in a background thread."""
-        self._started_at = time.monotonic()
+        self._started_at = self.clock.now()
         self._replicas = [_Replica(launch=l) for l in self.plan.launches]
         for r in self._replicas:
             self.store.upsert_replica(
                 self.job_id, r.launch.task_name, host=r.launch.placement.host,
-                address=_address(r.launch), state="PENDING", log_path=r.launch.log_path,
+                address=_address(r.launch), state=ReplicaState.PENDING.value, log_path=r.launch.log_path,
                 metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
             )
         self._set_state(JobState.JOB_STATE_PENDING)
@@ -193,7 +204,7 @@ class JobRun:
                     return
                 r.handle = self.executor.start(r.launch)
                 self.store.upsert_replica(
-                    self.job_id, r.launch.task_name, handle=r.handle.to_json(), state="RUNNING", start_time=now_iso()
+                    self.job_id, r.launch.task_name, handle=r.handle.to_json(), state=ReplicaState.RUNNING.value, start_time=now_iso()
                 )
         except BaseException as e:  # noqa: BLE001 - reported through poll() on the main thread
             self._worker_error = e
@@ -209,7 +220,7 @@ class JobRun:
         """Advance the job; returns its final state once it has one (and everything stopped)."""
         if self._final is not None:
             return self._final
-        now = time.monotonic()
+        now = self.clock.now()
         if now - self._last_cancel_check > 0.2:
             self._last_cancel_check = now
             if self.store.cancel_requested(self.job_id):
@@ -237,12 +248,12 @@ class JobRun:
                 continue
             r.done = True
             r.exit_code = status.exit_code
-            reason = "SUCCEEDED" if status.exit_code == 0 else "FAILED"
+            reason = ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED
             self.store.upsert_replica(
-                self.job_id, r.launch.task_name, state=reason, exit_code=status.exit_code,
+                self.job_id, r.launch.task_name, state=reason.value, exit_code=status.exit_code,
                 message=status.message, end_time=now_iso(),
             )
-            _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason})"
+            _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason.value})"
                       + (f": {status.message}" if status.message else ""))
             if status.exit_code != 0:
                 detail = f" ({status.message})" if status.message else ""
@@ -279,14 +290,14 @@ class JobRun:
                     r.done = True
                     st = self.executor.poll(r.handle)
                     self.store.upsert_replica(
-                        self.job_id, r.launch.task_name, state="STOPPED", exit_code=st.exit_code, end_time=now_iso()
+                        self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value, exit_code=st.exit_code, end_time=now_iso()
                     )
                     _log_vcli(r.launch, "Task stopped by vcli.")
         self.executor.release([r.handle for r in self._replicas if r.handle is not None])
         self.plan.release_placement()
         for r in self._replicas:
             if r.handle is None:
-                self.store.upsert_replica(self.job_id, r.launch.task_name, state="NOT_STARTED")
+                self.store.upsert_replica(self.job_id, r.launch.task_name, state=ReplicaState.NOT_STARTED.value)
         self.error = error
         self._set_state(state, error=error)
         self._final = state
@@ -328,7 +339,7 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
             on_tick()
             if state is not None:
                 return state
-            time.sleep(interval)
+            run.clock.sleep(interval)
     except KeyboardInterrupt:
         run.cancel()
         run.poll()

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.gpus import visible_devices_env
 from vcli.logs import LogWriter
 
@@ -484,7 +484,7 @@ def cleanup_job(job_id: str, *, base_url: str | None = None) -> int:
     return DockerExecutor(base_url=base_url).cleanup_job(job_id)
 
 
-class DockerExecutor:
+class DockerExecutor(ExecutorBase):
     """Runs each replica as a container of the local (or $DOCKER_HOST) Docker engine.
 
     Options: `base_url` (default $DOCKER_HOST, else the local socket), `mem_limit` (a memory
@@ -558,7 +558,11 @@ class DockerExecutor:
             detail = getattr(e, "explanation", None) or str(e)
             raise ExecutorError(f"Cannot pull image [{image}]: {str(detail).strip().splitlines()[0]}") from e
 
-    def preflight(self, launches: Sequence[ReplicaLaunch]) -> None:
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        """The container's command; empty means the image's own ENTRYPOINT/CMD."""
+        return list(launch.argv)
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
         """Fast checks before a job is created: the engine answers and every image that will
         not be built is present locally (or names a registry to pull from)."""
         import docker

@@ -1,6 +1,6 @@
 """What every vcli command group shares: the global flags' state, stderr messages, and the
 decorator that turns errors into one gcloud-style line and an exit code. Imports only stdlib
-and typer, so both `vcli.cli` and `vcli.cli_hosts` can use it without importing each other.
+and typer, so both `vcli.cli` and `vcli.cli.hosts` can use it without importing each other.
 """
 
 from __future__ import annotations

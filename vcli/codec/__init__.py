@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli.errors import ConfigError, InvalidValueError, UsageError
+from vcli.spec import is_secret
 from vcli.spec import (
     ACCELERATOR_TYPES,
     Algorithm,
@@ -758,16 +759,6 @@ def load_custom_job_spec(path: str) -> CustomJobSpec:
 
 def _env_to_dict(env: Sequence[EnvVar], secrets: Sequence[str] = ()) -> list[dict[str, str]]:
     return [{"name": e.name, "value": "<redacted>" if is_secret(e.name, secrets) else e.value} for e in env]
-
-
-#: Environment variables whose names end with one of these are secrets: never printed.
-SECRET_SUFFIXES = ("_SECRET", "_TOKEN", "_PASSWORD", "_KEY")
-SECRET_PREFIX = "VCLI_SECRET_"
-
-
-def is_secret(name: str, extra: Sequence[str] = ()) -> bool:
-    """Documented rule: names starting with VCLI_SECRET_ or ending _SECRET/_TOKEN/_PASSWORD/_KEY."""
-    return name in extra or name.startswith(SECRET_PREFIX) or name.upper().endswith(SECRET_SUFFIXES)
 
 
 def custom_job_spec_to_dict(spec: CustomJobSpec) -> dict[str, Any]:

@@ -24,12 +24,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from vcli.config import custom_job_spec_to_dict, iter_parameters
+from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.executors import Executor
-from vcli.jobs import JobRun, local_placer, plan_job, with_trial_args
+from vcli.control.jobs import JobRun, local_placer, plan_job, with_trial_args
 from vcli.logs import Follower
 from vcli.metrics import MetricReader
 from vcli.spec import (
+    JobKind,
+    StudyEvent,
     DiscreteValueSpec,
     HyperparameterTuningJobSpec,
     IntegerValueSpec,
@@ -43,88 +45,13 @@ from vcli.spec import (
 from vcli.errors import VcliError
 from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.suggesters import Suggester
+from vcli.control.clock import SYSTEM_CLOCK, Clock
+from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
 
 #: How many failed trials a study tolerates when maxFailedTrialCount is 0 (Vertex: "service decides").
 def default_failure_budget(max_trial_count: int) -> int:
     """0 means: max(3, 10% of maxTrialCount), but never more than maxTrialCount."""
     return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
-
-
-def format_value(spec: ParameterSpec, value: ParameterValue) -> str:
-    """A parameter value as the trainer receives it in `--<id>=<value>`.
-
-    INTEGER values are integers (`--num_units=64`), and so are whole DISCRETE values
-    (`--batch_size=128`, where Vertex sends `128.0` and breaks `type=int` parsers); other
-    numbers use Python's shortest round-trip repr; CATEGORICAL values are passed verbatim.
-    """
-    if isinstance(spec.value_spec, IntegerValueSpec):
-        return str(int(value))
-    if isinstance(spec.value_spec, DiscreteValueSpec):
-        f = float(value)
-        return str(int(f)) if f.is_integer() else repr(f)
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def trial_args(specs: Mapping[str, ParameterSpec], parameters: Mapping[str, ParameterValue]) -> list[str]:
-    return [f"--{pid}={format_value(specs[pid], v)}" for pid, v in parameters.items()]
-
-
-def json_value(spec: ParameterSpec, value: ParameterValue) -> ParameterValue:
-    if isinstance(spec.value_spec, IntegerValueSpec):
-        return int(value)
-    if isinstance(spec.value_spec, DiscreteValueSpec):
-        return float(value)
-    return value
-
-
-def measurement_to_dict(m: Measurement) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "stepCount": str(m.step_count),
-        "metrics": [{"metricId": k, "value": v if math.isfinite(v) else str(v)} for k, v in m.metrics.items()],
-    }
-    if m.elapsed_seconds is not None:
-        d["elapsedDuration"] = f"{m.elapsed_seconds:.3f}s"
-    return d
-
-
-def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
-    return Measurement(
-        step_count=int(d.get("stepCount", 0)),
-        metrics={m["metricId"]: float(m["value"]) for m in d.get("metrics", [])},
-        elapsed_seconds=float(d["elapsedDuration"].rstrip("s")) if d.get("elapsedDuration") else None,
-    )
-
-
-def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "id": t.id,
-        "state": t.state.value,
-        "parameters": [{"parameterId": k, "value": json_value(specs[k], v)} for k, v in t.parameters.items()],
-    }
-    if t.final_measurement is not None:
-        d["finalMeasurement"] = measurement_to_dict(t.final_measurement)
-    if t.measurements:
-        d["measurements"] = [measurement_to_dict(m) for m in t.measurements]
-    for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason), ("customJob", t.custom_job)):
-        if val:
-            d[key] = val
-    return d
-
-
-def trial_from_dict(d: Mapping[str, Any]) -> Trial:
-    return Trial(
-        id=d["id"],
-        state=TrialState(d["state"]),
-        parameters={p["parameterId"]: p["value"] for p in d.get("parameters", [])},
-        final_measurement=measurement_from_dict(d["finalMeasurement"]) if d.get("finalMeasurement") else None,
-        measurements=tuple(measurement_from_dict(m) for m in d.get("measurements", [])),
-        infeasible_reason=d.get("infeasibleReason"),
-        custom_job=d.get("customJob"),
-        start_time=d.get("startTime"),
-        end_time=d.get("endTime"),
-    )
 
 
 def replay(suggester: Suggester, trials: Sequence[Mapping[str, Any]]) -> Suggester:
@@ -155,10 +82,11 @@ class StudyRun:
     study_id: str
     display_name: str
     suggester: Suggester
-    on_event: Callable[[str, Trial | None], None] = lambda kind, trial: None
+    on_event: Callable[[StudyEvent, Trial | None], None] = lambda kind, trial: None
     on_progress: Callable[[str], None] = lambda msg: None
     placer: Any = local_placer
     shm_size: str | None = None
+    clock: Clock = SYSTEM_CLOCK
     trials: dict[str, Trial] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
@@ -178,7 +106,7 @@ class StudyRun:
             self.store.home / "jobs" / self.study_id / "output"
         )
         self._deadline = (
-            time.monotonic() + self.spec.study_timeout_seconds if self.spec.study_timeout_seconds else None
+            self.clock.now() + self.spec.study_timeout_seconds if self.spec.study_timeout_seconds else None
         )
 
     # ------------------------------------------------------------------ main loop
@@ -189,7 +117,7 @@ class StudyRun:
         last_cancel_check = 0.0
         try:
             while True:
-                now = time.monotonic()
+                now = self.clock.now()
                 if now - last_cancel_check > 0.25:
                     last_cancel_check = now
                     if self.store.cancel_requested(self.study_id):
@@ -218,7 +146,7 @@ class StudyRun:
                     or len(self.trials) >= self.spec.max_trial_count
                 ):
                     return self._complete()
-                time.sleep(interval)
+                self.clock.sleep(interval)
         except KeyboardInterrupt:
             self._end_cancelled()
             raise
@@ -284,7 +212,7 @@ class StudyRun:
         self._waiting_logged = False
         job_row = self.store.create_job(
             job_id=job_id,
-            kind="customJob",
+            kind=JobKind.CUSTOM_JOB.value,
             display_name=f"{self.display_name}-trial-{trial_id}",
             record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
                     "outputDirectory": f"{self.base_output}/{trial_id}"},
@@ -296,29 +224,30 @@ class StudyRun:
             id=trial_id,
             parameters=parameters,
             state=TrialState.ACTIVE,
-            custom_job=resource_name("customJob", job_row.id),
+            custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id),
             start_time=now_iso(),
         )
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
         timeout = job_spec.scheduling.timeout_seconds if job_spec.scheduling else None
-        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout, on_progress=self.on_progress)
+        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
+                     on_progress=self.on_progress, clock=self.clock)
         chief = plan.launches[0]
         self._active[trial_id] = _ActiveTrial(
             trial=trial, run=run, reader=MetricReader(self.metric.metric_id),
             follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-            started=time.monotonic(),
+            started=self.clock.now(),
         )
         self.store.update_job(job_row.id, controller_pid=_self_pid(), controller_start=_self_start())
         run.start()
-        self.on_event("started", trial)
+        self.on_event(StudyEvent.TRIAL_STARTED, trial)
         return True
 
     def _read_metrics(self, active: _ActiveTrial) -> bool:
         chief = active.run.plan.launches[0]
         new = False
-        handle = next((r.handle for r in active.run._replicas if r.handle is not None), None)  # noqa: SLF001
+        handle = active.run.primary_handle
         text = self.executor.read_file(handle, chief.metric_file) if handle is not None else None
         new |= active.reader.feed_hypertune(text)
         for rec in active.follower.poll():
@@ -330,7 +259,7 @@ class StudyRun:
         for trial_id, active in list(self._active.items()):
             state = active.run.poll()
             if self._read_metrics(active):
-                elapsed = time.monotonic() - active.started
+                elapsed = self.clock.now() - active.started
                 ms = tuple(replace(m, elapsed_seconds=m.elapsed_seconds if m.elapsed_seconds is not None else round(elapsed, 3))
                            for m in active.reader.measurements)
                 active.trial = replace(active.trial, measurements=ms)
@@ -376,7 +305,7 @@ class StudyRun:
             reason = f"The trial's custom job ended {job_state.value}: {msg}"
             counts_as_failure = True
             final = None
-        elapsed = time.monotonic() - active.started
+        elapsed = self.clock.now() - active.started
         if final is not None:
             final = replace(final, elapsed_seconds=round(elapsed, 3))
         trial = replace(
@@ -391,7 +320,7 @@ class StudyRun:
         self.trials[trial.id] = trial
         self.suggester.tell(trial)
         self._save(trial)
-        self.on_event("finished", trial)
+        self.on_event(StudyEvent.TRIAL_FINISHED, trial)
 
     def _request_stop(self, active: _ActiveTrial, reason: str) -> None:
         if active.stop_reason is None:
@@ -399,16 +328,16 @@ class StudyRun:
             active.trial = replace(active.trial, state=TrialState.STOPPING)
             self.trials[active.trial.id] = active.trial
             self._save(active.trial)
-            self.on_event("stopping", active.trial)
+            self.on_event(StudyEvent.TRIAL_STOPPING, active.trial)
             active.run.cancel()
 
     def _stop_all(self, reason: str) -> None:
         for active in list(self._active.values()):
             self._request_stop(active, reason)
-        deadline = time.monotonic() + 120
-        while self._active and time.monotonic() < deadline:
+        deadline = self.clock.now() + 120
+        while self._active and self.clock.now() < deadline:
             self._poll_active()
-            time.sleep(0.05)
+            self.clock.sleep(0.05)
 
     # ------------------------------------------------------------------ records
 
@@ -437,7 +366,7 @@ class StudyRun:
             self.store.update_job(self.study_id, record=record)
         self.error = error
         self._set_state(state, error)
-        self.on_event("study-finished", best)
+        self.on_event(StudyEvent.STUDY_FINISHED, best)
         return state
 
 

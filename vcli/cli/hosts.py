@@ -11,8 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from vcli.cli_support import command as _command
-from vcli.cli_support import err as _err
+from vcli.cli.support import command as _command
+from vcli.cli.support import err as _err
 
 hosts_app = typer.Typer(
     help="Manage the SSH hosts vcli runs replicas on (the inventory) and check them.",
