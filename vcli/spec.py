@@ -88,6 +88,8 @@ class StudyEvent(str, Enum):
     """What a study controller tells its view (`on_event(event, trial)`)."""
 
     TRIAL_STARTED = "started"
+    #: A running trial reported a new intermediate measurement.
+    TRIAL_MEASUREMENT = "measurement"
     TRIAL_STOPPING = "stopping"
     TRIAL_FINISHED = "finished"
     #: The study ended; the trial passed along is the best one (or None).

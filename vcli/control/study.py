@@ -265,7 +265,7 @@ class StudyRun:
                 active.trial = replace(active.trial, measurements=ms)
                 self.trials[trial_id] = active.trial
                 self._save(active.trial)
-                self.on_event("measurement", active.trial)
+                self.on_event(StudyEvent.TRIAL_MEASUREMENT, active.trial)
                 if self._goal_reached(active.trial) and self._stop_launching is None:
                     self._stop_launching = "the study's goal value was reached"
                     self.on_progress(f"Trial {trial_id} reached the goal value {self.spec.goal_value:g}: stopping the study.")

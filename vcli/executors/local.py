@@ -143,6 +143,8 @@ class LocalExecutor(ExecutorBase):
         argv = process_argv(launch, self.python)
         env = dict(os.environ)
         env.update(launch.env)
+        # How stop() recognises the replica's processes (and never a reused pgid's).
+        env["VCLI_JOB_ID"] = launch.job_id
         env.setdefault("PYTHONUNBUFFERED", "1")
         if launch.workdir:
             # `python -m pkg.mod` and scripts import siblings from the package dir, as in the image.

@@ -1,0 +1,70 @@
+"""The replica program of the executor contract suite and the controller tests.
+
+A replica is told what to do by its argv, one action per argument, run in order:
+
+    out:TEXT          print TEXT on stdout          err:TEXT     print TEXT on stderr
+    metric:ID=V@STEP  append a cloudml-hypertune report to $CLOUD_ML_HP_METRIC_FILE
+    sleep:SECONDS     wait                          exit:CODE    exit with CODE
+    ignore-term       ignore SIGTERM from now on (as TensorFlow's multi-worker runtime does)
+    env:NAME          print `NAME=<value>` (or `NAME unset`)
+    bind:PORT         bind TCP PORT on every address and print `bound PORT` (or `bind-failed`)
+
+Arguments `--NAME=VALUE` (what a study appends for each hyperparameter) are not actions: they
+are read first, and `%NAME` in an action stands for VALUE (`metric:acc=%x@1` reports x).
+
+Real executors run `SOURCE` with `python3 -c` (so containers and SSH hosts need no copy of this
+file); `tests.fakes.FakeExecutor` interprets the same actions in-process on a fake clock.
+"""
+
+from __future__ import annotations
+
+SOURCE = r'''
+import json, os, signal, socket, sys, time
+params = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+for action in sys.argv[1:]:
+    if action.startswith("--"):
+        continue
+    for name, value in params.items():
+        action = action.replace("%" + name, value)
+    verb, _, arg = action.partition(":")
+    if verb == "out":
+        print(arg, flush=True)
+    elif verb == "err":
+        print(arg, file=sys.stderr, flush=True)
+    elif verb == "metric":
+        mid, _, rest = arg.partition("=")
+        value, _, step = rest.partition("@")
+        path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+        with open(path, "a") as f:
+            f.write(json.dumps({mid: value, "global_step": step or "0", "timestamp": time.time(),
+                                "trial": os.environ.get("CLOUD_ML_TRIAL_ID", "")}) + "\n")
+    elif verb == "sleep":
+        time.sleep(float(arg))
+    elif verb == "exit":
+        sys.exit(int(arg))
+    elif verb == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ignoring SIGTERM", flush=True)
+    elif verb == "env":
+        print(f"{arg}={os.environ[arg]}" if arg in os.environ else f"{arg} unset", flush=True)
+    elif verb == "bind":
+        s = socket.socket()
+        try:
+            s.bind(("", int(arg)))
+            print(f"bound {arg}", flush=True)
+        except OSError:
+            print("bind-failed", flush=True)
+        finally:
+            s.close()
+    else:
+        print(f"unknown action {action}", file=sys.stderr, flush=True)
+        sys.exit(2)
+'''
+
+#: The marker the fake executor recognises in a command (`python3 -c SOURCE ...`).
+MARKER = "-c"
+
+
+def replica_command(python: str = "python3") -> tuple[str, ...]:
+    """The command part of a launch that runs the contract replica with `python`."""
+    return (python, "-c", SOURCE)

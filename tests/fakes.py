@@ -1,0 +1,229 @@
+"""In-process stand-ins for time and replicas, so controllers run through every ending in ms.
+
+`FakeClock` is a controller `Clock` whose `sleep` advances time at once. `FakeExecutor` is an
+`Executor` that interprets the contract replica's actions (tests/contract_replica.py) on that
+clock instead of running a process: `sleep:5` takes five fake seconds, `ignore-term` makes
+`stop` wait the whole grace period (on the fake clock) and then kill. It writes real log and
+metric files, so everything downstream (log followers, metric readers, the store) is the real
+code. It passes the same contract suite as the real executors (tests/test_executor_contract.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from tests.contract_replica import SOURCE
+from vcli.errors import ExecutorError
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.logs import LogWriter
+
+SIGTERM_EXIT = 128 + 15
+SIGKILL_EXIT = 128 + 9
+
+
+class FakeClock:
+    """Monotonic fake time: `sleep` advances it immediately (and yields the GIL)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.t = start
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self.t
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.t += max(0.0, seconds)
+        time.sleep(0)  # let a controller's start thread run
+
+    advance = sleep
+
+
+@dataclass
+class _Replica:
+    launch: ReplicaLaunch
+    actions: list[str]
+    writer: LogWriter
+    wake_at: float
+    position: int = 0
+    ignore_term: bool = False
+    exit_code: int | None = None
+    message: str | None = None
+    released: bool = False
+
+
+@dataclass
+class FakeWorld:
+    """What the "machine" knows: every replica any FakeExecutor on it started (like the OS)."""
+
+    clock: FakeClock
+    replicas: dict[str, _Replica] = field(default_factory=dict)
+    ports: set[int] = field(default_factory=set)
+    next_port: int = 41000
+    started: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def running(self) -> list[str]:
+        """Refs of replicas still running now (after catching up with the clock)."""
+        out = []
+        for ref, rep in list(self.replicas.items()):
+            _advance(rep, self)
+            if rep.exit_code is None:
+                out.append(ref)
+        return out
+
+
+class FakeExecutor(ExecutorBase):
+    """Replicas as timelines on a fake clock. Knobs make prepare/start fail on purpose."""
+
+    name = "fake"
+    python = "python3"
+
+    def __init__(
+        self,
+        world: FakeWorld,
+        *,
+        prepare_error: Exception | None = None,
+        start_error: Callable[[ReplicaLaunch], Exception | None] | None = None,
+    ) -> None:
+        self.world = world
+        self.clock = world.clock
+        self.prepare_error = prepare_error
+        self.start_error = start_error
+        self.closed = False
+
+    def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
+                progress: Callable[[str], None]) -> list[ReplicaLaunch]:
+        self.check(launches)
+        if self.prepare_error is not None:
+            raise self.prepare_error
+        return list(launches)
+
+    def reserve_port(self, placement: Placement) -> int:
+        with self.world.lock:
+            port = self.world.next_port
+            self.world.next_port += 1
+            self.world.ports.add(port)
+            return port
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        argv = self.command_for(launch)
+        if len(argv) < 3 or argv[1] != "-c" or argv[2] != SOURCE:
+            raise ExecutorError(f"The fake executor runs only the contract replica, not {argv[:3]}.")
+        if self.start_error is not None:
+            error = self.start_error(launch)
+            if error is not None:
+                raise error
+        os.makedirs(launch.output_dir, exist_ok=True)
+        with self.world.lock:
+            ref = f"fake-{len(self.world.started) + 1}@{launch.job_id}"
+            self.world.started.append(ref)
+            params = dict(a[2:].split("=", 1) for a in argv[3:] if a.startswith("--") and "=" in a)
+            actions = []
+            for action in argv[3:]:
+                if not action.startswith("--"):
+                    for name, value in params.items():
+                        action = action.replace("%" + name, value)
+                    actions.append(action)
+            self.world.replicas[ref] = _Replica(launch=launch, actions=actions,
+                                                writer=LogWriter(launch.log_path), wake_at=self.clock.now())
+        return ReplicaHandle(executor=self.name, host=launch.placement.host, ref=ref, task_name=launch.task_name)
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        rep = self.world.replicas.get(handle.ref)
+        if rep is None:
+            return ReplicaStatus(running=False, message="the replica is gone (exit code unknown)")
+        _advance(rep, self.world)
+        if rep.exit_code is None:
+            return ReplicaStatus(running=True)
+        return ReplicaStatus(running=False, exit_code=rep.exit_code, message=rep.message)
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        reps = [self.world.replicas[h.ref] for h in handles if h.ref in self.world.replicas]
+        for rep in reps:
+            _advance(rep, self.world)
+        stubborn = [r for r in reps if r.exit_code is None and r.ignore_term]
+        for rep in reps:
+            if rep.exit_code is None and not rep.ignore_term:
+                _end(rep, SIGTERM_EXIT, "killed by signal SIGTERM")
+        if stubborn:
+            self.clock.sleep(grace_seconds)
+            for rep in stubborn:
+                _advance(rep, self.world)
+                if rep.exit_code is None:
+                    _end(rep, SIGKILL_EXIT, "killed by signal SIGKILL")
+        with self.world.lock:
+            self.world.stopped.extend(h.ref for h in handles)
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        rep = self.world.replicas.get(handle.ref)
+        if rep is not None:
+            _advance(rep, self.world)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        with self.world.lock:
+            for h in handles:
+                rep = self.world.replicas.get(h.ref)
+                if rep is not None and not rep.released:
+                    rep.released = True
+                    rep.writer.close()
+                    self.world.released.append(h.ref)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _end(rep: _Replica, code: int, message: str | None = None) -> None:
+    rep.exit_code = code
+    rep.message = message
+    rep.writer.close()
+
+
+def _advance(rep: _Replica, world: FakeWorld) -> None:
+    """Run the replica's actions whose time has come."""
+    now = world.clock.now()
+    while rep.exit_code is None and rep.wake_at <= now:
+        if rep.position >= len(rep.actions):
+            _end(rep, 0)
+            return
+        action = rep.actions[rep.position]
+        rep.position += 1
+        verb, _, arg = action.partition(":")
+        env = rep.launch.env
+        if verb in ("out", "err"):
+            rep.writer.write("stdout" if verb == "out" else "stderr", arg)
+        elif verb == "metric":
+            mid, _, rest = arg.partition("=")
+            value, _, step = rest.partition("@")
+            path = env["CLOUD_ML_HP_METRIC_FILE"]
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({mid: value, "global_step": step or "0", "timestamp": rep.wake_at,
+                                    "trial": env.get("CLOUD_ML_TRIAL_ID", "")}) + "\n")
+        elif verb == "sleep":
+            rep.wake_at += float(arg)
+        elif verb == "exit":
+            _end(rep, int(arg))
+        elif verb == "ignore-term":
+            rep.ignore_term = True
+            rep.writer.write("stdout", "ignoring SIGTERM")
+        elif verb == "env":
+            rep.writer.write("stdout", f"{arg}={env[arg]}" if arg in env else f"{arg} unset")
+        elif verb == "bind":
+            rep.writer.write("stdout", f"bound {arg}" if int(arg) in world.ports else "bind-failed")
+        else:
+            rep.writer.write("stderr", f"unknown action {action}")
+            _end(rep, 2)

@@ -1,0 +1,458 @@
+"""The job and study controllers, in-process: a fake executor on a fake clock, the real store.
+
+Every ending of `JobRun` (success, replica failure, worker drain, timeout, cancel from this
+process and from another terminal, a start-up error) and of `StudyRun` (all trials done, the
+failure budget, the goal value, the study's time budget, cancel, the grid exhausted, no trial
+with the metric) is reached in milliseconds; the real end-to-end runs live in
+test_custom_jobs.py / test_hp_tuning.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from tests.contract_replica import replica_command
+from tests.fakes import SIGKILL_EXIT, SIGTERM_EXIT, FakeClock, FakeExecutor, FakeWorld
+from vcli.control.jobs import STOP_GRACE_SECONDS, WORKER_DRAIN_SECONDS, JobRun, local_placer, plan_job, run_job
+from vcli.control.study import StudyRun
+from vcli.errors import ExecutorError
+from vcli.executors import Placement
+from vcli.spec import (
+    Algorithm,
+    CategoricalValueSpec,
+    ContainerSpec,
+    CustomJobSpec,
+    DoubleValueSpec,
+    Goal,
+    HyperparameterTuningJobSpec,
+    JobKind,
+    JobState,
+    MachineSpec,
+    MeasurementSelectionType,
+    MetricSpec,
+    ParameterSpec,
+    ReplicaState,
+    Scheduling,
+    StudyEvent,
+    StudySpec,
+    TrialState,
+    WorkerPoolSpec,
+)
+from vcli.store import Store
+from vcli.suggesters import get_suggester
+
+
+@pytest.fixture
+def world() -> FakeWorld:
+    return FakeWorld(FakeClock())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "home")
+    yield s
+    s.close()
+
+
+def pool(*actions: str, replicas: int = 1) -> WorkerPoolSpec:
+    return WorkerPoolSpec(machine_spec=MachineSpec(machine_type="n1-standard-4"), replica_count=replicas,
+                          container_spec=ContainerSpec(image_uri="img", command=replica_command(), args=tuple(actions)))
+
+
+def job_spec(*pools: WorkerPoolSpec, timeout: float | None = None) -> CustomJobSpec:
+    return CustomJobSpec(worker_pool_specs=tuple(pools),
+                         scheduling=Scheduling(timeout_seconds=timeout) if timeout else None)
+
+
+def job_run(store: Store, executor: FakeExecutor, spec: CustomJobSpec, **kw: Any) -> JobRun:
+    row = store.create_job(kind=JobKind.CUSTOM_JOB.value, display_name="t", record={},
+                           state=JobState.JOB_STATE_QUEUED.value)
+    plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=executor)
+    return JobRun(store=store, executor=executor, plan=plan, clock=executor.clock,
+                  timeout_seconds=spec.scheduling.timeout_seconds if spec.scheduling else None, **kw)
+
+
+def drive(run: JobRun) -> JobState:
+    return run_job(run)
+
+
+def replica_states(store: Store, run: JobRun) -> dict[str, str]:
+    return {r.task_name: r.state for r in store.replicas(run.job_id)}
+
+
+# =========================================================================== JobRun
+
+
+def test_job_succeeds_when_every_replica_exits_zero(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:5", "exit:0"), pool("sleep:3", replicas=2)))
+    assert drive(run) == JobState.JOB_STATE_SUCCEEDED
+    assert replica_states(store, run) == {"workerpool0-0": "SUCCEEDED", "workerpool1-0": "SUCCEEDED",
+                                          "workerpool1-1": "SUCCEEDED"}
+    assert store.get_job(run.job_id).state == "JOB_STATE_SUCCEEDED"
+    assert world.stopped == []  # nothing had to be stopped
+    assert sorted(world.released) == sorted(world.started)  # everything released
+    assert world.running() == []
+
+
+def test_a_failing_replica_fails_the_job_and_stops_its_siblings(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:100"), pool("sleep:2", "exit:3")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    row = store.get_job(run.job_id)
+    assert row.error["code"] == 13
+    assert "workerpool1-0 exited with a non-zero status of 3" in row.error["message"]
+    assert replica_states(store, run) == {"workerpool0-0": "STOPPED", "workerpool1-0": "FAILED"}
+    assert world.running() == []
+    assert world.clock.now() - 1000 < 10  # failed fast, not after the chief's 100 s
+
+
+def test_a_failing_chief_fails_the_job(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("exit:1"), pool("sleep:50")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    assert replica_states(store, run)["workerpool1-0"] == "STOPPED"
+
+
+def test_workers_get_a_drain_period_after_the_chief_succeeds(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("exit:0"), pool("sleep:10", "exit:0")))
+    assert drive(run) == JobState.JOB_STATE_SUCCEEDED
+    assert replica_states(store, run)["workerpool1-0"] == "SUCCEEDED"  # finished on its own
+    assert world.stopped == []
+
+
+def test_a_worker_that_never_finishes_is_stopped_after_the_drain(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("exit:0"), pool("sleep:10000")))
+    assert drive(run) == JobState.JOB_STATE_SUCCEEDED
+    assert replica_states(store, run)["workerpool1-0"] == "STOPPED"
+    took = world.clock.now() - 1000
+    assert WORKER_DRAIN_SECONDS <= took < WORKER_DRAIN_SECONDS + 5
+
+
+def test_parameter_servers_are_not_waited_for(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("exit:0"), pool("exit:0"), pool("sleep:10000")))
+    assert drive(run) == JobState.JOB_STATE_SUCCEEDED
+    assert replica_states(store, run)["workerpool2-0"] == "STOPPED"
+    assert world.clock.now() - 1000 < 5
+
+
+def test_scheduling_timeout_fails_the_job(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000"), timeout=20))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    row = store.get_job(run.job_id)
+    assert row.error["code"] == 4 and "scheduling.timeout of 20s" in row.error["message"]
+    assert 20 <= world.clock.now() - 1000 < 25
+    assert world.running() == []
+
+
+def test_cancel_from_this_process(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000"), pool("sleep:1000")))
+    run.start()
+    while run.poll() is None and world.clock.now() < 1005:
+        world.clock.sleep(0.1)
+    run.cancel()
+    assert store.get_job(run.job_id).state == "JOB_STATE_CANCELLING"
+    assert run.poll() == JobState.JOB_STATE_CANCELLED
+    assert set(replica_states(store, run).values()) == {"STOPPED"}
+    assert world.running() == []
+
+
+def test_cancel_from_another_terminal_through_the_store(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000")))
+    run.start()
+    other = Store(store.home)  # another vcli process
+    other.request_cancel(run.job_id)
+    assert drive_started(run, world) == JobState.JOB_STATE_CANCELLED
+    assert store.get_job(run.job_id).error == {"code": 1, "message": "CANCELED"}
+
+
+def drive_started(run: JobRun, world: FakeWorld) -> JobState:
+    while True:
+        state = run.poll()
+        if state is not None:
+            return state
+        world.clock.sleep(0.1)
+
+
+def test_ctrl_c_cancels_and_reraises(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000")))
+    ticks = 0
+
+    def on_tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(run, on_tick=on_tick)
+    assert store.get_job(run.job_id).state == "JOB_STATE_CANCELLED"
+    assert world.running() == []
+
+
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("ignore-term", "sleep:1000"), pool("sleep:1", "exit:2")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    chief = next(r for r in store.replicas(run.job_id) if r.task_name == "workerpool0-0")
+    assert chief.state == "STOPPED" and chief.exit_code == SIGKILL_EXIT
+    assert world.clock.now() - 1000 >= STOP_GRACE_SECONDS
+
+
+def test_a_polite_replica_is_stopped_without_waiting(store: Store, world: FakeWorld) -> None:
+    run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000"), pool("sleep:1", "exit:2")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    chief = next(r for r in store.replicas(run.job_id) if r.task_name == "workerpool0-0")
+    assert chief.exit_code == SIGTERM_EXIT
+
+
+def test_a_startup_error_fails_the_job_with_its_text(store: Store, world: FakeWorld) -> None:
+    ex = FakeExecutor(world, prepare_error=ExecutorError("The Docker engine is not running."))
+    run = job_run(store, ex, job_spec(pool("exit:0"), pool("exit:0")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    assert isinstance(run.startup_error, ExecutorError)
+    row = store.get_job(run.job_id)
+    assert row.error == {"code": 3, "message": "The Docker engine is not running."}
+    assert set(replica_states(store, run).values()) == {"NOT_STARTED"}
+
+
+def test_a_replica_that_cannot_start_stops_those_already_started(store: Store, world: FakeWorld) -> None:
+    ex = FakeExecutor(world, start_error=lambda l: ExecutorError("no such host") if l.replica.pool_index == 1 else None)
+    run = job_run(store, ex, job_spec(pool("sleep:1000"), pool("exit:0")))
+    assert drive(run) == JobState.JOB_STATE_FAILED
+    assert replica_states(store, run) == {"workerpool0-0": "STOPPED", "workerpool1-0": "NOT_STARTED"}
+    assert world.running() == []
+
+
+def test_placement_is_released_however_the_job_ends(store: Store, world: FakeWorld) -> None:
+    released: list[str] = []
+
+    class Placer:
+        def __call__(self, replicas: Sequence[Any], **_: Any) -> list[Placement]:
+            return local_placer(replicas)
+
+        def release(self, job_id: str) -> None:
+            released.append(job_id)
+
+    ex = FakeExecutor(world)
+    row = store.create_job(kind="customJob", display_name="t", record={}, state="JOB_STATE_QUEUED")
+    plan = plan_job(job_spec(pool("exit:4")), job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=ex,
+                    placer=Placer())
+    assert drive(JobRun(store=store, executor=ex, plan=plan, clock=world.clock)) == JobState.JOB_STATE_FAILED
+    assert released == [row.id]
+
+
+def test_plan_marks_secret_environment_names(store: Store, world: FakeWorld) -> None:
+    from vcli.spec import EnvVar
+
+    spec = job_spec(replace(pool("exit:0"), container_spec=replace(
+        pool("exit:0").container_spec, env=(EnvVar(name="WANDB_API_KEY", value="k"), EnvVar(name="MODE", value="a")))))
+    plan = plan_job(spec, job_id="j", job_dir=store.home / "jobs" / "j", executor=FakeExecutor(world))
+    assert "WANDB_API_KEY" in plan.launches[0].secret_env and "MODE" not in plan.launches[0].secret_env
+
+
+# =========================================================================== StudyRun
+
+
+X = ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0))
+
+
+def study(
+    store: Store,
+    world: FakeWorld,
+    *actions: str,
+    max_trials: int = 4,
+    parallel: int = 2,
+    failures: int = 0,
+    algorithm: Algorithm = Algorithm.RANDOM_SEARCH,
+    parameters: tuple[ParameterSpec, ...] = (X,),
+    goal: Goal = Goal.MAXIMIZE,
+    selection: MeasurementSelectionType = MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED,
+    executor: FakeExecutor | None = None,
+    placer: Any = local_placer,
+    **extra: Any,
+) -> tuple[StudyRun, list[tuple[str, str | None]]]:
+    spec = HyperparameterTuningJobSpec(
+        study_spec=StudySpec(metrics=(MetricSpec(metric_id="acc", goal=goal),), parameters=parameters,
+                             algorithm=algorithm, measurement_selection_type=selection),
+        trial_job_spec=job_spec(pool(*actions)),
+        max_trial_count=max_trials, parallel_trial_count=parallel, max_failed_trial_count=failures, **extra,
+    )
+    row = store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB.value, display_name="s", record={},
+                           state=JobState.JOB_STATE_QUEUED.value)
+    events: list[tuple[str, str | None]] = []
+    run = StudyRun(store=store, executor=executor or FakeExecutor(world), spec=spec, study_id=row.id,
+                   display_name="s", suggester=get_suggester(spec.study_spec, seed=7), clock=world.clock,
+                   placer=placer, on_event=lambda kind, trial: events.append((StudyEvent(kind).value, trial.id if trial else None)))
+    return run, events
+
+
+def states(run: StudyRun) -> list[str]:
+    return [run.trials[k].state.value for k in sorted(run.trials, key=int)]
+
+
+def test_study_runs_every_trial_and_picks_the_best(store: Store, world: FakeWorld) -> None:
+    run, events = study(store, world, "sleep:3", "metric:acc=%x@1", "exit:0", max_trials=5, parallel=2)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert states(run) == ["SUCCEEDED"] * 5
+    best = run.best_trial()
+    values = {t.id: t.parameters["x"] for t in run.trials.values()}
+    assert best is not None and best.id == max(values, key=values.get)
+    assert best.final_measurement.metrics["acc"] == pytest.approx(values[best.id])
+    assert events[-1] == ("study-finished", best.id)
+    assert [e for e, _ in events].count("started") == 5
+    stored = store.trials(run.study_id)
+    assert [t["state"] for t in stored] == ["SUCCEEDED"] * 5
+    assert store.get_job(run.study_id).record["bestTrialId"] == best.id
+    assert world.running() == []
+
+
+def test_study_never_exceeds_its_parallel_trial_count(store: Store, world: FakeWorld) -> None:
+    peak = 0
+
+    class Watching(FakeExecutor):
+        def start(self, launch: Any) -> Any:
+            nonlocal peak
+            handle = super().start(launch)
+            peak = max(peak, len(self.world.running()))
+            return handle
+
+    run, _ = study(store, world, "sleep:5", "metric:acc=%x@1", max_trials=7, parallel=3, executor=Watching(world))
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert peak == 3
+    assert len(run.trials) == 7
+
+
+def test_failed_trials_beyond_the_budget_fail_the_study(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:1", "exit:1", max_trials=10, parallel=2, failures=2)
+    assert run.run() == JobState.JOB_STATE_FAILED
+    assert run.error["code"] == 9 and "more than the budget of 2" in run.error["message"]
+    assert set(states(run)) == {"INFEASIBLE"}
+    assert 3 <= len(run.trials) <= 4  # stopped launching at the third failure
+    assert all(run.trials[k].infeasible_reason for k in run.trials)
+    assert world.running() == []
+
+
+def test_a_trial_without_the_metric_is_infeasible_and_all_infeasible_fails(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "out:no metric here", "exit:0", max_trials=2, parallel=1, failures=5)
+    assert run.run() == JobState.JOB_STATE_FAILED
+    assert states(run) == ["INFEASIBLE", "INFEASIBLE"]
+    assert "No trial reported the metric [acc]" in run.error["message"]
+
+
+def test_reaching_the_goal_value_stops_the_study_and_its_other_trials(store: Store, world: FakeWorld) -> None:
+    """The trial that reached the goal finishes on its own (it holds the model); the rest stop."""
+    run, events = study(store, world, "metric:acc=%x@1", "sleep:100", max_trials=50, parallel=2, goal_value=0.0)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert "goal" in store.get_job(run.study_id).record["stopReason"]
+    assert len(run.trials) == 2  # the first trial reached it; nothing more launched
+    assert states(run) == ["SUCCEEDED", "SUCCEEDED"]  # each with its measurement
+    assert ("stopping", "2") in events and ("stopping", "1") not in events
+    assert 100 <= world.clock.now() - 1000 < 110  # trial 1 ran to its end
+    assert world.running() == []
+
+
+def test_the_study_time_budget_stops_running_trials(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:5", "metric:acc=%x@1", "sleep:1000", max_trials=10, parallel=2,
+                   study_timeout_seconds=60)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert "time budget" in store.get_job(run.study_id).record["stopReason"]
+    assert states(run) == ["SUCCEEDED", "SUCCEEDED"]
+    assert 60 <= world.clock.now() - 1000 < 70
+
+
+def test_a_stopped_trial_without_a_measurement_is_infeasible(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:1000", max_trials=2, parallel=2, study_timeout_seconds=10)
+    assert run.run() == JobState.JOB_STATE_FAILED  # no trial has the metric
+    assert states(run) == ["INFEASIBLE", "INFEASIBLE"]
+
+
+def test_cancel_from_another_terminal_stops_every_trial(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:1000", max_trials=6, parallel=3)
+    thread_started = threading.Event()
+
+    def cancel_soon() -> None:
+        thread_started.set()
+        Store(store.home).request_cancel(run.study_id)
+
+    t = threading.Thread(target=cancel_soon)
+    t.start()
+    thread_started.wait()
+    t.join()
+    assert run.run() == JobState.JOB_STATE_CANCELLED
+    assert run.error == {"code": 1, "message": "CANCELED"}
+    assert world.running() == []
+    assert all(j.state in ("JOB_STATE_CANCELLED", "JOB_STATE_QUEUED") or j.state.endswith("CANCELLED")
+               for j in store.child_jobs(run.study_id))
+
+
+def test_ctrl_c_cancels_the_study_and_reraises(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:1000", max_trials=4, parallel=2)
+    orig = world.clock.sleep
+    calls = 0
+
+    def sleep(seconds: float) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 20:
+            raise KeyboardInterrupt
+        orig(seconds)
+
+    world.clock.sleep = sleep  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    world.clock.sleep = orig  # type: ignore[method-assign]
+    assert store.get_job(run.study_id).state == "JOB_STATE_CANCELLED"
+    assert world.running() == []
+
+
+def test_grid_search_ends_when_the_grid_is_exhausted(store: Store, world: FakeWorld) -> None:
+    grid = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd", "rmsprop")))
+    run, _ = study(store, world, "metric:acc=0.5@1", max_trials=10, parallel=2, algorithm=Algorithm.GRID_SEARCH,
+                   parameters=(grid,))
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert sorted(t.parameters["opt"] for t in run.trials.values()) == ["adam", "rmsprop", "sgd"]
+
+
+def test_measurement_selection_best_and_last(store: Store, world: FakeWorld) -> None:
+    actions = ("metric:acc=0.9@1", "sleep:1", "metric:acc=0.4@2", "exit:0")
+    last, _ = study(store, world, *actions, max_trials=1, parallel=1)
+    assert last.run() == JobState.JOB_STATE_SUCCEEDED
+    assert last.trials["1"].final_measurement.metrics["acc"] == 0.4
+    assert [m.step_count for m in last.trials["1"].measurements] == [1, 2]
+    best, _ = study(store, world, *actions, max_trials=1, parallel=1, selection=MeasurementSelectionType.BEST_MEASUREMENT)
+    assert best.run() == JobState.JOB_STATE_SUCCEEDED
+    assert best.trials["1"].final_measurement.metrics["acc"] == 0.9
+
+
+def test_trials_wait_for_capacity(store: Store, world: FakeWorld) -> None:
+    """A placer with no room now: the trial waits (nothing recorded) and starts once there is."""
+    from vcli.placement import NoCapacityError
+
+    busy_until = world.clock.now() + 30
+
+    class Placer:
+        def __call__(self, replicas: Sequence[Any], **_: Any) -> list[Placement]:
+            if world.clock.now() < busy_until:
+                raise NoCapacityError("all 1 GPUs are in use")
+            return local_placer(replicas)
+
+    run, _ = study(store, world, "metric:acc=%x@1", max_trials=2, parallel=2, placer=Placer())
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert len(run.trials) == 2
+    assert all(t.start_time for t in run.trials.values())
+    assert world.clock.now() >= busy_until
+
+
+def test_trial_environment_and_args(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "env:CLOUD_ML_TRIAL_ID", "metric:acc=%x@1", max_trials=1, parallel=1)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    [child] = store.child_jobs(run.study_id)
+    [rep] = store.replicas(child.id)
+    from vcli.logs import read_records
+
+    assert "CLOUD_ML_TRIAL_ID=1" in [r.message for r in read_records(rep.log_path, rep.task_name)]
+    assert child.trial_id == "1" and child.state == "JOB_STATE_SUCCEEDED"
+    assert run.trials["1"].state == TrialState.SUCCEEDED
+    assert ReplicaState(rep.state) == ReplicaState.SUCCEEDED

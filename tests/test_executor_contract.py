@@ -1,0 +1,345 @@
+"""The executor contract (vcli.executors.Executor), tested once for every executor.
+
+Every executor (the in-process fake, local processes, Docker containers, processes on an SSH
+host) runs the same replica program (tests/contract_replica.py) through the same cases: start,
+poll, exit codes, the log format, the environment, metric read-back, port reservation, stop
+with a grace period (polite and stubborn replicas), stop from another executor instance (as
+`cancel` in another terminal does), release, close. A new executor exists when it passes this
+suite: add it to `KINDS` and to `_make`.
+
+Docker needs the engine and the `vcli-base:bookworm` image (`.ci/docker-setup.sh`); ssh needs
+sshd and root (`.ci/ssh-setup.sh`); both are set up by `.ci/test.sh`, and a missing one fails
+the test with the reason rather than skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.contract_replica import replica_command
+from tests.fakes import SIGKILL_EXIT, SIGTERM_EXIT, FakeClock, FakeExecutor, FakeWorld
+from vcli.errors import ExecutorError, InvalidValueError
+from vcli.executors import Executor, ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.logs import read_records
+from vcli.metrics import MetricReader
+from vcli.spec import ReplicaId
+
+KINDS = ["fake", "local", "docker"]  # ssh joins once its executor sets VCLI_JOB_ID itself
+BASE_IMAGE = "vcli-base:bookworm"
+
+
+@dataclass
+class Harness:
+    """One executor under test and how to make launches for it and wait on its replicas."""
+
+    kind: str
+    executor: Executor
+    home: Path
+    python: str
+    placement: Placement
+    image: str | None = None
+    #: Builds a second, independent executor of the same kind (another vcli process).
+    another: Callable[[], Executor] = lambda: None  # type: ignore[assignment,return-value]
+    clock: FakeClock | None = None
+    handles: list[ReplicaHandle] = field(default_factory=list)
+
+    def launch(self, *actions: str, env: dict[str, str] | None = None, task: str = "workerpool0-0",
+               command: tuple[str, ...] | None = None) -> ReplicaLaunch:
+        job_id = uuid.uuid4().hex[:12]
+        out = self.home / "jobs" / job_id / "replicas" / task
+        out.mkdir(parents=True)
+        metric = out / "hypertune" / "output.metrics"
+        metric.parent.mkdir()
+        pool, _, index = task.removeprefix("workerpool").partition("-")
+        return ReplicaLaunch(
+            job_id=job_id, trial_id=None, replica=ReplicaId(pool_index=int(pool), index=int(index)), placement=self.placement,
+            image_uri=self.image, command=replica_command(self.python) if command is None else command,
+            args=tuple(actions), env={"CLOUD_ML_HP_METRIC_FILE": str(metric), **(env or {})}, workdir=None,
+            output_dir=str(out), log_path=str(out / "replica.log"), metric_file=str(metric),
+        )
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        [ready] = self.executor.prepare([launch], cancelled=_never(), progress=lambda m: None)
+        handle = self.executor.start(ready)
+        self.handles.append(handle)
+        return handle
+
+    def run(self, *actions: str, **kw: Any) -> tuple[ReplicaHandle, ReplicaStatus, ReplicaLaunch]:
+        launch = self.launch(*actions, **kw)
+        handle = self.start(launch)
+        return handle, self.wait(handle), launch
+
+    def wait(self, handle: ReplicaHandle, timeout: float = 60) -> ReplicaStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.executor.poll(handle)
+            if not status.running:
+                return status
+            assert time.monotonic() < deadline, f"{self.kind}: replica still running after {timeout}s"
+            self.sleep(0.05)
+
+    def wait_for_log(self, launch: ReplicaLaunch, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(r.message == text for r in records(launch)):
+            assert time.monotonic() < deadline, f"{self.kind}: no log line {text!r}: {records(launch)}"
+            for h in self.handles:
+                self.executor.poll(h)
+            self.sleep(0.05)
+
+    def sleep(self, seconds: float) -> None:
+        (self.clock.sleep if self.clock is not None else time.sleep)(seconds)
+
+    def now(self) -> float:
+        return self.clock.now() if self.clock is not None else time.monotonic()
+
+
+def _never() -> Any:
+    import threading
+
+    return threading.Event()
+
+
+def records(launch: ReplicaLaunch) -> list[Any]:
+    return read_records(launch.log_path, launch.task_name) if os.path.exists(launch.log_path) else []
+
+
+def lines(launch: ReplicaLaunch, stream: str = "stdout") -> list[str]:
+    return [r.message for r in records(launch) if r.stream == stream]
+
+
+# --------------------------------------------------------------------------- executors
+
+
+def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    home = tmp / "home"
+    home.mkdir()
+    monkeypatch.setenv("VCLI_HOME", str(home))
+    monkeypatch.setenv("VCLI_CONFIG_DIR", str(tmp / "config"))
+    if kind == "fake":
+        world = FakeWorld(FakeClock())
+        return Harness(kind, FakeExecutor(world), home, "python3", Placement(), clock=world.clock,
+                       another=lambda: FakeExecutor(world))
+    if kind == "local":
+        from vcli.executors.local import LocalExecutor
+
+        return Harness(kind, LocalExecutor(), home, sys.executable, Placement(), another=LocalExecutor)
+    if kind == "docker":
+        from tests.harness.docker_env import ensure_docker
+        from vcli.executors.docker import DockerExecutor
+
+        ensure_docker([BASE_IMAGE])
+        return Harness(kind, DockerExecutor(), home, "python3", Placement(runtime="docker"), image=BASE_IMAGE,
+                       another=DockerExecutor)
+    if kind == "ssh":
+        from tests.harness import loopback_sshd
+
+        why = loopback_sshd.available()
+        if why:
+            pytest.fail(why)
+        sshd = stack.enter_context(loopback_sshd.LoopbackSSHD(tmp / "sshd"))
+        known = tmp / "known_hosts"
+        known.write_text(sshd.known_hosts_line())
+        monkeypatch.setenv("VCLI_SSH_USER_KNOWN_HOSTS", str(known))
+        from vcli.hosts import Host
+
+        host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
+                    workdir=str(tmp / "remote"), python=sys.executable)
+        build = lambda: _ssh_executor(host)  # noqa: E731
+        return Harness(kind, build(), home, sys.executable, Placement(host="lo", address="127.0.0.1"), another=build)
+    raise AssertionError(kind)
+
+
+def _ssh_executor(host: Any) -> Executor:
+    from vcli.executors.ssh import SSHExecutor
+
+    return SSHExecutor(hosts=[host.name], inventory={host.name: host})
+
+
+@pytest.fixture(params=KINDS)
+def h(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        harness = _make(request.param, tmp_path, stack, monkeypatch)
+        try:
+            yield harness
+        finally:
+            live = [x for x in harness.handles if harness.executor.poll(x).running]
+            if live:
+                harness.executor.stop(live, grace_seconds=0.5)
+            harness.executor.release(harness.handles)
+            harness.executor.close()
+        assert not live, f"{harness.kind}: a test left replicas running: {live}"
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def test_is_an_executor(h: Harness) -> None:
+    assert isinstance(h.executor, Executor)
+    assert isinstance(h.executor, ExecutorBase)
+    assert h.executor.name == h.kind
+
+
+def test_exit_zero_and_stdout_in_the_log_format(h: Harness) -> None:
+    handle, status, launch = h.run("out:hello world", "out:tab\there")
+    assert status == ReplicaStatus(running=False, exit_code=0, message=None) or (status.exit_code == 0 and not status.running)
+    assert handle.task_name == "workerpool0-0"
+    assert lines(launch)[-2:] == ["hello world", "tab    here"]
+    for line in Path(launch.log_path).read_text().splitlines():  # `<unix time>\t<stream>\t<line>`
+        ts, stream, _ = line.split("\t", 2)
+        assert float(ts) > 1.5e9 and stream in ("stdout", "stderr", "vcli")
+
+
+def test_exit_code_and_stderr(h: Harness) -> None:
+    _, status, launch = h.run("err:something broke", "exit:3")
+    assert (status.running, status.exit_code) == (False, 3)
+    assert "something broke" in lines(launch, "stderr")
+
+
+def test_poll_is_idempotent_after_exit(h: Harness) -> None:
+    handle, status, _ = h.run("exit:5")
+    for _ in range(3):
+        assert h.executor.poll(handle).exit_code == status.exit_code == 5
+
+
+def test_environment_is_delivered(h: Harness) -> None:
+    _, status, launch = h.run("env:VCLI_CONTRACT", "env:CLOUD_ML_TRIAL_ID", env={"VCLI_CONTRACT": "a b;$(x)"})
+    assert status.exit_code == 0
+    assert lines(launch) == ["VCLI_CONTRACT=a b;$(x)", "CLOUD_ML_TRIAL_ID unset"]
+
+
+def test_secret_environment_is_delivered(h: Harness) -> None:
+    launch = h.launch("env:API_TOKEN", env={"API_TOKEN": "s3cret value"})
+    launch = type(launch)(**{**launch.__dict__, "secret_env": ("API_TOKEN",)})
+    handle = h.start(launch)
+    assert h.wait(handle).exit_code == 0
+    assert lines(launch) == ["API_TOKEN=s3cret value"]
+
+
+def test_metric_file_is_read_back(h: Harness) -> None:
+    handle, status, launch = h.run("metric:accuracy=0.5@1", "metric:accuracy=0.75@2")
+    assert status.exit_code == 0
+    reader = MetricReader("accuracy")
+    assert reader.feed_hypertune(h.executor.read_file(handle, launch.metric_file))
+    assert [(m.step_count, m.metrics["accuracy"]) for m in reader.measurements] == [(1, 0.5), (2, 0.75)]
+    assert h.executor.read_file(handle, launch.metric_file + ".absent") is None
+
+
+def test_metric_file_is_readable_while_running(h: Harness) -> None:
+    launch = h.launch("metric:loss=1.5@7", "out:reported", "sleep:60")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "reported")
+    reader = MetricReader("loss")
+    assert reader.feed_hypertune(h.executor.read_file(handle, launch.metric_file))
+    assert reader.measurements[0].metrics["loss"] == 1.5
+    h.executor.stop([handle], grace_seconds=2)
+
+
+def test_reserved_ports_are_distinct_and_free_on_the_host(h: Harness) -> None:
+    ports = {h.executor.reserve_port(h.placement) for _ in range(4)}
+    assert len(ports) == 4 and all(1024 <= p <= 65535 for p in ports)
+    port = min(ports)
+    _, status, launch = h.run(f"bind:{port}")
+    assert status.exit_code == 0
+    assert lines(launch) == [f"bound {port}"]
+
+
+def test_stop_a_polite_replica(h: Harness) -> None:
+    launch = h.launch("out:up", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "up")
+    started = h.now()
+    h.executor.stop([handle], grace_seconds=10)
+    took = h.now() - started
+    status = h.executor.poll(handle)
+    assert not status.running
+    assert status.exit_code == SIGTERM_EXIT, status
+    assert took < 10, f"a replica that honours SIGTERM waited the whole grace period ({took:.1f}s)"
+
+
+def test_stop_a_replica_that_ignores_sigterm(h: Harness) -> None:
+    launch = h.launch("ignore-term", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "ignoring SIGTERM")
+    started = h.now()
+    h.executor.stop([handle], grace_seconds=1.5)
+    took = h.now() - started
+    status = h.executor.poll(handle)
+    assert not status.running
+    assert status.exit_code == SIGKILL_EXIT, status
+    assert 1.4 <= took < 20, f"the grace period was not honoured ({took:.1f}s)"
+
+
+def test_stop_from_another_executor_instance(h: Harness) -> None:
+    """What `cancel` in another terminal does: a new executor, a stored handle."""
+    launch = h.launch("out:up", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "up")
+    other = h.another()
+    stored = ReplicaHandle.from_json(handle.to_json())
+    assert other.poll(stored).running
+    other.stop([stored], grace_seconds=5)
+    assert not other.poll(stored).running
+    other.release([stored])
+    other.close()
+    assert not h.executor.poll(handle).running
+
+
+def test_stop_and_release_are_idempotent(h: Harness) -> None:
+    handle, status, _ = h.run("exit:0")
+    h.executor.stop([handle], grace_seconds=1)
+    h.executor.stop([handle], grace_seconds=1)
+    h.executor.release([handle])
+    h.executor.release([handle])
+    assert not h.executor.poll(handle).running
+
+
+def test_handles_round_trip_through_json(h: Harness) -> None:
+    handle, _, _ = h.run("exit:0")
+    assert ReplicaHandle.from_json(handle.to_json()) == handle
+    assert handle.executor == h.kind
+
+
+def test_check_and_command_for(h: Harness) -> None:
+    launch = h.launch("out:x")
+    h.executor.check([launch])
+    argv = h.executor.command_for(launch)
+    assert argv[-1] == "out:x" and argv[1] == "-c"
+
+
+def test_check_refuses_a_replica_with_nothing_to_run(h: Harness) -> None:
+    launch = h.launch(command=())
+    if h.image is not None:
+        h.executor.check([launch])  # a container runs its image's own entrypoint
+        assert h.executor.command_for(launch) == []
+    else:
+        with pytest.raises(InvalidValueError, match="no command"):
+            h.executor.check([launch])
+
+
+def test_a_command_that_does_not_exist(h: Harness) -> None:
+    launch = h.launch(command=("/nonexistent/vcli-contract-binary",))
+    try:
+        handle = h.start(launch)
+    except ExecutorError as e:
+        assert "nonexistent" in str(e) or "vcli-contract" in str(e) or h.kind == "fake"
+        return
+    status = h.wait(handle)
+    assert status.exit_code not in (0, None), status
+
+
+def test_many_replicas_at_once(h: Harness) -> None:
+    launches = [h.launch(f"out:replica {i}", f"exit:{i}", task=f"workerpool1-{i}") for i in range(4)]
+    handles = [h.start(l) for l in launches]
+    statuses = [h.wait(x) for x in handles]
+    assert [s.exit_code for s in statuses] == [0, 1, 2, 3]
+    assert [lines(l) for l in launches] == [[f"replica {i}"] for i in range(4)]
