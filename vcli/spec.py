@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Union
+from typing import Annotated, Any, ClassVar, Mapping, Union
 
 #: Environment variables whose names end with one of these are secrets: never printed.
 SECRET_SUFFIXES = ("_SECRET", "_TOKEN", "_PASSWORD", "_KEY")
@@ -145,6 +145,45 @@ ACCELERATOR_TYPES: tuple[str, ...] = (
 #: Vertex's positional meaning of workerPoolSpecs[i] -> TF task type.
 POOL_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 
+# --------------------------------------------------------------------------- Vertex wire facts
+
+
+@dataclass(frozen=True)
+class Vertex:
+    """What `vcli.codec` needs to know about a field beyond its name and type hint.
+
+    The rule (`vcli.codec.schema`): field `foo_bar` is Vertex's `fooBar`; `str`, `int`
+    (int32), `float` (double), `bool`, an Enum (by value), `tuple[X, ...]` (a list),
+    `X | None` (optional), a dataclass (a message) and a Union of dataclasses (a oneof, each
+    member named after its class) map without help. Only the exceptions carry a `Vertex`, via
+    `field(metadata=vertex(...))` or, for a field vcli accepts but does not model (see
+    `VERTEX_UNMODELED`), `Annotated[type, Vertex(...)]`.
+    """
+
+    #: Vertex's name when it is not the camelCase of the field's.
+    name: str | None = None
+    #: An int64: a JSON string on output; numeric strings are accepted on input.
+    int64: bool = False
+    #: A google.protobuf.Duration (`8000s`) held as seconds.
+    duration: bool = False
+    #: A str that Vertex types as an enum: the accepted names, in Vertex's order.
+    choices: tuple[str, ...] = ()
+    #: The value sits alone in a message: "Message.field" (e.g. GcsDestination.outputUriPrefix).
+    wrapper: str | None = None
+    #: Shown on output even when zero or empty (only None leaves it out); implied for a
+    #: required field (one without a default).
+    keep_zero: bool = False
+    #: vcli's own field: not part of the Vertex message (a flag sets it).
+    vcli_only: bool = False
+    #: The value travels as one of these (Vertex name, message) pairs; the codec picks which.
+    oneof: tuple[tuple[str, type], ...] = ()
+
+
+def vertex(**facts: Any) -> dict[str, Vertex]:
+    """`field(metadata=vertex(int64=True))`: the metadata entry `vcli.codec` reads."""
+    return {"vertex": Vertex(**facts)}
+
+
 # --------------------------------------------------------------------------- job specs
 
 
@@ -156,15 +195,24 @@ class EnvVar:
 
 @dataclass(frozen=True, kw_only=True)
 class MachineSpec:
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
+        "gpuPartitionSize": str,
+        "tpuTopology": str,
+        "reservationAffinity": Any,
+        "multihostGpuNodeCount": int,
+    }
+
     machine_type: str = ""
-    accelerator_type: str | None = None
+    accelerator_type: str | None = field(
+        default=None, metadata=vertex(choices=("ACCELERATOR_TYPE_UNSPECIFIED",) + ACCELERATOR_TYPES)
+    )
     accelerator_count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class DiskSpec:
-    boot_disk_type: str = "pd-ssd"
-    boot_disk_size_gb: int = 100
+    boot_disk_type: str = field(default="pd-ssd", metadata=vertex(keep_zero=True))
+    boot_disk_size_gb: int = field(default=100, metadata=vertex(keep_zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,9 +225,9 @@ class ContainerSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class PythonPackageSpec:
-    executor_image_uri: str = ""
+    executor_image_uri: str = field(default="", metadata=vertex(keep_zero=True))
+    python_module: str = field(default="", metadata=vertex(keep_zero=True))
     package_uris: tuple[str, ...] = ()
-    python_module: str = ""
     args: tuple[str, ...] = ()
     env: tuple[EnvVar, ...] = ()
 
@@ -196,21 +244,24 @@ class LocalPackage:
     executor_image_uri: str | None = None
     python_module: str | None = None
     script: str | None = None
+    output_image_uri: str | None = None
     requirements: tuple[str, ...] = ()
     extra_packages: tuple[str, ...] = ()
     extra_dirs: tuple[str, ...] = ()
-    output_image_uri: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerPoolSpec:
     """One worker pool. An empty pool (a placeholder for pools 1-3) has replica_count 0."""
 
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {"nfsMounts": tuple[Any, ...], "lustreMounts": tuple[Any, ...]}
+
     machine_spec: MachineSpec = field(default_factory=MachineSpec)
-    replica_count: int = 0
+    replica_count: int = field(default=0, metadata=vertex(int64=True))
     disk_spec: DiskSpec | None = None
     container_spec: ContainerSpec | None = None
     python_package_spec: PythonPackageSpec | None = None
+    #: vcli extension: gcloud's autopackaging keys for pool 0, kept instead of a built image.
     local_package: LocalPackage | None = None
 
     @property
@@ -220,25 +271,38 @@ class WorkerPoolSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduling:
-    timeout_seconds: float | None = None
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {"maxWaitDuration": Annotated[float, Vertex(duration=True)]}
+
+    timeout_seconds: float | None = field(default=None, metadata=vertex(name="timeout", duration=True, keep_zero=True))
     restart_job_on_worker_restart: bool = False
     disable_retries: bool = False
-    strategy: str | None = None
+    strategy: str | None = field(
+        default=None, metadata=vertex(choices=("STRATEGY_UNSPECIFIED", "ON_DEMAND", "LOW_COST", "STANDARD", "SPOT", "FLEX_START"))
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class CustomJobSpec:
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
+        "reservedIpRanges": tuple[str, ...],
+        "protectedArtifactLocationId": str,
+        "models": tuple[str, ...],
+        "pscInterfaceConfig": Any,
+    }
+
+    # Field order is the order of the keys in the REST shape (CLUSTER_SPEC's `job` keeps it).
     worker_pool_specs: tuple[WorkerPoolSpec, ...]
-    base_output_directory: str | None = None
+    #: A local directory (Vertex: a GcsDestination; vcli accepts paths and file:// URIs).
+    base_output_directory: str | None = field(default=None, metadata=vertex(wrapper="GcsDestination.outputUriPrefix"))
     scheduling: Scheduling | None = None
     service_account: str | None = None
     network: str | None = None
-    enable_web_access: bool = False
-    enable_dashboard_access: bool = False
     persistent_resource_id: str | None = None
     tensorboard: str | None = None
     experiment: str | None = None
     experiment_run: str | None = None
+    enable_web_access: bool = False
+    enable_dashboard_access: bool = False
 
 
 # --------------------------------------------------------------------------- study specs
@@ -246,38 +310,58 @@ class CustomJobSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class MetricSpec:
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {"safetyConfig": Any}
+
     metric_id: str
-    goal: Goal
+    #: Vertex's GOAL_TYPE_UNSPECIFIED is read as MAXIMIZE.
+    goal: Goal = field(metadata=vertex(choices=("GOAL_TYPE_UNSPECIFIED", "MAXIMIZE", "MINIMIZE")))
 
 
 @dataclass(frozen=True, kw_only=True)
 class DoubleValueSpec:
     min_value: float
     max_value: float
-    default_value: float | None = None
+    default_value: float | None = field(default=None, metadata=vertex(keep_zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
 class IntegerValueSpec:
-    min_value: int
-    max_value: int
-    default_value: int | None = None
+    min_value: int = field(metadata=vertex(int64=True))
+    max_value: int = field(metadata=vertex(int64=True))
+    default_value: int | None = field(default=None, metadata=vertex(int64=True, keep_zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
 class CategoricalValueSpec:
     values: tuple[str, ...]
-    default_value: str | None = None
+    default_value: str | None = field(default=None, metadata=vertex(keep_zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
 class DiscreteValueSpec:
     values: tuple[float, ...]
-    default_value: float | None = None
+    default_value: float | None = field(default=None, metadata=vertex(keep_zero=True))
 
 
 ValueSpec = Union[DoubleValueSpec, IntegerValueSpec, CategoricalValueSpec, DiscreteValueSpec]
 ParameterValue = Union[float, int, str]
+
+
+# Wire shapes only: Vertex wraps a child's parent values in one of these, by the parent's type;
+# vcli keeps the values in ConditionalParameterSpec.parent_values.
+@dataclass(frozen=True, kw_only=True)
+class DiscreteValueCondition:
+    values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntValueCondition:
+    values: tuple[int, ...] = field(default=(), metadata=vertex(int64=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CategoricalValueCondition:
+    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,7 +369,15 @@ class ConditionalParameterSpec:
     """A child parameter, active only when its parent takes one of `parent_values`."""
 
     parameter_spec: ParameterSpec
-    parent_values: tuple[ParameterValue, ...]
+    parent_values: tuple[ParameterValue, ...] = field(
+        metadata=vertex(
+            oneof=(
+                ("parentDiscreteValues", DiscreteValueCondition),
+                ("parentIntValues", IntValueCondition),
+                ("parentCategoricalValues", CategoricalValueCondition),
+            )
+        )
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,28 +390,53 @@ class ParameterSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class StudySpec:
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
+        "observationNoise": Annotated[str, Vertex(choices=("OBSERVATION_NOISE_UNSPECIFIED", "LOW", "HIGH"))],
+        "decayCurveStoppingSpec": Any,
+        "medianAutomatedStoppingSpec": Any,
+        "convexAutomatedStoppingSpec": Any,
+        "convexStopConfig": Any,
+        "studyStoppingConfig": Any,
+    }
+
     metrics: tuple[MetricSpec, ...]
     parameters: tuple[ParameterSpec, ...]
-    algorithm: Algorithm = Algorithm.ALGORITHM_UNSPECIFIED
-    measurement_selection_type: MeasurementSelectionType = (
-        MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED
+    algorithm: Algorithm = field(default=Algorithm.ALGORITHM_UNSPECIFIED, metadata=vertex(keep_zero=True))
+    measurement_selection_type: MeasurementSelectionType = field(
+        default=MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED, metadata=vertex(keep_zero=True)
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncryptionSpec:
+    """Wire shape only: accepted in a HyperparameterTuningJob, not used (nothing is encrypted)."""
+
+    kms_key_name: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class HyperparameterTuningJobSpec:
     """The user's inputs of a Vertex `HyperparameterTuningJob` plus vcli's study limits."""
 
+    VERTEX_NAME: ClassVar[str] = "HyperparameterTuningJob"
+    # displayName and labels are returned beside the spec (they belong to the stored record).
+    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
+        "displayName": str,
+        "labels": Mapping[str, str],
+        "encryptionSpec": EncryptionSpec,
+    }
+
     study_spec: StudySpec
     trial_job_spec: CustomJobSpec
-    max_trial_count: int = 1
-    parallel_trial_count: int = 1
-    max_failed_trial_count: int = 0
+    # Shown even at 0: the stored record and `describe` always list the study's limits.
+    max_trial_count: int = field(default=1, metadata=vertex(keep_zero=True))
+    parallel_trial_count: int = field(default=1, metadata=vertex(keep_zero=True))
+    max_failed_trial_count: int = field(default=0, metadata=vertex(keep_zero=True))
     #: vcli extension: wall-clock budget of the whole study, seconds (None = unlimited).
-    study_timeout_seconds: float | None = None
+    study_timeout_seconds: float | None = field(default=None, metadata=vertex(vcli_only=True))
     #: vcli extension: stop the study once a trial's final metric reaches this value.
-    goal_value: float | None = None
-    seed: int | None = None
+    goal_value: float | None = field(default=None, metadata=vertex(vcli_only=True))
+    seed: int | None = field(default=None, metadata=vertex(vcli_only=True))
 
 
 # --------------------------------------------------------------------------- runtime records

@@ -1,0 +1,286 @@
+"""The study codec: Vertex's `StudySpec` and `HyperparameterTuningJob` to and from `vcli.spec`,
+and the HyperparameterTuningJob document that `--config` and the study flags describe.
+
+The shape comes from `vcli.codec.schema`; this module adds Vertex's rules on values (bounds,
+scales, conditional parents in the parent's domain, GRID_SEARCH's parameter types) and the one
+shape the schema cannot map: a child's parent values, which Vertex wraps in a message chosen
+by the parent's type (`parentIntValues`, ...) and vcli keeps as a plain tuple.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from vcli.codec.flags import metric_from_flag, parameters_from_flags, parse_worker_pool_spec, worker_pools_from_flags
+from vcli.codec.job import JOB_OVERRIDES, custom_job_spec_from_dict, custom_job_spec_to_dict
+from vcli.codec.schema import Decoder, build, to_wire
+from vcli.codec.yamlio import load_document
+from vcli.errors import ConfigError, UsageError
+from vcli.spec import (
+    Algorithm,
+    CategoricalValueSpec,
+    ConditionalParameterSpec,
+    CustomJobSpec,
+    DiscreteValueSpec,
+    DoubleValueSpec,
+    Goal,
+    HyperparameterTuningJobSpec,
+    IntegerValueSpec,
+    MetricSpec,
+    ParameterSpec,
+    ScaleType,
+    StudySpec,
+)
+
+_VALUE_SPECS = {
+    "doubleValueSpec": DoubleValueSpec,
+    "integerValueSpec": IntegerValueSpec,
+    "categoricalValueSpec": CategoricalValueSpec,
+    "discreteValueSpec": DiscreteValueSpec,
+}
+#: A parent's value spec -> the field its children's parent values travel in, and their form.
+_PARENT_VALUES: dict[type, tuple[str, Callable[[Any], Any]]] = {
+    CategoricalValueSpec: ("parentCategoricalValues", lambda x: x),
+    DiscreteValueSpec: ("parentDiscreteValues", float),
+    IntegerValueSpec: ("parentIntValues", lambda x: str(int(x))),
+}
+
+# --------------------------------------------------------------------------- dict -> spec
+
+
+def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> tuple[Any, str]:
+    kinds = [k for k in _VALUE_SPECS if k in p]
+    if len(kinds) != 1:
+        raise decoder.error(
+            path, "exactly one of [doubleValueSpec, integerValueSpec, categoricalValueSpec, discreteValueSpec] is required"
+        )
+    kind = kinds[0]
+    v = p[kind]
+    vpath = f"{path}.{kind}"
+    if kind in ("doubleValueSpec", "integerValueSpec"):
+        for key in ("minValue", "maxValue"):
+            if key not in v:
+                raise decoder.error(f"{vpath}.{key}", "required field is missing")
+        if v["minValue"] > v["maxValue"]:
+            raise decoder.error(vpath, f"minValue ({v['minValue']}) must not be greater than maxValue ({v['maxValue']})")
+        if kind == "doubleValueSpec":
+            if not (math.isfinite(v["minValue"]) and math.isfinite(v["maxValue"])):
+                raise decoder.error(vpath, "minValue and maxValue must be finite numbers")
+        return build(_VALUE_SPECS[kind], v), kind
+    if kind == "categoricalValueSpec":
+        values = v.get("values", [])
+        if not values:
+            raise decoder.error(f"{vpath}.values", "must list at least one value")
+        if len(set(values)) != len(values):
+            raise decoder.error(f"{vpath}.values", "values must be unique")
+        return build(CategoricalValueSpec, v), kind
+    values = v.get("values", [])
+    if not values:
+        raise decoder.error(f"{vpath}.values", "must list at least one value")
+    if len(values) > 1000:
+        raise decoder.error(f"{vpath}.values", "at most 1000 values are allowed")
+    for a, b in zip(values, values[1:]):
+        if not b - a >= 1e-10:
+            raise decoder.error(f"{vpath}.values", f"values must be increasing and at least 1e-10 apart ([{a}] then [{b}])")
+    return build(DiscreteValueSpec, v), kind
+
+
+def _parameter_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str, seen: set[str]) -> ParameterSpec:
+    pid = p.get("parameterId")
+    if not pid:
+        raise decoder.error(f"{path}.parameterId", "required field is missing")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", pid):
+        raise decoder.error(f"{path}.parameterId", f"[{pid}] may only contain letters, digits, '_', '-' and '.' (it becomes --{pid}=VALUE)")
+    if pid in seen:
+        raise decoder.error(f"{path}.parameterId", f"duplicate parameterId [{pid}]")
+    seen.add(pid)
+    value_spec, kind = _value_spec_from_dict(p, decoder, path)
+    scale = ScaleType(p.get("scaleType", ScaleType.SCALE_TYPE_UNSPECIFIED.value))
+    if kind == "categoricalValueSpec" and scale != ScaleType.SCALE_TYPE_UNSPECIFIED:
+        raise decoder.error(f"{path}.scaleType", "must be unset for a categorical parameter")
+    if scale in (ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE):
+        low = value_spec.values[0] if isinstance(value_spec, DiscreteValueSpec) else value_spec.min_value  # type: ignore[union-attr]
+        if low <= 0:
+            raise decoder.error(f"{path}.scaleType", f"{scale.value} needs a strictly positive domain, but the lower bound is {low}")
+    children = []
+    for j, c in enumerate(p.get("conditionalParameterSpecs", [])):
+        cpath = f"{path}.conditionalParameterSpecs[{j}]"
+        parents = [k for k in ("parentDiscreteValues", "parentIntValues", "parentCategoricalValues") if k in c]
+        if len(parents) != 1:
+            raise decoder.error(cpath, "exactly one of [parentCategoricalValues, parentDiscreteValues, parentIntValues] is required")
+        expected = _PARENT_VALUES[type(value_spec)][0] if type(value_spec) in _PARENT_VALUES else None
+        if expected is None:
+            raise decoder.error(cpath, "a DOUBLE parameter cannot have conditional children")
+        if parents[0] != expected:
+            raise decoder.error(f"{cpath}.{parents[0]}", f"the parent [{pid}] is {kind}: use [{expected}]")
+        values = c[parents[0]].get("values", [])
+        if not values:
+            raise decoder.error(f"{cpath}.{parents[0]}.values", "must list at least one parent value")
+        for val in values:
+            if not _in_domain(value_spec, val):
+                raise decoder.error(f"{cpath}.{parents[0]}.values", f"[{val}] is not in the domain of the parent parameter [{pid}]")
+        if "parameterSpec" not in c:
+            raise decoder.error(f"{cpath}.parameterSpec", "required field is missing")
+        child = _parameter_from_dict(c["parameterSpec"], decoder, f"{cpath}.parameterSpec", seen)
+        children.append(ConditionalParameterSpec(parameter_spec=child, parent_values=tuple(values)))
+    return build(
+        ParameterSpec, p, parameter_id=pid, value_spec=value_spec, scale_type=scale, conditional_parameter_specs=tuple(children)
+    )
+
+
+def _in_domain(spec: Any, value: Any) -> bool:
+    if isinstance(spec, CategoricalValueSpec):
+        return value in spec.values
+    if isinstance(spec, DiscreteValueSpec):
+        return any(abs(float(value) - v) < 1e-9 for v in spec.values)
+    if isinstance(spec, IntegerValueSpec):
+        return spec.min_value <= int(value) <= spec.max_value
+    return False
+
+
+def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "studySpec") -> StudySpec:
+    metrics = []
+    for i, m in enumerate(d.get("metrics", [])):
+        mid = m.get("metricId", "")
+        mpath = f"{path}.metrics[{i}].metricId"
+        if not mid:
+            raise decoder.error(mpath, "required field is missing")
+        if re.search(r"\s", mid):
+            raise decoder.error(mpath, f"metricId [{mid}] must not contain whitespace")
+        goal = m.get("goal", "GOAL_TYPE_UNSPECIFIED")
+        metrics.append(build(MetricSpec, m, metric_id=mid, goal=Goal.MINIMIZE if goal == "MINIMIZE" else Goal.MAXIMIZE))
+    if not metrics:
+        raise decoder.error(f"{path}.metrics", "at least one metric is required")
+    if len(metrics) > 1:
+        raise decoder.error(f"{path}.metrics", "vcli optimises exactly one metric; list the one to optimise")
+    params: list[ParameterSpec] = []
+    seen: set[str] = set()
+    for i, p in enumerate(d.get("parameters", [])):
+        params.append(_parameter_from_dict(p, decoder, f"{path}.parameters[{i}]", seen))
+    if not params:
+        raise decoder.error(f"{path}.parameters", "at least one parameter is required")
+    spec = build(StudySpec, d, metrics=tuple(metrics), parameters=tuple(params))
+    check_algorithm(spec, lambda msg: decoder.error(f"{path}.algorithm", msg))
+    return spec
+
+
+def check_algorithm(spec: StudySpec, error: Callable[[str], Exception]) -> None:
+    """GRID_SEARCH needs INTEGER, CATEGORICAL or DISCRETE parameters only (as Vertex says)."""
+    if spec.algorithm != Algorithm.GRID_SEARCH:
+        return
+    for p in iter_parameters(spec.parameters):
+        if isinstance(p.value_spec, DoubleValueSpec):
+            raise error(
+                f"GRID_SEARCH needs every parameter to be INTEGER, CATEGORICAL or DISCRETE, but [{p.parameter_id}] is DOUBLE "
+                "(use a discreteValueSpec with the values to try)"
+            )
+
+
+def iter_parameters(params: Sequence[ParameterSpec]) -> list[ParameterSpec]:
+    """Every parameter, conditional children included, depth first."""
+    out: list[ParameterSpec] = []
+    for p in params:
+        out.append(p)
+        out.extend(iter_parameters([c.parameter_spec for c in p.conditional_parameter_specs]))
+    return out
+
+
+def hp_tuning_job_from_document(doc: Any, source: str) -> tuple[HyperparameterTuningJobSpec, str | None, dict[str, str]]:
+    """A `HyperparameterTuningJob` document -> (spec, displayName, labels)."""
+    decoder = Decoder(source)
+    data = decoder.decode_message(doc, HyperparameterTuningJobSpec, "")
+    if "studySpec" not in data:
+        raise decoder.error("studySpec", "required field is missing")
+    if "trialJobSpec" not in data:
+        raise decoder.error("trialJobSpec", "required field is missing")
+    study = study_spec_from_dict(data["studySpec"], decoder)
+    trial_job = custom_job_spec_from_dict(data["trialJobSpec"], decoder, "trialJobSpec.")
+    if not trial_job.worker_pool_specs:
+        raise decoder.error("trialJobSpec.workerPoolSpecs", "at least one worker pool is required")
+    spec = build(HyperparameterTuningJobSpec, data, study_spec=study, trial_job_spec=trial_job)
+    for key in ("maxTrialCount", "parallelTrialCount"):
+        if key in data and data[key] < 1:
+            raise decoder.error(key, f"must be a positive integer, found [{data[key]}]")
+    if data.get("maxFailedTrialCount", 0) < 0:
+        raise decoder.error("maxFailedTrialCount", "must not be negative")
+    return spec, data.get("displayName"), data.get("labels", {})
+
+
+def study_spec_from_stored(data: Mapping[str, Any]) -> StudySpec:
+    """Inverse of `study_spec_to_dict` (for records read back from the store)."""
+    decoder = Decoder("<store>")
+    return study_spec_from_dict(decoder.decode_message(dict(data), StudySpec, "studySpec"), decoder)
+
+
+
+# --------------------------------------------------------------------------- spec -> dict
+
+
+def _parameter_to_dict(p: ParameterSpec, encode: Callable[[Any], Any]) -> dict[str, Any]:
+    d = to_wire(p, _STUDY_OVERRIDES, exclude=("conditional_parameter_specs",))
+    if p.conditional_parameter_specs:
+        field, form = _PARENT_VALUES.get(type(p.value_spec), _PARENT_VALUES[IntegerValueSpec])
+        d["conditionalParameterSpecs"] = [
+            {"parameterSpec": _parameter_to_dict(c.parameter_spec, encode), field: {"values": [form(x) for x in c.parent_values]}}
+            for c in p.conditional_parameter_specs
+        ]
+    return d
+
+
+_STUDY_OVERRIDES = {ParameterSpec: _parameter_to_dict}
+
+
+def study_spec_to_dict(spec: StudySpec) -> dict[str, Any]:
+    """The REST (camelCase) shape of a StudySpec, as the store and `describe` hold it."""
+    return to_wire(spec, _STUDY_OVERRIDES)
+
+
+def hp_tuning_job_to_dict(spec: HyperparameterTuningJobSpec) -> dict[str, Any]:
+    """The REST shape of a HyperparameterTuningJob's inputs (vcli's own limits left out)."""
+    return to_wire(spec, {**JOB_OVERRIDES, **_STUDY_OVERRIDES})
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def hp_tuning_document(
+    *,
+    config: str | None,
+    parameter_specs: Sequence[str] | None,
+    metrics: Sequence[str] | None,
+    worker_pool_specs: Sequence[str] | None,
+    algorithm: str | None,
+) -> tuple[Any, str]:
+    """The HyperparameterTuningJob document from --config and/or the vcli study flags."""
+    doc: dict[str, Any] = {}
+    source = "<flags>"
+    if config:
+        loaded, source = load_document(config)
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
+        doc = dict(loaded or {})
+    if parameter_specs:
+        doc.setdefault("studySpec", {})
+        doc["studySpec"] = {**(doc["studySpec"] or {}), "parameters": parameters_from_flags(parameter_specs)}
+    if metrics:
+        doc.setdefault("studySpec", {})
+        doc["studySpec"] = {**(doc["studySpec"] or {}), "metrics": [metric_from_flag(m) for m in metrics]}
+    if worker_pool_specs:
+        pools = worker_pools_from_flags([parse_worker_pool_spec(v) for v in worker_pool_specs])
+        trial = dict(doc.get("trialJobSpec") or {})
+        trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
+        doc["trialJobSpec"] = trial
+    if algorithm:
+        choices = ("algorithm-unspecified", "grid-search", "random-search")
+        if algorithm not in choices:
+            raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
+        if "studySpec" in doc:
+            doc["studySpec"] = {**(doc["studySpec"] or {}), "algorithm": algorithm.replace("-", "_").upper()}
+    if not config and not (parameter_specs and metrics and worker_pool_specs):
+        raise UsageError(
+            "argument --config: Must be specified, unless the study is given by flags: "
+            "--parameter-spec (one or more), --metric and --worker-pool-spec."
+        )
+    return doc, source

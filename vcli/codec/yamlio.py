@@ -1,0 +1,104 @@
+"""YAML/JSON documents: reading `--config` files and writing gcloud-style YAML.
+
+The only importer of PyYAML, lazily (so `vcli --help` never loads it). Plain scalars follow
+YAML 1.2's core schema, as gcloud's own loader does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable
+
+from vcli.errors import ConfigError
+
+
+def load_document(path: str, *, stdin_text: Callable[[], str] | None = None) -> tuple[Any, str]:
+    """Read a YAML or JSON file (`-` = stdin); numbers like `1e-5` are numbers (YAML 1.2)."""
+    import sys
+
+    if path == "-":
+        text = stdin_text() if stdin_text else sys.stdin.read()
+        source = "<stdin>"
+    else:
+        source = path
+        try:
+            with open(os.path.expanduser(path), encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise ConfigError(f"Invalid value for [--config]: file [{path}] does not exist.") from None
+        except OSError as e:
+            raise ConfigError(f"Invalid value for [--config]: cannot read [{path}]: {e.strerror}.") from None
+    return parse_yaml(text, source), source
+
+
+def _yaml_loader() -> Any:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # Plain scalars follow YAML 1.2's core schema, not PyYAML's YAML 1.1: only true/false are
+    # booleans (`on`, `no`, `y` stay strings), no sexagesimal (`1:30`), octal `010` or
+    # timestamps (`2024-01-01` stays a string), and `1e-5` is a float (1.1 needs a dot).
+    dropped = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"}
+    Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers if tag not in dropped]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+    )
+
+    def construct_int(loader: Any, node: Any) -> int:
+        text = loader.construct_scalar(node)
+        if text.startswith(("0o", "0x")):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+            |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+            |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""",
+            re.X,
+        ),
+        list("-+0123456789."),
+    )
+    return Loader
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML (or JSON) text -> Python values; a syntax error is one ConfigError line with its position."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"Invalid value for [--config]: {source} is not valid YAML or JSON{where}: {problem}") from None
+
+
+def to_yaml(data: Any) -> str:
+    """gcloud-style YAML: block style, keys sorted, unicode kept."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def str_presenter(dumper: Any, value: str) -> Any:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, str_presenter)
+    return yaml.dump(data, Dumper=Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=1000)
+
