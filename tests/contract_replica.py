@@ -8,6 +8,10 @@ A replica is told what to do by its argv, one action per argument, run in order:
     ignore-term       ignore SIGTERM from now on (as TensorFlow's multi-worker runtime does)
     env:NAME          print `NAME=<value>` (or `NAME unset`)
     bind:PORT         bind TCP PORT on every address and print `bound PORT` (or `bind-failed`)
+    tree:TOKEN        start what real trainers start (data loaders, TensorBoard, NCCL helpers): a
+                      child, a child with a grandchild, a `setsid` child and a double-forked
+                      daemon, all sleeping with TOKEN in their argv and holding our stdout;
+                      then print `tree started`
 
 Arguments `--NAME=VALUE` (what a study appends for each hyperparameter) are not actions: they
 are read first, and `%NAME` in an action stands for VALUE (`metric:acc=%x@1` reports x).
@@ -56,6 +60,20 @@ for action in sys.argv[1:]:
             print("bind-failed", flush=True)
         finally:
             s.close()
+    elif verb == "tree":
+        import subprocess
+        sleeper = [sys.executable, "-S", "-c", "import time; time.sleep(300)", arg]
+        subprocess.Popen(sleeper)
+        subprocess.Popen([sys.executable, "-S", "-c",
+                          "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(300)", *sleeper])
+        subprocess.Popen(sleeper, start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, sleeper)
+            os._exit(0)
+        os.wait()
+        print("tree started", flush=True)
     else:
         print(f"unknown action {action}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -222,6 +222,8 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
             rep.writer.write("stdout", "ignoring SIGTERM")
         elif verb == "env":
             rep.writer.write("stdout", f"{arg}={env[arg]}" if arg in env else f"{arg} unset")
+        elif verb == "tree":  # no processes in-process: nothing can be left behind
+            rep.writer.write("stdout", "tree started")
         elif verb == "bind":
             rep.writer.write("stdout", f"bound {arg}" if int(arg) in world.ports else "bind-failed")
         else:

@@ -158,9 +158,9 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _ssh_executor(host: Any) -> Executor:
-    from vcli.executors.ssh import SSHExecutor
+    from vcli.control.wiring import ssh_executor
 
-    return SSHExecutor(hosts=[host.name], inventory={host.name: host})
+    return ssh_executor([host])
 
 
 @pytest.fixture(params=KINDS)
@@ -343,3 +343,67 @@ def test_many_replicas_at_once(h: Harness) -> None:
     statuses = [h.wait(x) for x in handles]
     assert [s.exit_code for s in statuses] == [0, 1, 2, 3]
     assert [lines(l) for l in launches] == [[f"replica {i}"] for i in range(4)]
+
+
+# --------------------------------------------------------------------------- whole trees
+
+
+def tree_processes(token: str) -> list[int]:
+    """Processes on this machine (containers and the loopback SSH host included) with `token`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in argv and state not in (b"Z", b"X"):
+            out.append(int(entry))
+    return out
+
+
+def test_the_whole_tree_goes_when_the_replica_succeeds(h: Harness) -> None:
+    token = f"vcli-tree-{uuid.uuid4().hex[:8]}"
+    launch = h.launch(f"tree:{token}", "exit:0")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "tree started")
+    started = time.monotonic()
+    status = h.wait(handle)
+    ended_after = time.monotonic() - started
+    assert status.exit_code == 0
+    # Helpers still hold the trainer's stdout: the replica has ended all the same.
+    assert ended_after < 2.0, f"the end was seen {ended_after:.1f}s after the trainer exited"
+    h.executor.release([handle])
+    assert tree_processes(token) == []
+
+
+def test_the_whole_tree_goes_when_the_replica_is_stopped(h: Harness) -> None:
+    token = f"vcli-tree-{uuid.uuid4().hex[:8]}"
+    launch = h.launch(f"tree:{token}", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "tree started")
+    if h.kind != "fake":  # the grandchildren start a moment after "tree started"
+        deadline = time.monotonic() + 10
+        while len(tree_processes(token)) < 5:
+            assert time.monotonic() < deadline, tree_processes(token)
+            time.sleep(0.05)
+    h.executor.stop([handle], grace_seconds=2)
+    h.executor.release([handle])
+    assert tree_processes(token) == []
+
+
+def test_the_whole_tree_goes_when_another_instance_stops_it(h: Harness) -> None:
+    token = f"vcli-tree-{uuid.uuid4().hex[:8]}"
+    launch = h.launch(f"tree:{token}", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "tree started")
+    other = h.another()
+    stored = ReplicaHandle.from_json(handle.to_json())
+    other.stop([stored], grace_seconds=2)
+    other.release([stored])
+    other.close()
+    assert tree_processes(token) == []

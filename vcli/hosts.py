@@ -20,8 +20,8 @@ dir is `vcli.properties.config_dir()`: `$VCLI_CONFIG_DIR`, else `~/.config/vcli`
 
 Declared values win over detected ones. The host `local` (this machine) is implicit; an
 inventory entry named `local` only adds GPU/CPU declarations for it. Host keys are checked
-against `~/.ssh/known_hosts` and vcli's own `<config dir>/known_hosts`
-(see `vcli.executors.ssh`).
+against `~/.ssh/known_hosts` and vcli's own `<config dir>/known_hosts` (`known_hosts()` names
+both; `vcli.executors.ssh` reads them).
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ from vcli.errors import ConfigError, InvalidValueError, NotFoundError
 
 __all__ = [
     "Host",
+    "KnownHosts",
     "LOCAL",
     "RUNTIMES",
     "hosts_file",
+    "known_hosts",
     "known_hosts_file",
     "user_known_hosts_file",
     "load_inventory",
@@ -266,6 +268,28 @@ def hosts_file() -> Path:
     return config_dir() / "hosts.yaml"
 
 
+@dataclass(frozen=True)
+class KnownHosts:
+    """The known_hosts files host keys are checked against.
+
+    `user` is OpenSSH's file (read only); `vcli` is vcli's own, read too, and the only file
+    keys accepted with `vcli hosts add --accept-new-host-key` are appended to.
+    """
+
+    user: Path
+    vcli: Path
+
+    @property
+    def files(self) -> tuple[Path, Path]:
+        """Every file to read, in the order keys are looked up."""
+        return (self.user, self.vcli)
+
+
+def known_hosts() -> KnownHosts:
+    """This user's known_hosts files (see `user_known_hosts_file` and `known_hosts_file`)."""
+    return KnownHosts(user=user_known_hosts_file(), vcli=known_hosts_file())
+
+
 def known_hosts_file() -> Path:
     """vcli's own known_hosts (keys accepted with `vcli hosts add --accept-new-host-key`)."""
     from vcli.properties import config_dir
@@ -346,7 +370,7 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
                 from vcli.gpus import detect_local_gpus
 
                 indices = detect_local_gpus()
-            except Exception:  # noqa: BLE001 - no GPUs is the safe answer
+            except Exception:  # no GPUs is the safe answer
                 indices = ()
         detected["gpus"] = {"count": len(indices), "indices": list(indices)}
         gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE")

@@ -4,7 +4,7 @@ Layout (every name carries a random suffix, so parallel runs never clash):
 
     vcli-<sfx>-sw     a Linux bridge `br0` (the switch). It lives in its own namespace because
                       Docker sets the root namespace's FORWARD policy to DROP and br_netfilter
-                      would drop bridged frames there (feasibility.md §5).
+                      would drop bridged frames there.
     vcli-<sfx>-c      the controller: 10.213.0.2. Run vcli in it with `cluster.ctl(argv)`.
     vcli-<sfx>-h<k>   host k: eth0 = 10.213.0.(10+k)/24 and an sshd on port 22.
 
@@ -269,7 +269,7 @@ class NetnsCluster:
         self.teardown_seconds = time.monotonic() - started
         try:
             atexit.unregister(self.down)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def leftovers(self) -> list[str]:

@@ -1,18 +1,23 @@
 """Build what runs a job: the executor and the placer that decides where its replicas go.
 
-The one place that knows which executor needs which data (inventory hosts, the placement
-scheduler that hears about host health): controllers and the CLI ask for an `Execution` by
-`--executor`/`--hosts` and use only the `Executor` contract and the placer afterwards.
+The one place that knows which executor needs which data (inventory hosts, vcli's home, the
+known_hosts files, the placement scheduler that hears about host health): controllers and the
+CLI ask for an `Execution` by `--executor`/`--hosts`, or for `executor_for_handles(name)` to stop
+replicas from stored handles, and use only the `Executor` contract and the placer afterwards.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from vcli.executors import Executor, get_executor
+from vcli.executors import Executor, HostHealth, get_executor
 from vcli.spec import ExecutorKind
+
+if TYPE_CHECKING:
+    from vcli.executors.ssh import SSHExecutor
+    from vcli.hosts import Host
 
 
 @dataclass
@@ -64,11 +69,58 @@ def _local_placer() -> Any:
     return _LOCAL_PLACER
 
 
-def open_execution(kind: ExecutorKind, hosts: str | None = None) -> Execution:
-    """The executor for `kind` (`--hosts` implies ssh) with its placer."""
-    if kind == ExecutorKind.SSH or hosts:
-        from vcli.executors.ssh import SSHExecutor
+def ssh_hosts(names: str | Sequence[str] | None) -> list[Host]:
+    """The hosts of an ssh run: `--hosts`, else `vcli config set hosts`, else the whole inventory.
 
-        ex = SSHExecutor(hosts=hosts)
-        return Execution(kind=ExecutorKind.SSH, executor=ex, placer=ex.placer)
+    `local` is refused: remote replicas could not reach this machine at 127.0.0.1.
+    """
+    from vcli import properties
+    from vcli.errors import InvalidValueError
+    from vcli.hosts import LOCAL, load_inventory, resolve_hosts
+
+    if names is None or (isinstance(names, str) and not names.strip()):
+        names = properties.get("hosts") or None
+    chosen = resolve_hosts(names, load_inventory())
+    if any(h.name == LOCAL for h in chosen):
+        raise InvalidValueError(
+            "--hosts", "`local` cannot be mixed into an ssh run: remote replicas could not reach "
+            "127.0.0.1. Add this machine to the inventory under its network address instead.")
+    return chosen
+
+
+def ssh_executor(hosts: Sequence[Host], health: HostHealth | None = None) -> SSHExecutor:
+    """An SSH executor over `hosts`, with vcli's home and this user's known_hosts files."""
+    from vcli.executors.ssh import SSHExecutor
+    from vcli.hosts import known_hosts
+    from vcli.store import default_home
+
+    return SSHExecutor(hosts, home=default_home(), known_hosts=known_hosts(), health=health)
+
+
+def executor_for_handles(name: str) -> Executor:
+    """The executor called `name`, able to poll, stop, read and release stored handles.
+
+    For `cancel` from another terminal: the ssh executor gets every inventory host (a stored
+    handle may name any of them) and no scheduler (nothing is placed).
+    """
+    if name == ExecutorKind.SSH.value:
+        from vcli.hosts import load_inventory
+
+        return ssh_executor([h for n, h in sorted(load_inventory().items()) if n != "local"])
+    return get_executor(name)
+
+
+def open_execution(kind: ExecutorKind, hosts: str | None = None) -> Execution:
+    """The executor for `kind` (`--hosts` implies ssh) with its placer.
+
+    For ssh, one placement scheduler over the hosts' capacity places replicas (`JobPlacer`) and
+    hears from the executor which hosts died or came back (`HostHealth`).
+    """
+    if kind == ExecutorKind.SSH or hosts:
+        from vcli.placement import HostCapacity, JobPlacer, Scheduler
+
+        chosen = ssh_hosts(hosts)
+        scheduler = Scheduler([HostCapacity.from_host(h) for h in chosen])
+        return Execution(kind=ExecutorKind.SSH, executor=ssh_executor(chosen, health=scheduler),
+                         placer=JobPlacer(scheduler))
     return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer())

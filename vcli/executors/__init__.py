@@ -254,10 +254,10 @@ def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:
 
 
 def get_executor(name: str) -> Executor:
-    """A default-configured executor called `name`, imported lazily.
+    """A default-configured executor of a kind that needs no data (`local`, `docker`).
 
-    For stopping and reading replicas from stored handles (`cancel` from another terminal).
-    Running jobs builds executors with their data in `vcli.control.wiring`.
+    Executors that need data (ssh: its hosts and known_hosts) are built by
+    `vcli.control.wiring`, which also serves stored handles (`executor_for_handles`).
     """
     if name == ExecutorKind.LOCAL.value:
         from vcli.executors.local import LocalExecutor
@@ -267,10 +267,8 @@ def get_executor(name: str) -> Executor:
         from vcli.executors.docker import DockerExecutor
 
         return DockerExecutor()
-    if name == ExecutorKind.SSH.value:
-        from vcli.executors.ssh import SSHExecutor
-
-        return SSHExecutor()
     from vcli.errors import UsageError
 
+    if name == ExecutorKind.SSH.value:
+        raise UsageError("the ssh executor needs its hosts: build it with vcli.control.wiring")
     raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

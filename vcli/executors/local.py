@@ -1,20 +1,29 @@
-"""The local process executor (the embedded default): one child process per replica.
+"""The local process executor (the embedded default): one supervised child per replica.
 
-Each replica runs in its own session and process group (so stop reaches everything it
-spawned), with the launch's environment on top of vcli's own, its working dir set to the local
-package, and stdout/stderr pumped into the replica's log file. The child also gets
-PR_SET_PDEATHSIG=SIGKILL: if the vcli process that started it dies without cleaning up, the
-kernel kills the replica, so no orphan outlives its controller.
+Each replica runs under its own supervisor process (`vcli.executors.supervisor`): a child
+subreaper in a session of its own that runs the trainer, writes its output into the replica's
+log file, records its exit status the moment it exits, and then stops every descendant the
+trainer left (helpers, `setsid` grandchildren, double-forked daemons). So a replica's whole
+process tree goes when the replica ends, and the replica's end is seen at once even when a
+helper still holds the trainer's stdout.
 
-Stopping: SIGTERM to the group, a grace period, then SIGKILL. TensorFlow's multi-worker
-runtime installs its own SIGTERM handler and keeps running (a 2-replica MultiWorkerMirrored
-job outlived SIGTERM for the whole grace period when we measured it), so the KILL step is
-what actually ends it.
+The supervisor also gets PR_SET_PDEATHSIG=SIGTERM: if the vcli process that started it dies
+without cleaning up, the supervisor stops the whole tree (SIGTERM, 3 s, SIGKILL).
+
+Stopping: SIGTERM to every process of the tree, a grace period, then SIGKILL. TensorFlow's
+multi-worker runtime installs its own SIGTERM handler and keeps running (a 2-replica
+MultiWorkerMirrored job outlived SIGTERM for the whole grace period when we measured it), so
+the KILL step is what actually ends it.
+
+A handle's ref is `<supervisor pid>@<job id>@<status file>`; the job id check (the replica's
+environment carries VCLI_JOB_ID) keeps `cancel` from another terminal from ever signalling a
+process that merely reuses a recorded pid.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -26,16 +35,20 @@ from typing import Callable, Sequence
 
 from vcli.errors import ExecutorError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
-from vcli.logs import LogWriter, pump
+from vcli.executors import supervisor as _supervisor
+from vcli.logs import LogWriter
 
 _PR_SET_PDEATHSIG = 1
+SUPERVISOR = os.path.abspath(_supervisor.__file__)
+#: How long release() waits for a supervisor to finish cleaning up after its trainer ended.
+RELEASE_WAIT_SECONDS = _supervisor.LEFTOVER_GRACE_SECONDS + 5.0
 
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; process groups still cover stop
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; the supervisor sets it again itself
         pass
 
 
@@ -107,23 +120,15 @@ class _Spawner:
         return box[0]
 
 
-class _Running:
-    def __init__(self, popen: subprocess.Popen[bytes], writer: LogWriter, threads: list[threading.Thread]) -> None:
-        self.popen = popen
-        self.writer = writer
-        self.threads = threads
-        self.finished = False
-
-
 class LocalExecutor(ExecutorBase):
-    """Replicas as child processes of this vcli process."""
+    """Replicas as supervised child processes of this vcli process."""
 
     name = "local"
 
     def __init__(self, python: str | None = None) -> None:
         #: The interpreter for `python -m` / `.py` entrypoints: the one running vcli unless set.
         self.python = python or os.environ.get("VCLI_PYTHON") or sys.executable
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ protocol
@@ -144,72 +149,68 @@ class LocalExecutor(ExecutorBase):
         argv = process_argv(launch, self.python)
         env = dict(os.environ)
         env.update(launch.env)
-        # How stop() recognises the replica's processes (and never a reused pgid's).
+        # How stop() recognises the replica's processes (and never a reused pid's).
         env["VCLI_JOB_ID"] = launch.job_id
+        env[REPLICA_TAG] = _tag(launch.job_id, launch.task_name)
         env.setdefault("PYTHONUNBUFFERED", "1")
         if launch.workdir:
             # `python -m pkg.mod` and scripts import siblings from the package dir, as in the image.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, env.get("PYTHONPATH", "")) if p)
         os.makedirs(launch.output_dir, exist_ok=True)
-        writer = LogWriter(launch.log_path)
+        status_path = os.path.join(launch.output_dir, "replica.status")
+        try:
+            os.unlink(status_path)
+        except FileNotFoundError:
+            pass
+        command = [sys.executable, "-S", SUPERVISOR, "--stop-with-parent", status_path, launch.log_path, "--", *argv]
         try:
             popen = _Spawner.get().call(lambda: subprocess.Popen(
-                argv,
+                command,
                 cwd=launch.workdir or None,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only a prctl call, no locks
                 close_fds=True,
             ))
             assert isinstance(popen, subprocess.Popen)
         except OSError as e:
-            writer.write("vcli", f"failed to start {argv[0]}: {e.strerror}")
-            writer.close()
-            raise ExecutorError(f"Cannot start replica {launch.task_name}: {argv[0]}: {e.strerror}.") from None
-        assert popen.stdout is not None and popen.stderr is not None
-        threads = [pump(popen.stdout, writer, "stdout"), pump(popen.stderr, writer, "stderr")]
-        ref = f"{popen.pid}@{launch.job_id}"
+            _log_vcli(launch.log_path, f"failed to start the replica's supervisor: {e.strerror}")
+            raise ExecutorError(f"Cannot start replica {launch.task_name}: {e.strerror}.") from None
+        ref = f"{popen.pid}@{launch.job_id}@{status_path}"
         with self._lock:
-            self._running[ref] = _Running(popen, writer, threads)
+            self._running[ref] = popen
         return ReplicaHandle(executor=self.name, host="local", ref=ref, task_name=launch.task_name)
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
-        run = self._running.get(handle.ref)
-        if run is None:
-            pid, job_id = _parse_ref(handle.ref)
-            alive = bool(_group_members(pid, job_id))
-            return ReplicaStatus(running=alive, message=None if alive else "the replica is gone (exit code unknown)")
-        code = run.popen.poll()
-        if code is None:
+        pid, job_id, status_path = _parse_ref(handle.ref)
+        popen = self._running.get(handle.ref)
+        if popen is not None:
+            popen.poll()  # reap the supervisor once it is done
+        status = _read_status(status_path)
+        if status is not None:
+            code = int(status["exitCode"])
+            signame = status.get("signal")
+            return ReplicaStatus(running=False, exit_code=code, message=f"killed by signal {signame}" if signame else None)
+        if _is_supervisor(pid, job_id):
             return ReplicaStatus(running=True)
-        self._finish(run)
-        if code < 0:
-            return ReplicaStatus(running=False, exit_code=128 - code, message=f"killed by signal {signal.Signals(-code).name}")
-        return ReplicaStatus(running=False, exit_code=code)
+        return ReplicaStatus(running=False, message="the replica is gone (exit code unknown)")
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
-        targets = [_parse_ref(h.ref) for h in handles]
-        for pid, job_id in targets:
-            if _group_members(pid, job_id):
-                _killpg(pid, signal.SIGTERM)
+        targets = [_target(h) for h in handles]
+        live = [t for t in targets if _read_status(t[2]) is None and _is_supervisor(t[0], t[1])]
+        for pid, *_ in live:
+            _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline:
+        while live and time.monotonic() < deadline:
+            live = [t for t in live if _read_status(t[2]) is None and _is_supervisor(t[0], t[1])]
             self._reap()
-            if not any(_group_members(pid, job_id) for pid, job_id in targets):
-                break
-            time.sleep(0.05)
-        for pid, job_id in targets:
-            if _group_members(pid, job_id):
-                _killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            self._reap()
-            if not any(_group_members(pid, job_id) for pid, job_id in targets):
-                return
-            time.sleep(0.05)
+            time.sleep(0.02)
+        for pid, *_ in live:
+            _kill(pid, signal.SIGUSR1)  # the grace period is over: SIGKILL the whole tree
+        self._wait_gone(targets, 10.0)
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         try:
@@ -219,70 +220,125 @@ class LocalExecutor(ExecutorBase):
             return None
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
-        for h in handles:
-            run = self._running.pop(h.ref, None)
-            if run is not None:
-                self._finish(run)
+        """Wait for each supervisor to finish stopping its trainer's leftovers; then forget it."""
+        targets = [_target(h) for h in handles]
+        self._wait_gone(targets, RELEASE_WAIT_SECONDS)
+        with self._lock:
+            for h in handles:
+                popen = self._running.pop(h.ref, None)
+                if popen is not None:
+                    popen.poll()
 
     # ------------------------------------------------------------------ internals
 
     def _reap(self) -> None:
-        for run in list(self._running.values()):
-            run.popen.poll()
+        for popen in list(self._running.values()):
+            popen.poll()
 
-    def _finish(self, run: _Running) -> None:
-        if run.finished:
-            return
-        run.finished = True
-        # Pipes close when the last holder exits; a daemonised grandchild may keep them open.
-        for t in run.threads:
-            t.join(timeout=2)
-        run.writer.close()
+    def _wait_gone(self, targets: Sequence[tuple[int, str, str, str]], seconds: float) -> None:
+        """Until no supervisor of `targets` and no process of theirs is left; then force it."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._reap()
+            if not any(_is_supervisor(pid, job) for pid, job, *_ in targets):
+                break
+            time.sleep(0.02)
+        for pid, job, *_ in targets:
+            if _is_supervisor(pid, job):
+                _kill(pid, signal.SIGUSR1)
+        for _, _, _, tag in targets:
+            # A supervisor that does not answer, or was itself killed: everything that still
+            # carries the job's tag goes (this is what keeps a SIGKILLed supervisor's tree from
+            # surviving a cancel).
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                self._reap()
+                left = tagged_processes(tag, exclude=os.getpid())
+                if not left:
+                    break
+                for p in left:
+                    _kill(p, signal.SIGKILL)
+                time.sleep(0.02)
 
 
-def _parse_ref(ref: str) -> tuple[int, str]:
-    pid, _, job_id = ref.partition("@")
-    return int(pid), job_id
-
-
-def _killpg(pgid: int, sig: int) -> None:
+def _log_vcli(path: str, message: str) -> None:
     try:
-        os.killpg(pgid, sig)
+        w = LogWriter(path)
+        w.write("vcli", message)
+        w.close()
+    except OSError:
+        pass
+
+
+#: The environment variable that marks every process of one replica (`<job id>/<task name>`).
+REPLICA_TAG = "VCLI_REPLICA"
+
+
+def _tag(job_id: str, task_name: str) -> str:
+    return f"{job_id}/{task_name}"
+
+
+def _target(handle: ReplicaHandle) -> tuple[int, str, str, str]:
+    pid, job_id, status_path = _parse_ref(handle.ref)
+    return pid, job_id, status_path, _tag(job_id, handle.task_name)
+
+
+def _parse_ref(ref: str) -> tuple[int, str, str]:
+    pid, _, rest = ref.partition("@")
+    job_id, _, status_path = rest.partition("@")
+    return int(pid), job_id, status_path
+
+
+def _read_status(path: str) -> dict[str, object] | None:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "exitCode" in data else None
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _group_members(pgid: int, job_id: str) -> list[int]:
-    """Live (non-zombie) processes of process group `pgid` that belong to job `job_id`.
-
-    The job check matters for `cancel` from another terminal: a pgid read from the store
-    could have been reused by an unrelated process since, and must never be signalled.
-    """
-    members = []
+def _stat_fields(pid: int) -> list[bytes]:
     try:
-        entries = os.listdir("/proc")
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
     except OSError:
         return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) < 3 or fields[0] == b"Z" or int(fields[2]) != pgid:
-            continue
-        if job_id and not _has_job_env(int(entry), job_id):
-            continue
-        members.append(int(entry))
-    return members
+    return stat[stat.rfind(b")") + 2:].split()
 
 
-def _has_job_env(pid: int, job_id: str) -> bool:
+def _is_supervisor(pid: int, job_id: str) -> bool:
+    """Is `pid` alive (not a zombie) and a process of job `job_id`?"""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in (b"Z", b"X") and _has_env(pid, "VCLI_JOB_ID", job_id)
+
+
+def tagged_processes(tag: str, *, exclude: int = 0) -> list[int]:
+    """Every live process whose environment carries VCLI_REPLICA=`tag` (one replica's tree)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == exclude:
+            continue
+        fields = _stat_fields(int(entry))
+        if fields and fields[0] not in (b"Z", b"X") and _has_env(int(entry), REPLICA_TAG, tag):
+            out.append(int(entry))
+    return out
+
+
+def _has_env(pid: int, name: str, value: str) -> bool:
+    if not value:
+        return False
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"VCLI_JOB_ID={job_id}".encode() in f.read().split(b"\0")
+            return f"{name}={value}".encode() in f.read().split(b"\0")
     except OSError:
         return False

@@ -1,0 +1,433 @@
+"""`SSHExecutor`: replicas as processes (or containers) on SSH hosts, over paramiko.
+
+The executor receives everything as data: the hosts it may use, vcli's local home (the root of
+the paths it maps to each host's workdir), the known_hosts files, and an optional `HostHealth`
+that hears when a host dies and when it answers again (the controller layer passes the
+placement scheduler there; `vcli.control.wiring` builds both).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import random
+import threading
+import time
+from typing import Callable, Sequence
+
+from vcli.errors import ExecutorError, NotFoundError
+from vcli.executors import ExecutorBase, HostHealth, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors.ssh.docker_bridge import DockerOnHosts
+from vcli.executors.ssh.link import HostLink, q, qargv
+from vcli.executors.ssh.remote import (
+    ALIVE_SCRIPT,
+    FREE_PORT,
+    KILL_SCRIPT,
+    Replica,
+    build_remote_command,
+    hook_exit_signal,
+    map_path,
+    parse_ref,
+    pump,
+    remote_view,
+    replica_details,
+    signal_code,
+)
+from vcli.executors.ssh.sync import code_dir, ship
+from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
+from vcli.hosts import Host, KnownHosts
+from vcli.logs import LogWriter
+
+__all__ = ["SSHExecutor"]
+
+START_TIMEOUT = float(os.environ.get("VCLI_SSH_START_TIMEOUT", "60"))
+#: read_file answers for a running replica are at most this old (seconds).
+READ_INTERVAL = 1.0
+#: Fallback port range when the host has no Python to ask for a free port.
+PORT_RANGE = (20000, 29999)
+#: Seconds between reconnection attempts to a dead host.
+PROBE_SECONDS = 5.0
+
+
+class SSHExecutor(ExecutorBase):
+    """Replicas on SSH hosts: see `vcli.executors.ssh` for security, layout and failure handling.
+
+    `hosts` are the hosts placements and stored handles may name (for a run: the resolved
+    `--hosts`; to stop replicas from stored handles: the whole inventory). `home` is vcli's local
+    home: a local path under it maps to the same relative path under a host's workdir.
+    `health` hears `mark_unhealthy(host, reason)` when every connection to a host died and
+    `mark_healthy(host)` once it answers again.
+    """
+
+    name = "ssh"
+
+    def __init__(self, hosts: Sequence[Host], *, home: str | os.PathLike[str], known_hosts: KnownHosts,
+                 health: HostHealth | None = None) -> None:
+        self._hosts = {h.name: h for h in hosts}
+        self._home = os.path.abspath(os.fspath(home))
+        self._known_hosts = known_hosts
+        self._health = health
+        self._links: dict[str, HostLink] = {}
+        self._replicas: dict[str, Replica] = {}
+        self._lock = threading.RLock()
+        #: host -> why it is down (declared dead here, not yet answering again).
+        self._down: dict[str, str] = {}
+        self._probing: set[str] = set()
+        self._docker = DockerOnHosts(self._link, self._home, self.name)
+        self._closed = threading.Event()
+
+    # ------------------------------------------------------------------ hosts
+
+    def _host(self, name: str) -> Host:
+        host = self._hosts.get(name)
+        if host is None:
+            known = ", ".join(sorted(self._hosts)) or "none"
+            raise NotFoundError(f"Host [{name}] is not one of the ssh executor's hosts ({known}). "
+                                "List hosts with `vcli hosts list`.")
+        return host
+
+    def _link(self, name: str) -> HostLink:
+        with self._lock:
+            link = self._links.get(name)
+            if link is None:
+                link = self._links[name] = HostLink(self._host(name), self._known_hosts, self._host_dead)
+            return link
+
+    def _host_dead(self, host: Host, reason: str) -> None:
+        with self._lock:
+            self._down[host.name] = reason
+        if self._health is not None:
+            self._health.mark_unhealthy(host.name, reason)
+        with self._lock:
+            if host.name in self._probing or self._closed.is_set():
+                return
+            self._probing.add(host.name)
+        threading.Thread(target=self._probe_until_healthy, args=(host,), name=f"vcli-ssh-probe-{host.name}",
+                         daemon=True).start()
+
+    def _probe_until_healthy(self, host: Host) -> None:
+        try:
+            while not self._closed.wait(PROBE_SECONDS):
+                try:
+                    client, _ = connect(host, timeout=PROBE_SECONDS, known_hosts=self._known_hosts)
+                except ExecutorError:
+                    continue
+                client.close()
+                with self._lock:
+                    self._down.pop(host.name, None)
+                if self._health is not None:
+                    self._health.mark_healthy(host.name)
+                return
+        finally:
+            with self._lock:
+                self._probing.discard(host.name)
+
+    def _is_docker(self, launch: ReplicaLaunch) -> bool:
+        return launch.placement.runtime == "docker" or self._host(launch.placement.host).runtime == "docker"
+
+    # ------------------------------------------------------------------ contract
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        """A container's own argv on docker hosts, else the process argv with the host's python."""
+        if self._is_docker(launch):
+            return list(launch.argv)
+        return process_argv(launch, self._host(launch.placement.host).python)
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """What `prepare` would refuse before it connects: unknown hosts, replicas with nothing to
+        run, local packages that are not there. (A docker host's engine checks images in prepare.)"""
+        for launch in launches:
+            self.command_for(launch)
+            if not self._is_docker(launch) and launch.workdir and not os.path.isdir(launch.workdir):
+                raise ExecutorError(f"Directory '{launch.workdir}' is not found.")
+
+    def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
+                progress: Callable[[str], None]) -> list[ReplicaLaunch]:
+        """Ship each process host's local package once; let docker hosts' engines prepare."""
+        self.check(launches)
+        out = list(launches)
+        shipped: set[tuple[str, str]] = set()
+        by_docker_host: dict[str, list[int]] = {}
+        for i, launch in enumerate(launches):
+            host_name = launch.placement.host
+            if self._is_docker(launch):
+                by_docker_host.setdefault(host_name, []).append(i)
+            elif launch.workdir and (host_name, launch.workdir) not in shipped:
+                if cancelled.is_set():
+                    return out
+                shipped.add((host_name, launch.workdir))
+                ship(self._link(host_name), launch.workdir, progress)
+        for host_name, idx in by_docker_host.items():
+            if cancelled.is_set():
+                return out
+            ready = self._docker.prepare(host_name, [launches[i] for i in idx], cancelled=cancelled, progress=progress)
+            for i, launch in zip(idx, ready):
+                out[i] = launch
+        return out
+
+    def reserve_port(self, placement: Placement) -> int:
+        link = self._link(placement.host)
+        now = time.monotonic()
+        with self._lock:
+            for p, t in list(link.ports.items()):
+                if now - t > 120:
+                    del link.ports[p]
+        for _ in range(5):
+            port = None
+            try:
+                rc, out = link.quick(f"{q(link.host.python)} -S -c {q(FREE_PORT)}", timeout=CONNECT_TIMEOUT + 10)
+                if rc == 0 and out.strip().isdigit():
+                    port = int(out.strip())
+            except ExecutorError:
+                if not link.healthy():
+                    raise
+            if port is None:
+                port = random.randint(*PORT_RANGE)
+            with self._lock:
+                if port not in link.ports:
+                    link.ports[port] = now
+                    return port
+        raise ExecutorError(f"Host {placement.host}: could not find a free port")
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        host = self._host(launch.placement.host)
+        link = self._link(host.name)
+        if self._is_docker(launch):
+            return self._docker.start(launch, link)
+        view = remote_view(launch, link.root(), self._home)
+        root, env, remote_out = view.root, dict(view.env), view.output_dir
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env["VCLI_JOB_ID"] = launch.job_id  # what stop and poll-from-handles look for on the host
+        if launch.workdir:
+            cwd = code_dir(root, launch.workdir)
+            env["PYTHONPATH"] = ":".join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
+        else:
+            cwd = remote_out
+        secrets = {k: env.pop(k) for k in [k for k in env if k in launch.secret_env]}
+        for k, v in secrets.items():
+            if "\n" in v or "\r" in v:
+                raise ExecutorError(f"The secret {k} contains a line break, which the ssh executor cannot pass.")
+        argv = process_argv(launch, host.python)
+        command = build_remote_command(argv, env, cwd=cwd, mkdirs=view.mkdirs, secrets=bool(secrets))
+
+        os.makedirs(launch.output_dir, exist_ok=True)
+        writer = LogWriter(launch.log_path)
+        try:
+            conn, chan = link.open_session()
+        except ExecutorError as e:
+            writer.write("vcli", f"failed to start on {host.name}: {e}")
+            writer.close()
+            raise
+        rep = Replica(launch=launch, link=link, conn=conn, chan=chan, writer=writer, remote_root=root,
+                      remote_metric=view.metric_file)
+        hook_exit_signal(chan, rep)
+        try:
+            chan.exec_command(command)
+            if secrets:
+                chan.sendall("".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n")
+        except Exception as e:
+            writer.close()
+            chan.close()
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {e}") from None
+        for stream in ("stdout", "stderr"):
+            t = threading.Thread(target=pump, args=(rep, stream), name=f"vcli-ssh-{stream}-{launch.task_name}",
+                                 daemon=True)
+            t.start()
+            rep.threads.append(t)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not rep.started.wait(0.2):
+            if time.monotonic() > deadline or not conn.alive():
+                chan.close()
+                writer.write("vcli", f"no answer from {host.name} while starting")
+                writer.close()
+                raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: no answer "
+                                    f"within {START_TIMEOUT:g}s")
+        if rep.pgid is None:
+            for t in rep.threads:
+                t.join(2)
+            detail = "; ".join(line for line in rep.early_stderr if line.strip())[-500:] or "the remote shell exited"
+            writer.close()
+            chan.close()
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {detail}")
+        where = f"{host.name} ({host.login}@{host.address}:{host.port})"
+        writer.write("vcli", f"Started on {where} as process group {rep.pgid} in {cwd}; outputs under "
+                             f"{posixpath.dirname(posixpath.dirname(remote_out))} on {host.name}.")
+        ref = f"{rep.pgid}@{launch.job_id}@{root}"
+        with self._lock:
+            self._replicas[ref] = rep
+        return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name,
+                             details=replica_details(host.name, ref))
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        if handle.ref.startswith("docker:"):
+            return self._docker.poll(handle)
+        rep = self._replicas.get(handle.ref)
+        if rep is None:
+            return self._poll_foreign(handle)
+        if rep.result is not None:
+            return rep.result
+        ended = rep.chan.exit_status_ready()
+        if ended and rep.chan.exit_status < 0 and rep.exit_signal is None and not rep.conn.alive():
+            ended = False  # the channel was torn down with a dead connection: report the host loss
+        if ended:
+            for t in rep.threads:
+                t.join(timeout=5)
+            code = rep.chan.recv_exit_status()
+            sig = signal_code(rep.exit_signal)
+            if sig is not None:
+                rep.result = ReplicaStatus(running=False, exit_code=sig, message=f"killed by signal SIG{rep.exit_signal}")
+            elif code < 0:
+                rep.result = ReplicaStatus(running=False, exit_code=137 if rep.stopped_by_vcli else 255,
+                                           message="the remote process ended without an exit status")
+            else:
+                rep.result = ReplicaStatus(running=False, exit_code=code)
+            return rep.result
+        if not rep.conn.alive():
+            host = rep.link.host
+            msg = (f"lost contact with host {host.name} ({host.address}): {rep.conn.dead_reason}; "
+                   "the replica's state there is unknown and the host is marked unhealthy")
+            rep.writer.write("vcli", msg)
+            rep.result = ReplicaStatus(running=False, exit_code=255, message=msg)
+            return rep.result
+        return ReplicaStatus(running=True)
+
+    def _poll_foreign(self, handle: ReplicaHandle) -> ReplicaStatus:
+        """A replica another vcli process started: is its process group still there?"""
+        pgid, job_id, _ = parse_ref(handle.ref)
+        try:
+            rc, out, _ = self._link(handle.host).run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pgid)}", timeout=20)
+        except ExecutorError as e:
+            return ReplicaStatus(running=False, exit_code=255, message=str(e))
+        alive = "RUNNING" in out
+        return ReplicaStatus(running=alive, message=None if alive else "the replica is gone (exit code unknown)")
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        docker_handles = [h for h in handles if h.ref.startswith("docker:")]
+        handles = [h for h in handles if not h.ref.startswith("docker:")]
+        errors: list[str] = []
+
+        def docker_stop(host_name: str) -> None:
+            try:
+                self._docker.stop(host_name, [h for h in docker_handles if h.host == host_name],
+                                  grace_seconds=grace_seconds)
+            except ExecutorError as e:
+                errors.append(f"{host_name}: {e}")
+
+        threads = [threading.Thread(target=docker_stop, args=(name,), daemon=True)
+                   for name in sorted({h.host for h in docker_handles})]
+        by_host: dict[tuple[str, str], list[str]] = {}
+        for h in handles:
+            pgid, job_id, _ = parse_ref(h.ref)
+            rep = self._replicas.get(h.ref)
+            if rep is not None:
+                rep.stopped_by_vcli = True
+                if rep.result is not None or rep.chan.exit_status_ready():
+                    continue
+                if not rep.conn.alive():
+                    rep.writer.write("vcli", f"cannot stop the replica: host {h.host} is unreachable")
+                    continue
+            by_host.setdefault((h.host, job_id), []).append(pgid)
+
+        def kill(host: str, job_id: str, pgids: list[str]) -> None:
+            tenths = max(1, int(grace_seconds * 10))
+            cmd = f"sh -c {q(KILL_SCRIPT)} kill {q(job_id)} {tenths} {qargv(pgids)}"
+            try:
+                rc, out, err = self._link(host).run(cmd, timeout=grace_seconds + 20)
+                if rc != 0:
+                    errors.append(f"{host}: processes left after SIGKILL: {out.strip()} {err.strip()}")
+            except ExecutorError as e:
+                errors.append(str(e))
+
+        threads += [threading.Thread(target=kill, args=(host, job, pg), daemon=True)
+                    for (host, job), pg in by_host.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(grace_seconds + 30)
+        deadline = time.monotonic() + 5
+        for h in handles:  # let the channels deliver the exit status and the last output
+            rep = self._replicas.get(h.ref)
+            while rep is not None and rep.conn.alive() and not rep.chan.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for e in errors:
+            for h in handles:
+                rep = self._replicas.get(h.ref)
+                if rep is not None:
+                    rep.writer.write("vcli", f"stop: {e}")
+                    break
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        rep = self._replicas.get(handle.ref)
+        _, _, root = parse_ref(handle.ref)
+        local = os.path.abspath(path)
+        remote = map_path(local, self._home, root)
+        if handle.ref.startswith("docker:"):
+            with self._lock:
+                if handle.ref in self._docker.lost:
+                    return None
+                if os.path.basename(local) == "output.metrics" and handle.ref in self._docker.metric_files:
+                    remote = self._docker.metric_files[handle.ref]
+        if rep is not None:
+            if local == os.path.abspath(rep.launch.metric_file):
+                remote = rep.remote_metric
+                if rep.released and rep.local_copy:  # copied back at release
+                    try:
+                        with open(local, encoding="utf-8", errors="replace") as f:
+                            return f.read()
+                    except OSError:
+                        return None
+            cached = rep.reads.get(local)
+            if cached is not None and rep.result is None and time.monotonic() - cached[0] < READ_INTERVAL:
+                return cached[1]
+            if not rep.conn.alive():
+                return cached[1] if cached else None
+        with self._lock:
+            if handle.host in self._down:  # reconnecting would block for the connect timeout
+                return None
+        try:
+            text = self._link(handle.host).read_text(remote)
+        except ExecutorError:
+            return None
+        if rep is not None:
+            rep.reads[local] = (time.monotonic(), text)
+        return text
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        """Close the replicas' channels (the remote watcher kills what is left of each group) after
+        copying the metric file back, so it stays readable here; remove docker hosts' containers."""
+        self._docker.release([h for h in handles if h.ref.startswith("docker:")])
+        for h in handles:
+            if h.ref.startswith("docker:"):
+                continue
+            with self._lock:
+                rep = self._replicas.get(h.ref)
+            if rep is None or rep.released:
+                continue
+            rep.released = True
+            if rep.conn.alive():  # keep a local copy of the metric file, for local readers
+                rep.reads.pop(os.path.abspath(rep.launch.metric_file), None)
+                text = self.read_file(h, rep.launch.metric_file)
+                if text is not None:
+                    try:
+                        os.makedirs(os.path.dirname(rep.launch.metric_file), exist_ok=True)
+                        with open(rep.launch.metric_file, "w", encoding="utf-8") as f:
+                            f.write(text)
+                        rep.local_copy = True
+                    except OSError:
+                        pass
+            try:
+                rep.chan.close()  # stdin EOF: the watcher kills whatever is left of the group
+            except Exception:
+                pass
+            rep.conn.channels = max(0, rep.conn.channels - 1)
+            for t in rep.threads:
+                t.join(timeout=1)
+            rep.writer.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._docker.close()
+        with self._lock:
+            links = list(self._links.values())
+        for link in links:
+            link.close()

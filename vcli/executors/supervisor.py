@@ -1,0 +1,258 @@
+"""The per-replica supervisor: one small process that owns a replica's whole process tree.
+
+    python -S supervisor.py STATUS_FILE LOG_FILE -- ARGV...
+
+It is started by an executor in a session of its own, runs ARGV (the trainer) as its child in
+a new process group, and:
+
+- is a child subreaper (`PR_SET_CHILD_SUBREAPER`): every descendant whose parent dies,
+  including `setsid` grandchildren and double-forked daemons, is re-parented to it instead of
+  to PID 1, so "the replica's processes" are exactly the supervisor's descendants;
+- writes the trainer's stdout and stderr to LOG_FILE as vcli log records
+  (`<unix time>\\t<stream>\\t<line>`, see `vcli.logs`) itself, so the log goes on even when the
+  controller that started it is gone;
+- the moment the trainer exits, writes `{"exitCode": N, "signal": NAME|null, "endTime": T}` to
+  STATUS_FILE atomically (write + rename): the replica has ended then, not when the last
+  helper holding its stdout lets go;
+- then stops every remaining descendant (SIGTERM, a short grace, SIGKILL, repeated until none
+  is left) and exits 0;
+- on SIGTERM (a stop request): SIGTERM to every descendant, and keeps waiting for the trainer;
+  on SIGUSR1 (the grace period is over): SIGKILL to every descendant. An exit caused this way
+  is recorded like any other (the trainer's own status: 143 for SIGTERM, 137 for SIGKILL).
+
+It dies with its parent (`PR_SET_PDEATHSIG` = SIGTERM, set by the executor in the child) only
+when the executor asks for it with `--stop-with-parent`; then a dead controller's replicas are
+stopped, whole trees included.
+
+Standard library only and no vcli imports: executors run it by path (`-S`, no site packages)
+so it starts in milliseconds, and it can be shipped to hosts that have no vcli installed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: After the trainer ends, how long its leftover descendants get between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_SECONDS = 1.0
+#: With no parent left to send SIGUSR1, how long a stop request waits before SIGKILL.
+ORPHAN_GRACE_SECONDS = 3.0
+#: Exit status of the supervisor when the trainer could not be started at all.
+EXIT_CANNOT_START = 127
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (by parent links in /proc), deepest first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) < 2 or fields[0] in (b"Z", b"X"):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(children.get(pid, ()))
+    return out[::-1]
+
+
+def _signal_all(sig: int) -> int:
+    pids = descendants(os.getpid())
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(pids)
+
+
+class _Log:
+    """Turns byte chunks from one stream into log records, a line at a time."""
+
+    def __init__(self, out: int, stream: str) -> None:
+        self.out = out
+        self.stream = stream
+        self.buf = b""
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self._write(line)
+
+    def flush(self) -> None:
+        if self.buf:
+            self._write(self.buf)
+            self.buf = b""
+
+    def _write(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r").replace("\t", "    ")
+        record = f"{time.time():.6f}\t{self.stream}\t{line}\n".encode("utf-8", errors="replace")
+        os.write(self.out, record)
+
+
+def _write_status(path: str, status: dict[str, object]) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(status, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _status_of(wait_status: int) -> dict[str, object]:
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return {"exitCode": 128 + sig, "signal": name, "endTime": time.time()}
+    return {"exitCode": os.WEXITSTATUS(wait_status), "signal": None, "endTime": time.time()}
+
+
+def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False) -> int:
+    if stop_with_parent:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    requested: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        requested.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The trainer must not inherit our handlers' dispositions (SIG_IGN would be inherited).
+    try:
+        pid = os.fork()
+    except OSError as e:
+        _Log(log_fd, "vcli").feed(f"cannot start the replica: {e.strerror}\n".encode())
+        _write_status(status_path, {"exitCode": EXIT_CANNOT_START, "signal": None, "endTime": time.time()})
+        return EXIT_CANNOT_START
+    if pid == 0:  # the trainer
+        try:
+            os.setpgid(0, 0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            for fd in (out_r, out_w, err_r, err_w, log_fd, devnull):
+                if fd > 2:
+                    os.close(fd)
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            os.write(2, f"vcli: cannot run {argv[0]}: {e.strerror}\n".encode())
+        finally:
+            os._exit(EXIT_CANNOT_START)
+    os.close(out_w)
+    os.close(err_w)
+    logs = {out_r: _Log(log_fd, "stdout"), err_r: _Log(log_fd, "stderr")}
+    sel = selectors.DefaultSelector()
+    for fd in logs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    trainer_status: dict[str, object] | None = None
+    cleanup_deadline: float | None = None
+    killed = False
+    parent = os.getppid()
+    orphan_kill_at: float | None = None
+    while True:
+        for key, _ in sel.select(timeout=0.05):
+            fd = key.fd
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if data:
+                logs[fd].feed(data)
+            else:
+                logs[fd].flush()
+                sel.unregister(fd)
+                os.close(fd)
+        while requested:
+            signum = requested.pop(0)
+            if signum == signal.SIGTERM and trainer_status is None:
+                _signal_all(signal.SIGTERM)
+                if os.getppid() != parent:  # our executor is gone: nobody will say "grace over"
+                    orphan_kill_at = time.monotonic() + ORPHAN_GRACE_SECONDS
+            elif signum == signal.SIGUSR1:
+                killed = True
+        if orphan_kill_at is not None and time.monotonic() > orphan_kill_at:
+            killed = True
+        if killed:
+            _signal_all(signal.SIGKILL)
+        while True:  # reap the trainer and every orphan re-parented to us
+            try:
+                child, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if child == 0:
+                break
+            if child == pid and trainer_status is None:
+                trainer_status = _status_of(wait_status)
+                _write_status(status_path, trainer_status)
+                cleanup_deadline = time.monotonic() + LEFTOVER_GRACE_SECONDS
+                _signal_all(signal.SIGTERM)
+        if trainer_status is not None:
+            if cleanup_deadline is not None and time.monotonic() > cleanup_deadline:
+                killed = True
+            if not descendants(os.getpid()):
+                break
+    for fd in list(logs):
+        try:
+            while True:
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                logs[fd].feed(data)
+        except (BlockingIOError, OSError):
+            pass
+        logs[fd].flush()
+    os.close(log_fd)
+    return 0
+
+
+def main(args: list[str]) -> int:
+    stop_with_parent = False
+    if args and args[0] == "--stop-with-parent":
+        stop_with_parent = True
+        args = args[1:]
+    if len(args) < 4 or args[2] != "--":
+        print("usage: supervisor.py [--stop-with-parent] STATUS_FILE LOG_FILE -- ARGV...", file=sys.stderr)
+        return 2
+    return run(args[0], args[1], args[3:], stop_with_parent=stop_with_parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

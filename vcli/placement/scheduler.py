@@ -1,0 +1,373 @@
+"""The capacity-aware scheduler: places a job's replicas on hosts, all or nothing.
+
+See `vcli.placement` for the rules. Thread-safe (one lock); state is in memory and spans one
+vcli process (a job, a study), not several vcli processes started separately.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from vcli.errors import ExitCode, VcliError
+from vcli.executors import Placement
+from vcli.placement.machines import machine_resources
+
+__all__ = [
+    "HostCapacity",
+    "NoCapacityError",
+    "PlacementError",
+    "PlacementRequest",
+    "ReplicaRequest",
+    "Scheduler",
+    "request_for_job",
+]
+
+
+class PlacementError(VcliError):
+    """The request can never fit on these hosts (e.g. 8 GPUs where no host has 8)."""
+
+    exit_code = ExitCode.INVALID
+
+
+class NoCapacityError(VcliError):
+    """The request fits these hosts in principle, but not now (GPUs busy, host unhealthy)."""
+
+    exit_code = ExitCode.EXECUTOR_UNAVAILABLE
+
+
+
+# =========================================================================== requests and hosts
+
+
+@dataclass(frozen=True)
+class ReplicaRequest:
+    task_name: str
+    accelerator_count: int = 0
+    accelerator_type: str | None = None
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    machine_type: str = ""
+
+    def shape(self) -> tuple[Any, ...]:
+        return (self.accelerator_count, self.accelerator_type, self.cpus, self.memory_gb)
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """All replicas of one job (or trial); placed together or not at all."""
+
+    job_id: str
+    replicas: tuple[ReplicaRequest, ...]
+    #: Restrict to these hosts (None: any host of the scheduler).
+    hosts: tuple[str, ...] | None = None
+
+    def shape(self) -> tuple[Any, ...]:
+        return (self.hosts, tuple(r.shape() for r in self.replicas))
+
+
+def request_for_job(job_id: str, spec: Any, replicas: Sequence[Any] | None = None,
+                    *, hosts: Sequence[str] | None = None, with_machine: bool = True) -> PlacementRequest:
+    """A request for every replica of a `CustomJobSpec` (or the given `ReplicaId`s of it)."""
+    if replicas is None:
+        from vcli.cluster import replica_ids
+
+        replicas = replica_ids(spec)
+    reqs = []
+    for r in replicas:
+        ms = spec.worker_pool_specs[r.pool_index].machine_spec
+        cpus, mem = machine_resources(ms.machine_type) if with_machine else (0.0, 0.0)
+        reqs.append(ReplicaRequest(
+            task_name=r.task_name,
+            accelerator_count=int(ms.accelerator_count or 0) if ms.accelerator_type or ms.accelerator_count else 0,
+            accelerator_type=ms.accelerator_type or None,
+            cpus=cpus, memory_gb=mem, machine_type=ms.machine_type,
+        ))
+    return PlacementRequest(job_id=job_id, replicas=tuple(reqs), hosts=tuple(hosts) if hosts else None)
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    name: str
+    address: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_type: str | None = None
+    cpus: float | None = None
+    memory_gb: float | None = None
+    runtime: str = "process"
+
+    @classmethod
+    def from_host(cls, host: Any) -> HostCapacity:
+        """From a `vcli.hosts.Host` (declared values, else what `vcli hosts check` detected)."""
+        indices, gtype = host.gpus()
+        return cls(name=host.name, address=host.tf_address, gpu_indices=tuple(indices), gpu_type=gtype,
+                   cpus=host.capacity_cpus(), memory_gb=host.capacity_memory_gb(), runtime=host.runtime)
+
+    def describe(self) -> str:
+        g = f"{len(self.gpu_indices)} x {self.gpu_type or 'GPU'}" if self.gpu_indices else "no GPUs"
+        return f"{self.name}: {g}"
+
+
+@dataclass
+class _HostState:
+    cap: HostCapacity
+    free_gpus: int
+    cpus_used: float = 0.0
+    mem_used: float = 0.0
+    replicas: int = 0
+    healthy: bool = True
+    reason: str | None = None
+
+
+@dataclass
+class _Allocation:
+    host: str
+    gpu_indices: tuple[int, ...]
+    cpus: float
+    memory_gb: float
+
+
+
+# =========================================================================== scheduler
+
+
+class Scheduler:
+    """Places requests on hosts; see the module docstring for the rules."""
+
+    def __init__(self, hosts: Iterable[HostCapacity], *, gpu_allocator: Any = None,
+                 enforce_cpu_memory: bool = True) -> None:
+        from vcli.gpus import GpuAllocator
+
+        self._cond = threading.Condition(threading.RLock())
+        self.gpus = gpu_allocator if gpu_allocator is not None else GpuAllocator()
+        self.enforce_cpu_memory = enforce_cpu_memory
+        self._hosts: dict[str, _HostState] = {}
+        self._order: dict[str, int] = {}
+        self._jobs: dict[str, list[_Allocation]] = {}
+        self._feasible: dict[tuple[Any, ...], str | None] = {}
+        for h in hosts:
+            self.add_host(h)
+
+    # ------------------------------------------------------------------ hosts
+
+    def add_host(self, cap: HostCapacity) -> None:
+        with self._cond:
+            if cap.name in self._hosts:
+                raise ValueError(f"host {cap.name} added twice")
+            self.gpus.declare(cap.name, indices=cap.gpu_indices, accelerator_type=cap.gpu_type)
+            self._hosts[cap.name] = _HostState(cap=cap, free_gpus=len(self.gpus.free(cap.name)))
+            self._order[cap.name] = len(self._order)
+            self._feasible.clear()
+            self._cond.notify_all()
+
+    def mark_unhealthy(self, host: str, reason: str) -> None:
+        with self._cond:
+            st = self._hosts.get(host)
+            if st is not None:
+                st.healthy, st.reason = False, reason
+
+    def mark_healthy(self, host: str) -> None:
+        with self._cond:
+            st = self._hosts.get(host)
+            if st is not None and not st.healthy:
+                st.healthy, st.reason = True, None
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ placing
+
+    def check(self, request: PlacementRequest) -> None:
+        """Raise PlacementError if `request` could never be placed on these hosts."""
+        with self._cond:
+            key = request.shape()
+            if key not in self._feasible:
+                self._feasible[key] = self._never_reason(request)
+            reason = self._feasible[key]
+        if reason:
+            raise PlacementError(reason)
+
+    def try_place(self, request: PlacementRequest) -> list[Placement] | None:
+        """Placements for every replica (in request order), or None if they do not all fit now.
+
+        Raises PlacementError when the request can never fit.
+        """
+        self.check(request)
+        with self._cond:
+            if request.job_id in self._jobs:
+                raise ValueError(f"job {request.job_id} is already placed; release it first")
+            plan = self._plan(request, current=True)
+            if plan is None:
+                return None
+            allocs: list[_Allocation] = []
+            try:
+                for host, n, cpus, mem in plan:
+                    indices = self.gpus.allocate(host, n, accelerator_type=None, timeout=0) if n else ()
+                    allocs.append(_Allocation(host, tuple(indices), cpus, mem))
+            except VcliError:  # taken by another user of a shared allocator: not now
+                for a in allocs:
+                    self.gpus.release(a.host, a.gpu_indices)
+                self._resync_free()
+                return None
+            for a in allocs:
+                st = self._hosts[a.host]
+                st.free_gpus -= len(a.gpu_indices)
+                st.cpus_used += a.cpus
+                st.mem_used += a.memory_gb
+                st.replicas += 1
+            self._jobs[request.job_id] = allocs
+            return [
+                Placement(host=a.host, address=self._hosts[a.host].cap.address, gpu_indices=a.gpu_indices,
+                          runtime=self._hosts[a.host].cap.runtime)
+                for a in allocs
+            ]
+
+    def place(self, request: PlacementRequest, *, timeout: float | None = None,
+              cancelled: threading.Event | None = None) -> list[Placement]:
+        """Like try_place but waits for capacity (up to `timeout`; None = forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                got = self.try_place(request)
+                if got is not None:
+                    return got
+                if cancelled is not None and cancelled.is_set():
+                    raise NoCapacityError(f"placement of job {request.job_id} was cancelled")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise NoCapacityError(self.why_not_now(request))
+                self._cond.wait(0.5 if remaining is None else min(0.5, remaining))
+
+    def release(self, job_id: str) -> None:
+        """Give back everything job `job_id` holds (idempotent); wakes waiters."""
+        with self._cond:
+            allocs = self._jobs.pop(job_id, None)
+            if not allocs:
+                return
+            for a in allocs:
+                self.gpus.release(a.host, a.gpu_indices)
+                st = self._hosts.get(a.host)
+                if st is not None:
+                    st.free_gpus += len(a.gpu_indices)
+                    st.cpus_used = max(0.0, st.cpus_used - a.cpus)
+                    st.mem_used = max(0.0, st.mem_used - a.memory_gb)
+                    st.replicas = max(0, st.replicas - 1)
+            self._cond.notify_all()
+
+    def placed(self, job_id: str) -> bool:
+        with self._cond:
+            return job_id in self._jobs
+
+    def why_not_now(self, request: PlacementRequest) -> str:
+        with self._cond:
+            sick = {n: st.reason for n, st in self._hosts.items() if not st.healthy and _allowed(request, n)}
+            parts = [f"job {request.job_id} does not fit on the hosts right now"]
+            busy = [f"{n}: {len(st.cap.gpu_indices) - st.free_gpus}/{len(st.cap.gpu_indices)} GPUs in use"
+                    for n, st in self._hosts.items() if st.healthy and _allowed(request, n) and st.cap.gpu_indices]
+            if busy:
+                parts.append("; ".join(busy))
+            if sick:
+                parts.append("unhealthy: " + "; ".join(f"{n} ({r})" for n, r in sick.items()))
+            return " - ".join(parts)
+
+    # ------------------------------------------------------------------ internals
+
+    def _resync_free(self) -> None:
+        for n, st in self._hosts.items():
+            st.free_gpus = len(self.gpus.free(n))
+
+    def _demand(self, st: _HostState, r: ReplicaRequest) -> tuple[float, float]:
+        """CPU/memory the replica takes on that host: capped at the host's size; 0 if unknown."""
+        if not self.enforce_cpu_memory:
+            return 0.0, 0.0
+        cap = st.cap
+        cpus = min(r.cpus, cap.cpus) if cap.cpus is not None else 0.0
+        mem = min(r.memory_gb, cap.memory_gb) if cap.memory_gb is not None else 0.0
+        return cpus, mem
+
+    def _plan(self, request: PlacementRequest, *, current: bool) -> list[tuple[str, int, float, float]] | None:
+        """(host, gpus, cpus, memory) per replica, or None. `current=False`: on empty, healthy hosts."""
+        hosts = [st for n, st in self._hosts.items() if _allowed(request, n) and (st.healthy or not current)]
+        if not hosts:
+            return None
+        free_g = {st.cap.name: (st.free_gpus if current else len(st.cap.gpu_indices)) for st in hosts}
+        used_c = {st.cap.name: (st.cpus_used if current else 0.0) for st in hosts}
+        used_m = {st.cap.name: (st.mem_used if current else 0.0) for st in hosts}
+        load = {st.cap.name: (st.replicas if current else 0) for st in hosts}
+        mine: dict[str, int] = {}
+        order = sorted(range(len(request.replicas)),
+                       key=lambda i: (-request.replicas[i].accelerator_count, -request.replicas[i].cpus, i))
+        result: list[tuple[str, int, float, float] | None] = [None] * len(request.replicas)
+        for i in order:
+            r = request.replicas[i]
+            best = None
+            best_score: tuple[Any, ...] | None = None
+            for st in hosts:
+                name = st.cap.name
+                n = r.accelerator_count
+                if n:
+                    if free_g[name] < n:
+                        continue
+                    if r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type:
+                        continue
+                cpus, mem = self._demand(st, r)
+                if cpus and used_c[name] + cpus > st.cap.cpus + 1e-9:  # type: ignore[operator]
+                    continue
+                if mem and used_m[name] + mem > st.cap.memory_gb + 1e-9:  # type: ignore[operator]
+                    continue
+                if n:
+                    score = (mine.get(name, 0), free_g[name] - n, load[name], self._order[name])
+                else:
+                    frac = (used_c[name] / st.cap.cpus) if st.cap.cpus else 0.0
+                    # CPU-only work keeps off GPU hosts when it can, so GPUs stay reachable.
+                    score = (mine.get(name, 0), load[name], frac, len(st.cap.gpu_indices) > 0, self._order[name])
+                if best_score is None or score < best_score:
+                    best, best_score = st, score
+            if best is None:
+                return None
+            name = best.cap.name
+            cpus, mem = self._demand(best, r)
+            free_g[name] -= r.accelerator_count
+            used_c[name] += cpus
+            used_m[name] += mem
+            load[name] += 1
+            mine[name] = mine.get(name, 0) + 1
+            result[i] = (name, r.accelerator_count, cpus, mem)
+        return result  # type: ignore[return-value]
+
+    def _never_reason(self, request: PlacementRequest) -> str | None:
+        allowed = [st for n, st in self._hosts.items() if _allowed(request, n)]
+        if request.hosts:
+            missing = [h for h in request.hosts if h not in self._hosts]
+            if missing:
+                return f"job {request.job_id}: unknown host(s) {', '.join(missing)}"
+        if not allowed:
+            return f"job {request.job_id}: there are no hosts to place it on"
+        offers = "; ".join(st.cap.describe() for st in allowed)
+        for r in request.replicas:
+            if not r.accelerator_count:
+                continue
+            fits = [st for st in allowed if len(st.cap.gpu_indices) >= r.accelerator_count
+                    and not (r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type)]
+            if not fits:
+                most = max((len(st.cap.gpu_indices) for st in allowed
+                            if not (r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type)),
+                           default=0)
+                what = f"{r.accelerator_count} x {r.accelerator_type or 'GPU'}"
+                return (f"replica {r.task_name} needs {what} on one host, but no host has that many "
+                        f"(the most any matching host has is {most}; hosts: {offers}). Lower accelerator-count, "
+                        "or declare the hosts' GPUs with `vcli hosts add NAME --gpus=N --gpu-type=TYPE` "
+                        "(or detect them with `vcli hosts check`).")
+        if self._plan(request, current=False) is None:
+            total = sum(r.accelerator_count for r in request.replicas)
+            have = sum(len(st.cap.gpu_indices) for st in allowed)
+            cpu = sum(r.cpus for r in request.replicas)
+            return (f"job {request.job_id} cannot fit all {len(request.replicas)} replicas at once even on idle hosts: "
+                    f"it needs {total} GPU(s) and {cpu:g} vCPUs together (hosts: {offers}; {have} GPU(s) in total). "
+                    "Use fewer replicas or smaller machine types, or add hosts.")
+        return None
+
+
+def _allowed(request: PlacementRequest, host: str) -> bool:
+    return request.hosts is None or host in request.hosts
+
