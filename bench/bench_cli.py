@@ -70,9 +70,9 @@ def startup(runs: int) -> list[tuple[str, float, float]]:
 def launch_overhead(replicas: int, python_start: float) -> float:
     import threading
 
-    from vcli.executors.local import LocalExecutor
     from vcli.control.jobs import JobRun, plan_job
-    from vcli.spec import ContainerSpec, CustomJobSpec, MachineSpec, WorkerPoolSpec
+    from vcli.executors.local import LocalExecutor
+    from vcli.spec import ContainerSpec, CustomJobSpec, JobKind, JobState, MachineSpec, WorkerPoolSpec
     from vcli.store import Store, new_id
 
     home = Path(tempfile.mkdtemp())
@@ -87,7 +87,7 @@ def launch_overhead(replicas: int, python_start: float) -> float:
     store = Store(home)
     ex = LocalExecutor()
     job_id = new_id()
-    store.create_job(kind="customJob", display_name="bench", record={}, state="JOB_STATE_QUEUED", job_id=job_id)
+    store.create_job(kind=JobKind.CUSTOM_JOB, display_name="bench", record={}, state=JobState.JOB_STATE_QUEUED, job_id=job_id)
     t0 = time.time()
     plan = plan_job(spec, job_id=job_id, job_dir=home / "jobs" / job_id, executor=ex)
     run = JobRun(store=store, executor=ex, plan=plan)
@@ -103,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     a = parser.parse_args()
-    print("## CLI start-up (median of %d runs)\n" % a.runs)
+    print(f"## CLI start-up (median of {a.runs} runs)\n")
     print("| command | wall time | ratio to bare typer |\n| --- | --- | --- |")
     for label, t, ratio in startup(a.runs):
         print(f"| `{label}` | {t * 1000:.0f} ms | {ratio:.2f}x |")

@@ -40,8 +40,8 @@ with open(os.environ["BENCH_TIMES"] + "/" + os.environ["CLOUD_ML_TRIAL_ID"], "w"
 
 
 def python_startup() -> float:
-    import subprocess
     import statistics
+    import subprocess
 
     times = []
     for _ in range(7):
@@ -52,13 +52,25 @@ def python_startup() -> float:
 
 
 def bench_vcli(trials: int, parallel: int) -> tuple[float, float]:
+    from vcli.control.study import StudyRun
     from vcli.executors.local import LocalExecutor
     from vcli.spec import (
-        Algorithm, ContainerSpec, CustomJobSpec, DoubleValueSpec, Goal, HyperparameterTuningJobSpec,
-        MachineSpec, MetricSpec, ParameterSpec, ScaleType, StudySpec, WorkerPoolSpec,
+        Algorithm,
+        ContainerSpec,
+        CustomJobSpec,
+        DoubleValueSpec,
+        Goal,
+        HyperparameterTuningJobSpec,
+        JobKind,
+        JobState,
+        MachineSpec,
+        MetricSpec,
+        ParameterSpec,
+        ScaleType,
+        StudySpec,
+        WorkerPoolSpec,
     )
     from vcli.store import Store, new_id
-    from vcli.control.study import StudyRun
     from vcli.suggesters import get_suggester
 
     tmp = Path(tempfile.mkdtemp())
@@ -78,7 +90,8 @@ def bench_vcli(trials: int, parallel: int) -> tuple[float, float]:
                                        max_trial_count=trials, parallel_trial_count=parallel)
     store = Store(tmp / "home")
     sid = new_id()
-    store.create_job(kind="hyperparameterTuningJob", display_name="bench", record={}, state="JOB_STATE_QUEUED", job_id=sid)
+    store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB, display_name="bench", record={},
+                     state=JobState.JOB_STATE_QUEUED, job_id=sid)
     run = StudyRun(store=store, executor=LocalExecutor(), spec=spec, study_id=sid, display_name="bench",
                    suggester=get_suggester(study, seed=0))
     t0 = time.perf_counter()

@@ -7,6 +7,7 @@ A replica is told what to do by its argv, one action per argument, run in order:
     sleep:SECONDS     wait                          exit:CODE    exit with CODE
     ignore-term       ignore SIGTERM from now on (as TensorFlow's multi-worker runtime does)
     env:NAME          print `NAME=<value>` (or `NAME unset`)
+    envlen:NAME       print `NAME has N characters` (shows a secret arrived without printing it)
     bind:PORT         bind TCP PORT on every address and print `bound PORT` (or `bind-failed`)
     tree:TOKEN        start what real trainers start (data loaders, TensorBoard, NCCL helpers): a
                       child, a child with a grandchild, a `setsid` child and a double-forked
@@ -51,6 +52,8 @@ for action in sys.argv[1:]:
         print("ignoring SIGTERM", flush=True)
     elif verb == "env":
         print(f"{arg}={os.environ[arg]}" if arg in os.environ else f"{arg} unset", flush=True)
+    elif verb == "envlen":
+        print(f"{arg} has {len(os.environ.get(arg, ''))} characters", flush=True)
     elif verb == "bind":
         s = socket.socket()
         try:

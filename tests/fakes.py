@@ -192,6 +192,14 @@ def _end(rep: _Replica, code: int, message: str | None = None) -> None:
     rep.writer.close()
 
 
+def _mask(rep: _Replica, line: str) -> str:
+    for name in rep.launch.secret_env:
+        value = rep.launch.env.get(name, "")
+        if len(value) >= 4:
+            line = line.replace(value, "<redacted>")
+    return line
+
+
 def _advance(rep: _Replica, world: FakeWorld) -> None:
     """Run the replica's actions whose time has come."""
     now = world.clock.now()
@@ -204,7 +212,7 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
         verb, _, arg = action.partition(":")
         env = rep.launch.env
         if verb in ("out", "err"):
-            rep.writer.write("stdout" if verb == "out" else "stderr", arg)
+            rep.writer.write("stdout" if verb == "out" else "stderr", _mask(rep, arg))
         elif verb == "metric":
             mid, _, rest = arg.partition("=")
             value, _, step = rest.partition("@")
@@ -221,9 +229,11 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
             rep.ignore_term = True
             rep.writer.write("stdout", "ignoring SIGTERM")
         elif verb == "env":
-            rep.writer.write("stdout", f"{arg}={env[arg]}" if arg in env else f"{arg} unset")
+            rep.writer.write("stdout", _mask(rep, f"{arg}={env[arg]}" if arg in env else f"{arg} unset"))
         elif verb == "tree":  # no processes in-process: nothing can be left behind
             rep.writer.write("stdout", "tree started")
+        elif verb == "envlen":
+            rep.writer.write("stdout", f"{arg} has {len(env.get(arg, ''))} characters")
         elif verb == "bind":
             rep.writer.write("stdout", f"bound {arg}" if int(arg) in world.ports else "bind-failed")
         else:

@@ -40,7 +40,7 @@ def vcli(home: Path, *args: str, timeout: float = 300, input: str | None = None,
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"vcli {' '.join(args)} timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+        raise AssertionError(f"vcli {' '.join(args)} timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -98,6 +98,21 @@ def processes_with_env(key: str, value: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def running_replicas(job_id: str) -> set[str]:
+    """The replicas of a local job with a live process (each replica's processes carry
+    VCLI_REPLICA=<job>/<task>, its supervisor and trainer alike)."""
+    tags = set()
+    for pid in processes_with_env("VCLI_JOB_ID", job_id):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"VCLI_REPLICA" in env:
+            tags.add(env[b"VCLI_REPLICA"].decode())
+    return tags
 
 
 def job_id_from_stderr(stderr: str) -> str:

@@ -166,3 +166,38 @@ def test_print_env_shows_tf_config_for_a_two_pool_job(run_vcli):
     r = run_vcli("custom-jobs", "print-env", POOL)
     (only,) = yaml.safe_load_all(r.stdout)
     assert "TF_CONFIG" not in only["env"] and "CLUSTER_SPEC" in only["env"]
+
+
+@pytest.mark.parametrize(
+    "argv,line",
+    [
+        (["custom-jobs", "create", "--display-name=j", POOL, "--executor", "bogus"],
+         "ERROR: (vcli.custom-jobs.create) argument --executor: invalid choice: 'bogus' (choose from local, docker, ssh)"),
+        (["custom-jobs", "print-env", POOL, "--executor=Local"],
+         "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh)"),
+        (["hp-tuning-jobs", "create", "--display-name=s", "--algorithm=bayes"],
+         "ERROR: (vcli.hp-tuning-jobs.create) argument --algorithm: Invalid choice: 'bayes'. "
+         "Valid choices are [algorithm-unspecified, grid-search, random-search]."),
+        (["hp-tuning-jobs", "create", "--measurement-selection=first"],
+         "ERROR: (vcli.hp-tuning-jobs.create) argument --measurement-selection: Invalid choice: 'first'. Valid choices are [best, last]."),
+        (["hp-tuning-jobs", "create", "--bayesian-backend=tpe"],
+         "ERROR: (vcli.hp-tuning-jobs.create) argument --bayesian-backend: Invalid choice: 'tpe'. Valid choices are [gp, skopt]."),
+        (["--verbosity=loud", "custom-jobs", "list"],
+         "ERROR: (vcli) argument --verbosity: Invalid choice: 'loud'. "
+         "Valid choices are [critical, debug, error, info, none, warning]."),
+    ],
+)
+def test_bad_choice_is_one_error_line_before_anything_runs(run_vcli, vcli_home, argv, line):
+    r = run_vcli(*argv)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == line + "\n" and r.stdout == ""
+    assert not (vcli_home / "jobs").exists()
+
+
+def test_help_lists_the_choices(run_vcli):
+    r = run_vcli("hp-tuning-jobs", "create", "--help")
+    assert r.returncode == 0, r.stderr
+    for choices in ("local|docker|ssh", "algorithm-unspecified|grid-search|random-search", "last|best", "gp|skopt"):
+        assert choices in r.stdout
+    r = run_vcli("--help")
+    assert "debug|info|warning|error|critical|none" in r.stdout

@@ -438,6 +438,9 @@ def test_trials_wait_for_capacity(store: Store, world: FakeWorld) -> None:
                 raise NoCapacityError("all 1 GPUs are in use")
             return local_placer(replicas)
 
+        def release(self, job_id: str) -> None:
+            pass
+
     run, _ = study(store, world, "metric:acc=%x@1", max_trials=2, parallel=2, placer=Placer())
     assert run.run() == JobState.JOB_STATE_SUCCEEDED
     assert len(run.trials) == 2
@@ -456,3 +459,14 @@ def test_trial_environment_and_args(store: Store, world: FakeWorld) -> None:
     assert child.trial_id == "1" and child.state == "JOB_STATE_SUCCEEDED"
     assert run.trials["1"].state == TrialState.SUCCEEDED
     assert ReplicaState(rep.state) == ReplicaState.SUCCEEDED
+
+
+def test_measurements_keep_their_own_elapsed_time(store: Store, world: FakeWorld) -> None:
+    run, _ = study(store, world, "sleep:1", "metric:acc=0.1@1", "sleep:5", "metric:acc=0.2@2", "sleep:3", "exit:0",
+                   max_trials=1, parallel=1)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    trial = run.trials["1"]
+    first, second = (m.elapsed_seconds for m in trial.measurements)
+    # Elapsed counts from the trial's start (start-up included), so only the gap is exact.
+    assert first >= 1 and second - first == pytest.approx(5, abs=0.3)
+    assert trial.final_measurement.elapsed_seconds == second  # LAST: the second report, its own time

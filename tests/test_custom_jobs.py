@@ -23,6 +23,7 @@ from tests.helpers import (
     list_ids,
     processes_with_env,
     read_stderr_until,
+    running_replicas,
     spawn,
     vcli,
     wait_for,
@@ -136,7 +137,7 @@ def test_cancel_from_another_process(tmp_path: Path) -> None:
     try:
         seen = read_stderr_until(proc, "submitted successfully", 60)
         job_id = job_id_from_stderr(seen)
-        wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+        wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
         r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
         assert r.returncode == 0, r.stderr
         assert "Request to cancel CustomJob" in r.stderr
@@ -162,7 +163,7 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
     )
     try:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-        wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+        wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
         assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
@@ -207,7 +208,7 @@ def test_killed_controller_leaves_no_orphans_and_cancel_cleans_up(tmp_path: Path
         f"--worker-pool-spec={POOL}",
     )
     job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) == 2, 30, "both replicas running")
+    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
     os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
     proc.wait(timeout=10)
     wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 10, "replicas to die with their controller")

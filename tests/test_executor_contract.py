@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -217,12 +217,15 @@ def test_environment_is_delivered(h: Harness) -> None:
     assert lines(launch) == ["VCLI_CONTRACT=a b;$(x)", "CLOUD_ML_TRIAL_ID unset"]
 
 
-def test_secret_environment_is_delivered(h: Harness) -> None:
-    launch = h.launch("env:API_TOKEN", env={"API_TOKEN": "s3cret value"})
-    launch = type(launch)(**{**launch.__dict__, "secret_env": ("API_TOKEN",)})
+def test_secrets_are_delivered_and_masked_in_the_log(h: Harness) -> None:
+    launch = h.launch("envlen:API_TOKEN", "env:API_TOKEN", "out:token s3cret value!", "err:s3cret value",
+                      env={"API_TOKEN": "s3cret value"})
+    launch = replace(launch, secret_env=("API_TOKEN",))
     handle = h.start(launch)
     assert h.wait(handle).exit_code == 0
-    assert lines(launch) == ["API_TOKEN=s3cret value"]
+    assert lines(launch) == ["API_TOKEN has 12 characters", "API_TOKEN=<redacted>", "token <redacted>!"]
+    assert lines(launch, "stderr") == ["<redacted>"]
+    assert "s3cret" not in Path(launch.log_path).read_text()
 
 
 def test_metric_file_is_read_back(h: Harness) -> None:

@@ -243,3 +243,62 @@ def test_describe_formats(run_vcli, filled_home):
     assert json.loads(r.stdout)["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "1"
     r = run_vcli("custom-jobs", "describe", job_id, "--format=value(displayName,createTime.date('%Y-%m-%d'))")
     assert r.stdout == "baseline\t2025-05-02\n"
+
+
+# --------------------------------------------------------------------------- replica log lines
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (what `LogPrinter` checks)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _write_log(path, records):
+    from vcli.logs import LogWriter
+
+    writer = LogWriter(str(path))
+    for ts, stream, line in records:
+        writer.write(stream, line, timestamp=ts)
+    writer.close()
+
+
+def test_log_printer_plain_lines_off_a_terminal(tmp_path):
+    from vcli.cli.output import LogPrinter
+
+    _write_log(tmp_path / "a.log", [(1.0, "stdout", "epoch 1 [done]"), (3.0, "vcli", "exited with code 0")])
+    _write_log(tmp_path / "b.log", [(2.0, "stderr", "warning: \x1b[31mred\x1b[0m")])
+    out = io.StringIO()
+    printer = LogPrinter(out)
+    printer.add("workerpool0-0", str(tmp_path / "a.log"))
+    printer.add("workerpool1-0", str(tmp_path / "b.log"))
+    printer.flush()
+    assert out.getvalue() == (
+        "[workerpool0-0] epoch 1 [done]\n"
+        "[workerpool1-0] warning: \x1b[31mred\x1b[0m\n"
+        "[workerpool0-0] vcli: exited with code 0\n"
+    )
+
+
+def test_log_printer_colours_the_task_on_a_terminal(tmp_path, monkeypatch):
+    import re
+
+    from vcli.cli.output import LogPrinter
+
+    for var in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "20")  # long lines are not wrapped at the terminal's width
+    _write_log(tmp_path / "a.log", [(1.0, "stdout", "a line longer than twenty columns [x]")])
+    _write_log(tmp_path / "b.log", [(2.0, "stdout", "second")])
+    out = _Terminal()
+    printer = LogPrinter(out)
+    printer.add("workerpool0-0", str(tmp_path / "a.log"))
+    printer.add("workerpool1-0", str(tmp_path / "b.log"))
+    printer.flush()
+    text = out.getvalue()
+    first, second = text.splitlines()
+    assert first.startswith("\x1b[36m[workerpool0-0]\x1b[0m ")  # cyan, then magenta: one colour per task
+    assert second.startswith("\x1b[35m[workerpool1-0]\x1b[0m ")
+    assert re.sub(r"\x1b\[[0-9;]*m", "", text) == "[workerpool0-0] a line longer than twenty columns [x]\n[workerpool1-0] second\n"

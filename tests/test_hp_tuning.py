@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 from pathlib import Path
 
 from tests.helpers import (
@@ -23,8 +22,8 @@ from tests.helpers import (
     wait_for,
 )
 from vcli import codec as cfg
-from vcli.store import Store
 from vcli.control.study import replay
+from vcli.store import Store
 from vcli.suggesters import get_suggester
 
 DIGITS_STUDY = """

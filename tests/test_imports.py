@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest

@@ -20,6 +20,7 @@ import io
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any, Sequence
 
 from vcli.errors import UsageError
@@ -165,12 +166,12 @@ def _transform(name: str, args: tuple[str, ...], kwargs: dict[str, str], value: 
     if name == "basename" and isinstance(value, str):
         return value.rstrip("/").rsplit("/", 1)[-1]
     if name == "date":
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         fmt = kwargs.get("format") or (args[0] if args else "%Y-%m-%dT%H:%M:%S")
         try:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                when = datetime.fromtimestamp(value, timezone.utc)
+                when = datetime.fromtimestamp(value, UTC)
             else:
                 when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
         except (ValueError, OverflowError, OSError):
@@ -179,7 +180,7 @@ def _transform(name: str, args: tuple[str, ...], kwargs: dict[str, str], value: 
         if tz and tz.upper() == "LOCAL":
             when = when.astimezone()
         elif tz and tz.upper() == "UTC":
-            when = when.astimezone(timezone.utc)
+            when = when.astimezone(UTC)
         return when.strftime(fmt)
     return value
 

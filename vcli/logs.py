@@ -3,7 +3,7 @@
 A replica's log is a text file of records `<unix time>\\t<stream>\\t<line>` where stream is
 `stdout`, `stderr` or `vcli` (messages from vcli itself about the replica, e.g. its exit).
 Executors write it (`LogWriter`, `pump`); the foreground view, `stream-logs` and tests read it
-(`read_records`, `follow`). gcloud prints stderr lines with severity ERROR; so do we.
+(`read_records`, `Follower`). gcloud prints stderr lines with severity ERROR; so do we.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Iterable, Iterator, Sequence
+from typing import IO, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -126,25 +126,3 @@ class Follower:
                     out.append(record)
         out.sort(key=lambda r: r.timestamp)
         return out
-
-
-def follow(
-    logs: Sequence[tuple[str, str]],
-    is_done: Callable[[], bool],
-    interval: float = 0.2,
-) -> Iterator[LogRecord]:
-    """Yield records from the logs as they are written until `is_done()` and all is read."""
-    follower = Follower(logs)
-    while True:
-        done = is_done()
-        records = follower.poll()
-        yield from records
-        if done:
-            yield from follower.poll()
-            return
-        if not records:
-            time.sleep(interval)
-
-
-def merge(records: Iterable[LogRecord]) -> list[LogRecord]:
-    return sorted(records, key=lambda r: r.timestamp)

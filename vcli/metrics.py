@@ -92,9 +92,6 @@ class MetricReader:
         # LAST: the latest report; reports come in order, steps break ties between sources.
         return finite[-1]
 
-    def has_any(self) -> bool:
-        return bool(self.measurements)
-
 
 def _number(raw: object) -> float | None:
     if isinstance(raw, bool) or raw is None:

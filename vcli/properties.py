@@ -12,9 +12,11 @@ import os
 from pathlib import Path
 
 from vcli.errors import InvalidValueError, UsageError
+from vcli.spec import ExecutorKind
 
+#: property -> its allowed values (None: any text).
 KNOWN = {
-    "executor": ("local", "docker", "ssh"),
+    "executor": tuple(k.value for k in ExecutorKind),
     "hosts": None,
     "python": None,
 }

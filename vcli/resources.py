@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vcli.spec import ExecutorKind
 from vcli.store import JobRow, Store
 
 
@@ -52,10 +53,10 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
             d["message"] = r.message
         if r.gpus:
             d["gpus"] = r.gpus
-        if r.handle and r.handle.get("executor") == "ssh":
-            from vcli.executors.ssh import handle_location  # pure: no paramiko import
-
-            d["remote"] = handle_location(r.handle)
+        if r.handle and r.handle.get("executor") == ExecutorKind.SSH.value and r.handle.get("details"):
+            # Where the replica ran and keeps its files, as the SSH executor recorded them
+            # (host, workdir, jobDir, processGroup or container).
+            d["remote"] = dict(r.handle["details"])
         replicas.append(d)
     if replicas:
         out["replicas"] = replicas

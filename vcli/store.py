@@ -15,9 +15,12 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
+
+from vcli.spec import JobKind, JobState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -72,7 +75,7 @@ LOCATION = "local"
 
 def now_iso() -> str:
     """RFC 3339 UTC with microseconds, as Vertex prints times."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_home() -> Path:
@@ -88,8 +91,13 @@ def new_id() -> str:
     return f"{int(time.time() * 1_000_000) % 10**16:016d}{secrets.randbelow(1000):03d}"
 
 
-def resource_name(kind: str, job_id: str) -> str:
-    collection = "customJobs" if kind == "customJob" else "hyperparameterTuningJobs"
+def _text(value: Enum | str) -> str:
+    """What a column holds for an enum member or its value (states and kinds are stored as text)."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def resource_name(kind: JobKind | str, job_id: str) -> str:
+    collection = "customJobs" if _text(kind) == JobKind.CUSTOM_JOB.value else "hyperparameterTuningJobs"
     return f"projects/{PROJECT}/locations/{LOCATION}/{collection}/{job_id}"
 
 
@@ -167,7 +175,7 @@ class Store:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _tx(self) -> "_Tx":
+    def _tx(self) -> _Tx:
         return _Tx(self._conn, self._lock)
 
     def close(self) -> None:
@@ -185,10 +193,10 @@ class Store:
     def create_job(
         self,
         *,
-        kind: str,
+        kind: JobKind | str,
         display_name: str,
         record: Mapping[str, Any],
-        state: str,
+        state: JobState | str,
         parent_id: str | None = None,
         trial_id: str | None = None,
         job_id: str | None = None,
@@ -199,7 +207,7 @@ class Store:
             c.execute(
                 "INSERT INTO jobs (id, kind, display_name, state, create_time, update_time, parent_id, trial_id, record)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, kind, display_name, state, ts, ts, parent_id, trial_id, json.dumps(record)),
+                (job_id, _text(kind), display_name, _text(state), ts, ts, parent_id, trial_id, json.dumps(record)),
             )
         row = self.get_job(job_id)
         assert row is not None
@@ -210,12 +218,12 @@ class Store:
             r = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job_row(r) if r else None
 
-    def list_jobs(self, kind: str, *, include_trial_jobs: bool = False) -> list[JobRow]:
+    def list_jobs(self, kind: JobKind | str, *, include_trial_jobs: bool = False) -> list[JobRow]:
         sql = "SELECT * FROM jobs WHERE kind = ?"
         if not include_trial_jobs:
             sql += " AND parent_id IS NULL"
         with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY create_time", (kind,)).fetchall()
+            rows = self._conn.execute(sql + " ORDER BY create_time", (_text(kind),)).fetchall()
         return [_job_row(r) for r in rows]
 
     def child_jobs(self, parent_id: str) -> list[JobRow]:
@@ -234,14 +242,15 @@ class Store:
         with self._tx() as c:
             c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
-    def set_state(self, job_id: str, state: str, *, error: Mapping[str, Any] | None = None) -> None:
+    def set_state(self, job_id: str, state: JobState | str, *, error: Mapping[str, Any] | None = None) -> None:
         """Record a state change with Vertex's time rules (startTime on RUNNING, endTime at the end)."""
+        state = JobState(state)
         ts = now_iso()
         with self._tx() as c:
-            c.execute("UPDATE jobs SET state = ?, update_time = ? WHERE id = ?", (state, ts, job_id))
-            if state == "JOB_STATE_RUNNING":
+            c.execute("UPDATE jobs SET state = ?, update_time = ? WHERE id = ?", (state.value, ts, job_id))
+            if state == JobState.JOB_STATE_RUNNING:
                 c.execute("UPDATE jobs SET start_time = COALESCE(start_time, ?) WHERE id = ?", (ts, job_id))
-            if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"):
+            if state.is_final():
                 c.execute("UPDATE jobs SET end_time = COALESCE(end_time, ?) WHERE id = ?", (ts, job_id))
             if error is not None:
                 c.execute("UPDATE jobs SET error = ? WHERE id = ?", (json.dumps(dict(error)), job_id))
@@ -249,10 +258,11 @@ class Store:
     def request_cancel(self, job_id: str) -> bool:
         """Mark a job for cancellation; False if it had already ended."""
         with self._tx() as c:
+            final = [s.value for s in JobState if s.is_final()]
             cur = c.execute(
-                "UPDATE jobs SET cancel_requested = 1, state = 'JOB_STATE_CANCELLING', update_time = ?"
-                " WHERE id = ? AND state NOT IN ('JOB_STATE_SUCCEEDED','JOB_STATE_FAILED','JOB_STATE_CANCELLED')",
-                (now_iso(), job_id),
+                "UPDATE jobs SET cancel_requested = 1, state = ?, update_time = ?"
+                f" WHERE id = ? AND state NOT IN ({', '.join('?' * len(final))})",
+                (JobState.JOB_STATE_CANCELLING.value, now_iso(), job_id, *final),
             )
             return cur.rowcount > 0
 
@@ -340,6 +350,24 @@ def _job_row(r: sqlite3.Row) -> JobRow:
     )
 
 
-def iter_lines(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        yield from f
+def peek_jobs(kind: JobKind | str, prefix: str = "", home: Path | str | None = None) -> list[tuple[str, str]]:
+    """(id, "display name  STATE") of the top-level jobs of `kind` whose id starts with `prefix`.
+
+    For shell completion: opens the database read-only and creates nothing (no home, no
+    file); an absent or unreadable store has no jobs.
+    """
+    db = (Path(home) if home is not None else default_home()) / "vcli.db"
+    if not db.exists():
+        return []
+    try:
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            rows = conn.execute(
+                "SELECT id, display_name, state FROM jobs WHERE kind = ? AND parent_id IS NULL ORDER BY create_time",
+                (_text(kind),),
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    return [(r[0], f"{r[1]}  {r[2]}") for r in rows if r[0].startswith(prefix)]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
-from vcli.spec import Goal, ParameterSpec, Trial, TrialState
+from vcli.spec import Goal, JobState, ParameterSpec, StudyEvent, Trial, TrialState
 
 STATE_STYLE = {
     TrialState.REQUESTED: "dim",
@@ -39,7 +39,7 @@ class StudySnapshot:
     trials: Mapping[str, Trial] = field(default_factory=dict)
     started: Mapping[str, float] = field(default_factory=dict)
     ended: Mapping[str, float] = field(default_factory=dict)
-    state: str = "JOB_STATE_RUNNING"
+    state: JobState = JobState.JOB_STATE_RUNNING
 
     def best(self) -> Trial | None:
         sign = 1.0 if self.goal == Goal.MAXIMIZE else -1.0
@@ -66,7 +66,7 @@ def study_table(snap: StudySnapshot) -> Any:
     counts = {s: sum(1 for t in snap.trials.values() if t.state == s) for s in TrialState}
     best = snap.best()
     title = (
-        f"{snap.display_name}  {snap.state}  trials {len(snap.trials)}/{snap.max_trial_count}  "
+        f"{snap.display_name}  {snap.state.value}  trials {len(snap.trials)}/{snap.max_trial_count}  "
         f"succeeded {counts[TrialState.SUCCEEDED]}  infeasible {counts[TrialState.INFEASIBLE]}  "
         f"active {counts[TrialState.ACTIVE] + counts[TrialState.STOPPING]}"
     )
@@ -111,20 +111,20 @@ class StudyView:
         self.snapshot.started = self._started
         self.snapshot.ended = self._ended
 
-    def event(self, kind: str, trial: Trial | None) -> None:
-        if trial is not None and kind != "study-finished":
+    def event(self, kind: StudyEvent, trial: Trial | None) -> None:
+        if trial is not None and kind != StudyEvent.STUDY_FINISHED:
             self._trials[trial.id] = trial
-            if kind == "started":
+            if kind == StudyEvent.TRIAL_STARTED:
                 self._started[trial.id] = time.monotonic()
             if trial.state.is_final():
                 self._ended.setdefault(trial.id, time.monotonic())
         self.show(kind, trial)
 
-    def show(self, kind: str, trial: Trial | None) -> None:  # pragma: no cover - overridden
+    def show(self, kind: StudyEvent, trial: Trial | None) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def close(self, state: str) -> None:
-        self.snapshot.state = state
+    def close(self, state: JobState) -> None:
+        self.snapshot.state = JobState(state)
 
     def message(self, text: str) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -140,17 +140,17 @@ class PlainStudyView(StudyView):
     def _params(self, t: Trial) -> str:
         return " ".join(f"{k}={_fmt(v)}" for k, v in t.parameters.items())
 
-    def show(self, kind: str, trial: Trial | None) -> None:
+    def show(self, kind: StudyEvent, trial: Trial | None) -> None:
         if trial is None:
             return
-        if kind == "started":
+        if kind == StudyEvent.TRIAL_STARTED:
             line = f"trial {trial.id} ACTIVE {self._params(trial)}"
-        elif kind == "measurement":
+        elif kind == StudyEvent.TRIAL_MEASUREMENT:
             m = trial.measurements[-1]
             line = f"trial {trial.id} measurement step={m.step_count} {self.snapshot.metric_id}={_fmt(m.metrics[self.snapshot.metric_id])}"
-        elif kind == "stopping":
+        elif kind == StudyEvent.TRIAL_STOPPING:
             line = f"trial {trial.id} STOPPING"
-        elif kind == "finished":
+        elif kind == StudyEvent.TRIAL_FINISHED:
             value, step = self.snapshot.latest(trial)
             dur = self.snapshot.duration(trial)
             tail = f" {self.snapshot.metric_id}={_fmt(value)} step={step}" if trial.state == TrialState.SUCCEEDED else f" reason: {trial.infeasible_reason}"
@@ -177,13 +177,13 @@ class LiveStudyView(StudyView):
         self.live = Live(study_table(self.snapshot), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
-    def show(self, kind: str, trial: Trial | None) -> None:
+    def show(self, kind: StudyEvent, trial: Trial | None) -> None:
         self.live.update(study_table(self.snapshot), refresh=True)
 
     def message(self, text: str) -> None:
         self.live.console.print(text, markup=False, highlight=False)
 
-    def close(self, state: str) -> None:
+    def close(self, state: JobState) -> None:
         super().close(state)
         self.live.update(study_table(self.snapshot), refresh=True)
         self.live.stop()

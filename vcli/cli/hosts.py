@@ -1,16 +1,17 @@
 """`vcli hosts add | remove | list | check`: the SSH host inventory (see `vcli.hosts`).
 
 Mounted by `vcli.cli` as `vcli hosts`. Only typer is imported at module level; paramiko is
-imported when a command connects.
+imported when a command connects. Host names complete from the inventory (`vcli.cli.complete`).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 
+from vcli.cli.complete import host_names
 from vcli.cli.support import command as _command
 from vcli.cli.support import err as _err
 
@@ -117,7 +118,7 @@ def _rerun_hint() -> str:
 @hosts_app.command("remove")
 @_command("hosts.remove")
 def hosts_remove(
-    names: List[str] = typer.Argument(..., help="Inventory names to remove."),
+    names: Annotated[List[str], typer.Argument(help="Inventory names to remove.", autocompletion=host_names)],
 ) -> None:
     """Remove hosts from the inventory (their keys stay in known_hosts)."""
     from vcli import hosts as H
@@ -155,7 +156,7 @@ def hosts_list(
 @hosts_app.command("check")
 @_command("hosts.check")
 def hosts_check(
-    names: Optional[List[str]] = typer.Argument(None, help="Hosts to check (default: all)."),
+    names: Annotated[Optional[List[str]], typer.Argument(help="Hosts to check (default: all).", autocompletion=host_names)] = None,
     fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_CHECK_FORMAT}."),
     no_reachability: bool = typer.Option(False, "--no-reachability", help="Skip the host-to-host TF port test."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record detected GPUs/CPUs/memory in the inventory."),

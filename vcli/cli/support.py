@@ -1,6 +1,6 @@
-"""What every vcli command group shares: the global flags' state, stderr messages, and the
-decorator that turns errors into one gcloud-style line and an exit code. Imports only stdlib
-and typer, so both `vcli.cli` and `vcli.cli.hosts` can use it without importing each other.
+"""What every vcli command group shares: the global flags' state, stderr messages, signal
+handling for foreground runs, and the decorator that turns errors into one gcloud-style line
+and an exit code. Imports only stdlib and typer, so every `vcli.cli` module can use it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,17 @@ state: dict[str, Any] = {"verbosity": "warning"}
 
 def err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def interrupt_on_signals() -> None:
+    """SIGTERM/SIGHUP to a foreground vcli act like Ctrl-C: cancel, clean up, exit."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 def command(path: str) -> Callable[[F], F]:

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
@@ -34,13 +34,31 @@ STOP_GRACE_SECONDS = 3.0
 #: After the chief succeeds, how long other workers may take to finish on their own.
 WORKER_DRAIN_SECONDS = 30.0
 
-#: `placer(replicas, spec=..., job_id=...) -> placements`; may have `release(job_id)`.
-Placer = Callable[..., Sequence[Placement]]
+class Placer(Protocol):
+    """Decides where a job's replicas run and holds that capacity until `release(job_id)`.
+
+    Raises `vcli.placement.NoCapacityError` when the job fits, but not now (trials wait), and
+    `vcli.placement.PlacementError` when it can never fit.
+    """
+
+    def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
+                 job_id: str | None = None) -> Sequence[Placement]: ...
+
+    def release(self, job_id: str) -> None: ...
 
 
-def local_placer(replicas: Sequence[ReplicaId], **_: object) -> list[Placement]:
+class _Here:
     """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
-    return [Placement() for _ in replicas]
+
+    def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
+                 job_id: str | None = None) -> list[Placement]:
+        return [Placement() for _ in replicas]
+
+    def release(self, job_id: str) -> None:
+        return None
+
+
+local_placer: Placer = _Here()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,12 +68,10 @@ class JobPlan:
     launches: tuple[ReplicaLaunch, ...]
     base_output_directory: str
     #: The placer that reserved capacity (GPUs) for this job; released when the job ends.
-    placer: Any = None
+    placer: Placer = local_placer
 
     def release_placement(self) -> None:
-        release = getattr(self.placer, "release", None)
-        if release is not None:
-            release(self.job_id)
+        self.placer.release(self.job_id)
 
 
 def plan_job(
@@ -77,9 +93,7 @@ def plan_job(
             r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
         }
     except BaseException:
-        release = getattr(placer, "release", None)
-        if release is not None:
-            release(job_id)
+        placer.release(job_id)
         raise
     layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
     base = base_output_directory or spec.base_output_directory or str(job_dir / "output")

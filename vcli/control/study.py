@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.executors import Executor
-from vcli.control.jobs import JobRun, local_placer, plan_job, with_trial_args
+from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.logs import Follower
 from vcli.metrics import MetricReader
 from vcli.spec import (
@@ -70,6 +70,8 @@ class _ActiveTrial:
     chief_log: str
     started: float
     stop_reason: str | None = None
+    #: Elapsed seconds at which each of `reader.measurements` was first seen.
+    elapsed: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -84,7 +86,7 @@ class StudyRun:
     suggester: Suggester
     on_event: Callable[[StudyEvent, Trial | None], None] = lambda kind, trial: None
     on_progress: Callable[[str], None] = lambda msg: None
-    placer: Any = local_placer
+    placer: Placer = local_placer
     shm_size: str | None = None
     clock: Clock = SYSTEM_CLOCK
     trials: dict[str, Trial] = field(default_factory=dict)
@@ -258,13 +260,7 @@ class StudyRun:
     def _poll_active(self) -> None:
         for trial_id, active in list(self._active.items()):
             state = active.run.poll()
-            if self._read_metrics(active):
-                elapsed = self.clock.now() - active.started
-                ms = tuple(replace(m, elapsed_seconds=m.elapsed_seconds if m.elapsed_seconds is not None else round(elapsed, 3))
-                           for m in active.reader.measurements)
-                active.trial = replace(active.trial, measurements=ms)
-                self.trials[trial_id] = active.trial
-                self._save(active.trial)
+            if self._refresh_measurements(active):
                 self.on_event(StudyEvent.TRIAL_MEASUREMENT, active.trial)
                 if self._goal_reached(active.trial) and self._stop_launching is None:
                     self._stop_launching = "the study's goal value was reached"
@@ -275,8 +271,23 @@ class StudyRun:
             if state is None:
                 continue
             del self._active[trial_id]
-            self._read_metrics(active)
+            self._refresh_measurements(active)
             self._conclude(active, state)
+
+    def _refresh_measurements(self, active: _ActiveTrial) -> bool:
+        """Read the trial's new reports into its measurements; True if there were any."""
+        if not self._read_metrics(active):
+            return False
+        # Each measurement keeps the elapsed time at which it was first seen (metrics are
+        # re-read every tick, so that is within a tick of when the trainer reported it).
+        elapsed = round(self.clock.now() - active.started, 3)
+        while len(active.elapsed) < len(active.reader.measurements):
+            active.elapsed.append(elapsed)
+        ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(active.reader.measurements, active.elapsed))
+        active.trial = replace(active.trial, measurements=ms)
+        self.trials[active.trial.id] = active.trial
+        self._save(active.trial)
+        return True
 
     def _goal_reached(self, trial: Trial) -> bool:
         goal = self.spec.goal_value
@@ -305,9 +316,9 @@ class StudyRun:
             reason = f"The trial's custom job ended {job_state.value}: {msg}"
             counts_as_failure = True
             final = None
-        elapsed = self.clock.now() - active.started
-        if final is not None:
-            final = replace(final, elapsed_seconds=round(elapsed, 3))
+        if final is not None:  # the selected measurement keeps its own elapsed time
+            index = next(i for i, m in enumerate(active.reader.measurements) if m is final)
+            final = active.trial.measurements[index]
         trial = replace(
             trial,
             state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,

@@ -162,7 +162,8 @@ class LocalExecutor(ExecutorBase):
             os.unlink(status_path)
         except FileNotFoundError:
             pass
-        command = [sys.executable, "-S", SUPERVISOR, "--stop-with-parent", status_path, launch.log_path, "--", *argv]
+        masks = [arg for name in launch.secret_env for arg in ("--mask", name)]
+        command = [sys.executable, "-S", SUPERVISOR, "--stop-with-parent", *masks, status_path, launch.log_path, "--", *argv]
         try:
             popen = _Spawner.get().call(lambda: subprocess.Popen(
                 command,

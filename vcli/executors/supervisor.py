@@ -1,6 +1,6 @@
 """The per-replica supervisor: one small process that owns a replica's whole process tree.
 
-    python -S supervisor.py STATUS_FILE LOG_FILE -- ARGV...
+    python -S supervisor.py [--stop-with-parent] [--mask NAME]... STATUS_FILE LOG_FILE -- ARGV...
 
 It is started by an executor in a session of its own, runs ARGV (the trainer) as its child in
 a new process group, and:
@@ -10,7 +10,8 @@ a new process group, and:
   to PID 1, so "the replica's processes" are exactly the supervisor's descendants;
 - writes the trainer's stdout and stderr to LOG_FILE as vcli log records
   (`<unix time>\\t<stream>\\t<line>`, see `vcli.logs`) itself, so the log goes on even when the
-  controller that started it is gone;
+  controller that started it is gone, with the values of the `--mask` environment variables
+  (secrets) replaced by `<redacted>` wherever a trainer prints them;
 - the moment the trainer exits, writes `{"exitCode": N, "signal": NAME|null, "endTime": T}` to
   STATUS_FILE atomically (write + rename): the replica has ended then, not when the last
   helper holding its stdout lets go;
@@ -90,12 +91,19 @@ def _signal_all(sig: int) -> int:
     return len(pids)
 
 
+#: What a secret's value is replaced with in the log. Values shorter than MASK_MIN_LENGTH are
+#: not masked: masking "1" or "ab" everywhere would destroy the log and protect nothing.
+REDACTED = "<redacted>"
+MASK_MIN_LENGTH = 4
+
+
 class _Log:
     """Turns byte chunks from one stream into log records, a line at a time."""
 
-    def __init__(self, out: int, stream: str) -> None:
+    def __init__(self, out: int, stream: str, secrets: tuple[str, ...] = ()) -> None:
         self.out = out
         self.stream = stream
+        self.secrets = tuple(sorted((v for v in secrets if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True))
         self.buf = b""
 
     def feed(self, data: bytes) -> None:
@@ -111,6 +119,8 @@ class _Log:
 
     def _write(self, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip("\r").replace("\t", "    ")
+        for secret in self.secrets:
+            line = line.replace(secret, REDACTED)
         record = f"{time.time():.6f}\t{self.stream}\t{line}\n".encode("utf-8", errors="replace")
         os.write(self.out, record)
 
@@ -135,7 +145,8 @@ def _status_of(wait_status: int) -> dict[str, object]:
     return {"exitCode": os.WEXITSTATUS(wait_status), "signal": None, "endTime": time.time()}
 
 
-def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False) -> int:
+def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False,
+        mask: tuple[str, ...] = ()) -> int:
     if stop_with_parent:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -177,7 +188,8 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
             os._exit(EXIT_CANNOT_START)
     os.close(out_w)
     os.close(err_w)
-    logs = {out_r: _Log(log_fd, "stdout"), err_r: _Log(log_fd, "stderr")}
+    secrets = tuple(os.environ[name] for name in mask if os.environ.get(name))
+    logs = {out_r: _Log(log_fd, "stdout", secrets), err_r: _Log(log_fd, "stderr", secrets)}
     sel = selectors.DefaultSelector()
     for fd in logs:
         os.set_blocking(fd, False)
@@ -245,13 +257,21 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
 
 def main(args: list[str]) -> int:
     stop_with_parent = False
-    if args and args[0] == "--stop-with-parent":
-        stop_with_parent = True
-        args = args[1:]
+    mask: list[str] = []
+    while args and args[0].startswith("--") and args[0] != "--":
+        if args[0] == "--stop-with-parent":
+            stop_with_parent = True
+            args = args[1:]
+        elif args[0] == "--mask" and len(args) > 1:
+            mask.append(args[1])
+            args = args[2:]
+        else:
+            break
     if len(args) < 4 or args[2] != "--":
-        print("usage: supervisor.py [--stop-with-parent] STATUS_FILE LOG_FILE -- ARGV...", file=sys.stderr)
+        print("usage: supervisor.py [--stop-with-parent] [--mask NAME]... STATUS_FILE LOG_FILE -- ARGV...",
+              file=sys.stderr)
         return 2
-    return run(args[0], args[1], args[3:], stop_with_parent=stop_with_parent)
+    return run(args[0], args[1], args[3:], stop_with_parent=stop_with_parent, mask=tuple(mask))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""`vcli config set | get | unset | list`: vcli's properties (see `vcli.properties`), as `gcloud config`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vcli.cli.complete import property_names
+from vcli.cli.support import command, err
+
+app = typer.Typer(help="View and set vcli properties (like `gcloud config`).", no_args_is_help=True)
+
+Property = Annotated[str, typer.Argument(help="executor, hosts or python.", autocompletion=property_names)]
+
+
+@app.command("set")
+@command("config.set")
+def config_set(prop: Property, value: Annotated[str, typer.Argument()]) -> None:
+    """Set a property (executor, hosts, python)."""
+    from vcli import properties
+
+    properties.set_(prop, value)
+    err(f"Updated property [{prop}].")
+
+
+@app.command("get")
+@command("config.get")
+def config_get(prop: Property) -> None:
+    """Print a property's value."""
+    from vcli import properties
+
+    value = properties.get(prop, check=True)
+    if value is None:
+        err("(unset)")
+    else:
+        print(value)
+
+
+@app.command("unset")
+@command("config.unset")
+def config_unset(prop: Property) -> None:
+    """Remove a property (its default applies again)."""
+    from vcli import properties
+
+    properties.unset(prop)
+    err(f"Unset property [{prop}].")
+
+
+@app.command("list")
+@command("config.list")
+def config_list() -> None:
+    """Print every property that is set."""
+    from vcli import properties
+
+    for k, v in sorted(properties.load().items()):
+        print(f"{k} = {v}")

@@ -1,0 +1,290 @@
+"""`vcli custom-jobs create | list | describe | cancel | stream-logs | print-env`.
+
+Each command turns flags into a spec (`custom_job_spec_from_flags`), hands it to
+`vcli.control.runner` / `vcli.control.cancel`, and prints what happened.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+from vcli.cli import options as o
+from vcli.cli.output import LogPrinter, check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs
+from vcli.cli.support import command, err, interrupt_on_signals
+from vcli.spec import JobKind, JobState
+
+app = typer.Typer(help="Create and manage custom training jobs.", no_args_is_help=True)
+
+
+def custom_job_spec_from_flags(
+    worker_pool_spec: Optional[List[str]],
+    config: Optional[str],
+    args: Optional[List[str]],
+    command_: Optional[List[str]],
+    python_package_uris: Optional[str] = None,
+    service_account: Optional[str] = None,
+    network: Optional[str] = None,
+) -> Any:
+    """The CustomJobSpec of --config (if any) with the flags applied over it."""
+    from dataclasses import replace
+
+    from vcli import codec
+    from vcli.errors import UsageError
+    from vcli.spec import CustomJobSpec
+
+    if not worker_pool_spec and not config:
+        raise UsageError("At least one of (--config | --worker-pool-spec) must be specified.")
+    spec = codec.load_custom_job_spec(config) if config else CustomJobSpec(worker_pool_specs=())
+    if worker_pool_spec:
+        pools = codec.worker_pools_from_flags([codec.parse_worker_pool_spec(v) for v in worker_pool_spec])
+        spec = replace(spec, worker_pool_specs=pools)
+    if not spec.worker_pool_specs:
+        raise UsageError("argument --config: the file defines no workerPoolSpecs; add them or give --worker-pool-spec.")
+    joined_args = None if args is None else [a for v in args for a in codec.split_arg_list(v)]
+    joined_cmd = None if command_ is None else [a for v in command_ for a in codec.split_arg_list(v)]
+    uris = codec.split_arg_list(python_package_uris) if python_package_uris else None
+    spec = codec.apply_args_and_command(spec, args=joined_args, command=joined_cmd, python_package_uris=uris)
+    if service_account:
+        spec = replace(spec, service_account=service_account)
+    if network:
+        spec = replace(spec, network=network)
+    return spec
+
+
+def _submitted_message(name: str, job_id: str) -> str:
+    return (f"CustomJob [{name}] is submitted successfully.\n\nYour job is still active. You may view the status of "
+            f"your job with the command\n\n  $ vcli custom-jobs describe {job_id}\n\nor continue streaming the logs "
+            f"with the command\n\n  $ vcli custom-jobs stream-logs {job_id}")
+
+
+@app.command("create")
+@command("custom-jobs.create")
+def create(
+    display_name: Annotated[Optional[str], typer.Option("--display-name", help="Display name of the custom job to create.")] = None,
+    worker_pool_spec: o.WorkerPoolSpec = None,
+    config: o.Config = None,
+    args: o.Args = None,
+    command_: o.Command = None,
+    python_package_uris: Annotated[Optional[str], typer.Option("--python-package-uris", help="Recorded for gcloud compatibility.")] = None,
+    labels: o.Labels = None,
+    service_account: Annotated[Optional[str], typer.Option("--service-account", help="Recorded in jobSpec.")] = None,
+    network: Annotated[Optional[str], typer.Option("--network", help="Recorded in jobSpec.")] = None,
+    region: o.Region = None,
+    executor: o.Executor = None,
+    hosts: o.Hosts = None,
+    shm_size: o.ShmSize = None,
+    validate_only: o.ValidateOnly = False,
+    async_: Annotated[bool, typer.Option("--async", help="Return once the job is submitted; it runs in a background vcli process.")] = False,
+    fmt: o.Format = None,
+) -> None:
+    """Create a custom job and run it in the foreground, streaming its replicas' logs.
+
+    With --async, a detached vcli process runs the job (as gcloud's create returns at once);
+    follow it with stream-logs, stop it with cancel."""
+    from vcli import codec
+    from vcli.control import runner
+    from vcli.errors import UsageError
+
+    check_format(fmt)
+    if not display_name:
+        raise UsageError("argument --display-name: Must be specified.")
+    spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)
+    label_map = codec.parse_labels(labels)
+    job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map)
+    try:
+        if validate_only:
+            _print_validated(display_name, job, fmt)
+        elif async_:
+            row = runner.submit_custom_job(job, display_name)
+            runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id])
+            err(_submitted_message(row.name, job.job_id))
+            if fmt:
+                _emit_job(job.store, job.job_id, fmt)
+        else:
+            raise typer.Exit(_run_in_foreground(job, display_name, fmt))
+    finally:
+        job.close()
+
+
+def _print_validated(display_name: str, job: Any, fmt: Optional[str]) -> None:
+    resource = {
+        "displayName": display_name,
+        "jobSpec": job.record["jobSpec"],
+        "labels": job.record["labels"] or None,
+        "replicas": [{"taskName": l.task_name, "command": list(l.argv) or None, "imageUri": l.image_uri}
+                     for l in job.plan.launches],
+    }
+    err("The job is valid; nothing was launched (--validate-only).")
+    emit({k: v for k, v in resource.items() if v is not None}, fmt, is_list=False)
+
+
+def _emit_job(store: Any, job_id: str, fmt: Optional[str]) -> None:
+    from vcli.resources import custom_job_resource
+
+    emit(custom_job_resource(store, store.get_job(job_id)), fmt, is_list=False)
+
+
+def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str]) -> int:
+    """Submit and run `job` here, its replicas' logs on stdout (stderr with --format); the exit code."""
+    from vcli.control import runner
+    from vcli.control.cancel import mark_controller
+    from vcli.errors import ExitCode, VcliError
+
+    row = runner.submit_custom_job(job, display_name)
+    mark_controller(job.store, job.job_id)
+    name = row.name
+    err(f"CustomJob [{name}] is submitted successfully.")
+    err(f"Running {len(job.plan.launches)} replica(s) with the {job.execution.kind.value} executor; Ctrl-C cancels the job.")
+    err(f"  describe:    vcli custom-jobs describe {job.job_id}")
+    err(f"  stream logs: vcli custom-jobs stream-logs {job.job_id}")
+    interrupt_on_signals()
+    printer = LogPrinter(sys.stderr if fmt else sys.stdout)
+    for launch in job.plan.launches:
+        printer.add(launch.task_name, launch.log_path)
+    started = time.monotonic()
+    try:
+        outcome = runner.run_custom_job(job, on_progress=err, on_tick=printer.flush)
+    except KeyboardInterrupt:
+        printer.flush()
+        err(f"CustomJob [{name}] was cancelled (interrupted).")
+        return int(ExitCode.INTERRUPTED)
+    printer.flush()
+    final = job.store.get_job(job.job_id)
+    msg = "" if outcome.state == JobState.JOB_STATE_SUCCEEDED else (final.error or {}).get("message", "")
+    err(f"CustomJob [{name}] finished: {outcome.state.value} in {time.monotonic() - started:.1f}s." + (f" {msg}" if msg else ""))
+    if fmt:
+        _emit_job(job.store, job.job_id, fmt)
+    if isinstance(outcome.startup_error, VcliError):
+        return int(outcome.startup_error.exit_code)
+    return exit_code_for(outcome.state)
+
+
+@app.command("run-job", hidden=True)
+@command("custom-jobs.run-job")
+def run_job(job: Annotated[str, typer.Argument()]) -> None:
+    """Run a stored custom job to its end (the background half of `create --async`)."""
+    from vcli.control import runner
+    from vcli.control.cancel import mark_controller
+    from vcli.errors import ExitCode
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.CUSTOM_JOB)
+    mark_controller(store, row.id)
+    if store.cancel_requested(row.id):
+        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
+        return
+    planned = runner.plan_stored_custom_job(store, row)
+    try:
+        interrupt_on_signals()
+        try:
+            outcome = runner.run_custom_job(planned, on_progress=err)
+        except KeyboardInterrupt:
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    finally:
+        planned.close()
+    err(f"CustomJob [{row.name}] finished: {outcome.state.value}.")
+    raise typer.Exit(exit_code_for(outcome.state))
+
+
+@app.command("print-env")
+@command("custom-jobs.print-env")
+def print_env(
+    worker_pool_spec: o.WorkerPoolSpec = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="CustomJobSpec YAML or JSON (`-` = stdin).")] = None,
+    args: o.Args = None,
+    command_: o.Command = None,
+    display_name: Annotated[Optional[str], typer.Option("--display-name", help="Ignored; accepted so a create line can be reused.")] = None,
+    trial_id: Annotated[Optional[str], typer.Option("--trial-id", help="Show the environment of this hp-tuning trial.")] = None,
+    executor: o.Executor = None,
+    fmt: Annotated[Optional[str], typer.Option("--format", help="yaml (default) | json | value(...)")] = None,
+) -> None:
+    """Show what every replica of a job would get: address, command and Vertex environment."""
+    import json
+
+    from vcli.control.jobs import plan_job
+    from vcli.control.wiring import executor_kind, open_execution
+    from vcli.errors import VcliError
+    from vcli.store import Store
+
+    spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_)
+    execution = open_execution(executor_kind(o.executor_flag(executor)))
+    try:
+        ex = execution.executor
+        plan = plan_job(spec, job_id="JOB_ID", job_dir=Store().home / "jobs" / "JOB_ID", executor=ex, trial_id=trial_id,
+                        placer=execution.placer)
+        out = []
+        for l in plan.launches:
+            env = dict(l.env)
+            for key in ("CLUSTER_SPEC", "TF_CONFIG"):
+                if key in env:
+                    env[key] = json.loads(env[key])
+            try:
+                argv = ex.command_for(l)
+            except VcliError:  # an image-only pool on a process executor: show what is known
+                argv = list(l.argv)
+            address = env.get("CLUSTER_SPEC", {}).get("cluster", {}).get(f"workerpool{l.replica.pool_index}", [""])[l.replica.index]
+            out.append({"taskName": l.task_name, "address": address, "command": argv, "env": env})
+    finally:
+        execution.close()
+    emit(out, fmt, is_list=True)
+
+
+@app.command("list")
+@command("custom-jobs.list")
+def list_(
+    fmt: o.Format = None,
+    filter_: o.Filter = None,
+    sort_by: o.SortBy = None,
+    limit: o.Limit = None,
+    region: o.Region = None,
+    include_trials: Annotated[bool, typer.Option("--include-trial-jobs", help="Also list the custom jobs of tuning trials.")] = False,
+) -> None:
+    """List custom jobs (YAML documents by default, as gcloud)."""
+    from vcli.resources import custom_job_resource
+    from vcli.store import Store
+
+    store = Store()
+    rows = store.list_jobs(JobKind.CUSTOM_JOB, include_trial_jobs=include_trials)
+    list_output([custom_job_resource(store, r) for r in rows], fmt, filter_, sort_by, limit)
+
+
+@app.command("describe")
+@command("custom-jobs.describe")
+def describe(job: o.CustomJobRef, fmt: o.Format = None, region: o.Region = None) -> None:
+    """Show a custom job as the Vertex REST resource."""
+    from vcli.resources import custom_job_resource
+    from vcli.store import Store
+
+    store = Store()
+    emit(custom_job_resource(store, get_row(store, job, JobKind.CUSTOM_JOB)), fmt, is_list=False)
+
+
+@app.command("cancel")
+@command("custom-jobs.cancel")
+def cancel(job: o.CustomJobRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
+    """Cancel a running custom job (from any terminal); a finished job is left as it is."""
+    from vcli.store import Store
+
+    store = Store()
+    print_cancel(store, get_row(store, job, JobKind.CUSTOM_JOB), "CustomJob", wait=not no_wait)
+
+
+@app.command("stream-logs")
+@command("custom-jobs.stream-logs")
+def stream_logs_(
+    job: o.CustomJobRef,
+    task_name: o.TaskName = None,
+    polling_interval: o.PollingInterval = 1,
+    region: o.Region = None,
+) -> None:
+    """Print a job's logs (severity, time, task, message) and follow them until the job ends."""
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.CUSTOM_JOB)
+    stream_logs(store, lambda: [("", row.id)], row.id, task_name)

@@ -1,0 +1,226 @@
+"""`vcli hp-tuning-jobs create | list | describe | cancel | stream-logs`.
+
+`create` turns --config and the study flags into a spec (`study_from_flags`), plans it with
+`vcli.control.runner`, and runs it here with a live table of trials (`vcli.view`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+from vcli.cli import options as o
+from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
+from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs
+from vcli.cli.support import command, err, interrupt_on_signals
+from vcli.spec import JobKind, JobState
+
+app = typer.Typer(help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
+
+
+@dataclass(frozen=True)
+class StudyFlags:
+    """The flags of `create` that change the study document (None: keep the document's value)."""
+
+    max_trial_count: Optional[int] = None
+    parallel_trial_count: Optional[int] = None
+    max_failed_trial_count: Optional[int] = None
+    args: Optional[List[str]] = None
+    command: Optional[List[str]] = None
+    measurement_selection: Optional[MeasurementSelection] = None
+    study_timeout: Optional[str] = None
+    goal_value: Optional[float] = None
+
+
+def study_from_flags(spec: Any, flags: StudyFlags) -> Any:
+    """The HyperparameterTuningJobSpec `spec` with the study flags applied and checked."""
+    from dataclasses import replace
+
+    from vcli import codec
+    from vcli.errors import InvalidValueError
+
+    for flag, value in (("--max-trial-count", flags.max_trial_count), ("--parallel-trial-count", flags.parallel_trial_count)):
+        if value is not None and value < 1:
+            raise InvalidValueError(flag, f"Value must be greater than or equal to 1; received: {value}.")
+    if flags.max_failed_trial_count is not None and flags.max_failed_trial_count < 0:
+        raise InvalidValueError("--max-failed-trial-count", f"Value must not be negative; received: {flags.max_failed_trial_count}.")
+    if flags.args is not None or flags.command is not None:
+        joined = None if flags.args is None else [a for v in flags.args for a in codec.split_arg_list(v)]
+        cmd = None if flags.command is None else [a for v in flags.command for a in codec.split_arg_list(v)]
+        spec = replace(spec, trial_job_spec=codec.apply_args_and_command(spec.trial_job_spec, args=joined, command=cmd))
+    if flags.measurement_selection is not None:
+        spec = replace(spec, study_spec=replace(spec.study_spec, measurement_selection_type=flags.measurement_selection.spec_value()))
+
+    def pick(flag: Optional[int], current: int) -> int:
+        return flag if flag is not None else current
+
+    spec = replace(
+        spec,
+        max_trial_count=pick(flags.max_trial_count, spec.max_trial_count),
+        parallel_trial_count=pick(flags.parallel_trial_count, spec.parallel_trial_count),
+        max_failed_trial_count=pick(flags.max_failed_trial_count, spec.max_failed_trial_count),
+        study_timeout_seconds=codec.parse_duration(flags.study_timeout, "--study-timeout") if flags.study_timeout else None,
+        goal_value=flags.goal_value,
+    )
+    if spec.parallel_trial_count > spec.max_trial_count:
+        err(f"WARNING: parallelTrialCount ({spec.parallel_trial_count}) is greater than maxTrialCount "
+            f"({spec.max_trial_count}); running at most {spec.max_trial_count} trials at once.")
+        spec = replace(spec, parallel_trial_count=spec.max_trial_count)
+    return spec
+
+
+@app.command("create")
+@command("hp-tuning-jobs.create")
+def create(
+    display_name: Annotated[Optional[str], typer.Option("--display-name", help="Display name of the study (overrides the file's displayName).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="HyperparameterTuningJob YAML or JSON (`-` = stdin).")] = None,
+    max_trial_count: Annotated[Optional[int], typer.Option("--max-trial-count", help="Overrides maxTrialCount (default 1).")] = None,
+    parallel_trial_count: Annotated[Optional[int], typer.Option("--parallel-trial-count", help="Overrides parallelTrialCount (default 1).")] = None,
+    max_failed_trial_count: Annotated[Optional[int], typer.Option("--max-failed-trial-count", help="vcli: overrides maxFailedTrialCount (0 = max(3, 10% of trials)).")] = None,
+    algorithm: Annotated[Optional[AlgorithmFlag], typer.Option("--algorithm", help="The search algorithm; algorithm-unspecified is Bayesian optimisation.")] = None,
+    parameter_spec: Annotated[Optional[List[str]], typer.Option("--parameter-spec", help="vcli: parameter-id=ID,type=double|integer|categorical|discrete,min=,max=,values=a;b,scale=linear|log|reverse-log[,parent=ID,parent-values=a;b]")] = None,
+    metric: Annotated[Optional[List[str]], typer.Option("--metric", help="vcli: metric-id=ID,goal=maximize|minimize")] = None,
+    worker_pool_spec: Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create.")] = None,
+    args: Annotated[Optional[List[str]], typer.Option("--args", help="vcli: static args for every trial replica (before the hyperparameters).")] = None,
+    command_: Annotated[Optional[List[str]], typer.Option("--command", help="vcli: command for the trial job's container pools.")] = None,
+    measurement_selection: Annotated[Optional[MeasurementSelection], typer.Option("--measurement-selection", help="vcli: which measurement of a trial counts.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="vcli: makes the suggestions reproducible.")] = None,
+    study_timeout: Annotated[Optional[str], typer.Option("--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends.")] = None,
+    goal_value: Annotated[Optional[float], typer.Option("--goal-value", help="vcli: end the study once a trial's metric reaches this value.")] = None,
+    bayesian_backend: Annotated[BayesianBackend, typer.Option("--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize).")] = BayesianBackend.GP,
+    labels: o.Labels = None,
+    region: o.Region = None,
+    executor: o.Executor = None,
+    hosts: o.Hosts = None,
+    shm_size: o.ShmSize = None,
+    validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
+    fmt: o.Format = None,
+) -> None:
+    """Run a hyperparameter tuning study in the foreground with a live table of trials."""
+    from vcli import codec
+    from vcli.control import runner
+    from vcli.errors import UsageError
+
+    check_format(fmt)
+    doc, source = codec.hp_tuning_document(
+        config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
+        algorithm=algorithm.value if algorithm is not None else None,
+    )
+    spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source)
+    name = display_name or file_name
+    if not name:
+        raise UsageError("argument --display-name: Must be specified.")
+    spec = study_from_flags(spec, StudyFlags(max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
+                                             measurement_selection, study_timeout, goal_value))
+    study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
+                              bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
+                              shm_size=shm_size)
+    try:
+        if validate_only:
+            runner.check_study(study)
+            err("The study is valid; nothing was launched (--validate-only).")
+            emit({"displayName": name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
+            return
+        raise typer.Exit(_run_in_foreground(study, fmt))
+    finally:
+        study.close()
+
+
+def _run_in_foreground(study: Any, fmt: Optional[str]) -> int:
+    """Submit and run the study here, its table on stdout (stderr with --format); the exit code."""
+    from vcli.codec import iter_parameters
+    from vcli.codec.trial import trial_args
+    from vcli.control import runner
+    from vcli.errors import ExitCode
+    from vcli.view import make_study_view
+
+    spec, study_id = study.spec, study.study_id
+    runner.submit_study(study)
+    err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
+    err(f"  {spec.max_trial_count} trial(s), up to {spec.parallel_trial_count} at once, {spec.study_spec.algorithm.value}, "
+        f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
+    err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
+    interrupt_on_signals()
+    metric = spec.study_spec.metrics[0]
+    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, metric.metric_id, metric.goal,
+                           iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
+    run = runner.study_run(study, on_event=view.event, on_progress=view.message)
+    started = time.monotonic()
+    try:
+        state = run.run()
+    except KeyboardInterrupt:
+        view.close(JobState.JOB_STATE_CANCELLED)
+        err(f"Hyperparameter tuning job [{study_id}] was cancelled (interrupted); every trial was stopped.")
+        return int(ExitCode.INTERRUPTED)
+    view.close(state)
+    msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
+    err(f"Hyperparameter tuning job [{study_id}] finished: {state.value} in {time.monotonic() - started:.1f}s." + (f" {msg}" if msg else ""))
+    best = run.best_trial()
+    if best is not None and best.final_measurement is not None:
+        value = best.final_measurement.metrics[metric.metric_id]
+        err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "
+            f"with {' '.join(trial_args(run.param_specs, best.parameters))}")
+    if fmt:
+        from vcli.resources import hp_tuning_job_resource
+
+        emit(hp_tuning_job_resource(study.store, study.store.get_job(study_id)), fmt, is_list=False)
+    return exit_code_for(state)
+
+
+@app.command("list")
+@command("hp-tuning-jobs.list")
+def list_(
+    fmt: o.Format = None,
+    filter_: o.Filter = None,
+    sort_by: o.SortBy = None,
+    limit: o.Limit = None,
+    region: o.Region = None,
+) -> None:
+    """List hyperparameter tuning jobs."""
+    from vcli.resources import hp_tuning_job_resource
+    from vcli.store import Store
+
+    store = Store()
+    rows = store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)
+    list_output([hp_tuning_job_resource(store, r) for r in rows], fmt, filter_, sort_by, limit)
+
+
+@app.command("describe")
+@command("hp-tuning-jobs.describe")
+def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> None:
+    """Show a study: its spec, every trial (parameters, measurements, state) and the best trial."""
+    from vcli.resources import hp_tuning_job_resource
+    from vcli.store import Store
+
+    store = Store()
+    emit(hp_tuning_job_resource(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)), fmt, is_list=False)
+
+
+@app.command("cancel")
+@command("hp-tuning-jobs.cancel")
+def cancel(job: o.StudyRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
+    """Cancel a running study from any terminal: every trial is stopped."""
+    from vcli.store import Store
+
+    store = Store()
+    print_cancel(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB), "hyperparameter tuning job", wait=not no_wait)
+
+
+@app.command("stream-logs")
+@command("hp-tuning-jobs.stream-logs")
+def stream_logs_(
+    job: o.StudyRef,
+    task_name: Annotated[Optional[str], typer.Option("--task-name", help="Only this replica of each trial, e.g. workerpool0-0.")] = None,
+    polling_interval: o.PollingInterval = 1,
+    region: o.Region = None,
+) -> None:
+    """Print the logs of every trial (task names `trial-N/workerpool0-0`) until the study ends."""
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id, task_name)

@@ -1,0 +1,59 @@
+"""Options and arguments several commands share, declared once (typer's `Annotated` style).
+
+Typer reads these annotations at run time, hence `Optional[...]`/`List[...]` spellings.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from vcli.cli import complete
+from vcli.spec import ExecutorKind
+
+FORMAT_HELP = "json|yaml|value(...)|table(...)|csv(...)|none"
+
+Format = Annotated[Optional[str], typer.Option("--format", help=FORMAT_HELP)]
+Region = Annotated[Optional[str], typer.Option("--region", help="Accepted for gcloud compatibility; jobs run locally.")]
+Filter = Annotated[Optional[str], typer.Option("--filter", help="e.g. state=JOB_STATE_RUNNING, displayName~^exp")]
+SortBy = Annotated[Optional[str], typer.Option("--sort-by", help="e.g. ~createTime")]
+Limit = Annotated[Optional[int], typer.Option("--limit")]
+Labels = Annotated[Optional[str], typer.Option("--labels", help="KEY=VALUE,...")]
+Executor = Annotated[
+    Optional[ExecutorKind],
+    typer.Option("--executor", help="What runs the replicas; default from $VCLI_EXECUTOR or `vcli config set executor`, else local."),
+]
+Hosts = Annotated[
+    Optional[str],
+    typer.Option("--hosts", autocompletion=complete.host_list,
+                 help="Comma-separated inventory hosts to place replicas on (ssh executor)."),
+]
+ShmSize = Annotated[Optional[str], typer.Option("--shm-size", help="vcli: /dev/shm size for containers, e.g. 2g (NCCL).")]
+ValidateOnly = Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved job; launch nothing.")]
+NoWait = Annotated[bool, typer.Option("--async", help="Return once the request is recorded.")]
+PollingInterval = Annotated[int, typer.Option("--polling-interval", help="Accepted for gcloud compatibility; logs are followed live.")]
+Config = Annotated[Optional[str], typer.Option("--config", help="CustomJobSpec YAML or JSON (`-` = stdin); flags override it.")]
+Args = Annotated[Optional[List[str]], typer.Option("--args", help="Comma-separated args for every replica.")]
+Command = Annotated[Optional[List[str]], typer.Option("--command", help="Comma-separated command for container pools.")]
+
+WPS_HELP = (
+    "A worker pool, repeatable (pool i = workerpool{i}): machine-type=...,replica-count=N,"
+    "[accelerator-type=...,accelerator-count=N],(container-image-uri=...|executor-image-uri=...,python-module=...|"
+    "local-package-path=...,python-module=...|script=...,[requirements=a;b],[extra-packages=...],[extra-dirs=...],"
+    "[output-image-uri=...]). An empty value is a placeholder pool."
+)
+WorkerPoolSpec = Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help=WPS_HELP)]
+
+CustomJobRef = Annotated[
+    str, typer.Argument(help="ID or resource name of the custom job.", autocompletion=complete.custom_job_ids)
+]
+StudyRef = Annotated[
+    str, typer.Argument(help="ID or resource name of the tuning job.", autocompletion=complete.study_ids)
+]
+TaskName = Annotated[Optional[str], typer.Option("--task-name", help="Only this replica, e.g. workerpool0-0.")]
+
+
+def executor_flag(value: Optional[ExecutorKind]) -> Optional[str]:
+    """The `--executor` word for `vcli.control.wiring.executor_kind` (None: use the defaults)."""
+    return value.value if value is not None else None

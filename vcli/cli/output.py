@@ -1,0 +1,158 @@
+"""What every command prints: resources in `--format`, list output, replica logs, exit codes.
+
+Data goes to stdout, status to stderr (`vcli.cli.support.err`). Rendering is `vcli.formats`;
+this module only decides where it goes. Nothing heavy is imported at module level.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any, Optional
+
+from vcli.cli.support import err
+from vcli.spec import JobKind, JobState
+
+
+def emit(resources: Any, fmt: Optional[str], *, is_list: bool, default: str = "yaml") -> None:
+    """Print one resource (or a list) in `--format` (default YAML) on stdout."""
+    from vcli.formats import parse_format, render
+
+    sys.stdout.write(render(resources, parse_format(fmt or default), is_list=is_list))
+    sys.stdout.flush()
+
+
+def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Optional[str],
+                sort_by: Optional[str], limit: Optional[int]) -> None:
+    """`list`: --filter, --sort-by and --limit, then the resources; `Listed 0 items.` when none."""
+    from vcli.errors import UsageError
+    from vcli.formats import apply_filter, apply_sort
+
+    resources = apply_sort(apply_filter(resources, filter_), sort_by)
+    if limit is not None:
+        if limit < 1:
+            raise UsageError("argument --limit: Value must be greater than or equal to 1; received: " + str(limit))
+        resources = resources[:limit]
+    if not resources:
+        err("Listed 0 items.")
+        if (fmt or "").startswith("json"):
+            print("[]")
+        return
+    emit(resources, fmt, is_list=True)
+
+
+def check_format(fmt: Optional[str]) -> None:
+    """Reject a bad --format before anything runs (not after a whole job)."""
+    if fmt:
+        from vcli.formats import parse_format
+
+        parse_format(fmt)
+
+
+def exit_code_for(state: JobState) -> int:
+    """The process exit code for a job's final state (see `vcli.errors.ExitCode`)."""
+    from vcli.errors import ExitCode
+
+    return int({JobState.JOB_STATE_SUCCEEDED: ExitCode.OK,
+                JobState.JOB_STATE_CANCELLED: ExitCode.CANCELLED}.get(state, ExitCode.JOB_FAILED))
+
+
+def get_row(store: Any, ref: str, kind: JobKind) -> Any:
+    """The stored job named by `ref` (an id or a resource name) of `kind`; NotFoundError if none."""
+    from vcli.errors import NotFoundError
+    from vcli.store import parse_job_ref
+
+    row = store.get_job(parse_job_ref(ref))
+    if row is None or row.kind != kind.value:
+        what, group = (("CustomJob", "custom-jobs") if kind == JobKind.CUSTOM_JOB
+                       else ("HyperparameterTuningJob", "hp-tuning-jobs"))
+        raise NotFoundError(f"{what} [{ref}] was not found. List jobs with `vcli {group} list`.")
+    return row
+
+
+def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
+    """`cancel`: flag the job; wait for its live controller to end it, or stop what a dead one left."""
+    from vcli.control import cancel
+
+    if not cancel.request_cancel(store, row):
+        err(f"{what} [{row.name}] has already ended ({row.state}); nothing to cancel.")
+        return
+    err(f"Request to cancel {what} [{row.name}] has been sent.")
+    if cancel.controller_alive(row):
+        if not wait:
+            return
+        state = cancel.wait_for_end(store, row.id)
+        err(f"{what} [{row.name}] is now {state.value}." if state else f"{what} [{row.name}] is still stopping; check with describe.")
+        return
+    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
+    err(f"{what} [{row.name}] is now {JobState.JOB_STATE_CANCELLED.value}.")
+
+
+class LogPrinter:
+    """Prints new replica log lines as `[task] line`; on a terminal the `[task]` is coloured.
+
+    Off a terminal the lines are plain text, written as they are (rich is not involved).
+    """
+
+    COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+    def __init__(self, stream: IO[str]) -> None:
+        from vcli.logs import Follower
+
+        self.follower = Follower([])
+        self.stream = stream
+        self._console: Any = None
+        if stream.isatty():
+            from rich.console import Console
+
+            self._console = Console(file=stream, highlight=False, markup=False, emoji=False, soft_wrap=True)
+        self._colour: dict[str, str] = {}
+
+    def add(self, task: str, path: str) -> None:
+        self.follower.add(task, path)
+
+    def flush(self) -> None:
+        for rec in self.follower.poll():
+            body = f"vcli: {rec.message}" if rec.stream == "vcli" else rec.message
+            if self._console is None:
+                self.stream.write(f"[{rec.task_name}] {body}\n")
+                continue
+            from rich.text import Text
+
+            colour = self._colour.setdefault(rec.task_name, self.COLOURS[len(self._colour) % len(self.COLOURS)])
+            self._console.print(Text.assemble((f"[{rec.task_name}]", colour), " ", body))
+        self.stream.flush()
+
+
+def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent_id: str,
+                task_name: Optional[str], interval: float = 0.2) -> None:
+    """`stream-logs`: severity, time, task and message of every record until the job ends.
+
+    `job_ids()` gives (task prefix, job id) pairs and is asked again on every round, so the
+    trials a study starts later are followed too.
+    """
+    from datetime import datetime
+
+    from vcli.logs import Follower
+
+    follower = Follower([])
+
+    def done() -> bool:
+        row = store.get_job(parent_id)
+        return row is None or JobState(row.state).is_final()
+
+    while True:
+        finished = done()
+        for prefix, jid in job_ids():
+            for r in store.replicas(jid):
+                if task_name and r.task_name != task_name:
+                    continue
+                follower.add(f"{prefix}{r.task_name}", r.log_path)
+        for rec in follower.poll():
+            ts = datetime.fromtimestamp(rec.timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+            sys.stdout.write(f"{rec.severity}\t{ts}\t{rec.task_name}\t{rec.message}\n")
+        sys.stdout.flush()
+        if finished:
+            return
+        time.sleep(interval)

@@ -1,0 +1,104 @@
+"""Cancelling a job or study from any process, and knowing whether its controller still runs.
+
+A job is run by one vcli process, its *controller* (the foreground `create`, or the detached
+runner of `create --async`). The store records the controller's pid and start time; another
+terminal's `cancel` sets the job's cancel flag and, while the controller is alive, lets it do
+the stopping. When the controller is gone (killed, machine rebooted), `stop_orphaned` stops the
+replicas it left from here, through the executors named in their stored handles.
+
+Linux only: liveness reads /proc/PID/stat, so a reused pid is not mistaken for the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from vcli.spec import JobState
+from vcli.store import JobRow, Store
+
+#: How long `wait_for_end` waits by default for a live controller to stop a job.
+WAIT_SECONDS = 120.0
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot, as text); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        # Field 22; counted after the command name, which may itself hold spaces and ')'.
+        return data[data.rfind(b")") + 2:].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def controller_alive(row: JobRow) -> bool:
+    """Is the vcli process that runs this job still there (same pid, same start time)?"""
+    if not row.controller_pid:
+        return False
+    return process_start_time(row.controller_pid) == row.controller_start
+
+
+def mark_controller(store: Store, job_id: str, pid: int | None = None) -> None:
+    """Record `pid` (default: this process) as the job's controller."""
+    pid = os.getpid() if pid is None else pid
+    store.update_job(job_id, controller_pid=pid, controller_start=process_start_time(pid))
+
+
+def has_ended(row: JobRow) -> bool:
+    return JobState(row.state).is_final()
+
+
+def request_cancel(store: Store, row: JobRow) -> bool:
+    """Set the job's cancel flag (state CANCELLING); False if `row` had already ended.
+
+    A job that ends just now keeps its final state (the store does not overwrite one).
+    """
+    if has_ended(row):
+        return False
+    store.request_cancel(row.id)
+    return True
+
+
+def wait_for_end(store: Store, job_id: str, timeout: float = WAIT_SECONDS, interval: float = 0.1) -> JobState | None:
+    """The job's final state once its controller has ended it; None if `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = store.get_job(job_id)
+        if row is None:
+            return None
+        if has_ended(row):
+            return JobState(row.state)
+        time.sleep(interval)
+    return None
+
+
+def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float = 3.0) -> None:
+    """Stop what a dead controller left of `row` (and of its trial jobs); mark them CANCELLED.
+
+    Replicas are stopped and released through the executor named in each stored handle. A
+    failure to stop one executor's replicas is reported through `on_warning` and the others
+    are still stopped: the job is marked CANCELLED either way, as nobody else will.
+    """
+    from vcli.control.wiring import executor_for_handles
+    from vcli.executors import ReplicaHandle
+
+    for job in [row, *store.child_jobs(row.id)]:
+        by_executor: dict[str, list[ReplicaHandle]] = {}
+        for replica in store.replicas(job.id):
+            if replica.handle:
+                handle = ReplicaHandle.from_json(replica.handle)
+                by_executor.setdefault(handle.executor, []).append(handle)
+        for name, handles in by_executor.items():
+            try:
+                executor = executor_for_handles(name)
+                try:
+                    executor.stop(handles, grace_seconds=grace_seconds)
+                    executor.release(handles)
+                finally:
+                    executor.close()
+            except Exception as e:  # report and go on with the other executors
+                on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
+        if not has_ended(job):
+            store.set_state(job.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})

@@ -1,0 +1,248 @@
+"""From a resolved spec to a running job: plan, record, run, or hand to a detached runner.
+
+The CLI assembles a spec from flags and files, then uses this module in three steps:
+`plan_*` (build the executor and placer, plan and check every replica: nothing is recorded,
+so a bad job leaves no trace), `submit_*` (record the job QUEUED), and `run_*` (run it to its
+end in this process). `spawn_runner` starts a detached vcli process that runs a recorded job
+instead (`create --async`). What is printed, and the exit code, stay in the CLI.
+
+Every `Planned*` owns its `Execution`: the caller closes it (`planned.close()`) when done.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vcli.control.wiring import Execution, executor_kind, open_execution
+from vcli.spec import CustomJobSpec, HyperparameterTuningJobSpec, JobKind, JobState, StudyEvent, Trial
+from vcli.store import JobRow, Store, new_id
+
+# --------------------------------------------------------------------------- custom jobs
+
+
+@dataclass
+class PlannedJob:
+    """A custom job planned and checked against its executor; not recorded, nothing started."""
+
+    store: Store
+    job_id: str
+    spec: CustomJobSpec
+    execution: Execution
+    plan: Any  # vcli.control.jobs.JobPlan
+    #: What the store keeps besides the state: jobSpec, labels, executor, output dir, hosts...
+    record: dict[str, Any]
+
+    def close(self) -> None:
+        self.execution.close()
+
+
+def _open(executor: str | None, hosts: str | None) -> Execution:
+    return open_execution(executor_kind(executor), hosts)
+
+
+def plan_custom_job(
+    spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str]
+) -> PlannedJob:
+    """Plan every replica of `spec` and check it with the executor (`--executor`/`--hosts`).
+
+    Raises the executor's or planner's `VcliError` for a job that cannot run; the execution is
+    closed then.
+    """
+    from vcli import codec
+    from vcli.control.jobs import plan_job
+
+    execution = _open(executor, hosts)
+    try:
+        store = Store()
+        job_id = new_id()
+        plan = plan_job(spec, job_id=job_id, job_dir=store.home / "jobs" / job_id, executor=execution.executor,
+                        shm_size=shm_size, placer=execution.placer)
+        record = {
+            "jobSpec": codec.custom_job_spec_to_dict(spec),
+            "labels": dict(labels),
+            "executor": execution.kind.value,
+            "outputDirectory": plan.base_output_directory,
+            "hosts": hosts,
+            "shmSize": shm_size,
+        }
+        execution.executor.check(plan.launches)
+    except BaseException:
+        execution.close()
+        raise
+    return PlannedJob(store=store, job_id=job_id, spec=spec, execution=execution, plan=plan, record=record)
+
+
+def submit_custom_job(job: PlannedJob, display_name: str) -> JobRow:
+    """Record the planned job as QUEUED; returns its row."""
+    return job.store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=job.record,
+                                state=JobState.JOB_STATE_QUEUED, job_id=job.job_id)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    state: JobState
+    #: Why the job could not start (an executor or spec error), if that is how it ended.
+    startup_error: BaseException | None = None
+
+
+def run_custom_job(
+    job: PlannedJob, *, on_progress: Callable[[str], None], on_tick: Callable[[], None] = lambda: None
+) -> JobOutcome:
+    """Run a submitted job to its end in this process (KeyboardInterrupt cancels it and re-raises)."""
+    from vcli.control.jobs import JobRun, run_job
+
+    timeout = job.spec.scheduling.timeout_seconds if job.spec.scheduling else None
+    run = JobRun(store=job.store, executor=job.execution.executor, plan=job.plan, timeout_seconds=timeout,
+                 on_progress=on_progress)
+    state = run_job(run, on_tick=on_tick)
+    return JobOutcome(state, run.startup_error)
+
+
+def plan_stored_custom_job(store: Store, row: JobRow) -> PlannedJob:
+    """Plan a recorded job again from its record (the detached runner of `create --async`)."""
+    from vcli import codec
+    from vcli.control.jobs import plan_job
+
+    rec = row.record
+    spec = codec.custom_job_spec_from_stored(rec["jobSpec"])
+    execution = _open(rec.get("executor") or "local", rec.get("hosts"))
+    try:
+        plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
+                        shm_size=rec.get("shmSize"), placer=execution.placer,
+                        base_output_directory=rec.get("outputDirectory"))
+    except BaseException:
+        execution.close()
+        raise
+    return PlannedJob(store=store, job_id=row.id, spec=spec, execution=execution, plan=plan, record=dict(rec))
+
+
+def spawn_runner(store: Store, job_id: str, argv: list[str]) -> None:
+    """Start a detached `vcli ARGV` that runs a recorded job; its output goes to controller.log."""
+    import subprocess
+
+    from vcli.control.cancel import mark_controller
+
+    log = store.job_dir(job_id) / "controller.log"
+    with open(log, "ab", buffering=0) as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vcli", *argv],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+        )
+    # The runner records itself as the controller; until then the spawner stands in, so a
+    # `cancel` in between waits for the runner instead of finding no controller.
+    mark_controller(store, job_id, proc.pid)
+
+
+# --------------------------------------------------------------------------- studies
+
+
+@dataclass
+class PlannedStudy:
+    """A study with its suggester and executor; not recorded, no trial started."""
+
+    store: Store
+    study_id: str
+    display_name: str
+    spec: HyperparameterTuningJobSpec
+    execution: Execution
+    suggester: Any  # vcli.suggesters.Suggester
+    seed: int
+    shm_size: str | None
+    record: dict[str, Any]
+
+    def close(self) -> None:
+        self.execution.close()
+
+
+def plan_study(
+    spec: HyperparameterTuningJobSpec,
+    *,
+    display_name: str,
+    labels: Mapping[str, str],
+    seed: int | None,
+    bayesian_backend: str,
+    executor: str | None,
+    hosts: str | None,
+    shm_size: str | None,
+) -> PlannedStudy:
+    """Build the study's executor and suggester (a random seed unless given).
+
+    Raises `InvalidValueError` for a study the suggester rejects, and `UsageError` naming the
+    extra to install when the suggester needs an optional package.
+    """
+    from vcli import codec
+    from vcli.errors import InvalidValueError, UsageError
+    from vcli.suggesters import get_suggester
+
+    if seed is None:
+        import secrets
+
+        seed = secrets.randbelow(2**31)
+    execution = _open(executor, hosts)
+    try:
+        store = Store()
+        study_id = new_id()
+        record = {
+            "studySpec": codec.study_spec_to_dict(spec.study_spec),
+            "trialJobSpec": codec.custom_job_spec_to_dict(spec.trial_job_spec),
+            "maxTrialCount": spec.max_trial_count,
+            "parallelTrialCount": spec.parallel_trial_count,
+            "maxFailedTrialCount": spec.max_failed_trial_count,
+            "labels": dict(labels),
+            "seed": seed,
+            "executor": execution.kind.value,
+            "bayesianBackend": bayesian_backend,
+            "studyTimeout": f"{spec.study_timeout_seconds:g}s" if spec.study_timeout_seconds else None,
+            "goalValue": spec.goal_value,
+            "outputDirectory": spec.trial_job_spec.base_output_directory or str(store.home / "jobs" / study_id / "output"),
+        }
+        try:
+            suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
+        except ValueError as e:
+            raise InvalidValueError("--config", str(e)) from None
+        except ImportError as e:
+            raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): "
+                             "pip install 'vcli[tune]'") from None
+    except BaseException:
+        execution.close()
+        raise
+    return PlannedStudy(store=store, study_id=study_id, display_name=display_name, spec=spec, execution=execution,
+                        suggester=suggester, seed=seed, shm_size=shm_size, record=record)
+
+
+def check_study(study: PlannedStudy) -> None:
+    """Plan one trial job and check it with the executor (`--validate-only`); records nothing."""
+    from vcli.control.jobs import plan_job
+
+    plan = plan_job(study.spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=study.store.home / "jobs" / "validate-only",
+                    executor=study.execution.executor, trial_id="1", placer=study.execution.placer)
+    study.execution.executor.check(plan.launches)
+
+
+def submit_study(study: PlannedStudy) -> JobRow:
+    """Record the study as QUEUED, with this process as its controller."""
+    from vcli.control.cancel import mark_controller
+
+    row = study.store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB, display_name=study.display_name,
+                                 record=study.record, state=JobState.JOB_STATE_QUEUED, job_id=study.study_id)
+    mark_controller(study.store, study.study_id)
+    return row
+
+
+def study_run(
+    study: PlannedStudy,
+    *,
+    on_event: Callable[[StudyEvent, Trial | None], None],
+    on_progress: Callable[[str], None],
+) -> Any:
+    """The `StudyRun` controller of a submitted study; `.run()` runs it to its end."""
+    from vcli.control.study import StudyRun
+
+    return StudyRun(
+        store=study.store, executor=study.execution.executor, spec=study.spec, study_id=study.study_id,
+        display_name=study.display_name, suggester=study.suggester, on_event=on_event, on_progress=on_progress,
+        placer=study.execution.placer, shm_size=study.shm_size,
+    )
