@@ -271,3 +271,29 @@ def test_async_create_returns_at_once_and_the_job_runs_in_background(tmp_path: P
     assert c.returncode == 0, c.stderr
     assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
     assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
+def test_async_jobs_get_their_secret_values_and_logs_mask_them(tmp_path: Path) -> None:
+    """The store never holds a secret's value; the detached runner still gets it (a pipe)."""
+    home = tmp_path / "home"
+    config = tmp_path / "job.yaml"
+    config.write_text(textwrap.dedent("""
+        workerPoolSpecs:
+          machineSpec: {machineType: n1-standard-4}
+          replicaCount: 1
+          containerSpec:
+            imageUri: recorded-only:latest
+            command: [python3, -c, "import os; v = os.environ['WANDB_API_KEY']; print(len(v), v[::-1] == '2400-eul4v-y3k'); print('key', v)"]
+            env: [{name: WANDB_API_KEY, value: k3y-v4lue-0042}]
+        """))
+    r = vcli(home, "custom-jobs", "create", "--async", "--display-name=secret", f"--config={config}",
+             "--format=value(name.basename())", timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=120)
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED", job
+    assert "14 True" in logs.stdout
+    assert "key <redacted>" in logs.stdout and "k3y-v4lue-0042" not in logs.stdout
+    assert "k3y-v4lue-0042" not in (home / "vcli.db").read_bytes().decode(errors="replace")
+    assert "k3y-v4lue-0042" not in r.stdout + r.stderr + json.dumps(job)

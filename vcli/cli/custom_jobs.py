@@ -100,7 +100,8 @@ def create(
             _print_validated(display_name, job, fmt)
         elif async_:
             row = runner.submit_custom_job(job, display_name)
-            runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id])
+            runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id],
+                                secrets=runner.secret_values(job.spec))
             err(_submitted_message(row.name, job.job_id))
             if fmt:
                 _emit_job(job.store, job.job_id, fmt)
@@ -163,6 +164,19 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str]) -> int:
     return exit_code_for(outcome.state)
 
 
+def _secrets_from_stdin() -> dict[str, str]:
+    """The secret values `create --async` pipes to its runner (empty when run by hand)."""
+    import json
+
+    if sys.stdin is None or sys.stdin.isatty():
+        return {}
+    try:
+        data = json.loads(sys.stdin.read() or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
 @app.command("run-job", hidden=True)
 @command("custom-jobs.run-job")
 def run_job(job: Annotated[str, typer.Argument()]) -> None:
@@ -178,7 +192,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
         return
-    planned = runner.plan_stored_custom_job(store, row)
+    planned = runner.plan_stored_custom_job(store, row, secrets=_secrets_from_stdin())
     try:
         interrupt_on_signals()
         try:

@@ -101,13 +101,45 @@ def run_custom_job(
     return JobOutcome(state, run.startup_error)
 
 
-def plan_stored_custom_job(store: Store, row: JobRow) -> PlannedJob:
-    """Plan a recorded job again from its record (the detached runner of `create --async`)."""
+def secret_values(spec: CustomJobSpec) -> dict[str, str]:
+    """The values of the spec's secret environment variables (which the store never holds)."""
+    from vcli.spec import is_secret
+
+    out: dict[str, str] = {}
+    for pool in spec.worker_pool_specs:
+        for holder in (pool.container_spec, pool.python_package_spec):
+            for env in holder.env if holder is not None else ():
+                if is_secret(env.name):
+                    out[env.name] = env.value
+    return out
+
+
+def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> CustomJobSpec:
+    """`spec` with the redacted values of its secret variables put back."""
+    from dataclasses import replace
+
+    def fill(holder: Any) -> Any:
+        if holder is None:
+            return None
+        env = tuple(replace(e, value=values[e.name]) if e.name in values else e for e in holder.env)
+        return replace(holder, env=env)
+
+    pools = tuple(replace(p, container_spec=fill(p.container_spec), python_package_spec=fill(p.python_package_spec))
+                  for p in spec.worker_pool_specs)
+    return replace(spec, worker_pool_specs=pools)
+
+
+def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None) -> PlannedJob:
+    """Plan a recorded job again from its record (the detached runner of `create --async`).
+
+    The record holds secret values redacted; `secrets` (handed over by the process that
+    submitted the job, never stored) puts them back.
+    """
     from vcli import codec
     from vcli.control.jobs import plan_job
 
     rec = row.record
-    spec = codec.custom_job_spec_from_stored(rec["jobSpec"])
+    spec = with_secret_values(codec.custom_job_spec_from_stored(rec["jobSpec"]), secrets or {})
     execution = _open(rec.get("executor") or "local", rec.get("hosts"))
     try:
         plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
@@ -119,18 +151,30 @@ def plan_stored_custom_job(store: Store, row: JobRow) -> PlannedJob:
     return PlannedJob(store=store, job_id=row.id, spec=spec, execution=execution, plan=plan, record=dict(rec))
 
 
-def spawn_runner(store: Store, job_id: str, argv: list[str]) -> None:
-    """Start a detached `vcli ARGV` that runs a recorded job; its output goes to controller.log."""
+def spawn_runner(store: Store, job_id: str, argv: list[str], *, secrets: Mapping[str, str] | None = None) -> None:
+    """Start a detached `vcli ARGV` that runs a recorded job; its output goes to controller.log.
+
+    `secrets` (name -> value) go to the runner through a pipe on its stdin, as one JSON
+    document: never through the store, a file or its command line.
+    """
+    import json
+    import os
     import subprocess
 
     from vcli.control.cancel import mark_controller
 
     log = store.job_dir(job_id) / "controller.log"
-    with open(log, "ab", buffering=0) as out:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab", buffering=0) as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vcli", *argv],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True, close_fds=True,
         )
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(dict(secrets or {})).encode())
+    finally:
+        proc.stdin.close()
     # The runner records itself as the controller; until then the spawner stands in, so a
     # `cancel` in between waits for the runner instead of finding no controller.
     mark_controller(store, job_id, proc.pid)
