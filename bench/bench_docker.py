@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vcli.executors import Placement, ReplicaLaunch  # noqa: E402
-from vcli.spec import ReplicaId  # noqa: E402
+from vcli.executors import Placement, ReplicaLaunch
+from vcli.spec import ReplicaId
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else (shutil.which("python3") or sys.executable)
 

@@ -143,7 +143,7 @@ def _check_values(space_params, p) -> None:
         if parent is not None:
             assert p[parent[0]] in parent[1], f"{pid} present while {parent[0]}={p[parent[0]]}"
     # every active parameter present
-    for pid, (spec, parent) in by_id.items():
+    for pid, (_spec, parent) in by_id.items():
         if parent is None or (parent[0] in p and p[parent[0]] in parent[1]):
             assert pid in p, f"active parameter {pid} missing from {p}"
     json.dumps(p)  # plain Python types only
@@ -285,7 +285,7 @@ def test_grid_rejects_double_parameter():
 
 
 def test_random_is_reproducible_for_a_seed_and_varies_across_seeds():
-    draw = lambda seed: [x.parameters for x in _make("random", seed=seed).ask(5)]  # noqa: E731
+    draw = lambda seed: [x.parameters for x in _make("random", seed=seed).ask(5)]
     assert draw(3) == draw(3)
     assert draw(3) != draw(4)
 
@@ -384,3 +384,155 @@ def test_unknown_backend_and_no_heavy_import():
         get_suggester(_study(_quadratic_params()), bayesian_backend="nope")
     code = "import sys, vcli.suggesters; assert 'numpy' not in sys.modules, 'numpy imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------- without numpy
+#
+# A base install (no `tune` extra) has no numpy/scipy: RANDOM_SEARCH and GRID_SEARCH must run
+# on it, drawing exactly what the numpy implementation drew, and the Bayesian suggester must
+# name the extra to install.
+
+
+def test_prng_is_numpys_default_rng():
+    import random
+
+    import numpy as np
+
+    from vcli.suggesters._prng import uniforms
+
+    r = random.Random(0)
+    keys = [[0, 0], [0], [5, 3, 1], [2**32 - 1, 7], [2**63 + 5, 2], [1, 2, 3, 4, 5, 6]]
+    keys += [[r.randrange(2**32), r.randrange(1000), *([r.randrange(4)] * r.randrange(2))] for _ in range(40)]
+    for key in keys:
+        assert uniforms(key, 9) == np.random.default_rng(key).random(9).tolist(), key
+
+
+def test_sample_row_is_sample_unit_row_by_row():
+    import numpy as np
+
+    from vcli.suggesters._space import Space
+
+    wide = (  # a log-scale INTEGER (nearest in warped space) and one too wide for a choice list
+        ParameterSpec(parameter_id="units", value_spec=IntegerValueSpec(min_value=1, max_value=1000),
+                      scale_type=ScaleType.UNIT_LOG_SCALE),
+        ParameterSpec(parameter_id="steps", value_spec=IntegerValueSpec(min_value=0, max_value=10**6)),
+    )
+    space = Space(_mixed_parameters() + wide)
+    U = np.random.default_rng(1).random((500, space.dim))
+    U[:3] = [[0.0] * space.dim, [1.0 - 1e-15] * space.dim, [0.5] * space.dim]  # edges
+    expected = space.sample_unit(U)
+    for u, row in zip(U, expected):
+        assert space.sample_row(u.tolist()) == row.tolist()
+
+
+def _numpy_random_search(params, seed: int, trials_per_ask: list[int]) -> list[list[dict]]:
+    """What RANDOM_SEARCH proposed when it drew with numpy (its code before the pure port)."""
+    import numpy as np
+
+    from vcli.suggesters._space import Space
+
+    space = Space(params)
+    known: set = set()
+    n_known = 0
+    batches = []
+    for count in trials_per_ask:
+        out = []
+        for i in range(count):
+            rng = np.random.default_rng([seed, n_known + i])
+            params_i = None
+            for _ in range(64):
+                cand = space.decode(space.sample_unit(rng.random((1, space.dim)))[0])
+                if not space.is_finite or space.key(cand) not in known:
+                    params_i = cand
+                    break
+            if params_i is None:
+                params_i = next((p for p in space.grid() if space.key(p) not in known), None)
+                if params_i is None:
+                    break
+            if space.is_finite:
+                known.add(space.key(params_i))
+            out.append(params_i)
+        n_known += len(out)
+        batches.append(out)
+    return batches
+
+
+@pytest.mark.parametrize("params", [_mixed_parameters(), _grid_parameters()], ids=["mixed", "finite"])
+def test_random_search_draws_what_the_numpy_version_drew(params):
+    asks = [1, 3, 2, 4, 3]  # the finite space (9 points) is exhausted on the way: retries, fallback, []
+    s = get_suggester(_study(params, Algorithm.RANDOM_SEARCH), seed=17)
+    got = []
+    for count in asks:
+        batch = [x.parameters for x in s.ask(count)]
+        got.append(batch)
+    assert got == _numpy_random_search(params, 17, asks)
+
+
+# Makes numpy, scipy and the skopt stack unimportable in a fresh interpreter, as on a base install.
+_NO_TUNE_EXTRA = """
+import sys
+class _NoTuneExtra:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {"numpy", "scipy", "skopt", "sklearn"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name.partition(".")[0])
+        return None
+sys.meta_path.insert(0, _NoTuneExtra())
+"""
+
+
+def test_random_and_grid_run_without_numpy_and_bayesian_names_the_missing_package():
+    code = _NO_TUNE_EXTRA + """
+import json
+from vcli.spec import (Algorithm, CategoricalValueSpec, DoubleValueSpec, Goal, IntegerValueSpec, MetricSpec,
+                       ParameterSpec, StudySpec)
+from vcli.suggesters import get_suggester
+params = (ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)),
+          ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=3)))
+grid = (ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=2)),
+        ParameterSpec(parameter_id="c", value_spec=CategoricalValueSpec(values=("a", "b"))))
+study = lambda p, a: StudySpec(metrics=(MetricSpec(metric_id="m", goal=Goal.MAXIMIZE),), parameters=p, algorithm=a)
+out = {"random": [s.parameters for s in get_suggester(study(params, Algorithm.RANDOM_SEARCH), seed=3).ask(3)],
+       "grid": [s.parameters for s in get_suggester(study(grid, Algorithm.GRID_SEARCH)).ask(10)]}
+try:
+    get_suggester(study(params, Algorithm.ALGORITHM_UNSPECIFIED), seed=3)
+except ImportError as e:
+    out["bayesian"] = e.name
+assert not {"numpy", "scipy"} & set(sys.modules)
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    params = (
+        ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)),
+        ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=3)),
+    )
+    assert out["random"] == _numpy_random_search(params, 3, [3])[0]
+    assert out["grid"] == [{"n": 1, "c": "a"}, {"n": 1, "c": "b"}, {"n": 2, "c": "a"}, {"n": 2, "c": "b"}]
+    assert out["bayesian"] == "numpy"
+
+
+def test_cli_without_the_tune_extra_runs_random_search_and_says_which_extra_for_bayesian(tmp_path):
+    """The hp-tuning CLI end to end (local executor) on an interpreter without numpy/scipy."""
+    from tests.helpers import REPO, vcli_env
+
+    def create(*flags: str) -> subprocess.CompletedProcess[str]:
+        argv = ["vcli", "hp-tuning-jobs", "create", "--display-name=base", "--metric=metric-id=score,goal=maximize",
+                "--parameter-spec=parameter-id=x,type=double,min=0,max=6",
+                "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=none",
+                f"--command={sys.executable},-c,import sys; print('score=%s' % -abs(float(sys.argv[1].split('=')[1]) - 3))",
+                "--max-trial-count=2", "--parallel-trial-count=1", "--seed=11", "--format=json", *flags]
+        code = _NO_TUNE_EXTRA + f"import runpy; sys.argv = {argv!r}; runpy.run_module('vcli', run_name='__main__')"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              cwd=REPO, env=vcli_env(tmp_path / "home"))
+
+    r = create("--algorithm=random-search")
+    assert r.returncode == 0, r.stderr
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    r = create()  # the default algorithm: Bayesian optimisation
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "ERROR: (vcli.hp-tuning-jobs.create) the ALGORITHM_UNSPECIFIED suggester needs an optional package "
+        "(numpy): pip install 'vcli[tune]'"
+    ]

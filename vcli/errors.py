@@ -24,6 +24,8 @@ class ExitCode(IntEnum):
     CANCELLED = 5
     #: The job or study ran and ended FAILED.
     JOB_FAILED = 6
+    #: vcli's home (VCLI_HOME: the job store, logs, outputs) cannot be read or written.
+    STORE_UNAVAILABLE = 7
     INTERRUPTED = 130
 
 
@@ -64,3 +66,9 @@ class ExecutorError(VcliError):
     """The executor cannot run replicas (engine down, image missing, host unreachable)."""
 
     exit_code = ExitCode.EXECUTOR_UNAVAILABLE
+
+
+class StoreError(VcliError):
+    """vcli's home cannot be used: unwritable, on a read-only file system, or full."""
+
+    exit_code = ExitCode.STORE_UNAVAILABLE

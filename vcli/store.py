@@ -8,6 +8,8 @@ folders 0700. Nothing here knows about executors or rendering; values are plain 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import secrets
@@ -18,8 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
+from vcli.errors import StoreError
 from vcli.spec import JobKind, JobState
 
 SCHEMA = """
@@ -151,32 +154,72 @@ class Store:
 
     def __init__(self, home: Path | str | None = None) -> None:
         self.home = Path(home) if home is not None else default_home()
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.home, 0o700)
         self.db_path = self.home / "vcli.db"
-        if not self.db_path.exists():
-            fd = os.open(self.db_path, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        # The schema and WAL mode persist in the file: set them up once, not on every command.
-        if self._conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-            with self._lock:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.executescript(SCHEMA)
-                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        for suffix in ("-wal", "-shm"):
-            p = Path(str(self.db_path) + suffix)
-            if p.exists():
-                os.chmod(p, 0o600)
+        with _store_errors(self.home):
+            self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.home, 0o700)
+            if not self.db_path.exists():
+                fd = os.open(self.db_path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            self._conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            # The schema and WAL mode persist in the file: set them up once, not on every command.
+            if self._conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                with self._lock:
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                    self._conn.executescript(SCHEMA)
+                    self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            for suffix in ("-wal", "-shm"):
+                p = Path(str(self.db_path) + suffix)
+                if p.exists():
+                    os.chmod(p, 0o600)
+        self._keep_ballast()
+
+    # ------------------------------------------------------------------ a full disk
+
+    #: Space kept in reserve in vcli's home, so that when the disk fills up mid-run the final
+    #: state of a job can still be written (the reserve is given up for it; see `release_ballast`).
+    BALLAST_BYTES = 1 << 20
+
+    @property
+    def ballast_path(self) -> Path:
+        return self.home / ".ballast"
+
+    def _keep_ballast(self) -> None:
+        try:
+            if self.ballast_path.exists() and self.ballast_path.stat().st_size >= self.BALLAST_BYTES:
+                return
+            fd = os.open(self.ballast_path, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.BALLAST_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            # Already full, or a file system without fallocate: run without a reserve.
+            try:
+                self.ballast_path.unlink()
+            except OSError:
+                pass
+
+    def release_ballast(self) -> bool:
+        """Give up the reserved space (the disk is full and a final state must be written)."""
+        try:
+            self.ballast_path.unlink()
+            return True
+        except OSError:
+            return False
 
     # ------------------------------------------------------------------ plumbing
 
     def _tx(self) -> _Tx:
-        return _Tx(self._conn, self._lock)
+        return _Tx(self._conn, self._lock, self.home)
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock, _store_errors(self.home):
+            return self._conn.execute(sql, params).fetchall()
 
     def close(self) -> None:
         with self._lock:
@@ -185,7 +228,8 @@ class Store:
     def job_dir(self, job_id: str) -> Path:
         """The folder of a job's local files (replica logs, metric files, default outputs)."""
         path = self.home / "jobs" / job_id
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _store_errors(self.home):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return path
 
     # ------------------------------------------------------------------ jobs
@@ -214,21 +258,19 @@ class Store:
         return row
 
     def get_job(self, job_id: str) -> JobRow | None:
-        with self._lock:
-            r = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        r = rows[0] if rows else None
         return _job_row(r) if r else None
 
     def list_jobs(self, kind: JobKind | str, *, include_trial_jobs: bool = False) -> list[JobRow]:
         sql = "SELECT * FROM jobs WHERE kind = ?"
         if not include_trial_jobs:
             sql += " AND parent_id IS NULL"
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY create_time", (_text(kind),)).fetchall()
+        rows = self._query(sql + " ORDER BY create_time", (_text(kind),))
         return [_job_row(r) for r in rows]
 
     def child_jobs(self, parent_id: str) -> list[JobRow]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM jobs WHERE parent_id = ? ORDER BY create_time", (parent_id,)).fetchall()
+        rows = self._query("SELECT * FROM jobs WHERE parent_id = ? ORDER BY create_time", (parent_id,))
         return [_job_row(r) for r in rows]
 
     def update_job(self, job_id: str, **fields: Any) -> None:
@@ -267,8 +309,8 @@ class Store:
             return cur.rowcount > 0
 
     def cancel_requested(self, job_id: str) -> bool:
-        with self._lock:
-            r = self._conn.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        rows = self._query("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
+        r = rows[0] if rows else None
         return bool(r and r[0])
 
     # ------------------------------------------------------------------ replicas
@@ -287,8 +329,7 @@ class Store:
                 c.execute(f"INSERT INTO replicas ({cols}) VALUES ({marks})", (job_id, task_name, *fields.values()))
 
     def replicas(self, job_id: str) -> list[ReplicaRow]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,)).fetchall()
+        rows = self._query("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,))
         return [
             ReplicaRow(
                 job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
@@ -311,22 +352,28 @@ class Store:
             )
 
     def trials(self, study_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._conn.execute("SELECT record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,)).fetchall()
+        rows = self._query("SELECT record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))
         return [json.loads(r[0]) for r in rows]
 
 
 class _Tx:
-    """`with store._tx() as conn`: one IMMEDIATE transaction under the process lock."""
+    """`with store._tx() as conn`: one IMMEDIATE transaction under the process lock.
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+    A store that cannot be written (full disk, read-only file system) raises `StoreError`.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, home: Path) -> None:
         self.conn = conn
         self.lock = lock
+        self.home = home
 
     def __enter__(self) -> sqlite3.Connection:
         self.lock.acquire()
         try:
             self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            self.lock.release()
+            raise _store_error(self.home, e) from e
         except BaseException:
             self.lock.release()
             raise
@@ -334,9 +381,49 @@ class _Tx:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            if exc_type is None:
+                try:
+                    self.conn.execute("COMMIT")
+                except sqlite3.Error as e:
+                    self._rollback()
+                    raise _store_error(self.home, e) from e
+            else:
+                self._rollback()
+                if isinstance(exc, (sqlite3.Error, OSError)):
+                    raise _store_error(self.home, exc) from exc
         finally:
             self.lock.release()
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+@contextlib.contextmanager
+def _store_errors(home: Path) -> Iterator[None]:
+    """Turn the OS's and SQLite's errors about vcli's home into one clear `StoreError`."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as e:
+        raise _store_error(home, e) from e
+
+
+def _store_error(home: Path, error: BaseException) -> StoreError:
+    text = str(error).lower()
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC or "full" in text:
+        why = "the disk is full"
+    elif isinstance(error, OSError) and error.errno == errno.EROFS or "readonly" in text or "read-only" in text:
+        why = "it is on a read-only file system"
+    elif isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM):
+        why = "permission denied"
+    elif isinstance(error, OSError) and error.errno in (errno.ENOTDIR, errno.EEXIST):
+        why = "a file is in the way of the directory"
+    else:
+        why = str(getattr(error, "strerror", None) or error)
+    return StoreError(f"Cannot use vcli's home {home} (VCLI_HOME): {why}. Free space there, or set VCLI_HOME "
+                      "to a writable directory.")
 
 
 def _job_row(r: sqlite3.Row) -> JobRow:

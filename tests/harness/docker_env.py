@@ -83,11 +83,11 @@ def ensure_docker(images: Iterable[str] = (BASE_IMAGE,)) -> Any:
         note = ""
         try:
             client = _connect()
-        except Exception as first:  # noqa: BLE001
+        except Exception as first:
             note = _run_setup(with_trainer=TRAINER_IMAGE in images)
             try:
                 client = _connect()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
                 pytest.fail(
                     f"Docker engine not reachable at {host} ({first.__class__.__name__}: {e}). "
@@ -131,5 +131,5 @@ def remove_job_containers(client: Any, job_id: str) -> None:
     for container in job_containers(client, job_id):
         try:
             container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:  # already gone
             pass

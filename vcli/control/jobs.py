@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
-from vcli.errors import VcliError
+from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, Placement, ReplicaHandle, ReplicaLaunch
 from vcli.spec import CustomJobSpec, JobState, ReplicaId, ReplicaState, is_secret
 from vcli.store import Store, now_iso
@@ -204,7 +204,10 @@ class JobRun:
                 metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
             )
         self._set_state(JobState.JOB_STATE_PENDING)
-        make_dirs(self.plan)
+        try:
+            make_dirs(self.plan)
+        except OSError as e:
+            raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
         self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
         self._worker.start()
 
@@ -290,6 +293,32 @@ class JobRun:
                 return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
         return None
 
+    def abort(self, error: BaseException) -> None:
+        """Stop everything because the store failed under the job (e.g. the disk is full).
+
+        Store writes are what failed, so this stops and releases the replicas first, then
+        gives up the store's reserved space and records the job FAILED if the store lets it.
+        """
+        self._cancel.set()
+        if self._worker is not None:
+            self._worker.join()
+        running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+        if running:
+            self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
+        self.executor.release([r.handle for r in self._replicas if r.handle is not None])
+        self.plan.release_placement()
+        self.store.release_ballast()
+        self.error = {"code": 7, "message": f"The job was stopped: {error}"}
+        self.state = self._final = JobState.JOB_STATE_FAILED
+        try:
+            self.store.set_state(self.job_id, JobState.JOB_STATE_FAILED.value, error=self.error)
+            for r in self._replicas:
+                if not r.done:
+                    self.store.upsert_replica(self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value,
+                                              end_time=now_iso())
+        except StoreError:
+            pass  # nothing more can be recorded; `cancel` or `describe` later sees a dead controller
+
     def _finish(self, state: JobState, error: dict[str, Any] | None) -> JobState:
         running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
         self._cancel.set()  # makes a still-running start thread stop launching
@@ -346,8 +375,8 @@ def _log_vcli(launch: ReplicaLaunch, message: str) -> None:
 
 def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval: float = 0.1) -> JobState:
     """Drive `run` to its end; Ctrl-C (KeyboardInterrupt) cancels it and is re-raised after."""
-    run.start()
     try:
+        run.start()
         while True:
             state = run.poll()
             on_tick()
@@ -358,6 +387,9 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
         run.cancel()
         run.poll()
         on_tick()
+        raise
+    except StoreError as e:
+        run.abort(e)
         raise
 
 

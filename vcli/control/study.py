@@ -42,7 +42,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.errors import VcliError
+from vcli.errors import StoreError, VcliError
 from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.suggesters import Suggester
 from vcli.control.clock import SYSTEM_CLOCK, Clock
@@ -152,6 +152,26 @@ class StudyRun:
         except KeyboardInterrupt:
             self._end_cancelled()
             raise
+        except StoreError as e:
+            self._abort(e)
+            raise
+
+    def _abort(self, error: StoreError) -> None:
+        """The store failed under the study (e.g. a full disk): stop every trial, record what we can."""
+        for active in self._active.values():
+            active.run.abort(error)
+        self._active.clear()
+        self.store.release_ballast()
+        self.error = {"code": 7, "message": f"The study was stopped: {error}"}
+        self.state = JobState.JOB_STATE_FAILED
+        try:
+            for trial in self.trials.values():
+                if not trial.state.is_final():
+                    self._save(replace(trial, state=TrialState.INFEASIBLE, end_time=now_iso(),
+                                       infeasible_reason=f"Stopped: {error}"))
+            self.store.set_state(self.study_id, JobState.JOB_STATE_FAILED.value, error=self.error)
+        except StoreError:
+            pass
 
     def _complete(self) -> JobState:
         best = self.best_trial()

@@ -105,6 +105,7 @@ class _Log:
         self.stream = stream
         self.secrets = tuple(sorted((v for v in secrets if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True))
         self.buf = b""
+        self.lost = 0
 
     def feed(self, data: bytes) -> None:
         self.buf += data
@@ -122,16 +123,29 @@ class _Log:
         for secret in self.secrets:
             line = line.replace(secret, REDACTED)
         record = f"{time.time():.6f}\t{self.stream}\t{line}\n".encode("utf-8", errors="replace")
-        os.write(self.out, record)
+        try:
+            os.write(self.out, record)
+        except OSError:
+            self.lost += 1  # a full disk loses log lines, never the supervision of the tree
 
 
 def _write_status(path: str, status: dict[str, object]) -> None:
+    """Atomically; retried for a few seconds while the disk is full (vcli frees its reserve)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(status, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    for attempt in range(50):
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(status, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            time.sleep(0.1)
 
 
 def _status_of(wait_status: int) -> dict[str, object]:

@@ -4,8 +4,9 @@ A suggester sees only the StudySpec and the trials it is told: no store, no exec
 its state can be derived from those trials, so a controller resumes a study by building a
 fresh suggester and telling it every stored trial (in the original order).
 
-This module imports nothing heavy; numpy/scipy/skopt are imported by the implementations
-when a suggester is constructed, so `vcli --help` stays fast.
+This module imports nothing heavy. RANDOM_SEARCH and GRID_SEARCH are pure Python, so they run
+on a base install; the Bayesian suggesters import numpy/scipy (or skopt) when constructed,
+which the `tune` extra brings, so `vcli --help` stays fast either way.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def get_suggester(
     with ``bayesian_backend`` "gp" (vcli's own Gaussian process, the default) or "skopt"
     (scikit-optimize's GP Optimizer); GRID_SEARCH -> grid; RANDOM_SEARCH -> random.
     ``seed`` None picks a random seed once, at construction. Raises ValueError for a space
-    the algorithm cannot handle (e.g. a DOUBLE parameter under GRID_SEARCH).
+    the algorithm cannot handle (e.g. a DOUBLE parameter under GRID_SEARCH), and ImportError
+    (its `name` the missing module, e.g. "numpy") for a Bayesian suggester without the `tune`
+    extra.
     """
     algorithm = study_spec.algorithm
     if algorithm == Algorithm.GRID_SEARCH:

@@ -6,11 +6,14 @@ vector. Numeric parameters (DOUBLE, INTEGER, DISCRETE) are mapped to a warped un
 An inactive conditional parameter holds a fixed marker (0.5 for numeric columns, -1 for
 categorical ones), so that a model sees one consistent vector per configuration.
 
-numpy is imported lazily inside functions: `vcli.suggesters` must stay cheap to import.
+numpy is imported lazily inside functions: `vcli.suggesters` must stay cheap to import, and
+what RANDOM_SEARCH and GRID_SEARCH use (encode/decode, `sample_row`, `grid`, `uniforms`) is
+pure Python, so they run on a base install without the `tune` extra.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from dataclasses import dataclass
@@ -238,7 +241,7 @@ class Space:
     def key_of_row(self, row: Sequence[float]) -> ParamKey:
         return tuple(sorted(self.decode(row).items()))
 
-    def snap(self, X: "np.ndarray") -> "np.ndarray":
+    def snap(self, X: np.ndarray) -> np.ndarray:
         """Round every column of encoded rows to a feasible value and fix inactive columns."""
         import numpy as np
 
@@ -261,7 +264,7 @@ class Space:
                 X[:, col] = [self.encode_value(col, self.value_of(col, float(v))) for v in x]
         return self.repair(X)
 
-    def repair(self, X: "np.ndarray") -> "np.ndarray":
+    def repair(self, X: np.ndarray) -> np.ndarray:
         """Set inactive columns to their markers; activate children with a valid value."""
         import numpy as np
 
@@ -285,7 +288,7 @@ class Space:
         vals = self.decode(row)
         return [n.parameter_id in vals for n in self.nodes]
 
-    def sample_unit(self, U: "np.ndarray") -> "np.ndarray":
+    def sample_unit(self, U: np.ndarray) -> np.ndarray:
         """Map uniform [0,1) rows to feasible encoded rows (discrete choices uniform)."""
         import numpy as np
 
@@ -299,6 +302,41 @@ class Space:
             else:
                 X[:, col] = u
         return self.snap(X)
+
+    def sample_row(self, u: Sequence[float]) -> list[float]:
+        """`sample_unit` for one row, in pure Python (RANDOM_SEARCH runs without numpy).
+
+        The same floats, row for row (tests check it against `sample_unit`): the uniforms are
+        mapped to choices, rounded to feasible values as `snap` does and repaired for
+        inactive conditional columns as `repair` does.
+        """
+        row: list[float] = []
+        for col, n in enumerate(self.nodes):
+            x = min(max(float(u[col]), 0.0), 1.0 - 1e-12)
+            ch = self.choices[col]
+            if n.kind in (CATEGORICAL, DISCRETE):
+                assert ch is not None
+                x = float(ch[math.floor(x * len(n.values))])
+            if n.kind in (CATEGORICAL, DOUBLE):
+                row.append(x)  # already feasible: snap leaves it
+            elif ch is None:
+                row.append(float(self.encode_value(col, self.value_of(col, x))))
+            elif len(ch) == 1:
+                row.append(ch[0])
+            else:  # the nearest choice in warped space, ties to the lower one (as `snap`)
+                j = min(max(bisect.bisect_left(ch, x), 1), len(ch) - 1)
+                row.append(ch[j - 1] if abs(x - ch[j - 1]) <= abs(ch[j] - x) else ch[j])
+        if self.has_conditionals:
+            active = [True] * self.dim
+            for col, n in enumerate(self.nodes):
+                if n.parent is not None:
+                    p = n.parent
+                    active[col] = active[p] and self.value_of(p, row[p]) in n.parent_values
+                if n.kind == CATEGORICAL:
+                    row[col] = max(row[col], 0.0) if active[col] else INACTIVE_CATEGORICAL
+                elif not active[col]:
+                    row[col] = INACTIVE_NUMERIC
+        return row
 
     def grid(self) -> Iterator[dict[str, ParameterValue]]:
         """Every configuration of a finite space, in deterministic (spec) order."""
@@ -422,13 +460,19 @@ class SuggesterBase:
         """Trials told so far plus suggestions not yet told: the replay-stable RNG counter."""
         return len(self._trials) + len(self._outstanding)
 
-    def rng(self, i: int, *purpose: int) -> "np.random.Generator":
+    def rng(self, i: int, *purpose: int) -> np.random.Generator:
         """The generator for suggestion i of the current ask, keyed by the number that trial
         will get (n_known + i): the k-th trial gets the same draws whether it was asked
         alone or in a batch, and a rebuilt suggester reproduces them."""
         import numpy as np
 
         return np.random.default_rng([self.seed, self.n_known + i, *purpose])
+
+    def uniforms(self, i: int, n: int, *purpose: int) -> list[float]:
+        """The first `n` floats of `rng(i, *purpose).random()`, without numpy (`_prng`)."""
+        from vcli.suggesters._prng import uniforms
+
+        return uniforms([self.seed, self.n_known + i, *purpose], n)
 
     def observations(self) -> list[tuple[Mapping[str, ParameterValue], float]]:
         """(parameters, value to MINIMISE) of every trial with a finite final metric."""

@@ -1,0 +1,112 @@
+"""vcli's home that cannot be used: errors are one line with exit code 7, never a traceback,
+and no job is left PENDING or RUNNING by it.
+
+Full and read-only file systems are real: a small tmpfs mounted in a private mount namespace
+(`unshare -m`, so nothing on the machine changes), with the vcli commands run inside it.
+Needs root (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, processes_with_env, vcli, vcli_env
+
+STORE_UNAVAILABLE = 7
+
+
+def in_namespace(tmp: Path, script: str, *, size: str = "4m", readonly: bool = False, timeout: float = 120) -> str:
+    """Run `script` (sh) with $H = a fresh tmpfs of `size` in a private mount namespace."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests mount a tmpfs in a private mount namespace: run them as root")
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    setup = f"mount -t tmpfs -o size={size},mode=0700 tmpfs {mnt}"
+    if readonly:
+        setup += f" && mount -o remount,ro {mnt}"
+    env = vcli_env(tmp / "unused", H=str(mnt), PY=sys.executable)
+    env.pop("VCLI_HOME")
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", f"{setup} && {script}"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"harness failed: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def one_line_error(stderr: str) -> str:
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert "Traceback" not in stderr, stderr
+    errors = [l for l in lines if l.startswith("ERROR: ")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def test_a_file_in_the_way_of_vcli_home(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    r = vcli(blocker / "home", "custom-jobs", "list")
+    assert r.returncode == STORE_UNAVAILABLE
+    line = one_line_error(r.stderr)
+    assert str(blocker / "home") in line and "VCLI_HOME" in line
+
+
+def test_read_only_vcli_home(tmp_path: Path) -> None:
+    out = in_namespace(tmp_path, textwrap.dedent("""
+        export VCLI_HOME=$H/home
+        $PY -m vcli custom-jobs list 2>err1; echo "rc1=$?"
+        $PY -m vcli custom-jobs create --display-name=ro --worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x --command=true 2>err2; echo "rc2=$?"
+        cat err1 err2 >&2; cat err1; echo ---; cat err2
+        """).replace("err1", "/tmp/vcli-ro-err1").replace("err2", "/tmp/vcli-ro-err2"), readonly=True)
+    assert "rc1=7" in out and "rc2=7" in out, out
+    first, second = out.split("rc2=7", 1)[1].split("---")
+    for text in (first, second):
+        assert "read-only file system" in one_line_error(text)
+
+
+def test_a_full_disk_before_the_run(tmp_path: Path) -> None:
+    out = in_namespace(tmp_path, textwrap.dedent("""
+        export VCLI_HOME=$H/home
+        head -c 2000000 /dev/zero > $H/filler 2>/dev/null
+        $PY -m vcli custom-jobs create --display-name=full --worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x --command=true 2>/tmp/vcli-full-err; echo "rc=$?"
+        cat /tmp/vcli-full-err
+        """), size="2m")
+    rc_line, rest = out.split("\n", 1)
+    assert rc_line == "rc=7", out
+    assert "the disk is full" in one_line_error(rest)
+
+
+def test_a_disk_that_fills_up_during_the_run(tmp_path: Path) -> None:
+    """The trainer fills the disk with output: the job still ends in a final state, no process
+    is left, and the CLI says what happened in one line (or the job succeeded, if the store
+    could still write its end)."""
+    trainer = "import sys\nfor i in range(6000): print('x' * 1000)\nprint('done')\n"
+    (tmp_path / "filler.py").write_text(trainer)
+    job = tmp_path / "job-id"
+    out = in_namespace(tmp_path, textwrap.dedent(f"""
+        export VCLI_HOME=$H/home
+        $PY -m vcli custom-jobs create --display-name=fills --format='value(name.basename())' \
+            --worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x \
+            --command=$PY,{tmp_path / 'filler.py'} >{job} 2>/tmp/vcli-fill-err; echo "rc=$?"
+        rm -f $H/home/jobs/*/replicas/*/replica.log
+        $PY -m vcli custom-jobs list --format=json
+        echo ---
+        cat /tmp/vcli-fill-err
+        """), size="5m", timeout=300)
+    rc_line, rest = out.split("\n", 1)
+    listed, stderr = rest.split("---\n", 1)
+    [row] = json.loads(listed)
+    assert row["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"), row
+    if rc_line == "rc=7":
+        assert "the disk is full" in one_line_error(stderr)
+        assert row["state"] == "JOB_STATE_FAILED"
+    else:
+        assert rc_line in ("rc=0", "rc=6"), out
+        assert "Traceback" not in stderr
+    assert not processes_with_env("VCLI_JOB_ID", row["name"].rsplit("/", 1)[-1])

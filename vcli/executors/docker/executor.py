@@ -1,0 +1,525 @@
+"""The Docker executor: one container per replica on this machine's Docker engine.
+
+Containers use the host network, bind-mount the replica's output dir (and `launch.mounts`) at
+the same path, and carry the labels `vcli.job`, `vcli.trial` and `vcli.task`, so
+`cleanup_job(job_id)` in any process finds a job's containers and never another job's.
+Output is streamed from the engine into the replica's log file in `vcli.logs` format, with
+the values of `launch.secret_env` replaced by `<redacted>` (as the local executor does).
+
+`prepare` builds an image for autopackaged pools (`local-package-path`) with
+`vcli.executors.docker.autopackage`, tagged by a content hash so unchanged code is a cache hit.
+
+The Docker SDK (`docker`) is imported lazily inside functions: importing this module is cheap.
+Engine and image problems become one-line `ExecutorError`s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from vcli.errors import ExecutorError, InvalidValueError
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.executors.docker.autopackage import build_package
+from vcli.executors.docker.engine import (
+    connect,
+    docker_name,
+    engine_down,
+    engine_url,
+    ensure_image,
+    has_registry_host,
+    image_missing_message,
+    wrap_error,
+)
+from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
+from vcli.executors.supervisor import REDACTED
+from vcli.gpus import visible_devices_env
+from vcli.logs import LogWriter
+
+if TYPE_CHECKING:  # pragma: no cover
+    import docker as docker_sdk
+
+__all__ = [
+    "DockerExecutor",
+    "LABEL_JOB",
+    "LABEL_TASK",
+    "LABEL_TRIAL",
+    "cleanup_job",
+    "container_create_kwargs",
+    "container_labels",
+    "container_name",
+]
+
+LABEL_JOB = "vcli.job"
+LABEL_TRIAL = "vcli.trial"
+LABEL_TASK = "vcli.task"
+
+#: How long poll() keeps reporting "running" after the engine says a container exited while
+#: its log is still being drained, so that "not running" implies "log complete".
+_LOG_DRAIN_SECONDS = 5.0
+
+
+# ============================================================================ pure helpers
+
+
+def container_name(launch: ReplicaLaunch) -> str:
+    """`vcli-<job>-<trial or 0>-<task>`: unique because job ids are unique."""
+    return docker_name(f"vcli-{launch.job_id}-{launch.trial_id or 0}-{launch.task_name}")
+
+
+def container_labels(launch: ReplicaLaunch) -> dict[str, str]:
+    return {
+        LABEL_JOB: launch.job_id,
+        LABEL_TRIAL: launch.trial_id or "",
+        LABEL_TASK: launch.task_name,
+    }
+
+
+def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | None = None) -> dict[str, Any]:
+    """What is sent to the engine for `launch`: keyword arguments of `client.containers.create`.
+
+    Pure apart from building `docker.types.DeviceRequest` objects for GPUs.
+    """
+    image = launch.image_uri or (launch.local_package.executor_image_uri if launch.local_package else None)
+    if not image:
+        raise ExecutorError(f"replica {launch.task_name}: no container image to run (the docker executor needs an image)")
+    env = dict(launch.env)
+    volumes: dict[str, dict[str, str]] = {}  # keyed by host path = container path
+    for path in (launch.output_dir, *launch.mounts):
+        volumes[os.path.abspath(path)] = {"bind": os.path.abspath(path), "mode": "rw"}
+    kwargs: dict[str, Any] = {
+        "image": image,
+        "name": container_name(launch),
+        "labels": container_labels(launch),
+        "environment": env,
+        # Host networking: TF_CONFIG / CLUSTER_SPEC hold host:port pairs that the controller
+        # reserved on the host (reserve_port), exactly as for processes, and multi-host (SSH)
+        # placements put host addresses there too. A private network would need name-based
+        # addresses and port publishing that differ per runtime.
+        "network_mode": "host",
+        "volumes": volumes,
+        # docker-init (tini) as PID 1: forwards SIGTERM to the replica (a bare PID 1 ignores
+        # it) and reaps zombies, so `stop` behaves as for a process group.
+        "init": True,
+        "detach": True,
+    }
+    entrypoint = _entrypoint(launch)
+    if entrypoint:
+        kwargs["entrypoint"] = entrypoint
+        kwargs["command"] = list(launch.args)
+    elif launch.args:
+        kwargs["command"] = list(launch.args)  # the image's ENTRYPOINT with these args
+    if launch.workdir:
+        # A local package run on the executor image without a build: the code is mounted
+        # read-only at its host path and is the working directory.
+        workdir = os.path.abspath(launch.workdir)
+        volumes.setdefault(workdir, {"bind": workdir, "mode": "ro"})
+        kwargs["working_dir"] = workdir
+    gpus = tuple(launch.placement.gpu_indices)
+    if gpus:
+        from docker.types import DeviceRequest
+
+        # `--gpus device=0,1` (never runtime=nvidia): only these GPUs exist in the container.
+        kwargs["device_requests"] = [DeviceRequest(device_ids=[str(i) for i in gpus], capabilities=[["gpu"]])]
+        env.update(visible_devices_env(gpus, in_container=True))
+    if launch.shm_size:
+        kwargs["shm_size"] = launch.shm_size
+    if mem_limit is not None:
+        kwargs["mem_limit"] = mem_limit
+        kwargs["memswap_limit"] = mem_limit  # no swap on top: over the limit means OOM
+    return kwargs
+
+
+def _entrypoint(launch: ReplicaLaunch) -> list[str]:
+    """What runs in the container, before `launch.args`; [] = the image's own ENTRYPOINT.
+
+    Same precedence as the process runtime (`process_argv`): an explicit command; then a
+    local package run in place (not built by `prepare`: its script or module, from the
+    mounted workdir); then pythonPackageSpec.pythonModule (`python3 -m`, as Vertex runs it).
+    """
+    if launch.command:
+        return list(launch.command)
+    lp = launch.local_package
+    if lp is not None and lp.script:
+        return (["python3"] if lp.script.endswith(".py") else ["/bin/bash"]) + [lp.script]
+    module = (lp.python_module if lp is not None else None) or launch.python_module
+    if module:
+        return ["python3", "-m", module]
+    return []
+
+
+# ============================================================================ the executor
+
+
+@dataclass
+class _Watch:
+    """Per-container state of containers this executor started."""
+
+    task_name: str
+    writer: LogWriter
+    #: Values of the launch's secret variables, longest first: replaced in every log line.
+    secrets: tuple[str, ...] = ()
+    done: threading.Event = field(default_factory=threading.Event)
+    final: ReplicaStatus | None = None
+    exited_at: float | None = None
+    thread: threading.Thread | None = None
+
+
+def cleanup_job(job_id: str, *, base_url: str | None = None) -> int:
+    """Remove every container labelled with `job_id` (running or not); returns how many."""
+    return DockerExecutor(base_url=base_url).cleanup_job(job_id)
+
+
+class DockerExecutor(ExecutorBase):
+    """Runs each replica as a container of the local (or $DOCKER_HOST) Docker engine.
+
+    Options: `base_url` (default $DOCKER_HOST, else the local socket), `mem_limit` (a memory
+    limit for every container, e.g. "4g"; unset = none), `timeout` (seconds per engine call).
+    """
+
+    name = "docker"
+    #: Whether `start` creates the output dir and mounts on this machine: False for an engine
+    #: on another host (the SSH executor's Docker bridge), whose paths are that host's.
+    create_local_dirs = True
+
+    def __init__(self, base_url: str | None = None, *, mem_limit: str | int | None = None, timeout: float = 120) -> None:
+        self.base_url = base_url
+        self.mem_limit = mem_limit
+        self.timeout = timeout
+        self._client_obj: docker_sdk.DockerClient | None = None
+        self._lock = threading.Lock()
+        self._watches: dict[str, _Watch] = {}
+        self._stopped: set[str] = set()
+
+    # ------------------------------------------------------------------ engine access
+
+    @property
+    def url(self) -> str:
+        return engine_url(self.base_url)
+
+    def client(self) -> docker_sdk.DockerClient:
+        """The SDK client, connected on first use (ExecutorError if the engine is down)."""
+        with self._lock:
+            if self._client_obj is None:
+                self._client_obj = connect(self.base_url, self.timeout)
+            return self._client_obj
+
+    def _wrap(self, error: Exception, what: str) -> ExecutorError:
+        """A one-line ExecutorError for an SDK/HTTP failure during `what`."""
+        return wrap_error(error, what, self.url)
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        """The container's command; empty means the image's own ENTRYPOINT/CMD."""
+        return list(launch.argv)
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """Fast checks before a job is created: the engine answers and every image that will
+        not be built is present locally (or names a registry to pull from)."""
+        import docker
+
+        client = self.client()
+        for launch in launches:
+            image = launch.image_uri
+            if launch.local_package is not None:
+                image = launch.image_uri or launch.local_package.executor_image_uri
+                if not image:
+                    raise InvalidValueError(
+                        "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
+                    )
+            if not image:
+                raise InvalidValueError("--worker-pool-spec", f"{launch.task_name} has no image to run: give container-image-uri.")
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                if not has_registry_host(image):
+                    raise ExecutorError(image_missing_message(image)) from None
+            except docker.errors.DockerException as e:
+                raise self._wrap(e, f"looking up image [{image}]") from e
+
+    # ------------------------------------------------------------------ prepare / build
+
+    def prepare(
+        self,
+        launches: Sequence[ReplicaLaunch],
+        *,
+        cancelled: threading.Event,
+        progress: Callable[[str], None],
+    ) -> list[ReplicaLaunch]:
+        """Check the engine and images; build autopackaged images.
+
+        Launches with `local_package` (base image: `image_uri`, else the package's
+        executor_image_uri) get the built image, an empty command (the image's ENTRYPOINT
+        runs), their `args` unchanged, workdir None and local_package None. If
+        `cancelled` is set meanwhile, returns promptly with the launches as given (nothing
+        built); the caller checks `cancelled`.
+        """
+        self.client()
+        built: dict[tuple[Any, str], str] = {}
+        checked: set[str] = set()
+        out: list[ReplicaLaunch] = []
+        for launch in launches:
+            if cancelled.is_set():
+                return list(launches)
+            if launch.local_package is None:
+                if launch.image_uri and launch.image_uri not in checked:
+                    ensure_image(self.client(), launch.image_uri, self.url, cancelled, progress)
+                    checked.add(launch.image_uri)
+                out.append(launch)
+                continue
+            base = launch.image_uri or launch.local_package.executor_image_uri
+            if not base:
+                raise InvalidValueError(
+                    "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
+                )
+            key = (launch.local_package, base)
+            if key not in built:
+                tag = build_package(
+                    self.client(),
+                    launch.local_package,
+                    base,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    cancelled=cancelled,
+                    progress=progress,
+                )
+                if tag is None:  # cancelled
+                    return list(launches)
+                built[key] = tag
+            out.append(replace(launch, image_uri=built[key], command=(), workdir=None, local_package=None))
+        return out
+
+    # ------------------------------------------------------------------ replicas
+
+    def reserve_port(self, placement: Placement) -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        import docker
+
+        client = self.client()
+        kwargs = container_create_kwargs(launch, mem_limit=self.mem_limit)
+        if self.create_local_dirs:
+            os.makedirs(launch.output_dir, exist_ok=True)
+            for path in launch.mounts:
+                os.makedirs(path, exist_ok=True)
+        try:
+            container = self._create(client, kwargs)
+        except docker.errors.ImageNotFound as e:
+            raise ExecutorError(image_missing_message(kwargs["image"])) from e
+        except docker.errors.DockerException as e:
+            raise self._wrap(e, f"creating the container of replica {launch.task_name}") from e
+        except OSError as e:
+            raise engine_down(self.url) from e
+        writer = LogWriter(launch.log_path)
+        watch = _Watch(task_name=launch.task_name, writer=writer, secrets=secret_values(launch))
+        with self._lock:
+            self._watches[container.id] = watch
+        try:
+            container.start()
+        except docker.errors.APIError as e:
+            # The replica fails (like a process whose binary is missing); the job decides.
+            try:
+                state = client.api.inspect_container(container.id)["State"]
+                if not state.get("Error"):
+                    state = dict(state, Error=str(e.explanation or e), Status="created")
+            except docker.errors.DockerException:
+                state = {"Status": "created", "Error": str(e.explanation or e), "ExitCode": 127}
+            final = status_from_state(state, launch.task_name)
+            writer.write("vcli", final.message or f"{launch.task_name} could not start")
+            writer.close()
+            watch.final = final
+            watch.done.set()
+        else:
+            watch.thread = threading.Thread(
+                target=self._watch, args=(container.id, watch), name=f"vcli-docker-{launch.task_name}", daemon=True
+            )
+            watch.thread.start()
+        return ReplicaHandle(executor=self.name, host=launch.placement.host, ref=container.id, task_name=launch.task_name)
+
+    def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
+        import docker
+
+        try:
+            return client.containers.create(**kwargs)
+        except docker.errors.APIError as e:
+            if e.status_code != 409:  # 409: the name is in use
+                raise
+        # An earlier incarnation of this very replica (same job, trial, task): replace it.
+        try:
+            client.api.remove_container(kwargs["name"], force=True)
+        except docker.errors.NotFound:
+            pass
+        return client.containers.create(**kwargs)
+
+    def _watch(self, cid: str, watch: _Watch) -> None:
+        """Stream stdout and stderr into the log, then record the exit."""
+        streams = [
+            threading.Thread(target=self._stream, args=(cid, name, watch), name=f"vcli-docker-{name}", daemon=True)
+            for name in ("stdout", "stderr")
+        ]
+        for t in streams:
+            t.start()
+        for t in streams:
+            t.join()
+        import docker
+
+        try:
+            api = self.client().api
+            api.wait(cid)
+            state = api.inspect_container(cid)["State"]
+            final = status_from_state(state, watch.task_name, stopped=cid in self._stopped)
+        except docker.errors.NotFound:
+            final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: its container was removed")
+        except Exception as e:  # engine gone mid-run
+            final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: lost the Docker engine ({e})")
+        text = final.message or f"replica {watch.task_name} exited with code {final.exit_code}"
+        watch.writer.write("vcli", text)
+        watch.writer.close()
+        watch.final = final
+        watch.done.set()
+
+    def _stream(self, cid: str, name: str, watch: _Watch) -> None:
+        try:
+            for ts, line in iter_log_lines(self._frames(cid, name)):
+                for secret in watch.secrets:
+                    line = line.replace(secret, REDACTED)
+                watch.writer.write(name, line, ts)
+        except Exception:  # the container was removed / engine went away
+            pass
+
+    def _frames(self, cid: str, name: str) -> Iterator[bytes]:
+        """Log frames of one stream: followed live, then a catch-up read after the exit.
+
+        The engine's follow mode ends without the last message when it is a partial line
+        (output not ending in a newline); a plain read afterwards has it. Timestamps are
+        fixed-width (RFC3339NanoFixed), so they compare as bytes.
+        """
+        api = self.client().api
+        which = {"stdout": name == "stdout", "stderr": name == "stderr", "timestamps": True}
+        last = b""
+        for frame in api.logs(cid, stream=True, follow=True, **which):
+            last = frame.split(b" ", 1)[0]
+            yield frame
+        since = int(parse_docker_timestamp(last.decode()) or 0) if last else None
+        extra = {"since": since} if since else {}
+        for frame in api.logs(cid, stream=True, follow=False, **which, **extra):
+            if frame.split(b" ", 1)[0] > last:
+                yield frame
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        import docker
+
+        watch = self._watches.get(handle.ref)
+        if watch is not None and watch.final is not None:
+            return watch.final
+        try:
+            state = self.client().api.inspect_container(handle.ref)["State"]
+        except docker.errors.NotFound:
+            return ReplicaStatus(running=False, exit_code=None, message=f"replica {handle.task_name}: its container no longer exists")
+        except docker.errors.DockerException as e:
+            raise self._wrap(e, f"inspecting replica {handle.task_name}") from e
+        except OSError as e:
+            raise engine_down(self.url) from e
+        status = status_from_state(state, handle.task_name, stopped=handle.ref in self._stopped)
+        if not status.running and watch is not None and not watch.done.is_set():
+            # Exited, but its log is still being drained: report the exit once it is complete.
+            now = time.monotonic()
+            if watch.exited_at is None:
+                watch.exited_at = now
+            if now - watch.exited_at < _LOG_DRAIN_SECONDS and not watch.done.wait(0.05):
+                return ReplicaStatus(running=True)
+            if watch.final is not None:
+                return watch.final
+        return status
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        """SIGTERM, `grace_seconds`, SIGKILL (docker stop), all containers at once."""
+        import docker
+
+        grace = max(0, math.ceil(grace_seconds))
+        api = self.client().api
+        errors: list[Exception] = []
+
+        def stop_one(handle: ReplicaHandle) -> None:
+            self._stopped.add(handle.ref)
+            try:
+                api.stop(handle.ref, timeout=grace)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if e.status_code != 304:  # 304: already stopped
+                    errors.append(e)
+            except Exception as e:
+                errors.append(e)
+
+        _in_parallel(stop_one, handles)
+        if errors:
+            raise self._wrap(errors[0], "stopping replicas") from errors[0]
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        # Every path a replica is told about (output dir, mounts) is bind-mounted at the same path.
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        import docker
+
+        api = self.client().api
+        errors: list[Exception] = []
+
+        def remove(handle: ReplicaHandle) -> None:
+            try:
+                api.remove_container(handle.ref, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if e.status_code != 409:  # 409: removal already in progress
+                    errors.append(e)
+            except Exception as e:
+                errors.append(e)
+            watch = self._watches.get(handle.ref)
+            if watch is not None and watch.thread is not None:
+                watch.thread.join(timeout=5)
+
+        _in_parallel(remove, handles)
+        if errors:
+            raise self._wrap(errors[0], "removing replica containers") from errors[0]
+
+    # ------------------------------------------------------------------ whole jobs
+
+    def job_containers(self, job_id: str) -> list[str]:
+        """Ids of every container (running or not) labelled with `job_id`."""
+        try:
+            found = self.client().api.containers(all=True, quiet=True, filters={"label": f"{LABEL_JOB}={job_id}"})
+        except Exception as e:
+            raise self._wrap(e, f"listing the containers of job {job_id}") from e
+        return [c["Id"] for c in found]
+
+    def cleanup_job(self, job_id: str) -> int:
+        """Remove every container of job `job_id` (force: running ones are killed)."""
+        ids = self.job_containers(job_id)
+        self.release([ReplicaHandle(executor=self.name, host="local", ref=cid, task_name="") for cid in ids])
+        return len(ids)
+
+
+def _in_parallel(fn: Callable[[ReplicaHandle], None], handles: Sequence[ReplicaHandle]) -> None:
+    """Run `fn` for every handle at once (engine calls block for seconds each); one inline."""
+    if len(handles) <= 1:
+        for h in handles:
+            fn(h)
+        return
+    threads = [threading.Thread(target=fn, args=(h,), daemon=True) for h in handles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
