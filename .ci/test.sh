@@ -22,6 +22,9 @@ log "installing vcli[all] into .venv"
 if [ -f .ci/ssh-setup.sh ]; then log "ssh setup"; bash .ci/ssh-setup.sh; fi
 if [ -f .ci/docker-setup.sh ]; then log "docker setup"; PATH="$PWD/.venv/bin:$PATH" bash .ci/docker-setup.sh; fi
 
+log "ruff check (configuration: ruff.toml)"
+.venv/bin/python -m ruff check vcli tests bench trainer
+
 log "running tests"
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"

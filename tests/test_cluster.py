@@ -17,8 +17,8 @@ import pytest
 
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
-from vcli.executors import get_executor
 from vcli.control.jobs import plan_job
+from vcli.executors import get_executor
 from vcli.spec import ContainerSpec, CustomJobSpec, MachineSpec, PythonPackageSpec, WorkerPoolSpec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -128,7 +128,7 @@ def test_single_replica_has_cluster_spec_but_no_tf_config():
 def test_tf_config_pool_names_and_indices():
     envs = environments(make_spec(1, 2), None)
     assert list(envs) == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
-    for task, env in envs.items():
+    for env in envs.values():
         tf = env["TF_CONFIG"]
         assert tf["cluster"] == {"chief": ["10.0.0.1:2222"], "worker": ["10.0.1.1:2222", "10.0.1.2:2222"]}
         assert tf["environment"] == "cloud"
@@ -244,7 +244,7 @@ def test_plan_job_with_the_local_executor(tmp_path):
     assert "RANK" not in envs["workerpool2-0"]
 
     # Every replica sees the same cluster, and TF_CONFIG agrees with CLUSTER_SPEC.
-    for t, env in envs.items():
+    for env in envs.values():
         other = json.loads(env["CLUSTER_SPEC"])
         assert other["cluster"] == cs["cluster"]
         tf = json.loads(env["TF_CONFIG"])

@@ -70,7 +70,7 @@ def _int_from_any(text):
     try:
         return int(float(text))
     except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
 def _fail_if_expr(text):
@@ -83,7 +83,7 @@ def _fail_if_expr(text):
     try:
         float(number)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number in --fail_if: {number!r}")
+        raise argparse.ArgumentTypeError(f"not a number in --fail_if: {number!r}") from None
     return name, op, float(number)
 
 
@@ -110,8 +110,7 @@ def build_parser():
         type=_fail_if_expr,
         default=None,
         metavar="EXPR",
-        help="test hook: exit %d before training when EXPR (e.g. learning_rate>0.5) holds"
-        % FAIL_IF_EXIT_CODE,
+        help=f"test hook: exit {FAIL_IF_EXIT_CODE} before training when EXPR (e.g. learning_rate>0.5) holds",
     )
     return parser
 
@@ -249,7 +248,7 @@ def load_data(name, seed):
         try:
             import tensorflow_datasets as tfds
         except ImportError:
-            raise SystemExit(
+            raise SystemExit(  # noqa: B904 - the message is the whole story
                 f"error: --dataset={name!r} needs the tensorflow_datasets package "
                 "(pip install tensorflow-datasets); only 'digits' is built in"
             )

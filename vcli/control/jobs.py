@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
+from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, Placement, ReplicaHandle, ReplicaLaunch
 from vcli.spec import CustomJobSpec, JobState, ReplicaId, ReplicaState, is_secret
 from vcli.store import Store, now_iso
-from vcli.control.clock import SYSTEM_CLOCK, Clock
 
 #: Seconds between SIGTERM and SIGKILL when vcli stops replicas (TF ignores SIGTERM).
 STOP_GRACE_SECONDS = 3.0
@@ -223,7 +222,7 @@ class JobRun:
                 self.store.upsert_replica(
                     self.job_id, r.launch.task_name, handle=r.handle.to_json(), state=ReplicaState.RUNNING.value, start_time=now_iso()
                 )
-        except BaseException as e:  # noqa: BLE001 - reported through poll() on the main thread
+        except BaseException as e:
             self._worker_error = e
 
     def cancel(self) -> None:

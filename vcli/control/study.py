@@ -20,33 +20,29 @@ FAILED trial state) and count towards the failure budget.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
-from vcli.executors import Executor
+from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
+from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
+from vcli.errors import StoreError, VcliError
+from vcli.executors import Executor
 from vcli.logs import Follower
 from vcli.metrics import MetricReader
 from vcli.spec import (
-    JobKind,
-    StudyEvent,
-    DiscreteValueSpec,
     HyperparameterTuningJobSpec,
-    IntegerValueSpec,
+    JobKind,
     JobState,
-    Measurement,
-    ParameterSpec,
     ParameterValue,
+    StudyEvent,
     Trial,
     TrialState,
 )
-from vcli.errors import StoreError, VcliError
 from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.suggesters import Suggester
-from vcli.control.clock import SYSTEM_CLOCK, Clock
-from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
+
 
 #: How many failed trials a study tolerates when maxFailedTrialCount is 0 (Vertex: "service decides").
 def default_failure_budget(max_trial_count: int) -> int:

@@ -48,7 +48,7 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; the supervisor sets it again itself
+    except Exception:
         pass
 
 
@@ -85,17 +85,17 @@ class _Spawner:
     happen on a thread that lives as long as vcli does.
     """
 
-    _instance: "_Spawner | None" = None
+    _instance: _Spawner | None = None
     _guard = threading.Lock()
 
     def __init__(self) -> None:
         import queue
 
-        self._queue: "queue.Queue[tuple[Callable[[], object], list[object], threading.Event]]" = queue.Queue()
+        self._queue: queue.Queue[tuple[Callable[[], object], list[object], threading.Event]] = queue.Queue()
         threading.Thread(target=self._loop, name="vcli-spawner", daemon=True).start()
 
     @classmethod
-    def get(cls) -> "_Spawner":
+    def get(cls) -> _Spawner:
         with cls._guard:
             if cls._instance is None:
                 cls._instance = cls()
@@ -106,7 +106,7 @@ class _Spawner:
             fn, box, done = self._queue.get()
             try:
                 box.append(fn())
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            except BaseException as e:
                 box.append(e)
             done.set()
 
@@ -173,7 +173,7 @@ class LocalExecutor(ExecutorBase):
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only a prctl call, no locks
+                preexec_fn=_set_pdeathsig,
                 close_fds=True,
             ))
             assert isinstance(popen, subprocess.Popen)

@@ -132,7 +132,7 @@ class _Log:
 def _write_status(path: str, status: dict[str, object]) -> None:
     """Atomically; retried for a few seconds while the disk is full (vcli frees its reserve)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    for attempt in range(50):
+    for _ in range(50):
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(status, f)
