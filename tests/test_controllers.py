@@ -470,3 +470,151 @@ def test_measurements_keep_their_own_elapsed_time(store: Store, world: FakeWorld
     # Elapsed counts from the trial's start (start-up included), so only the gap is exact.
     assert first >= 1 and second - first == pytest.approx(5, abs=0.3)
     assert trial.final_measurement.elapsed_seconds == second  # LAST: the second report, its own time
+
+
+# =========================================================================== resume
+
+
+class Crash(BaseException):
+    """The controller dies here: nothing is cleaned up, replicas keep running."""
+
+
+class CrashingStore(Store):
+    """A store whose controller dies right after a trial's job ended, before the trial is recorded."""
+
+    armed = True
+
+    def save_trial(self, study_id: str, trial: Any) -> None:
+        if self.armed and trial["state"] == "SUCCEEDED":
+            self.armed = False
+            raise Crash
+        super().save_trial(study_id, trial)
+
+
+class CrashingSuggester:
+    """Dies during the `after`-th suggestion."""
+
+    def __init__(self, inner: Any, after: int) -> None:
+        self.inner, self.after, self.calls = inner, after, 0
+
+    def ask(self, count: int) -> Any:
+        self.calls += 1
+        if self.calls == self.after:
+            raise Crash
+        return self.inner.ask(count)
+
+    def tell(self, trial: Any) -> None:
+        self.inner.tell(trial)
+
+
+def crash_after_sleeps(world: FakeWorld, n: int) -> Any:
+    orig, calls = world.clock.sleep, 0
+
+    def sleep(seconds: float) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == n:
+            world.clock.sleep = orig  # type: ignore[method-assign]
+            raise Crash
+        orig(seconds)
+
+    world.clock.sleep = sleep  # type: ignore[method-assign]
+    return orig
+
+
+ACTIONS = ("sleep:10", "metric:acc=%x@1", "sleep:10", "metric:acc=%x@2", "exit:0")
+
+
+def resumed(store: Store, world: FakeWorld, first: StudyRun) -> StudyRun:
+    """A new controller for `first`'s study: fresh suggester with the same seed, then resume."""
+    # A dead process's threads die with it; here they must be let finish what they started.
+    for active in first._active.values():
+        if active.run._worker is not None:
+            active.run._worker.join()
+    second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
+                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock)
+    second.resume()
+    return second
+
+
+def assert_study_completed_once(run: StudyRun, world: FakeWorld, trials: int = 8) -> None:
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert sorted(run.trials, key=int) == [str(i) for i in range(1, trials + 1)]
+    assert states(run) == ["SUCCEEDED"] * trials
+    assert len(world.started) == trials, "a trial was started twice"
+    for t in run.trials.values():
+        assert [m.step_count for m in t.measurements] == [1, 2], t
+    assert world.running() == []
+
+
+@pytest.mark.parametrize("sleeps", [1, 150, 400])
+def test_a_study_resumes_after_its_controller_dies_mid_trial(store: Store, world: FakeWorld, sleeps: int) -> None:
+    first, _ = study(store, world, *ACTIONS, max_trials=8, parallel=2)
+    crash_after_sleeps(world, sleeps)
+    with pytest.raises(Crash):
+        first.run()
+    running_before = set(world.running())
+    second = resumed(store, world, first)
+    assert set(second._active) == {t for t, a in first._active.items()}  # the same trials, re-attached
+    assert_study_completed_once(second, world)
+    assert running_before <= set(world.started[: len(running_before) + 8])
+
+
+def test_a_study_resumes_after_dying_between_a_trial_exit_and_its_record(tmp_path: Path, world: FakeWorld) -> None:
+    store = CrashingStore(tmp_path / "home")
+    first, _ = study(store, world, *ACTIONS, max_trials=8, parallel=2)
+    with pytest.raises(Crash):
+        first.run()
+    assert [t["state"] for t in store.trials(first.study_id)].count("SUCCEEDED") == 0
+    assert_study_completed_once(resumed(store, world, first), world)
+
+
+def test_a_study_resumes_after_dying_during_a_suggestion(store: Store, world: FakeWorld) -> None:
+    first, _ = study(store, world, *ACTIONS, max_trials=8, parallel=2)
+    first.suggester = CrashingSuggester(first.suggester, after=4)
+    with pytest.raises(Crash):
+        first.run()
+    assert_study_completed_once(resumed(store, world, first), world)
+
+
+def test_a_study_resumes_after_dying_before_any_trial(store: Store, world: FakeWorld) -> None:
+    first, _ = study(store, world, *ACTIONS, max_trials=8, parallel=2)
+    first.suggester = CrashingSuggester(first.suggester, after=1)
+    with pytest.raises(Crash):
+        first.run()
+    assert store.trials(first.study_id) == []
+    assert_study_completed_once(resumed(store, world, first), world)
+
+
+def test_resumed_suggestions_are_the_ones_the_study_would_have_made(tmp_path: Path) -> None:
+    """Replaying the stored trials puts the suggester where it was: the same 8 points."""
+    world_a, world_b = FakeWorld(FakeClock()), FakeWorld(FakeClock())
+    straight, _ = study(Store(tmp_path / "a"), world_a, *ACTIONS, max_trials=8, parallel=2)
+    assert straight.run() == JobState.JOB_STATE_SUCCEEDED
+    store_b = Store(tmp_path / "b")
+    first, _ = study(store_b, world_b, *ACTIONS, max_trials=8, parallel=2)
+    crash_after_sleeps(world_b, 300)
+    with pytest.raises(Crash):
+        first.run()
+    second = resumed(store_b, world_b, first)
+    assert second.run() == JobState.JOB_STATE_SUCCEEDED
+    assert [straight.trials[k].parameters for k in sorted(straight.trials, key=int)] == \
+           [second.trials[k].parameters for k in sorted(second.trials, key=int)]
+
+
+def test_a_custom_job_is_reattached_not_restarted(store: Store, world: FakeWorld) -> None:
+    spec = job_spec(pool("sleep:20", "exit:0"), pool("sleep:15", "exit:0", replicas=2))
+    run = job_run(store, FakeExecutor(world), spec)
+    run.start()
+    while len(world.started) < 3:
+        run.poll()
+        world.clock.sleep(0.1)
+    run._worker.join()
+    world.clock.sleep(5)  # the controller dies here, replicas keep running
+    rows = {r.task_name: r for r in store.replicas(run.job_id)}
+    again = JobRun(store=store, executor=FakeExecutor(world), plan=run.plan, clock=world.clock)
+    again.attach(rows)
+    assert drive_started(again, world) == JobState.JOB_STATE_SUCCEEDED
+    assert len(world.started) == 3  # nothing started twice
+    assert replica_states(store, again) == {"workerpool0-0": "SUCCEEDED", "workerpool1-0": "SUCCEEDED",
+                                            "workerpool1-1": "SUCCEEDED"}

@@ -32,7 +32,7 @@ from vcli.logs import read_records
 from vcli.metrics import MetricReader
 from vcli.spec import ReplicaId
 
-KINDS = ["fake", "local", "docker"]  # ssh joins once its executor sets VCLI_JOB_ID itself
+KINDS = ["fake", "local", "docker", "ssh"]
 BASE_IMAGE = "vcli-base:bookworm"
 
 
@@ -152,7 +152,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
 
         host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
                     workdir=str(tmp / "remote"), python=sys.executable)
-        build = lambda: _ssh_executor(host)  # noqa: E731
+        build = lambda: _ssh_executor(host)
         return Harness(kind, build(), home, sys.executable, Placement(host="lo", address="127.0.0.1"), another=build)
     raise AssertionError(kind)
 

@@ -333,21 +333,77 @@ def _wait_no_pids(cluster: netns.NetnsCluster, host: str, job_id: str, seconds: 
     return time.monotonic() - started
 
 
+#: What real trainers start (data loaders, TensorBoard, NCCL helpers): a child, a child with a
+#: grandchild, a `setsid` child and a double-forked daemon, all holding the trainer's stdout.
+TREE = {"tree.py": """
+    import os, subprocess, sys
+    def start_tree():
+        sleeper = [sys.executable, "-S", "-c", "import time; time.sleep(600)"]
+        subprocess.Popen(sleeper)
+        subprocess.Popen([sys.executable, "-S", "-c",
+                          "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)", *sleeper])
+        subprocess.Popen(sleeper, start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, sleeper)
+            os._exit(0)
+        os.wait()
+        print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
+""", "tree_sleep.py": "import time, tree; tree.start_tree(); time.sleep(600)\n",
+    "tree_ok.py": "import time, tree; tree.start_tree(); time.sleep(1)\n",
+    "tree_fail.py": """
+    import os, sys, time, tree
+    tree.start_tree()
+    if os.environ["VCLI_TASK_NAME"].startswith("workerpool0"):
+        time.sleep(600)  # the chief waits; its sibling fails
+    time.sleep(1)
+    sys.exit(3)
+"""}
+TREE_SIZE = 6  # the trainer and the five processes it starts
+
+
+def test_whole_trees_go_when_a_job_succeeds_or_a_sibling_fails(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path)
+    pkg = _package(tmp_path, TREE)
+    pool = "machine-type=n1-standard-4,replica-count=1"
+    package = f"local-package-path={pkg}"
+    # Success: every replica's helpers are gone once the job has SUCCEEDED, on every host.
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1,h2", "--display-name=tree-ok",
+                  f"--worker-pool-spec={pool},{package},script=tree_ok.py", f"--worker-pool-spec={pool}",
+                  timeout=180)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    job_id = _job_id(res.stderr)
+    assert env.describe(job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    assert res.stdout.count("up on") == 2
+    assert cluster.job_pids("h1", job_id) == [] and cluster.job_pids("h2", job_id) == []
+    # A sibling fails: the chief's whole tree on the other host is stopped too.
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1,h2", "--display-name=tree-fail",
+                  f"--worker-pool-spec={pool},{package},script=tree_fail.py", f"--worker-pool-spec={pool}",
+                  timeout=180)
+    assert res.returncode != 0
+    job_id = _job_id(res.stderr)
+    assert env.describe(job_id)["state"] == "JOB_STATE_FAILED"
+    assert cluster.job_pids("h1", job_id) == [] and cluster.job_pids("h2", job_id) == []
+
+
+def _wait_tree(cluster: netns.NetnsCluster, host: str, job_id: str) -> None:
+    deadline = time.monotonic() + 10  # the grandchild starts a moment after "up on"
+    while len(cluster.job_pids(host, job_id)) < TREE_SIZE and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(cluster.job_pids(host, job_id)) >= TREE_SIZE, cluster.job_pids(host, job_id)
+
+
 def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path)
-    pkg = _package(tmp_path, {"sleeper.py": """
-        import os, subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a process tree
-        print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
-        time.sleep(600)
-    """})
-    pool = f"machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},script=sleeper.py"
+    pkg = _package(tmp_path, TREE)
+    pool = f"machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},script=tree_sleep.py"
     # 1. `custom-jobs cancel` from another terminal while the controller runs.
     proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=c1",
                      f"--worker-pool-spec={pool}")
     try:
         job_id = _wait_up(env, 1)
-        assert len(cluster.job_pids("h1", job_id)) >= 2
+        _wait_tree(cluster, "h1", job_id)
         res = env.run("custom-jobs", "cancel", job_id, timeout=120)
         assert res.returncode == 0, res.stderr
         proc.communicate(timeout=60)
@@ -357,7 +413,8 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
             proc.communicate()
     assert env.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
     _wait_no_pids(cluster, "h1", job_id, 5)
-    # 2. The controller dies (SIGKILL): the remote tree follows it (the stdin watcher), and
+    # 2. The controller dies (SIGKILL): the remote tree follows it (the channel's wrapper stops
+    #    the supervisor when the channel closes), and
     #    `cancel` from another process marks the orphaned job CANCELLED.
     for p in (env.home / "jobs").glob("*"):
         shutil.rmtree(p)
@@ -365,7 +422,7 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
                      f"--worker-pool-spec={pool}")
     try:
         job_id = _wait_up(env, 1)
-        assert cluster.job_pids("h1", job_id)
+        _wait_tree(cluster, "h1", job_id)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:

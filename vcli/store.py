@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from vcli.errors import StoreError
 from vcli.spec import JobKind, JobState
@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     trial_id TEXT,
     controller_pid INTEGER,             -- the vcli process that runs the job
     controller_start TEXT,              -- its start time, so a reused pid is not mistaken for it
+    heartbeat REAL,                     -- unix time the controller last said it was alive
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     error TEXT,                         -- JSON {code, message}
     record TEXT NOT NULL                -- JSON: jobSpec / studySpec etc., labels, output dirs
@@ -71,7 +72,9 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Statements that bring a store of version N-1 to version N.
+MIGRATIONS = {2: ("ALTER TABLE jobs ADD COLUMN heartbeat REAL",)}
 PROJECT = "local"
 LOCATION = "local"
 
@@ -123,6 +126,7 @@ class JobRow:
     trial_id: str | None
     controller_pid: int | None
     controller_start: str | None
+    heartbeat: float | None
     cancel_requested: bool
     error: dict[str, Any] | None
     record: dict[str, Any]
@@ -167,9 +171,14 @@ class Store:
             self._conn.execute("PRAGMA busy_timeout=30000")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             # The schema and WAL mode persist in the file: set them up once, not on every command.
-            if self._conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
                 with self._lock:
                     self._conn.execute("PRAGMA journal_mode=WAL")
+                    if version:
+                        for v in range(version + 1, SCHEMA_VERSION + 1):
+                            for statement in MIGRATIONS.get(v, ()):
+                                self._conn.execute(statement)
                     self._conn.executescript(SCHEMA)
                     self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             for suffix in ("-wal", "-shm"):
@@ -296,6 +305,29 @@ class Store:
                 c.execute("UPDATE jobs SET end_time = COALESCE(end_time, ?) WHERE id = ?", (ts, job_id))
             if error is not None:
                 c.execute("UPDATE jobs SET error = ? WHERE id = ?", (json.dumps(dict(error)), job_id))
+
+    def claim_controller(self, job_id: str, pid: int, start: str | None,
+                         alive: Callable[[int, str | None], bool]) -> tuple[int, str | None] | None:
+        """Make (`pid`, `start`) the job's controller unless another live one holds it.
+
+        Atomic (one IMMEDIATE transaction), so of two processes claiming the same job at once
+        exactly one wins. Returns None on success, else the live holder's (pid, start).
+        """
+        with self._tx() as c:
+            r = c.execute("SELECT controller_pid, controller_start FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if r is None:
+                return None
+            held = (r[0], r[1])
+            if held[0] and held != (pid, start) and alive(held[0], held[1]):
+                return held
+            c.execute("UPDATE jobs SET controller_pid = ?, controller_start = ?, heartbeat = ?, update_time = ?"
+                      " WHERE id = ?", (pid, start, time.time(), now_iso(), job_id))
+            return None
+
+    def beat(self, job_id: str) -> None:
+        """The controller is alive (see `JobRow.heartbeat`)."""
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET heartbeat = ? WHERE id = ?", (time.time(), job_id))
 
     def request_cancel(self, job_id: str) -> bool:
         """Mark a job for cancellation; False if it had already ended."""
@@ -431,7 +463,7 @@ def _job_row(r: sqlite3.Row) -> JobRow:
         id=r["id"], kind=r["kind"], display_name=r["display_name"], state=r["state"],
         create_time=r["create_time"], start_time=r["start_time"], end_time=r["end_time"],
         update_time=r["update_time"], parent_id=r["parent_id"], trial_id=r["trial_id"],
-        controller_pid=r["controller_pid"], controller_start=r["controller_start"],
+        controller_pid=r["controller_pid"], controller_start=r["controller_start"], heartbeat=r["heartbeat"],
         cancel_requested=bool(r["cancel_requested"]),
         error=json.loads(r["error"]) if r["error"] else None, record=json.loads(r["record"]),
     )

@@ -83,17 +83,27 @@ def plan_job(
     base_output_directory: str | None = None,
     placer: Placer = local_placer,
     shm_size: str | None = None,
+    restore: Mapping[str, tuple[Placement, str]] | None = None,
 ) -> JobPlan:
-    """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts)."""
+    """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts).
+
+    `restore` (task name -> (placement, "host:port")) plans a job that already ran, for a
+    controller that resumes it: the placements and addresses are the recorded ones, nothing is
+    placed or reserved again.
+    """
     replicas = cluster.replica_ids(spec)
-    placements = list(placer(replicas, spec=spec, job_id=job_id))
-    try:
-        addresses = {
-            r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
-        }
-    except BaseException:
-        placer.release(job_id)
-        raise
+    if restore is not None:
+        placements = [restore[r.task_name][0] if r.task_name in restore else Placement() for r in replicas]
+        addresses = {r.task_name: restore[r.task_name][1] if r.task_name in restore else "" for r in replicas}
+    else:
+        placements = list(placer(replicas, spec=spec, job_id=job_id))
+        try:
+            addresses = {
+                r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
+            }
+        except BaseException:
+            placer.release(job_id)
+            raise
     layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
     base = base_output_directory or spec.base_output_directory or str(job_dir / "output")
     job_dict = custom_job_spec_to_dict(spec)
@@ -149,6 +159,11 @@ def make_dirs(plan: JobPlan) -> None:
             os.makedirs(plan.launches[0].env[key], exist_ok=True)
 
 
+_ENDED_REPLICA_STATES = frozenset(
+    s.value for s in (ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED, ReplicaState.NOT_STARTED)
+)
+
+
 @dataclass
 class _Replica:
     launch: ReplicaLaunch
@@ -179,6 +194,9 @@ class JobRun:
     _started_at: float = 0.0
     _chief_done_at: float | None = None
     _last_cancel_check: float = 0.0
+    #: Seconds between heartbeats written to the store (`JobRow.heartbeat`).
+    heartbeat_seconds: float = 2.0
+    _last_beat: float = float("-inf")
 
     @property
     def job_id(self) -> str:
@@ -210,12 +228,49 @@ class JobRun:
         self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
         self._worker.start()
 
+    def attach(self, stored: Mapping[str, Any], *, final: tuple[JobState, dict[str, Any] | None] | None = None,
+               running_for: float = 0.0) -> None:
+        """Take over a job a previous controller started (`resume`), instead of `start()`.
+
+        `stored` maps task names to the store's replica rows. Replicas with a handle are
+        adopted as they are (never restarted): running ones are watched, ones that ended
+        meanwhile report their exit through the executor; replicas that never started are
+        started now. `final` is the job's recorded end, if the previous controller recorded
+        one. `running_for` is how long the job had been running (its timeout counts it).
+        """
+        self._started_at = self.clock.now() - running_for
+        self._replicas = []
+        for launch in self.plan.launches:
+            r = _Replica(launch=launch)
+            row = stored.get(launch.task_name)
+            if row is not None and row.handle:
+                r.handle = ReplicaHandle.from_json(row.handle)
+                if row.state in _ENDED_REPLICA_STATES:
+                    r.done, r.exit_code = True, row.exit_code
+                    if row.state == ReplicaState.SUCCEEDED.value and launch.replica.pool_index == 0:
+                        self._chief_done_at = self.clock.now()
+            self._replicas.append(r)
+        if final is not None:
+            self.state, self.error = final
+            self._final = final[0]
+            return
+        if any(r.handle is None for r in self._replicas):
+            try:
+                make_dirs(self.plan)
+            except OSError as e:
+                raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
+            self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
+            self._worker.start()
+        else:
+            self._set_state(JobState.JOB_STATE_RUNNING)
+
     def _launch_all(self) -> None:
         try:
-            launches = self.executor.prepare(list(self.plan.launches), cancelled=self._cancel, progress=self.on_progress)
-            for r, launch in zip(self._replicas, launches):
+            todo = [r for r in self._replicas if r.handle is None]
+            launches = self.executor.prepare([r.launch for r in todo], cancelled=self._cancel, progress=self.on_progress)
+            for r, launch in zip(todo, launches):
                 r.launch = launch
-            for r in self._replicas:
+            for r in todo:
                 if self._cancel.is_set():
                     return
                 r.handle = self.executor.start(r.launch)
@@ -237,6 +292,9 @@ class JobRun:
         if self._final is not None:
             return self._final
         now = self.clock.now()
+        if now - self._last_beat > self.heartbeat_seconds:
+            self._last_beat = now
+            self.store.beat(self.job_id)
         if now - self._last_cancel_check > 0.2:
             self._last_cancel_check = now
             if self.store.cancel_requested(self.job_id):

@@ -20,6 +20,7 @@ FAILED trial state) and count towards the failure budget.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,7 +29,7 @@ from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.errors import StoreError, VcliError
-from vcli.executors import Executor
+from vcli.executors import Executor, Placement
 from vcli.logs import Follower
 from vcli.metrics import MetricReader
 from vcli.spec import (
@@ -112,10 +113,13 @@ class StudyRun:
     def run(self, interval: float = 0.1) -> JobState:
         """Blocking. KeyboardInterrupt cancels the study (every trial stopped) and re-raises."""
         self._set_state(JobState.JOB_STATE_RUNNING)
-        last_cancel_check = 0.0
+        last_cancel_check = last_beat = float("-inf")
         try:
             while True:
                 now = self.clock.now()
+                if now - last_beat > 2.0:
+                    last_beat = now
+                    self.store.beat(self.study_id)
                 if now - last_cancel_check > 0.25:
                     last_cancel_check = now
                     if self.store.cancel_requested(self.study_id):
@@ -181,6 +185,58 @@ class StudyRun:
         self._set_state(JobState.JOB_STATE_CANCELLING)
         self._stop_all("the study was cancelled")
         return self._finish(JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+
+    # ------------------------------------------------------------------ resume
+
+    def resume(self) -> None:
+        """Take over a study whose controller died, before `run()`.
+
+        Every stored trial is told to the suggester in order (so the next suggestions are the
+        ones the study would have made); finished trials count towards maxTrialCount and the
+        failure budget; trials that were running are re-attached to their replicas (never
+        restarted) or, if they ended meanwhile, concluded from what their replicas left.
+        """
+        from vcli.codec import custom_job_spec_from_stored
+        from vcli.store import parse_job_ref
+
+        for data in self.store.trials(self.study_id):
+            trial = trial_from_dict(data)
+            self.trials[trial.id] = trial
+            self.suggester.tell(trial)
+            if trial.state == TrialState.INFEASIBLE and not (trial.infeasible_reason or "").startswith("Stopped"):
+                self._failed += 1
+            if trial.state.is_final():
+                continue
+            child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
+            if child is None:  # died between recording the trial and its job: run it now
+                del self.trials[trial.id]
+                self._queued.append(dict(trial.parameters))
+                continue
+            spec = custom_job_spec_from_stored(child.record["jobSpec"])
+            rows = {r.task_name: r for r in self.store.replicas(child.id)}
+            restore = {name: (Placement(host=r.host, address=(r.address or ":").rsplit(":", 1)[0],
+                                        gpu_indices=tuple(int(g) for g in (r.gpus or "").split(",") if g)),
+                              r.address or "") for name, r in rows.items()}
+            plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
+                            trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
+                            shm_size=self.shm_size, restore=restore)
+            timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
+            run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
+                         on_progress=self.on_progress, clock=self.clock)
+            ran = _seconds_since(trial.start_time)
+            final = (JobState(child.state), child.error) if JobState(child.state).is_final() else None
+            run.attach(rows, final=final, running_for=ran)
+            chief = plan.launches[0]
+            active = _ActiveTrial(
+                trial=trial, run=run, reader=MetricReader(self.metric.metric_id),
+                follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
+                started=self.clock.now() - ran, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements],
+            )
+            self._active[trial.id] = active
+            if trial.state == TrialState.STOPPING:
+                active.stop_reason = "the trial was being stopped when the study's controller died"
+                run.cancel()
+            self.on_event(StudyEvent.TRIAL_STARTED, trial)
 
     # ------------------------------------------------------------------ trials
 
@@ -395,6 +451,18 @@ class StudyRun:
         self._set_state(state, error)
         self.on_event(StudyEvent.STUDY_FINISHED, best)
         return state
+
+
+def _seconds_since(iso: str | None) -> float:
+    """Seconds from an ISO time in the store to now (0 if unknown)."""
+    from datetime import datetime
+
+    if not iso:
+        return 0.0
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0.0
 
 
 def _self_pid() -> int:

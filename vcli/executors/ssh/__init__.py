@@ -8,14 +8,20 @@ Where each concern lives:
     link.py           one host's connections: heartbeats, dead-host detection, short commands,
                       a control shell, SFTP reads; `q`/`qargv` quote every remote argument
     sync.py           shipping a local package to a host (SFTP mirror by size and mtime)
-    remote.py         the remote process model: wrapper, process groups, stop/alive scripts,
+    remote.py         the remote process model: every replica under the per-replica supervisor
+                      (`vcli.executors.supervisor`, shipped to the host), the command that
+                      starts it, log and status over the channel, stop and liveness,
                       local -> host path mapping, what a handle's `ref` and `details` hold
+    wrapper.py        the remote end of a replica's channel (stdlib only, shipped to the host):
+                      starts the supervisor, streams its log and the trainer's exit status,
+                      stops the whole tree when the channel closes; `stop` for the executor
     docker_bridge.py  the Docker runtime on a host: vcli's Docker executor over an SSH bridge
     probe.py          `vcli hosts check`: host facts and host-to-host reachability
     executor.py       `SSHExecutor`, the `Executor` contract over all of the above
 
 Remote layout (`workdir` of the host, default `~/.vcli`, expanded on the host):
 
+    bin/vcli-*-<hash>.py       the supervisor and the wrapper, shipped once per version
     code/<package>-<hash>/     the job's local package, synced by SFTP
     jobs/<job id>/...          every local path under vcli's home maps to the same relative
                                path under the workdir: replica dirs, the hypertune metric file,

@@ -18,20 +18,23 @@ from typing import Callable, Sequence
 from vcli.errors import ExecutorError, NotFoundError
 from vcli.executors import ExecutorBase, HostHealth, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
-from vcli.executors.ssh.link import HostLink, q, qargv
+from vcli.executors.ssh.link import HostLink, q
 from vcli.executors.ssh.remote import (
     ALIVE_SCRIPT,
     FREE_PORT,
-    KILL_SCRIPT,
+    REPLICA_TAG,
     Replica,
     build_remote_command,
     hook_exit_signal,
+    install_tools,
     map_path,
     parse_ref,
     pump,
     remote_view,
     replica_details,
+    replica_tag,
     signal_code,
+    stop_command,
 )
 from vcli.executors.ssh.sync import code_dir, ship
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
@@ -47,6 +50,9 @@ READ_INTERVAL = 1.0
 PORT_RANGE = (20000, 29999)
 #: Seconds between reconnection attempts to a dead host.
 PROBE_SECONDS = 5.0
+#: How long release() waits for a replica's supervisor to finish stopping its trainer's
+#: leftovers (and the wrapper to hand over the rest of the log) before stopping it outright.
+RELEASE_WAIT_SECONDS = 6.0
 
 
 class SSHExecutor(ExecutorBase):
@@ -197,7 +203,9 @@ class SSHExecutor(ExecutorBase):
         view = remote_view(launch, link.root(), self._home)
         root, env, remote_out = view.root, dict(view.env), view.output_dir
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env["VCLI_JOB_ID"] = launch.job_id  # what stop and poll-from-handles look for on the host
+        # What stop, poll-from-handles and the final sweep look for on the host.
+        env["VCLI_JOB_ID"] = launch.job_id
+        tag = env[REPLICA_TAG] = replica_tag(launch.job_id, launch.task_name)
         if launch.workdir:
             cwd = code_dir(root, launch.workdir)
             env["PYTHONPATH"] = ":".join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
@@ -208,7 +216,16 @@ class SSHExecutor(ExecutorBase):
             if "\n" in v or "\r" in v:
                 raise ExecutorError(f"The secret {k} contains a line break, which the ssh executor cannot pass.")
         argv = process_argv(launch, host.python)
-        command = build_remote_command(argv, env, cwd=cwd, mkdirs=view.mkdirs, secrets=bool(secrets))
+        # The host keeps its own replica.log (the supervisor writes it; the wrapper streams it here).
+        remote_log = map_path(os.path.abspath(launch.log_path), self._home, root)
+        if remote_log == os.path.abspath(launch.log_path):
+            # Not under vcli's home, or a host whose workdir is this very directory: a file of
+            # its own, so the two writers never append to the same file.
+            remote_log = f"{remote_out}/replica.host.log"
+        remote_status = f"{posixpath.dirname(remote_log)}/replica.status"
+        command = build_remote_command(argv, env, cwd=cwd, python=host.python, tools=install_tools(link),
+                                       status=remote_status, log=remote_log, tag=tag,
+                                       mkdirs=(*view.mkdirs, posixpath.dirname(remote_log)), secrets=tuple(secrets))
 
         os.makedirs(launch.output_dir, exist_ok=True)
         writer = LogWriter(launch.log_path)
@@ -242,7 +259,7 @@ class SSHExecutor(ExecutorBase):
                 writer.close()
                 raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: no answer "
                                     f"within {START_TIMEOUT:g}s")
-        if rep.pgid is None:
+        if rep.supervisor is None:
             for t in rep.threads:
                 t.join(2)
             detail = "; ".join(line for line in rep.early_stderr if line.strip())[-500:] or "the remote shell exited"
@@ -250,9 +267,9 @@ class SSHExecutor(ExecutorBase):
             chan.close()
             raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {detail}")
         where = f"{host.name} ({host.login}@{host.address}:{host.port})"
-        writer.write("vcli", f"Started on {where} as process group {rep.pgid} in {cwd}; outputs under "
+        writer.write("vcli", f"Started on {where} under supervisor {rep.supervisor} in {cwd}; outputs under "
                              f"{posixpath.dirname(posixpath.dirname(remote_out))} on {host.name}.")
-        ref = f"{rep.pgid}@{launch.job_id}@{root}"
+        ref = f"{rep.supervisor}@{launch.job_id}@{root}"
         with self._lock:
             self._replicas[ref] = rep
         return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name,
@@ -266,12 +283,18 @@ class SSHExecutor(ExecutorBase):
             return self._poll_foreign(handle)
         if rep.result is not None:
             return rep.result
+        if rep.trainer_status is not None:  # the trainer exited; its supervisor may still be cleaning up
+            rep.result = rep.trainer_status
+            return rep.result
         ended = rep.chan.exit_status_ready()
         if ended and rep.chan.exit_status < 0 and rep.exit_signal is None and not rep.conn.alive():
             ended = False  # the channel was torn down with a dead connection: report the host loss
         if ended:
             for t in rep.threads:
                 t.join(timeout=5)
+            if rep.trainer_status is not None:  # the status line came with the last output
+                rep.result = rep.trainer_status
+                return rep.result
             code = rep.chan.recv_exit_status()
             sig = signal_code(rep.exit_signal)
             if sig is not None:
@@ -279,6 +302,9 @@ class SSHExecutor(ExecutorBase):
             elif code < 0:
                 rep.result = ReplicaStatus(running=False, exit_code=137 if rep.stopped_by_vcli else 255,
                                            message="the remote process ended without an exit status")
+            elif rep.supervisor is not None:  # the wrapper ran, but the status file never came
+                rep.result = ReplicaStatus(running=False, exit_code=code,
+                                           message="the replica's supervisor ended without recording an exit status")
             else:
                 rep.result = ReplicaStatus(running=False, exit_code=code)
             return rep.result
@@ -292,10 +318,10 @@ class SSHExecutor(ExecutorBase):
         return ReplicaStatus(running=True)
 
     def _poll_foreign(self, handle: ReplicaHandle) -> ReplicaStatus:
-        """A replica another vcli process started: is its process group still there?"""
-        pgid, job_id, _ = parse_ref(handle.ref)
+        """A replica another vcli process started: is its supervisor still there?"""
+        pid, job_id, _ = parse_ref(handle.ref)
         try:
-            rc, out, _ = self._link(handle.host).run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pgid)}", timeout=20)
+            rc, out, _ = self._link(handle.host).run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pid)}", timeout=20)
         except ExecutorError as e:
             return ReplicaStatus(running=False, exit_code=255, message=str(e))
         alive = "RUNNING" in out
@@ -315,35 +341,35 @@ class SSHExecutor(ExecutorBase):
 
         threads = [threading.Thread(target=docker_stop, args=(name,), daemon=True)
                    for name in sorted({h.host for h in docker_handles})]
-        by_host: dict[tuple[str, str], list[str]] = {}
+        by_host: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for h in handles:
-            pgid, job_id, _ = parse_ref(h.ref)
+            pid, job_id, _ = parse_ref(h.ref)
             rep = self._replicas.get(h.ref)
             if rep is not None:
                 rep.stopped_by_vcli = True
-                if rep.result is not None or rep.chan.exit_status_ready():
+                if rep.chan.exit_status_ready():  # the supervisor is done: nothing of it is left
                     continue
                 if not rep.conn.alive():
                     rep.writer.write("vcli", f"cannot stop the replica: host {h.host} is unreachable")
                     continue
-            by_host.setdefault((h.host, job_id), []).append(pgid)
+            by_host.setdefault((h.host, job_id), []).append((pid, replica_tag(job_id, h.task_name)))
 
-        def kill(host: str, job_id: str, pgids: list[str]) -> None:
-            tenths = max(1, int(grace_seconds * 10))
-            cmd = f"sh -c {q(KILL_SCRIPT)} kill {q(job_id)} {tenths} {qargv(pgids)}"
+        def kill(host: str, job_id: str, targets: list[tuple[str, str]]) -> None:
             try:
-                rc, out, err = self._link(host).run(cmd, timeout=grace_seconds + 20)
+                link = self._link(host)
+                cmd = stop_command(link.host.python, install_tools(link), job_id, grace_seconds, targets)
+                rc, out, err = link.run(cmd, timeout=grace_seconds + 30)
                 if rc != 0:
                     errors.append(f"{host}: processes left after SIGKILL: {out.strip()} {err.strip()}")
             except ExecutorError as e:
                 errors.append(str(e))
 
-        threads += [threading.Thread(target=kill, args=(host, job, pg), daemon=True)
-                    for (host, job), pg in by_host.items()]
+        threads += [threading.Thread(target=kill, args=(host, job, targets), daemon=True)
+                    for (host, job), targets in by_host.items()]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(grace_seconds + 30)
+            t.join(grace_seconds + 40)
         deadline = time.monotonic() + 5
         for h in handles:  # let the channels deliver the exit status and the last output
             rep = self._replicas.get(h.ref)
@@ -393,17 +419,26 @@ class SSHExecutor(ExecutorBase):
         return text
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
-        """Close the replicas' channels (the remote watcher kills what is left of each group) after
-        copying the metric file back, so it stays readable here; remove docker hosts' containers."""
+        """Wait until each replica's supervisor has stopped its whole tree (stopping it outright
+        after `RELEASE_WAIT_SECONDS`), copy the metric file back so it stays readable here, and
+        close the channel; remove docker hosts' containers."""
         self._docker.release([h for h in handles if h.ref.startswith("docker:")])
+        reps: list[tuple[ReplicaHandle, Replica]] = []
         for h in handles:
             if h.ref.startswith("docker:"):
                 continue
             with self._lock:
                 rep = self._replicas.get(h.ref)
-            if rep is None or rep.released:
-                continue
-            rep.released = True
+            if rep is not None and not rep.released:
+                rep.released = True
+                reps.append((h, rep))
+        deadline = time.monotonic() + RELEASE_WAIT_SECONDS
+        while any(_still_there(rep) for _, rep in reps) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stubborn = [h for h, rep in reps if _still_there(rep)]
+        if stubborn:
+            self.stop(stubborn, grace_seconds=0.1)
+        for h, rep in reps:
             if rep.conn.alive():  # keep a local copy of the metric file, for local readers
                 rep.reads.pop(os.path.abspath(rep.launch.metric_file), None)
                 text = self.read_file(h, rep.launch.metric_file)
@@ -416,7 +451,7 @@ class SSHExecutor(ExecutorBase):
                     except OSError:
                         pass
             try:
-                rep.chan.close()  # stdin EOF: the watcher kills whatever is left of the group
+                rep.chan.close()  # stdin EOF: if anything is left, the wrapper stops it
             except Exception:
                 pass
             rep.conn.channels = max(0, rep.conn.channels - 1)
@@ -431,3 +466,8 @@ class SSHExecutor(ExecutorBase):
             links = list(self._links.values())
         for link in links:
             link.close()
+
+
+def _still_there(rep: Replica) -> bool:
+    """Is the replica's wrapper (so its supervisor, so part of its tree) still running on a live host?"""
+    return rep.conn.alive() and not rep.chan.exit_status_ready()

@@ -146,6 +146,9 @@ class HostLink:
         #: remote code dir -> manifest key of what was last synced there (see `sync.ship`).
         self.synced: dict[str, str] = {}
         self.sync_lock = threading.Lock()
+        #: Where the supervisor and the wrapper were installed on this host (`remote.install_tools`).
+        self.tools: Any = None
+        self.tools_lock = threading.Lock()
         self._sftp_lock = threading.Lock()
         self._ctl_lock = threading.Lock()
         self._ctl: tuple[Conn, Any] | None = None

@@ -1,30 +1,47 @@
 """The remote process model: how a replica runs on a host and how vcli finds it again.
 
-A replica is `sh -c 'echo PGID=$$; ...; exec "$0" "$@"' env K=V... argv` on its own SSH
-channel: sshd makes the login shell a session leader, so the replica and everything it spawns
-are one process group, whose id the wrapper prints first. A watcher in the group waits for the
-channel's stdin to close (vcli exited or released the replica) and then kills the group, so a
-replica never outlives its controller's connection by more than the time sshd needs to notice.
-The environment travels as quoted `env NAME=VALUE` arguments (sshd's AcceptEnv would drop
-arbitrary names), except secrets, which travel on the channel's stdin so they never appear in a
-command line, a process list or a log.
+Every process replica runs under the same per-replica supervisor as on the local executor
+(`vcli.executors.supervisor`: a child subreaper that owns the trainer's whole process tree,
+writes its log and, the moment the trainer exits, its status file). Both that file and the
+channel's end, `vcli.executors.ssh.wrapper`, are shipped once per host into `<workdir>/bin/`
+(`install_tools`; names carry a hash of the source, so hosts never run a stale copy).
 
-Stopping is `kill -TERM -- -PGID`, grace, `kill -KILL`, run from a second channel (`KILL_SCRIPT`):
-sshd refuses the SSH "signal" channel request for root logins, so vcli never relies on it. Only
-groups whose processes carry `VCLI_JOB_ID=<job>` are signalled, so a reused pgid is never hit.
+A replica is `cd CWD && exec python -S wrapper.py run ...` on its own SSH channel
+(`build_remote_command`). The wrapper starts the supervisor, prints `VCLI-SUPERVISOR <pid>`,
+then copies the log records the supervisor writes into the host's replica.log to the channel
+(`pump` puts them into the local log with their own timestamps), and prints `VCLI-STATUS
+<json>` the moment the trainer exits: the replica has ended then, even while a helper still
+holds the trainer's stdout. When the channel's stdin closes (vcli released the replica, died
+or lost the connection), the wrapper stops the supervisor (SIGTERM, then SIGUSR1 after
+`ORPHAN_GRACE_SECONDS`), so a replica never outlives its controller's connection by more
+than that. The environment travels as quoted `NAME=VALUE` arguments (sshd's AcceptEnv would
+drop arbitrary names), except secrets, which travel on the channel's stdin so they never
+appear in a command line, a process list or a log. Every process of the replica carries
+VCLI_JOB_ID=<job> and VCLI_REPLICA=<job>/<task>.
+
+Stopping is `wrapper.py stop` run from a second channel (`stop_command`): SIGTERM to each
+supervisor, grace, SIGUSR1 (SIGKILL to the whole tree), then SIGKILL to every process on the
+host still carrying the replica's VCLI_REPLICA tag. sshd refuses the SSH "signal" channel
+request for root logins, so vcli never relies on it. Only supervisors whose environment
+carries `VCLI_JOB_ID=<job>` are signalled, so a reused pid is never hit.
 
 Paths: every local path under vcli's home maps to the same relative path under the host's
 workdir (`map_path`, `remote_view`): replica dirs, the hypertune metric file, AIP_MODEL_DIR etc.
-Outputs stay on the host; the replica log's first vcli line says where.
+Outputs (and the host's copy of replica.log and replica.status) stay on the host; the replica
+log's first vcli line says where.
 
-A handle's `ref` is `PGID@JOB@ROOT` (process) or `docker:CONTAINER@JOB@ROOT` (container on the
-host's engine), so another vcli process can stop the replica from the stored handle alone.
+A handle's `ref` is `SUPERVISOR_PID@JOB@ROOT` (process) or `docker:CONTAINER@JOB@ROOT`
+(container on the host's engine), so another vcli process can stop the replica from the
+stored handle alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import posixpath
+import random
 import re
 import threading
 from dataclasses import dataclass, field
@@ -32,105 +49,134 @@ from typing import Any, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ReplicaLaunch, ReplicaStatus
+from vcli.executors import supervisor as _supervisor
+from vcli.executors.ssh import wrapper as _wrapper
 from vcli.executors.ssh.link import Conn, HostLink, q, qargv
 from vcli.logs import LogWriter
 
 __all__ = [
     "ALIVE_SCRIPT",
     "FREE_PORT",
-    "KILL_SCRIPT",
+    "ORPHAN_GRACE_SECONDS",
+    "REPLICA_TAG",
     "RemoteView",
     "Replica",
+    "Tools",
     "build_remote_command",
+    "install_tools",
     "map_path",
     "parse_ref",
     "pump",
     "remote_view",
     "replica_details",
+    "replica_tag",
     "signal_code",
+    "status_of",
+    "stop_command",
 ]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REPLICA_TAG = _wrapper.REPLICA_TAG
+#: After the channel closes, how long the wrapper's stop request waits before SIGKILL: the
+#: same as a local supervisor whose controller died.
+ORPHAN_GRACE_SECONDS = _supervisor.ORPHAN_GRACE_SECONDS
 
 
-#: Prints the pgid, reads secret NAME=VALUE lines from stdin (ended by an empty line), starts
-#: the watcher that kills the group when stdin closes, and becomes `env K=V... argv`.
-_WRAPPER_HEAD = 'echo "PGID=$$"; exec 3<&0; '
-_WRAPPER_SECRETS = 'while IFS= read -r l <&3 && [ -n "$l" ]; do export "$l" || exit 126; done; '
-_WRAPPER_TAIL = ('( cat >/dev/null 2>&1; kill -s KILL -- "-$$" ) <&3 >/dev/null 2>&1 & '
-                 'exec "$0" "$@" </dev/null 3<&-')
+def replica_tag(job_id: str, task_name: str) -> str:
+    """The VCLI_REPLICA value of every process of one replica (as the local executor sets it)."""
+    return f"{job_id}/{task_name}"
 
 
-def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: str,
-                         mkdirs: Sequence[str] = (), secrets: bool = False) -> str:
-    """The command string for a replica: every piece is quoted; env goes through `env K=V`."""
+@dataclass(frozen=True)
+class Tools:
+    """Where the supervisor and the wrapper are on one host."""
+
+    supervisor: str
+    wrapper: str
+
+
+def install_tools(link: HostLink) -> Tools:
+    """Ship the supervisor and the wrapper to `<workdir>/bin/` once per host and version.
+
+    Each file is named after a hash of its source and written under a temporary name, then
+    renamed into place, so concurrent vcli processes (or hosts sharing a workdir) never run a
+    half-written or stale copy.
+    """
+    with link.tools_lock:
+        if link.tools is None:
+            bin_dir = f"{link.root()}/bin"
+            rc, err = link.quick(f"mkdir -p -- {q(bin_dir)}", timeout=30)
+            if rc != 0:
+                raise ExecutorError(f"Host {link.host.name}: cannot create {bin_dir}: {err.strip()}")
+            paths = []
+            sftp = link.sftp()
+            try:
+                for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper")):
+                    with open(module.__file__ or "", "rb") as f:
+                        source = f.read()
+                    path = f"{bin_dir}/vcli-{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
+                    try:
+                        sftp.stat(path)
+                    except FileNotFoundError:
+                        tmp = f"{path}.tmp{random.randrange(1 << 32):x}"
+                        with sftp.open(tmp, "wb") as f:
+                            f.write(source)
+                        sftp.posix_rename(tmp, path)
+                    paths.append(path)
+            except OSError as e:
+                raise ExecutorError(f"Host {link.host.name}: cannot install vcli's supervisor in {bin_dir}: {e}") from None
+            finally:
+                sftp.close()
+            link.tools = Tools(supervisor=paths[0], wrapper=paths[1])
+        return link.tools
+
+
+def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: str, python: str, tools: Tools,
+                         status: str, log: str, tag: str, mkdirs: Sequence[str] = (), secrets: Sequence[str] = (),
+                         grace: float = ORPHAN_GRACE_SECONDS) -> str:
+    """The command string for a replica: every piece is quoted; env goes as NAME=VALUE arguments.
+
+    `secrets` are the names of the variables the executor sends on stdin after starting the
+    command (`NAME=VALUE` lines, then an empty line); their values are masked in the log.
+    """
     if not argv:
         raise ExecutorError("nothing to run: empty command")
     for name in env:
         if not _ENV_NAME.match(name):
             raise InvalidValueError("env", f"[{name}] is not a valid environment variable name")
-    wrapper = _WRAPPER_HEAD + (_WRAPPER_SECRETS if secrets else "") + _WRAPPER_TAIL
     parts = []
     if mkdirs:
         parts.append(f"mkdir -p -- {qargv(mkdirs)}")
     parts.append(f"cd -- {q(cwd)}")
-    assignments = [f"{k}={v}" for k, v in env.items()]
-    parts.append(" ".join(["exec /bin/sh -c", q(wrapper), "env", *(q(a) for a in assignments), *(q(a) for a in argv)]))
+    wrapper = [python, "-S", tools.wrapper, "run", tools.supervisor, status, log, tag, f"{grace:g}"]
+    if secrets:
+        wrapper.append("--secrets")
+    for name in secrets:
+        wrapper += ["--mask", name]
+    wrapper += [f"{k}={v}" for k, v in env.items()]
+    parts.append("exec " + qargv([*wrapper, "--", *argv]))
     return " && ".join(parts)
 
 
-#: `sh -s JOB GRACE_TENTHS PGID...`: TERM the groups that carry VCLI_JOB_ID=JOB, wait, KILL.
-KILL_SCRIPT = r'''
-j=$1; n=$2; shift 2
-live() {
-  for d in /proc/[0-9]*; do
-    IFS= read -r s 2>/dev/null <"$d/stat" || continue
-    r=${s##*) }
-    set -f; set -- $r; set +f
-    [ "$1" = Z ] && continue
-    [ "$3" = "$pg" ] || continue
-    if [ -n "$own" ]; then
-      tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "VCLI_JOB_ID=$j" && return 0
-      continue
-    fi
-    return 0
-  done
-  return 1
-}
-t=""
-for pg in "$@"; do own=1; if live; then t="$t $pg"; kill -s TERM -- "-$pg" 2>/dev/null; fi; done
-own=""
-wait_gone() {
-  i=0
-  while [ "$i" -lt "$1" ]; do
-    any=""; for pg in $t; do live && any=1; done
-    [ -z "$any" ] && return 0
-    sleep 0.1; i=$((i+1))
-  done
-  return 1
-}
-if [ -n "$t" ] && ! wait_gone "$n"; then
-  for pg in $t; do live && kill -s KILL -- "-$pg" 2>/dev/null; done
-  wait_gone 50 || { echo "LEFT$t"; exit 3; }
-fi
-echo "STOPPED$t"
-'''
+def stop_command(python: str, tools: Tools, job_id: str, grace_seconds: float,
+                 targets: Sequence[tuple[str, str]]) -> str:
+    """`wrapper.py stop`: TERM each (supervisor pid, tag) of job `job_id`, grace, KILL, sweep the tags."""
+    args = [python, "-S", tools.wrapper, "stop", job_id, f"{max(0.1, grace_seconds):g}"]
+    for pid, tag in targets:
+        args += [pid, tag]
+    return qargv(args)
 
+
+#: `sh -c ALIVE_SCRIPT alive JOB PID`: RUNNING if PID is alive and carries VCLI_JOB_ID=JOB.
 ALIVE_SCRIPT = r'''
-j=$1; pg=$2
-for d in /proc/[0-9]*; do
-  IFS= read -r s 2>/dev/null <"$d/stat" || continue
-  r=${s##*) }
-  set -f; set -- $r; set +f
-  [ "$1" = Z ] && continue
-  [ "$3" = "$pg" ] || continue
-  tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "VCLI_JOB_ID=$j" && { echo RUNNING; exit 0; }
-done
+j=$1; p=$2
+IFS= read -r s 2>/dev/null <"/proc/$p/stat" || { echo GONE; exit 0; }
+case "${s##*) }" in Z*|X*) echo GONE; exit 0;; esac
+tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "VCLI_JOB_ID=$j" && { echo RUNNING; exit 0; }
 echo GONE
 '''
 
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-
 
 
 @dataclass
@@ -144,7 +190,10 @@ class Replica:
     writer: LogWriter
     remote_root: str
     remote_metric: str
-    pgid: int | None = None
+    #: The supervisor's pid on the host (from the wrapper's handshake).
+    supervisor: int | None = None
+    #: How the trainer ended, from the wrapper's `VCLI-STATUS` line (the supervisor's status file).
+    trainer_status: ReplicaStatus | None = None
     started: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     exit_signal: str | None = None
@@ -197,9 +246,9 @@ def hook_exit_signal(chan: Any, rep: Replica) -> None:
 
 
 def pump(rep: Replica, stream: str) -> None:
+    """Read one stream of the replica's channel into the local log (see `_on_line`)."""
     recv = rep.chan.recv if stream == "stdout" else rep.chan.recv_stderr
     buf = b""
-    want_pgid = stream == "stdout"
     try:
         while True:
             try:
@@ -212,20 +261,52 @@ def pump(rep: Replica, stream: str) -> None:
             buf += data
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                text = line.decode("utf-8", "replace")
-                if want_pgid and text.startswith("PGID=") and text[5:].strip().isdigit():
-                    want_pgid = False  # lines before it come from the login shell's rc files
-                    rep.pgid = int(text[5:].strip())
-                    rep.started.set()
-                    continue
-                if not rep.started.is_set() and stream == "stderr":
-                    rep.early_stderr.append(text)
-                rep.writer.write(stream, text)
+                _on_line(rep, stream, line.decode("utf-8", "replace"))
         if buf:
-            rep.writer.write(stream, buf.decode("utf-8", "replace"))
+            _on_line(rep, stream, buf.decode("utf-8", "replace"))
     finally:
         if stream == "stdout":
-            rep.started.set()  # unblock start() when the channel closed before PGID
+            rep.started.set()  # unblock start() when the channel closed before the handshake
+
+
+def _on_line(rep: Replica, stream: str, text: str) -> None:
+    """stdout: rc-file noise, the handshake, then log records and the status line; stderr: as is."""
+    if stream == "stderr":
+        if not rep.started.is_set():
+            rep.early_stderr.append(text)
+        rep.writer.write("stderr", text)
+        return
+    if rep.supervisor is None:
+        pid = text[len("VCLI-SUPERVISOR "):].strip()
+        if text.startswith("VCLI-SUPERVISOR ") and pid.isdigit():
+            rep.supervisor = int(pid)
+            rep.started.set()
+        else:  # lines before the handshake come from the login shell's rc files
+            rep.writer.write("stdout", text)
+        return
+    if text.startswith("VCLI-STATUS "):
+        try:
+            rep.trainer_status = status_of(json.loads(text[len("VCLI-STATUS "):]))
+        except (ValueError, TypeError, KeyError):
+            rep.writer.write("vcli", f"unreadable replica status from the host: {text[:200]}")
+        return
+    stamp, _, rest = text.partition("\t")
+    source, tab, message = rest.partition("\t")
+    try:
+        when = float(stamp)
+    except ValueError:
+        when = None
+    if when is not None and tab:
+        rep.writer.write(source, message, when)
+    else:
+        rep.writer.write("stdout", text)
+
+
+def status_of(data: Mapping[str, Any]) -> ReplicaStatus:
+    """A supervisor's status record `{"exitCode", "signal", "endTime"}` as a ReplicaStatus."""
+    signame = data.get("signal")
+    return ReplicaStatus(running=False, exit_code=int(data["exitCode"]),
+                         message=f"killed by signal {signame}" if signame else None)
 
 
 def signal_code(name: str | None) -> int | None:
@@ -240,7 +321,7 @@ def signal_code(name: str | None) -> int | None:
 
 
 def parse_ref(ref: str) -> tuple[str, str, str]:
-    """`PGID@JOB@ROOT` (process) or `docker:CONTAINER@JOB@ROOT` -> (token, job id, remote workdir)."""
+    """`SUPERVISOR_PID@JOB@ROOT` (process) or `docker:CONTAINER@JOB@ROOT` -> (token, job id, remote workdir)."""
     token, job_id, root = ref.split("@", 2)
     return token, job_id, root
 
@@ -291,12 +372,12 @@ def map_path(path: str, local_home: str, remote_root: str) -> str:
 def replica_details(host: str, ref: str) -> dict[str, str]:
     """Where a replica runs and keeps its files on its host, for `ReplicaHandle.details`.
 
-    {"host", "workdir" (the host's vcli workdir), "jobDir", and "processGroup" or "container"}.
+    {"host", "workdir" (the host's vcli workdir), "jobDir", and "supervisor" (its pid) or "container"}.
     """
     token, job_id, root = parse_ref(ref)
     out = {"host": host, "workdir": root, "jobDir": f"{root}/jobs/{job_id}"}
     if token.startswith("docker:"):
         out["container"] = token[len("docker:"):][:12]
     else:
-        out["processGroup"] = token
+        out["supervisor"] = token
     return out
