@@ -26,6 +26,8 @@ class ExitCode(IntEnum):
     JOB_FAILED = 6
     #: vcli's home (VCLI_HOME: the job store, logs, outputs) cannot be read or written.
     STORE_UNAVAILABLE = 7
+    #: Another live vcli process already runs (controls) this job.
+    CONTROLLER_CONFLICT = 8
     INTERRUPTED = 130
 
 
@@ -72,3 +74,9 @@ class StoreError(VcliError):
     """vcli's home cannot be used: unwritable, on a read-only file system, or full."""
 
     exit_code = ExitCode.STORE_UNAVAILABLE
+
+
+class ControllerConflictError(VcliError):
+    """The job has a live controller already (two controllers never drive one job)."""
+
+    exit_code = ExitCode.CONTROLLER_CONFLICT

@@ -3,7 +3,9 @@
 Fields are Vertex's (`name`, `displayName`, `jobSpec`, `state`, `createTime`, `startTime`,
 `endTime`, `updateTime`, `labels`, `error`; for tuning jobs `studySpec`, `trialJobSpec`,
 `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount`, `trials`). vcli adds
-`replicas` (where each replica ran, its address, exit code and log) and `outputDirectory`.
+`replicas` (where each replica ran, its address, exit code and log), `outputDirectory`, and
+for a job or study that has not ended, `controller`: the vcli process that runs it, whether it
+is alive, and its last heartbeat (a job whose controller is gone is taken over with `resume`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ def _times(row: JobRow, out: dict[str, Any]) -> None:
     out["updateTime"] = row.update_time
 
 
+def _controller(row: JobRow, out: dict[str, Any]) -> None:
+    from vcli.control.cancel import controller_alive, has_ended
+
+    if has_ended(row) or not row.controller_pid:
+        return
+    ctl: dict[str, Any] = {"pid": row.controller_pid, "alive": controller_alive(row)}
+    if row.heartbeat:
+        from datetime import UTC, datetime
+
+        ctl["heartbeatTime"] = datetime.fromtimestamp(row.heartbeat, UTC).isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z")
+    out["controller"] = ctl
+
+
 def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     rec = row.record
     out: dict[str, Any] = {
@@ -36,6 +52,7 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         out["labels"] = rec["labels"]
     if row.error:
         out["error"] = row.error
+    _controller(row, out)
     out["outputDirectory"] = rec.get("outputDirectory")
     if rec.get("executor"):
         out["executor"] = rec["executor"]
@@ -80,6 +97,7 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         out["labels"] = rec["labels"]
     if row.error:
         out["error"] = row.error
+    _controller(row, out)
     for key in ("studyTimeout", "goalValue", "seed", "executor", "outputDirectory"):
         if rec.get(key) is not None:
             out[key] = rec[key]

@@ -129,16 +129,22 @@ def _emit_job(store: Any, job_id: str, fmt: Optional[str]) -> None:
     emit(custom_job_resource(store, store.get_job(job_id)), fmt, is_list=False)
 
 
-def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str]) -> int:
-    """Submit and run `job` here, its replicas' logs on stdout (stderr with --format); the exit code."""
+def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resumed: bool = False) -> int:
+    """Submit (or take over, `resumed`) and run `job` here, its replicas' logs on stdout (stderr
+    with --format); the exit code."""
     from vcli.control import runner
-    from vcli.control.cancel import mark_controller
+    from vcli.control.cancel import claim_controller
     from vcli.errors import ExitCode, VcliError
 
-    row = runner.submit_custom_job(job, display_name)
-    mark_controller(job.store, job.job_id)
-    name = row.name
-    err(f"CustomJob [{name}] is submitted successfully.")
+    if resumed:
+        claim_controller(job.store, job.job_id)
+        name = job.store.get_job(job.job_id).name
+        err(f"CustomJob [{name}] is resumed: running replicas are re-attached, not restarted.")
+    else:
+        row = runner.submit_custom_job(job, display_name)
+        claim_controller(job.store, job.job_id)
+        name = row.name
+        err(f"CustomJob [{name}] is submitted successfully.")
     err(f"Running {len(job.plan.launches)} replica(s) with the {job.execution.kind.value} executor; Ctrl-C cancels the job.")
     err(f"  describe:    vcli custom-jobs describe {job.job_id}")
     err(f"  stream logs: vcli custom-jobs stream-logs {job.job_id}")
@@ -177,18 +183,43 @@ def _secrets_from_stdin() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+@app.command("resume")
+@command("custom-jobs.resume")
+def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
+    """Take over a job whose vcli process died (killed, crashed, machine asleep).
+
+    Replicas that still run are re-attached, not restarted; replicas that ended meanwhile
+    report their exit; the job then ends as it would have. Refused while its controller lives."""
+    from vcli.control import runner
+    from vcli.control.cancel import claim_controller, has_ended
+    from vcli.store import Store
+
+    check_format(fmt)
+    store = Store()
+    row = get_row(store, job, JobKind.CUSTOM_JOB)
+    if has_ended(row):
+        err(f"CustomJob [{row.name}] has already ended ({row.state}); nothing to resume.")
+        return
+    claim_controller(store, row.id)
+    planned = runner.plan_resumed_custom_job(store, row)
+    try:
+        raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
+    finally:
+        planned.close()
+
+
 @app.command("run-job", hidden=True)
 @command("custom-jobs.run-job")
 def run_job(job: Annotated[str, typer.Argument()]) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
     from vcli.control import runner
-    from vcli.control.cancel import mark_controller
+    from vcli.control.cancel import claim_controller
     from vcli.errors import ExitCode
     from vcli.store import Store
 
     store = Store()
     row = get_row(store, job, JobKind.CUSTOM_JOB)
-    mark_controller(store, row.id)
+    claim_controller(store, row.id)
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
         return

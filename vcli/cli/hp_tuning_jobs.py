@@ -130,17 +130,23 @@ def create(
         study.close()
 
 
-def _run_in_foreground(study: Any, fmt: Optional[str]) -> int:
-    """Submit and run the study here, its table on stdout (stderr with --format); the exit code."""
+def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False) -> int:
+    """Submit (or take over, `resumed`) and run the study here, its table on stdout (stderr
+    with --format); the exit code."""
     from vcli.codec import iter_parameters
     from vcli.codec.trial import trial_args
     from vcli.control import runner
+    from vcli.control.cancel import claim_controller
     from vcli.errors import ExitCode
     from vcli.view import make_study_view
 
     spec, study_id = study.spec, study.study_id
-    runner.submit_study(study)
-    err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
+    if resumed:
+        claim_controller(study.store, study_id)
+        err(f"Hyperparameter tuning job [{study_id}] is resumed: running trials are re-attached, not restarted.")
+    else:
+        runner.submit_study(study)
+        err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
     err(f"  {spec.max_trial_count} trial(s), up to {spec.parallel_trial_count} at once, {spec.study_spec.algorithm.value}, "
         f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
     err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
@@ -149,6 +155,8 @@ def _run_in_foreground(study: Any, fmt: Optional[str]) -> int:
     view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, metric.metric_id, metric.goal,
                            iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
     run = runner.study_run(study, on_event=view.event, on_progress=view.message)
+    if resumed:
+        run.resume()
     started = time.monotonic()
     try:
         state = run.run()
@@ -169,6 +177,29 @@ def _run_in_foreground(study: Any, fmt: Optional[str]) -> int:
 
         emit(hp_tuning_job_resource(study.store, study.store.get_job(study_id)), fmt, is_list=False)
     return exit_code_for(state)
+
+
+@app.command("resume")
+@command("hp-tuning-jobs.resume")
+def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
+    """Take over a study whose vcli process died: running trials are re-attached (not
+    restarted), finished ones kept, and the study goes on to maxTrialCount."""
+    from vcli.control import runner
+    from vcli.control.cancel import claim_controller, has_ended
+    from vcli.store import Store
+
+    check_format(fmt)
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    if has_ended(row):
+        err(f"Hyperparameter tuning job [{row.id}] has already ended ({row.state}); nothing to resume.")
+        return
+    claim_controller(store, row.id)
+    study = runner.plan_stored_study(store, row)
+    try:
+        raise typer.Exit(_run_in_foreground(study, fmt, resumed=True))
+    finally:
+        study.close()
 
 
 @app.command("list")

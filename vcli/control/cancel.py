@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
-from vcli.spec import JobState
+from vcli.spec import JobKind, JobState
 from vcli.store import JobRow, Store
 
 #: How long `wait_for_end` waits by default for a live controller to stop a job.
@@ -44,6 +44,19 @@ def mark_controller(store: Store, job_id: str, pid: int | None = None) -> None:
     """Record `pid` (default: this process) as the job's controller."""
     pid = os.getpid() if pid is None else pid
     store.update_job(job_id, controller_pid=pid, controller_start=process_start_time(pid))
+
+
+def claim_controller(store: Store, job_id: str) -> None:
+    """Make this process the job's controller, atomically; `ControllerConflictError` if a live
+    vcli process already is (two controllers never drive the same job)."""
+    from vcli.errors import ControllerConflictError
+
+    pid = os.getpid()
+    holder = store.claim_controller(job_id, pid, process_start_time(pid),
+                                    alive=lambda p, start: process_start_time(p) == start)
+    if holder is not None:
+        raise ControllerConflictError(f"Job [{job_id}] is being run by vcli process {holder[0]}; stop it first "
+                                      f"(`kill {holder[0]}` or `cancel`), or leave it be.")
 
 
 def has_ended(row: JobRow) -> bool:
@@ -83,18 +96,35 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
     """
     from vcli.control.wiring import executor_for_handles
     from vcli.executors import ReplicaHandle
+    from vcli.spec import ReplicaState
+    from vcli.store import now_iso
 
+    ended = {s.value for s in (ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED,
+                               ReplicaState.NOT_STARTED)}
     for job in [row, *store.child_jobs(row.id)]:
-        by_executor: dict[str, list[ReplicaHandle]] = {}
+        by_executor: dict[str, list[tuple[str, ReplicaHandle]]] = {}
         for replica in store.replicas(job.id):
-            if replica.handle:
-                handle = ReplicaHandle.from_json(replica.handle)
-                by_executor.setdefault(handle.executor, []).append(handle)
-        for name, handles in by_executor.items():
+            if replica.state in ended:
+                continue
+            if not replica.handle:
+                store.upsert_replica(job.id, replica.task_name, state=ReplicaState.NOT_STARTED.value)
+                continue
+            handle = ReplicaHandle.from_json(replica.handle)
+            by_executor.setdefault(handle.executor, []).append((replica.task_name, handle))
+        for name, pairs in by_executor.items():
+            handles = [h for _, h in pairs]
             try:
                 executor = executor_for_handles(name)
                 try:
-                    executor.stop(handles, grace_seconds=grace_seconds)
+                    # Replicas that ended on their own while nobody watched keep their exit.
+                    before = {task: executor.poll(h) for task, h in pairs}
+                    executor.stop([h for task, h in pairs if before[task].running], grace_seconds=grace_seconds)
+                    for task, h in pairs:
+                        status = before[task] if not before[task].running else executor.poll(h)
+                        state = (ReplicaState.STOPPED if before[task].running else
+                                 ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED)
+                        store.upsert_replica(job.id, task, state=state.value, exit_code=status.exit_code,
+                                             message=status.message, end_time=now_iso())
                     executor.release(handles)
                 finally:
                     executor.close()
@@ -102,3 +132,14 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
                 on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
         if not has_ended(job):
             store.set_state(job.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
+    if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
+        for trial in store.trials(row.id):
+            if trial["state"] in ("SUCCEEDED", "INFEASIBLE"):
+                continue
+            if trial.get("measurements"):  # a stopped trial keeps its last measurement (as on Vertex)
+                store.save_trial(row.id, {**trial, "state": "SUCCEEDED", "endTime": now_iso(),
+                                          "finalMeasurement": trial["measurements"][-1]})
+            else:
+                store.save_trial(row.id, {**trial, "state": "INFEASIBLE", "endTime": now_iso(),
+                                          "infeasibleReason": "Stopped before reporting a measurement: the study was "
+                                                              "cancelled after its controller had died."})

@@ -430,10 +430,17 @@ def _log_vcli(launch: ReplicaLaunch, message: str) -> None:
         pass
 
 
-def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval: float = 0.1) -> JobState:
-    """Drive `run` to its end; Ctrl-C (KeyboardInterrupt) cancels it and is re-raised after."""
+def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval: float = 0.1,
+            attach: Mapping[str, Any] | None = None) -> JobState:
+    """Drive `run` to its end; Ctrl-C (KeyboardInterrupt) cancels it and is re-raised after.
+
+    `attach` (stored replica rows) takes over a job another controller started (`resume`).
+    """
     try:
-        run.start()
+        if attach is None:
+            run.start()
+        else:
+            run.attach(attach, running_for=0.0)
         while True:
             state = run.poll()
             on_tick()

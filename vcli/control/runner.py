@@ -34,6 +34,8 @@ class PlannedJob:
     plan: Any  # vcli.control.jobs.JobPlan
     #: What the store keeps besides the state: jobSpec, labels, executor, output dir, hosts...
     record: dict[str, Any]
+    #: For a resumed job: the stored replica rows (task name -> row) to take over.
+    resume: Mapping[str, Any] | None = None
 
     def close(self) -> None:
         self.execution.close()
@@ -91,14 +93,50 @@ class JobOutcome:
 def run_custom_job(
     job: PlannedJob, *, on_progress: Callable[[str], None], on_tick: Callable[[], None] = lambda: None
 ) -> JobOutcome:
-    """Run a submitted job to its end in this process (KeyboardInterrupt cancels it and re-raises)."""
+    """Run a submitted job to its end in this process (KeyboardInterrupt cancels it and re-raises).
+
+    A job planned by `plan_resumed_custom_job` is taken over instead: its replicas that
+    still run are adopted, not started again.
+    """
     from vcli.control.jobs import JobRun, run_job
 
     timeout = job.spec.scheduling.timeout_seconds if job.spec.scheduling else None
     run = JobRun(store=job.store, executor=job.execution.executor, plan=job.plan, timeout_seconds=timeout,
                  on_progress=on_progress)
-    state = run_job(run, on_tick=on_tick)
+    state = run_job(run, on_tick=on_tick, attach=job.resume)
     return JobOutcome(state, run.startup_error)
+
+
+def plan_resumed_custom_job(store: Store, row: JobRow) -> PlannedJob:
+    """Plan a job whose controller died, for a new controller that takes it over (`resume`).
+
+    Replicas the old controller started keep their recorded placement, address and handle;
+    a job that never got as far as starting replicas is planned afresh.
+    """
+    planned = plan_stored_custom_job(store, row)
+    rows = {r.task_name: r for r in store.replicas(row.id)}
+    if not any(r.handle for r in rows.values()):
+        return planned
+    from vcli.control.jobs import plan_job
+
+    planned.plan = plan_job(planned.spec, job_id=row.id, job_dir=store.home / "jobs" / row.id,
+                            executor=planned.execution.executor, shm_size=row.record.get("shmSize"),
+                            placer=planned.execution.placer, base_output_directory=row.record.get("outputDirectory"),
+                            restore=restore_of(rows.values()))
+    planned.resume = rows
+    return planned
+
+
+def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
+    """Recorded placements and addresses of replica rows, for `plan_job(restore=...)`."""
+    from vcli.executors import Placement
+
+    out = {}
+    for r in rows:
+        host = (r.address or ":").rsplit(":", 1)[0]
+        gpus = tuple(int(g) for g in (r.gpus or "").split(",") if g)
+        out[r.task_name] = (Placement(host=r.host, address=host, gpu_indices=gpus), r.address or "")
+    return out
 
 
 def secret_values(spec: CustomJobSpec) -> dict[str, str]:
@@ -218,8 +256,6 @@ def plan_study(
     extra to install when the suggester needs an optional package.
     """
     from vcli import codec
-    from vcli.errors import InvalidValueError, UsageError
-    from vcli.suggesters import get_suggester
 
     if seed is None:
         import secrets
@@ -242,19 +278,52 @@ def plan_study(
             "studyTimeout": f"{spec.study_timeout_seconds:g}s" if spec.study_timeout_seconds else None,
             "goalValue": spec.goal_value,
             "outputDirectory": spec.trial_job_spec.base_output_directory or str(store.home / "jobs" / study_id / "output"),
+            "hosts": hosts,
+            "shmSize": shm_size,
         }
-        try:
-            suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
-        except ValueError as e:
-            raise InvalidValueError("--config", str(e)) from None
-        except ImportError as e:
-            raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): "
-                             "pip install 'vcli[tune]'") from None
+        suggester = _suggester(spec, seed, bayesian_backend)
     except BaseException:
         execution.close()
         raise
     return PlannedStudy(store=store, study_id=study_id, display_name=display_name, spec=spec, execution=execution,
                         suggester=suggester, seed=seed, shm_size=shm_size, record=record)
+
+
+def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: str) -> Any:
+    from vcli.errors import InvalidValueError, UsageError
+    from vcli.suggesters import get_suggester
+
+    try:
+        return get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
+    except ValueError as e:
+        raise InvalidValueError("--config", str(e)) from None
+    except ImportError as e:
+        raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): "
+                         "pip install 'vcli[tune]'") from None
+
+
+def plan_stored_study(store: Store, row: JobRow) -> PlannedStudy:
+    """A recorded study, its suggester rebuilt from the recorded seed (`resume`)."""
+    from vcli import codec
+
+    rec = row.record
+    spec = HyperparameterTuningJobSpec(
+        study_spec=codec.study_spec_from_stored(rec["studySpec"]),
+        trial_job_spec=codec.custom_job_spec_from_stored(rec["trialJobSpec"]),
+        max_trial_count=int(rec["maxTrialCount"]),
+        parallel_trial_count=int(rec["parallelTrialCount"]),
+        max_failed_trial_count=int(rec.get("maxFailedTrialCount") or 0),
+        study_timeout_seconds=float(rec["studyTimeout"].rstrip("s")) if rec.get("studyTimeout") else None,
+        goal_value=rec.get("goalValue"),
+    )
+    execution = _open(rec.get("executor") or "local", rec.get("hosts"))
+    try:
+        suggester = _suggester(spec, int(rec["seed"]), rec.get("bayesianBackend") or "gp")
+    except BaseException:
+        execution.close()
+        raise
+    return PlannedStudy(store=store, study_id=row.id, display_name=row.display_name, spec=spec, execution=execution,
+                        suggester=suggester, seed=int(rec["seed"]), shm_size=rec.get("shmSize"), record=dict(rec))
 
 
 def check_study(study: PlannedStudy) -> None:
@@ -268,11 +337,11 @@ def check_study(study: PlannedStudy) -> None:
 
 def submit_study(study: PlannedStudy) -> JobRow:
     """Record the study as QUEUED, with this process as its controller."""
-    from vcli.control.cancel import mark_controller
+    from vcli.control.cancel import claim_controller
 
     row = study.store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB, display_name=study.display_name,
                                  record=study.record, state=JobState.JOB_STATE_QUEUED, job_id=study.study_id)
-    mark_controller(study.store, study.study_id)
+    claim_controller(study.store, study.study_id)
     return row
 
 

@@ -7,8 +7,10 @@ trainer left (helpers, `setsid` grandchildren, double-forked daemons). So a repl
 process tree goes when the replica ends, and the replica's end is seen at once even when a
 helper still holds the trainer's stdout.
 
-The supervisor also gets PR_SET_PDEATHSIG=SIGTERM: if the vcli process that started it dies
-without cleaning up, the supervisor stops the whole tree (SIGTERM, 3 s, SIGKILL).
+Replicas outlive a controller that dies without cleaning up (killed, crashed): supervisors
+run in sessions of their own, so `vcli custom-jobs resume` / `hp-tuning-jobs resume` can
+re-attach to them, and `cancel` stops them. A controller that ends normally (success,
+failure, Ctrl-C, SIGTERM, SIGHUP, cancel) always stops its replicas first.
 
 Stopping: SIGTERM to every process of the tree, a grace period, then SIGKILL. TensorFlow's
 multi-worker runtime installs its own SIGTERM handler and keeps running (a 2-replica
@@ -22,7 +24,6 @@ process that merely reuses a recorded pid.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -38,18 +39,9 @@ from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch
 from vcli.executors import supervisor as _supervisor
 from vcli.logs import LogWriter
 
-_PR_SET_PDEATHSIG = 1
 SUPERVISOR = os.path.abspath(_supervisor.__file__)
 #: How long release() waits for a supervisor to finish cleaning up after its trainer ended.
 RELEASE_WAIT_SECONDS = _supervisor.LEFTOVER_GRACE_SECONDS + 5.0
-
-
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except Exception:
-        pass
 
 
 _recent_ports: dict[int, float] = {}
@@ -75,49 +67,6 @@ def free_port(address: str = "127.0.0.1") -> int:
                 _recent_ports[port] = now
                 return port
         raise ExecutorError(f"Cannot find a free TCP port on {address}.")
-
-
-class _Spawner:
-    """Forks every replica from one long-lived thread.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process;
-    replicas are started from short-lived threads (job start-up), so the fork itself must
-    happen on a thread that lives as long as vcli does.
-    """
-
-    _instance: _Spawner | None = None
-    _guard = threading.Lock()
-
-    def __init__(self) -> None:
-        import queue
-
-        self._queue: queue.Queue[tuple[Callable[[], object], list[object], threading.Event]] = queue.Queue()
-        threading.Thread(target=self._loop, name="vcli-spawner", daemon=True).start()
-
-    @classmethod
-    def get(cls) -> _Spawner:
-        with cls._guard:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
-
-    def _loop(self) -> None:
-        while True:
-            fn, box, done = self._queue.get()
-            try:
-                box.append(fn())
-            except BaseException as e:
-                box.append(e)
-            done.set()
-
-    def call(self, fn: Callable[[], object]) -> object:
-        box: list[object] = []
-        done = threading.Event()
-        self._queue.put((fn, box, done))
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
 
 
 class LocalExecutor(ExecutorBase):
@@ -163,9 +112,9 @@ class LocalExecutor(ExecutorBase):
         except FileNotFoundError:
             pass
         masks = [arg for name in launch.secret_env for arg in ("--mask", name)]
-        command = [sys.executable, "-S", SUPERVISOR, "--stop-with-parent", *masks, status_path, launch.log_path, "--", *argv]
+        command = [sys.executable, "-S", SUPERVISOR, *masks, status_path, launch.log_path, "--", *argv]
         try:
-            popen = _Spawner.get().call(lambda: subprocess.Popen(
+            popen = subprocess.Popen(
                 command,
                 cwd=launch.workdir or None,
                 env=env,
@@ -173,10 +122,8 @@ class LocalExecutor(ExecutorBase):
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,
                 close_fds=True,
-            ))
-            assert isinstance(popen, subprocess.Popen)
+            )
         except OSError as e:
             _log_vcli(launch.log_path, f"failed to start the replica's supervisor: {e.strerror}")
             raise ExecutorError(f"Cannot start replica {launch.task_name}: {e.strerror}.") from None

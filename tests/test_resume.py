@@ -1,0 +1,159 @@
+"""A controller that dies (`kill -9`) loses nothing: the real CLI, real processes.
+
+Replicas outlive their controller; `resume` re-attaches to the ones still running (their pids
+do not change), collects the ones that ended meanwhile, and carries the job or study on to
+its end with no trial lost or run twice. `cancel` of an orphaned job stops everything.
+The precise crash points (during a suggestion, between a trial's exit and its record) are
+covered in-process in test_controllers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import textwrap
+from pathlib import Path
+
+from tests.helpers import (
+    describe,
+    job_id_from_stderr,
+    processes_with_env,
+    read_stderr_until,
+    running_replicas,
+    spawn,
+    vcli,
+    wait_for,
+)
+
+POOL = "machine-type=n1-standard-4,replica-count"
+
+TRAINER = """
+    import os, sys, time
+    print("pid", os.getpid(), os.environ["VCLI_TASK_NAME"], flush=True)
+    x = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--x=")]
+    for step in (1, 2):
+        time.sleep(float(os.environ.get("STEP_SECONDS", "1.5")))
+        if x:
+            print(f"acc={x[0]} step={step}", flush=True)
+    print("done", flush=True)
+"""
+
+
+def _trainer(tmp_path: Path) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TRAINER))
+    return script
+
+
+def _kill_controller(proc) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
+    proc.wait(timeout=10)
+
+
+def _pids(text: str) -> dict[str, str]:
+    """Task name -> the pid each trainer printed when it started (all starts, in order)."""
+    out: dict[str, str] = {}
+    for pid, task in re.findall(r"pid (\d+) (workerpool\d+-\d+)", text):
+        assert task not in out, f"{task} started twice:\n{text}"
+        out[task] = pid
+    return out
+
+
+def test_a_custom_job_survives_its_controller_and_resumes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=resume-me",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=2,container-image-uri=x",
+                 f"--command=python3,{script}", STEP_SECONDS="4")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 3, 30, "three replicas running")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = set(processes_with_env("VCLI_JOB_ID", job_id))
+    assert len(running_replicas(job_id)) == 3, "replicas must outlive their controller"
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_RUNNING" and job["controller"]["alive"] is False, job
+
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "re-attached" in r.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    pids = _pids(logs)
+    assert sorted(pids) == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+    assert {int(p) for p in pids.values()} <= before  # the same processes, not new ones
+    assert logs.count("\tdone") == 3
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+    again = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
+    assert again.returncode == 0 and "already ended" in again.stderr
+
+
+def test_cancel_of_an_orphaned_job_stops_everything(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=orphan",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=1,container-image-uri=x",
+                 f"--command=python3,{script}", STEP_SECONDS="300")
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
+    _kill_controller(proc)
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_CANCELLED"
+    assert {x["state"] for x in job["replicas"]} <= {"STOPPED", "SUCCEEDED", "FAILED"}, job["replicas"]
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
+def test_two_controllers_never_drive_one_job(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=busy",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}", STEP_SECONDS="300")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        r = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
+        assert r.returncode == 8, r.stderr
+        assert f"is being run by vcli process {proc.pid}" in r.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=resume-study", "--max-trial-count=8",
+                 "--parallel-trial-count=2", "--algorithm=random-search", "--seed=3",
+                 "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
+    try:
+        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        # Kill it in the middle: some trials done, two running.
+        wait_for(lambda: len([t for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])
+                              if t["state"] == "SUCCEEDED"]) >= 3, 120, "three trials done")
+        wait_for(lambda: sum(1 for t in describe(home, "hp-tuning-jobs", study_id)["trials"]
+                             if t["state"] == "ACTIVE") == 2, 30, "two trials running")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = describe(home, "hp-tuning-jobs", study_id)
+    active = [t["id"] for t in before["trials"] if t["state"] == "ACTIVE"]
+    done = {t["id"]: t for t in before["trials"] if t["state"] == "SUCCEEDED"}
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=300)
+    assert r.returncode == 0, r.stderr
+    after = describe(home, "hp-tuning-jobs", study_id)
+    assert after["state"] == "JOB_STATE_SUCCEEDED"
+    assert [t["id"] for t in after["trials"]] == [str(i) for i in range(1, 9)]
+    assert {t["state"] for t in after["trials"]} == {"SUCCEEDED"}
+    for tid, t in done.items():  # finished trials keep their measurements
+        assert next(x for x in after["trials"] if x["id"] == tid)["measurements"] == t["measurements"]
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study_id, timeout=60).stdout
+    for tid in active:  # re-attached, not restarted: one start each
+        assert logs.count(f"trial-{tid}/workerpool0-0\tpid ") == 1, logs
+    assert logs.count("\tdone") == 8
