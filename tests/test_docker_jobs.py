@@ -159,3 +159,45 @@ def test_missing_image_is_one_clear_line(client, tmp_path: Path) -> None:
     assert r.returncode == 3, r.stderr
     errors = [l for l in r.stderr.splitlines() if l.startswith("ERROR:") or "Traceback" in l]
     assert len(errors) == 1 and "vcli-does-not-exist:latest" in errors[0], r.stderr
+
+
+
+def _orphan(client, home: Path, name: str, nap: int) -> str:
+    """A 2-container job whose controller is killed (-9) once both containers run."""
+    script = f"import os, time; print('container', os.environ['VCLI_TASK_NAME'], flush=True); time.sleep({nap})"
+    proc = spawn(home, "custom-jobs", "create", "--executor=docker", f"--display-name={name}",
+                 f"--worker-pool-spec={POOL},container-image-uri=vcli-base:bookworm",
+                 f"--worker-pool-spec={POOL},container-image-uri=vcli-base:bookworm",
+                 "--command=^|^python3|-c|" + script)
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len([c for c in _containers(client, job_id) if c.status == "running"]) == 2, 60,
+                 "both containers running")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
+        proc.wait(timeout=10)
+    return job_id
+
+
+def test_containers_outlive_a_killed_controller_and_resume_reattaches(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    job_id = _orphan(client, home, "resume-me", 8)
+    before = {c.id for c in _containers(client, job_id) if c.status == "running"}
+    assert len(before) == 2, "containers must outlive their controller"
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    assert logs.count("\tcontainer workerpool") == 2  # each started once: re-attached, not restarted
+    assert not _containers(client, job_id)
+
+
+def test_cancel_of_an_orphaned_container_job_removes_everything(client, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    job_id = _orphan(client, home, "orphan", 600)
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_CANCELLED"
+    assert {x["state"] for x in job["replicas"]} == {"STOPPED"}
+    assert not _containers(client, job_id)

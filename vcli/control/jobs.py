@@ -249,6 +249,8 @@ class JobRun:
                     r.done, r.exit_code = True, row.exit_code
                     if row.state == ReplicaState.SUCCEEDED.value and launch.replica.pool_index == 0:
                         self._chief_done_at = self.clock.now()
+                elif final is None:
+                    self.executor.adopt(r.handle, launch)
             self._replicas.append(r)
         if final is not None:
             self.state, self.error = final

@@ -201,6 +201,12 @@ class Executor(Protocol):
         """Free what the replicas held (containers, remote dirs); after stop or exit. Idempotent."""
         ...
 
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        """Take over a running replica another process started (`resume`): resume whatever this
+        executor does for its own replicas (e.g. copying the replica's output into
+        `launch.log_path`, from where it stopped), so its log goes on without gaps or repeats."""
+        ...
+
     def close(self) -> None:
         """Drop connections and helper threads; the executor is not used afterwards."""
         ...
@@ -210,7 +216,7 @@ class ExecutorBase:
     """Defaults for the contract's optional capabilities; executors subclass it.
 
     `check` asks `command_for` about every launch (which raises for a replica with nothing to
-    run); `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
+    run); `adopt` has nothing to resume; `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
     """
 
     name: str = ""
@@ -223,6 +229,9 @@ class ExecutorBase:
 
     def command_for(self, launch: ReplicaLaunch) -> list[str]:
         return process_argv(launch, self.python)
+
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        return None  # replicas whose logs are written where they run need nothing
 
     def close(self) -> None:
         return None

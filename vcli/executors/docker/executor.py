@@ -168,6 +168,26 @@ class _Watch:
     final: ReplicaStatus | None = None
     exited_at: float | None = None
     thread: threading.Thread | None = None
+    #: For an adopted container: the last timestamp already in the log, per stream.
+    after: dict[str, float] = field(default_factory=dict)
+
+
+def _last_times(log_path: str) -> dict[str, float]:
+    """The newest record's timestamp of each stream in a replica log."""
+    out: dict[str, float] = {}
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                ts, _, rest = line.partition("\t")
+                stream = rest.partition("\t")[0]
+                if stream in ("stdout", "stderr"):
+                    try:
+                        out[stream] = max(out.get(stream, 0.0), float(ts))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
 
 
 def cleanup_job(job_id: str, *, base_url: str | None = None) -> int:
@@ -358,6 +378,18 @@ class DockerExecutor(ExecutorBase):
             pass
         return client.containers.create(**kwargs)
 
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        """Stream an adopted container's output into its log again, after the last line there."""
+        with self._lock:
+            if handle.ref in self._watches:
+                return
+            watch = _Watch(task_name=launch.task_name, writer=LogWriter(launch.log_path),
+                           secrets=secret_values(launch), after=_last_times(launch.log_path))
+            self._watches[handle.ref] = watch
+        watch.thread = threading.Thread(target=self._watch, args=(handle.ref, watch),
+                                        name=f"vcli-docker-{launch.task_name}", daemon=True)
+        watch.thread.start()
+
     def _watch(self, cid: str, watch: _Watch) -> None:
         """Stream stdout and stderr into the log, then record the exit."""
         streams = [
@@ -386,8 +418,11 @@ class DockerExecutor(ExecutorBase):
         watch.done.set()
 
     def _stream(self, cid: str, name: str, watch: _Watch) -> None:
+        after = watch.after.get(name)
         try:
             for ts, line in iter_log_lines(self._frames(cid, name)):
+                if after is not None and ts is not None and ts <= after + 1e-6:  # the log keeps µs
+                    continue  # already in the log (an adopted container)
                 for secret in watch.secrets:
                     line = line.replace(secret, REDACTED)
                 watch.writer.write(name, line, ts)
