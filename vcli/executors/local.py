@@ -142,18 +142,18 @@ class LocalExecutor(ExecutorBase):
             code = int(status["exitCode"])
             signame = status.get("signal")
             return ReplicaStatus(running=False, exit_code=code, message=f"killed by signal {signame}" if signame else None)
-        if _is_supervisor(pid, job_id):
+        if self._alive(pid, job_id):
             return ReplicaStatus(running=True)
         return ReplicaStatus(running=False, message="the replica is gone (exit code unknown)")
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
         targets = [_target(h) for h in handles]
-        live = [t for t in targets if _read_status(t[2]) is None and _is_supervisor(t[0], t[1])]
+        live = [t for t in targets if _read_status(t[2]) is None and self._alive(t[0], t[1])]
         for pid, *_ in live:
             _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         while live and time.monotonic() < deadline:
-            live = [t for t in live if _read_status(t[2]) is None and _is_supervisor(t[0], t[1])]
+            live = [t for t in live if _read_status(t[2]) is None and self._alive(t[0], t[1])]
             self._reap()
             time.sleep(0.02)
         for pid, *_ in live:
@@ -179,6 +179,15 @@ class LocalExecutor(ExecutorBase):
 
     # ------------------------------------------------------------------ internals
 
+    def _alive(self, pid: int, job_id: str) -> bool:
+        """Is the supervisor `pid` still running? Our own children are asked directly (a child
+        that has not exec'd yet does not show the job's environment in /proc)."""
+        with self._lock:
+            own = next((p for p in self._running.values() if p.pid == pid), None)
+        if own is not None:
+            return own.poll() is None
+        return _is_supervisor(pid, job_id)
+
     def _reap(self) -> None:
         for popen in list(self._running.values()):
             popen.poll()
@@ -188,11 +197,11 @@ class LocalExecutor(ExecutorBase):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self._reap()
-            if not any(_is_supervisor(pid, job) for pid, job, *_ in targets):
+            if not any(self._alive(pid, job) for pid, job, *_ in targets):
                 break
             time.sleep(0.02)
         for pid, job, *_ in targets:
-            if _is_supervisor(pid, job):
+            if self._alive(pid, job):
                 _kill(pid, signal.SIGUSR1)
         for _, _, _, tag in targets:
             # A supervisor that does not answer, or was itself killed: everything that still
