@@ -77,6 +77,8 @@ def test_a_custom_job_survives_its_controller_and_resumes(tmp_path: Path) -> Non
     assert len(running_replicas(job_id)) == 3, "replicas must outlive their controller"
     job = describe(home, "custom-jobs", job_id)
     assert job["state"] == "JOB_STATE_RUNNING" and job["controller"]["alive"] is False, job
+    listed = vcli(home, "custom-jobs", "list", "--format=value(name)")
+    assert f"`vcli custom-jobs resume {job_id}` takes it over" in listed.stderr
 
     r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
     assert r.returncode == 0, r.stderr

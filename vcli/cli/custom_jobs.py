@@ -13,7 +13,17 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vcli.cli import options as o
-from vcli.cli.output import LogPrinter, check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs
+from vcli.cli.output import (
+    LogPrinter,
+    check_format,
+    emit,
+    exit_code_for,
+    get_row,
+    list_output,
+    print_cancel,
+    stream_logs,
+    warn_orphaned,
+)
 from vcli.cli.support import command, err, interrupt_on_signals
 from vcli.spec import JobKind, JobState
 
@@ -295,7 +305,9 @@ def list_(
 
     store = Store()
     rows = store.list_jobs(JobKind.CUSTOM_JOB, include_trial_jobs=include_trials)
-    list_output([custom_job_resource(store, r) for r in rows], fmt, filter_, sort_by, limit)
+    resources = [custom_job_resource(store, r) for r in rows]
+    warn_orphaned(resources, "custom-jobs")
+    list_output(resources, fmt, filter_, sort_by, limit)
 
 
 @app.command("describe")
@@ -306,7 +318,9 @@ def describe(job: o.CustomJobRef, fmt: o.Format = None, region: o.Region = None)
     from vcli.store import Store
 
     store = Store()
-    emit(custom_job_resource(store, get_row(store, job, JobKind.CUSTOM_JOB)), fmt, is_list=False)
+    resource = custom_job_resource(store, get_row(store, job, JobKind.CUSTOM_JOB))
+    warn_orphaned([resource], "custom-jobs")
+    emit(resource, fmt, is_list=False)
 
 
 @app.command("cancel")

@@ -15,7 +15,7 @@ import typer
 
 from vcli.cli import options as o
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
-from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs
+from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
 from vcli.cli.support import command, err, interrupt_on_signals
 from vcli.spec import JobKind, JobState
 
@@ -217,7 +217,9 @@ def list_(
 
     store = Store()
     rows = store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)
-    list_output([hp_tuning_job_resource(store, r) for r in rows], fmt, filter_, sort_by, limit)
+    resources = [hp_tuning_job_resource(store, r) for r in rows]
+    warn_orphaned(resources, "hp-tuning-jobs")
+    list_output(resources, fmt, filter_, sort_by, limit)
 
 
 @app.command("describe")
@@ -228,7 +230,9 @@ def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> 
     from vcli.store import Store
 
     store = Store()
-    emit(hp_tuning_job_resource(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)), fmt, is_list=False)
+    resource = hp_tuning_job_resource(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB))
+    warn_orphaned([resource], "hp-tuning-jobs")
+    emit(resource, fmt, is_list=False)
 
 
 @app.command("cancel")

@@ -58,6 +58,16 @@ def exit_code_for(state: JobState) -> int:
                 JobState.JOB_STATE_CANCELLED: ExitCode.CANCELLED}.get(state, ExitCode.JOB_FAILED))
 
 
+def warn_orphaned(resources: list[dict[str, Any]], group: str) -> None:
+    """Say, on stderr, which of these jobs have lost their controller and what to do."""
+    for r in resources:
+        ctl = r.get("controller")
+        if ctl and not ctl.get("alive"):
+            job_id = str(r.get("name", "")).rsplit("/", 1)[-1]
+            err(f"WARNING: [{job_id}] is {r.get('state')} but the vcli process that ran it (pid {ctl.get('pid')}) is "
+                f"gone: `vcli {group} resume {job_id}` takes it over, `vcli {group} cancel {job_id}` stops it.")
+
+
 def get_row(store: Any, ref: str, kind: JobKind) -> Any:
     """The stored job named by `ref` (an id or a resource name) of `kind`; NotFoundError if none."""
     from vcli.errors import NotFoundError
