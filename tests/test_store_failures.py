@@ -109,3 +109,20 @@ def test_a_disk_that_fills_up_during_the_run(tmp_path: Path) -> None:
         assert rc_line in ("rc=0", "rc=6"), out
         assert "Traceback" not in stderr
     assert not processes_with_env("VCLI_JOB_ID", row["name"].rsplit("/", 1)[-1])
+
+
+def test_job_directories_and_files_are_private(tmp_path: Path) -> None:
+    """Job, replica and log directories are 0700 and vcli's own files 0600, whatever the umask."""
+    home = tmp_path / "home"
+    r = vcli(home, "custom-jobs", "create", "--display-name=perm", "--async", "--format=value(name.basename())",
+             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x",
+             "--command=python3,-c,print('hi')")
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
+    job = home / "jobs" / job_id
+    for d in (home, home / "jobs", job, job / "replicas", job / "replicas" / "workerpool0-0"):
+        assert d.stat().st_mode & 0o777 == 0o700, (d, oct(d.stat().st_mode))
+    for f in ("replicas/workerpool0-0/replica.log", "replicas/workerpool0-0/replica.status", "controller.log"):
+        assert (job / f).stat().st_mode & 0o777 == 0o600, (f, oct((job / f).stat().st_mode))
+    assert (home / "vcli.db").stat().st_mode & 0o777 == 0o600

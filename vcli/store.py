@@ -238,7 +238,7 @@ class Store:
         """The folder of a job's local files (replica logs, metric files, default outputs)."""
         path = self.home / "jobs" / job_id
         with _store_errors(self.home):
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            makedirs_private(path)
         return path
 
     # ------------------------------------------------------------------ jobs
@@ -431,6 +431,24 @@ class _Tx:
             self.conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def makedirs_private(path: Path | str) -> None:
+    """`mkdir -p` where every directory it creates is 0700 (umask or not): job, replica and log
+    directories are private to their owner, like the store itself."""
+    missing = []
+    p = Path(path)
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o700)
 
 
 @contextlib.contextmanager

@@ -152,8 +152,10 @@ def plan_job(
 
 
 def make_dirs(plan: JobPlan) -> None:
+    from vcli.store import makedirs_private
+
     for launch in plan.launches:
-        os.makedirs(os.path.dirname(launch.metric_file), mode=0o700, exist_ok=True)
+        makedirs_private(os.path.dirname(launch.metric_file))
     for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
         if plan.launches:
             os.makedirs(plan.launches[0].env[key], exist_ok=True)

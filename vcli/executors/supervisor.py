@@ -134,7 +134,7 @@ def _write_status(path: str, status: dict[str, object]) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     for _ in range(50):
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
                 json.dump(status, f)
                 f.flush()
                 os.fsync(f.fileno())
