@@ -51,8 +51,9 @@ class Env:
     """A private vcli home/config/inventory for one test, and the CLI run inside the controller ns."""
 
     def __init__(self, cluster: netns.NetnsCluster, tmp: Path, *, known: bool = True,
-                 extra: dict[str, dict[str, Any]] | None = None) -> None:
+                 extra: dict[str, dict[str, Any]] | None = None, environ: dict[str, str] | None = None) -> None:
         self.cluster = cluster
+        self.environ = dict(environ or {})  # extra environment for the CLI (e.g. VCLI_SSH_ORPHAN_TIMEOUT)
         self.tmp = tmp
         self.home = tmp / "home"
         self.config = tmp / "config"
@@ -70,6 +71,7 @@ class Env:
             VCLI_SSH_USER_KNOWN_HOSTS=str(self.user_known_hosts),
             PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         )
+        env.update(self.environ)
         return env
 
     def argv(self, *args: str) -> list[str]:
@@ -257,8 +259,12 @@ def test_injection_args_reach_the_trainer_verbatim(cluster: netns.NetnsCluster, 
 # =========================================================================== (d) host loss
 
 
+#: A short orphan timeout for the host-loss tests: the lost host stops its replica by itself.
+LOST_HOST_ORPHAN_TIMEOUT = "8"
+
+
 def test_host_loss_fails_the_job_quickly_and_stops_the_rest(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
-    env = Env(cluster, tmp_path)
+    env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": LOST_HOST_ORPHAN_TIMEOUT})
     pkg = _package(tmp_path, {"sleeper.py": """
         import os, sys, time
         print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
@@ -305,9 +311,8 @@ def test_host_loss_fails_the_job_quickly_and_stops_the_rest(cluster: netns.Netns
         time.sleep(0.2)
         leftover = [p for p in cluster.pids("h1") if p != cluster.host("h1").sshd.pid]
     assert leftover == [], [netns.process_cmdline(p) for p in leftover]
-    # The replica on the lost host is still there (it was unreachable); clean it up for the next test.
-    for p in cluster.job_pids("h2", job_id):
-        os.kill(p, signal.SIGKILL)
+    # The lost host stopped its replica by itself once no controller renewed its lease.
+    _wait_no_pids(cluster, "h2", job_id, 30)
 
 
 # =========================================================================== cancel, controller death
@@ -413,9 +418,9 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
             proc.communicate()
     assert env.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
     _wait_no_pids(cluster, "h1", job_id, 5)
-    # 2. The controller dies (SIGKILL): the remote tree follows it (the channel's wrapper stops
-    #    the supervisor when the channel closes), and
-    #    `cancel` from another process marks the orphaned job CANCELLED.
+    # 2. The controller dies (SIGKILL): the remote tree keeps running (to be re-adopted by
+    #    `resume`), and `cancel` from another process stops all of it and marks the orphaned
+    #    job CANCELLED.
     for p in (env.home / "jobs").glob("*"):
         shutil.rmtree(p)
     proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=c2",
@@ -429,11 +434,79 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    took = _wait_no_pids(cluster, "h1", job_id, 15)
-    print(f"controller killed -> remote replica tree gone in {took:.1f}s")
+    time.sleep(5)  # longer than the wrapper's stop grace: nothing is stopping the tree
+    assert len(cluster.job_pids("h1", job_id)) >= TREE_SIZE, cluster.job_pids("h1", job_id)
     res = env.run("custom-jobs", "cancel", job_id, timeout=120)
     assert res.returncode == 0, res.stderr
     assert env.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
+    _wait_no_pids(cluster, "h1", job_id, 5)
+    assert _replica_sessions(cluster, "h1") == []
+
+
+def _replica_sessions(cluster: netns.NetnsCluster, host: str) -> list[list[str]]:
+    """vcli's wrappers still running on a host (the remote ends of replica channels)."""
+    deadline = time.monotonic() + 10
+    while True:
+        left = [netns.process_cmdline(p) for p in cluster.pids(host)]
+        left = [c for c in left if any("vcli-wrapper-" in a for a in c)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subprocess.Popen[str],
+                             host: str) -> str:
+    """Wait until the job's replica printed "up on", then SIGKILL the controller; the job id."""
+    try:
+        job_id = _wait_up(env, 1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert cluster.job_pids(host, job_id), "the replica did not outlive its controller"
+    return job_id
+
+
+def test_resume_reattaches_a_replica_whose_controller_died(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path)
+    pkg = _package(tmp_path, {"slow.py": """
+        import os, time
+        print("trainer pid", os.getpid(), flush=True)
+        print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
+        time.sleep(6)
+        print("done", flush=True)
+    """})
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=resume",
+                     f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+                     "script=slow.py")
+    job_id = _kill_controller_when_up(env, cluster, proc, "h1")
+    res = env.run("custom-jobs", "resume", job_id, timeout=180)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    assert "Re-attached to supervisor" in res.stdout, res.stdout
+    assert env.describe(job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    logs = env.run("custom-jobs", "stream-logs", job_id, timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    pids = [l for l in logs.stdout.splitlines() if "trainer pid" in l]
+    assert len(pids) == 1, logs.stdout  # re-attached, not restarted; no line repeated
+    assert logs.stdout.count("up on") == 1 and logs.stdout.count("done") == 1, logs.stdout
+    _wait_no_pids(cluster, "h1", job_id, 10)
+    assert _replica_sessions(cluster, "h1") == []
+
+
+def test_an_orphaned_replica_is_stopped_after_the_orphan_timeout(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "3"})
+    pkg = _package(tmp_path, TREE)
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=orphan",
+                     f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+                     "script=tree_sleep.py")
+    job_id = _kill_controller_when_up(env, cluster, proc, "h1")
+    took = _wait_no_pids(cluster, "h1", job_id, 15)
+    print(f"controller killed -> orphaned remote tree gone in {took:.1f}s")
+    assert _replica_sessions(cluster, "h1") == []
+    host_log = next((env.workdirs["h1"] / "jobs" / job_id).rglob("replica.log")).read_text()
+    assert "VCLI_SSH_ORPHAN_TIMEOUT=3" in host_log
 
 
 # =========================================================================== docker runtime on an SSH host
@@ -529,7 +602,7 @@ def test_study_over_two_one_gpu_hosts(cluster: netns.NetnsCluster, tmp_path: Pat
 
 
 def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
-    env = Env(cluster, tmp_path)
+    env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": LOST_HOST_ORPHAN_TIMEOUT})
     h2 = cluster.host("h2").address
     pkg = _package(tmp_path, {"trial.py": f"""
         import json, os, sys, time
@@ -566,6 +639,10 @@ def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_pat
     assert len(states) == 4 and states.count("SUCCEEDED") == 3 and states.count("INFEASIBLE") == 1, f"{states}\n{err}"
     lost = next(t for t in study["trials"] if t["state"] == "INFEASIBLE")
     assert "h2" in json.dumps(lost), f"{lost}\n{err}"
-    for p in cluster.pids("h2"):  # the replica stranded on the lost host
-        if netns.process_env(p).get("VCLI_JOB_ID"):
-            os.kill(p, signal.SIGKILL)
+    # The replica stranded on the lost host was stopped there once its lease expired.
+    deadline = time.monotonic() + 30
+    stranded = [p for p in cluster.pids("h2") if netns.process_env(p).get("VCLI_JOB_ID")]
+    while stranded and time.monotonic() < deadline:
+        time.sleep(0.2)
+        stranded = [p for p in cluster.pids("h2") if netns.process_env(p).get("VCLI_JOB_ID")]
+    assert stranded == [], [netns.process_cmdline(p) for p in stranded]

@@ -14,7 +14,7 @@ Where each concern lives:
                       local -> host path mapping, what a handle's `ref` and `details` hold
     wrapper.py        the remote end of a replica's channel (stdlib only, shipped to the host):
                       starts the supervisor, streams its log and the trainer's exit status,
-                      stops the whole tree when the channel closes; `stop` for the executor
+                      keeps the replica's lease; `attach` to re-adopt it; `stop` for the executor
     docker_bridge.py  the Docker runtime on a host: vcli's Docker executor over an SSH bridge
     probe.py          `vcli hosts check`: host facts and host-to-host reachability
     executor.py       `SSHExecutor`, the `Executor` contract over all of the above
@@ -31,6 +31,14 @@ Host failure: a host none of whose connections answered for `VCLI_SSH_DEAD_AFTER
 (default 10) is dead: its replicas' `poll` returns exit code 255 with a message, the executor's
 `HostHealth` hears `mark_unhealthy`, and a background probe reports `mark_healthy` once it
 answers again. Every blocking call has a timeout, so a dead host never hangs the controller.
+
+Controller death: remote replicas outlive their controller (as local and Docker ones do) so
+that `vcli custom-jobs resume` / `hp-tuning-jobs resume` can re-adopt them (`adopt`: the log
+goes on from where the local copy ends). While a controller holds a replica it renews the
+replica's lease on the host every few seconds over the replica's channel; a replica whose lease
+is older than `VCLI_SSH_ORPHAN_TIMEOUT` seconds (default 600) is stopped by the host itself,
+whole tree included, so neither a dead controller nor a network partition leaves an orphan
+running for good. `cancel` stops an orphaned job's replicas at once.
 """
 
 from __future__ import annotations

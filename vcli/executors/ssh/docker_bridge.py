@@ -183,6 +183,18 @@ class DockerOnHosts:
         return ReplicaHandle(executor=self._name, host=host.name, ref=ref, task_name=launch.task_name,
                              details=replica_details(host.name, ref))
 
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        """Stream an adopted container's output into its local log again (the host's engine
+        executor does it, after the last line already there)."""
+        link = self._link(handle.host)
+        remote, view = self._remote(launch, link)
+        with self._lock:
+            self.metric_files[handle.ref] = view.metric_file
+        try:
+            self.engine(handle.host).adopt(self.inner(handle), remote)
+        except ExecutorError as e:
+            self._mark_lost(handle, ReplicaStatus(running=False, exit_code=255, message=f"host {handle.host}: {e}"))
+
     @staticmethod
     def inner(handle: ReplicaHandle) -> ReplicaHandle:
         """The host's Docker executor's own handle for a container replica."""

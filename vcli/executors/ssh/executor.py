@@ -23,13 +23,20 @@ from vcli.executors.ssh.remote import (
     ALIVE_SCRIPT,
     FREE_PORT,
     REPLICA_TAG,
+    RemoteView,
     Replica,
+    attach_command,
+    beat,
+    beat_seconds,
     build_remote_command,
     hook_exit_signal,
     install_tools,
+    last_times,
     map_path,
+    orphan_timeout,
     parse_ref,
     pump,
+    remote_paths,
     remote_view,
     replica_details,
     replica_tag,
@@ -81,6 +88,9 @@ class SSHExecutor(ExecutorBase):
         self._probing: set[str] = set()
         self._docker = DockerOnHosts(self._link, self._home, self.name)
         self._closed = threading.Event()
+        #: VCLI_SSH_ORPHAN_TIMEOUT: how long replicas run on without a controller renewing their lease.
+        self._orphan_timeout = orphan_timeout()
+        self._beats: threading.Thread | None = None
 
     # ------------------------------------------------------------------ hosts
 
@@ -217,35 +227,45 @@ class SSHExecutor(ExecutorBase):
                 raise ExecutorError(f"The secret {k} contains a line break, which the ssh executor cannot pass.")
         argv = process_argv(launch, host.python)
         # The host keeps its own replica.log (the supervisor writes it; the wrapper streams it here).
-        remote_log = map_path(os.path.abspath(launch.log_path), self._home, root)
-        if remote_log == os.path.abspath(launch.log_path):
-            # Not under vcli's home, or a host whose workdir is this very directory: a file of
-            # its own, so the two writers never append to the same file.
-            remote_log = f"{remote_out}/replica.host.log"
-        remote_status = f"{posixpath.dirname(remote_log)}/replica.status"
+        paths = remote_paths(launch, view, self._home)
         command = build_remote_command(argv, env, cwd=cwd, python=host.python, tools=install_tools(link),
-                                       status=remote_status, log=remote_log, tag=tag,
-                                       mkdirs=(*view.mkdirs, posixpath.dirname(remote_log)), secrets=tuple(secrets))
-
+                                       status=paths.status, log=paths.log, tag=tag, lease=paths.lease,
+                                       timeout=self._orphan_timeout,
+                                       mkdirs=(*view.mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets))
         os.makedirs(launch.output_dir, exist_ok=True)
+        stdin = "".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n" if secrets else b""
+        rep = self._open(launch, link, view, command, stdin, "start")
+        where = f"{host.name} ({host.login}@{host.address}:{host.port})"
+        rep.writer.write("vcli", f"Started on {where} under supervisor {rep.supervisor} in {cwd}; outputs under "
+                                 f"{posixpath.dirname(posixpath.dirname(remote_out))} on {host.name}.")
+        ref = f"{rep.supervisor}@{launch.job_id}@{root}"
+        self._keep(ref, rep)
+        return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name,
+                             details=replica_details(host.name, ref))
+
+    def _open(self, launch: ReplicaLaunch, link: HostLink, view: RemoteView, command: str, stdin: bytes,
+              what: str) -> Replica:
+        """Run a wrapper command on a channel of its own, its output pumped into the replica's log;
+        returns once the wrapper's handshake named the supervisor. Raises ExecutorError."""
+        host = link.host
         writer = LogWriter(launch.log_path)
         try:
             conn, chan = link.open_session()
         except ExecutorError as e:
-            writer.write("vcli", f"failed to start on {host.name}: {e}")
+            writer.write("vcli", f"failed to {what} on {host.name}: {e}")
             writer.close()
             raise
-        rep = Replica(launch=launch, link=link, conn=conn, chan=chan, writer=writer, remote_root=root,
+        rep = Replica(launch=launch, link=link, conn=conn, chan=chan, writer=writer, remote_root=view.root,
                       remote_metric=view.metric_file)
         hook_exit_signal(chan, rep)
         try:
             chan.exec_command(command)
-            if secrets:
-                chan.sendall("".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n")
+            if stdin:
+                chan.sendall(stdin)
         except Exception as e:
             writer.close()
             chan.close()
-            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {e}") from None
+            raise ExecutorError(f"Cannot {what} replica {launch.task_name} on host {host.name}: {e}") from None
         for stream in ("stdout", "stderr"):
             t = threading.Thread(target=pump, args=(rep, stream), name=f"vcli-ssh-{stream}-{launch.task_name}",
                                  daemon=True)
@@ -257,7 +277,7 @@ class SSHExecutor(ExecutorBase):
                 chan.close()
                 writer.write("vcli", f"no answer from {host.name} while starting")
                 writer.close()
-                raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: no answer "
+                raise ExecutorError(f"Cannot {what} replica {launch.task_name} on host {host.name}: no answer "
                                     f"within {START_TIMEOUT:g}s")
         if rep.supervisor is None:
             for t in rep.threads:
@@ -265,15 +285,54 @@ class SSHExecutor(ExecutorBase):
             detail = "; ".join(line for line in rep.early_stderr if line.strip())[-500:] or "the remote shell exited"
             writer.close()
             chan.close()
-            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {detail}")
-        where = f"{host.name} ({host.login}@{host.address}:{host.port})"
-        writer.write("vcli", f"Started on {where} under supervisor {rep.supervisor} in {cwd}; outputs under "
-                             f"{posixpath.dirname(posixpath.dirname(remote_out))} on {host.name}.")
-        ref = f"{rep.supervisor}@{launch.job_id}@{root}"
+            raise ExecutorError(f"Cannot {what} replica {launch.task_name} on host {host.name}: {detail}")
+        return rep
+
+    def _keep(self, ref: str, rep: Replica) -> None:
+        """Track a replica of this controller, and renew its lease from now on (`_beat`)."""
         with self._lock:
             self._replicas[ref] = rep
-        return ReplicaHandle(executor=self.name, host=host.name, ref=ref, task_name=launch.task_name,
-                             details=replica_details(host.name, ref))
+            if self._beats is None and not self._closed.is_set():
+                self._beats = threading.Thread(target=self._beat, name="vcli-ssh-lease", daemon=True)
+                self._beats.start()
+
+    def _beat(self) -> None:
+        """Renew the lease of every replica this controller holds (see `vcli.executors.ssh.remote`)."""
+        interval = beat_seconds(self._orphan_timeout)
+        while not self._closed.wait(interval):
+            with self._lock:
+                reps = [r for r in self._replicas.values() if not r.released]
+            for rep in reps:
+                if not rep.chan.exit_status_ready() and rep.conn.alive():
+                    beat(rep.chan)
+
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        """Re-attach to a replica another (dead) controller started: follow its log on the host
+        from after the last record in `launch.log_path`, report its exit, and renew its lease.
+        A host that cannot be reached now is left to `poll` (which reports it)."""
+        if handle.ref.startswith("docker:"):
+            self._docker.adopt(handle, launch)
+            return
+        with self._lock:
+            if handle.ref in self._replicas:
+                return
+        pid, job_id, root = parse_ref(handle.ref)
+        try:
+            link = self._link(handle.host)
+            host = link.host
+            view = remote_view(launch, root, self._home)
+            paths = remote_paths(launch, view, self._home)
+            command = attach_command(host.python, install_tools(link), job_id, pid, paths,
+                                     replica_tag(job_id, launch.task_name), last_times(launch.log_path))
+            rep = self._open(launch, link, view, command, b"", "re-attach")
+        except ExecutorError as e:
+            writer = LogWriter(launch.log_path)
+            writer.write("vcli", f"cannot re-attach to the replica on {handle.host}: {e}")
+            writer.close()
+            return
+        rep.writer.write("vcli", f"Re-attached to supervisor {pid} on {host.name} ({host.login}@{host.address}:"
+                                 f"{host.port}).")
+        self._keep(handle.ref, rep)
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
         if handle.ref.startswith("docker:"):
@@ -451,7 +510,7 @@ class SSHExecutor(ExecutorBase):
                     except OSError:
                         pass
             try:
-                rep.chan.close()  # stdin EOF: if anything is left, the wrapper stops it
+                rep.chan.close()  # released: no more lease renewals; the wrapper ends with its supervisor
             except Exception:
                 pass
             rep.conn.channels = max(0, rep.conn.channels - 1)

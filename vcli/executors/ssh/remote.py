@@ -11,10 +11,15 @@ A replica is `cd CWD && exec python -S wrapper.py run ...` on its own SSH channe
 then copies the log records the supervisor writes into the host's replica.log to the channel
 (`pump` puts them into the local log with their own timestamps), and prints `VCLI-STATUS
 <json>` the moment the trainer exits: the replica has ended then, even while a helper still
-holds the trainer's stdout. When the channel's stdin closes (vcli released the replica, died
-or lost the connection), the wrapper stops the supervisor (SIGTERM, then SIGUSR1 after
-`ORPHAN_GRACE_SECONDS`), so a replica never outlives its controller's connection by more
-than that. The environment travels as quoted `NAME=VALUE` arguments (sshd's AcceptEnv would
+holds the trainer's stdout. Replicas outlive their controller: when the channel's stdin closes
+(vcli released the replica, died or lost the connection) the wrapper keeps the replica running
+on its lease, a file (`replica.lease` beside the host's replica.log) that every byte the
+controller sends on the channel renews (`beat`, every `beat_seconds`). A new controller
+re-adopts the replica with `attach_command` (`vcli custom-jobs resume`); a replica whose lease
+is older than `orphan_timeout()` seconds (VCLI_SSH_ORPHAN_TIMEOUT, default 600: its controller
+is dead, or cut off by a network partition) is stopped by its wrapper, whole tree included
+(SIGTERM, `ORPHAN_GRACE_SECONDS`, SIGKILL), so a host never keeps an orphan for good.
+The environment travels as quoted `NAME=VALUE` arguments (sshd's AcceptEnv would
 drop arbitrary names), except secrets, which travel on the channel's stdin so they never
 appear in a command line, a process list or a log. Every process of the replica carries
 VCLI_JOB_ID=<job> and VCLI_REPLICA=<job>/<task>.
@@ -56,17 +61,25 @@ from vcli.logs import LogWriter
 
 __all__ = [
     "ALIVE_SCRIPT",
+    "DEFAULT_ORPHAN_TIMEOUT",
     "FREE_PORT",
     "ORPHAN_GRACE_SECONDS",
     "REPLICA_TAG",
     "RemoteView",
+    "RemotePaths",
     "Replica",
     "Tools",
+    "attach_command",
+    "beat",
+    "beat_seconds",
     "build_remote_command",
     "install_tools",
+    "last_times",
     "map_path",
+    "orphan_timeout",
     "parse_ref",
     "pump",
+    "remote_paths",
     "remote_view",
     "replica_details",
     "replica_tag",
@@ -80,6 +93,39 @@ REPLICA_TAG = _wrapper.REPLICA_TAG
 #: After the channel closes, how long the wrapper's stop request waits before SIGKILL: the
 #: same as a local supervisor whose controller died.
 ORPHAN_GRACE_SECONDS = _supervisor.ORPHAN_GRACE_SECONDS
+#: How long a replica runs on with no controller renewing its lease (seconds).
+DEFAULT_ORPHAN_TIMEOUT = 600.0
+
+
+def orphan_timeout() -> float:
+    """VCLI_SSH_ORPHAN_TIMEOUT (seconds, default 600): how long a replica whose controller is gone
+    (dead, or cut off) keeps running, waiting to be re-adopted, before its host stops it."""
+    raw = os.environ.get("VCLI_SSH_ORPHAN_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_ORPHAN_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise InvalidValueError("VCLI_SSH_ORPHAN_TIMEOUT", f"[{raw}] is not a positive number of seconds")
+    return value
+
+
+def beat_seconds(timeout: float) -> float:
+    """How often a controller renews its replicas' leases: often enough that a few lost beats
+    (a busy controller, a slow link) never let a lease expire."""
+    return min(5.0, timeout / 4)
+
+
+def beat(chan: Any) -> bool:
+    """Renew one replica's lease: a byte on its channel's stdin. False if it could not be sent."""
+    try:
+        if chan.closed or not chan.send_ready():
+            return False
+        return chan.send(b"\n") == 1
+    except Exception:  # a broken channel: the lease simply is not renewed
+        return False
 
 
 def replica_tag(job_id: str, task_name: str) -> str:
@@ -132,12 +178,15 @@ def install_tools(link: HostLink) -> Tools:
 
 
 def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: str, python: str, tools: Tools,
-                         status: str, log: str, tag: str, mkdirs: Sequence[str] = (), secrets: Sequence[str] = (),
+                         status: str, log: str, tag: str, lease: str, timeout: float = DEFAULT_ORPHAN_TIMEOUT,
+                         mkdirs: Sequence[str] = (), secrets: Sequence[str] = (),
                          grace: float = ORPHAN_GRACE_SECONDS) -> str:
     """The command string for a replica: every piece is quoted; env goes as NAME=VALUE arguments.
 
     `secrets` are the names of the variables the executor sends on stdin after starting the
     command (`NAME=VALUE` lines, then an empty line); their values are masked in the log.
+    `lease` is the replica's lease file and `timeout` how stale it may get before the host
+    stops the replica.
     """
     if not argv:
         raise ExecutorError("nothing to run: empty command")
@@ -148,7 +197,8 @@ def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: st
     if mkdirs:
         parts.append(f"mkdir -p -- {qargv(mkdirs)}")
     parts.append(f"cd -- {q(cwd)}")
-    wrapper = [python, "-S", tools.wrapper, "run", tools.supervisor, status, log, tag, f"{grace:g}"]
+    wrapper = [python, "-S", tools.wrapper, "run", tools.supervisor, status, log, tag, f"{grace:g}", lease,
+               f"{timeout:g}"]
     if secrets:
         wrapper.append("--secrets")
     for name in secrets:
@@ -156,6 +206,13 @@ def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: st
     wrapper += [f"{k}={v}" for k, v in env.items()]
     parts.append("exec " + qargv([*wrapper, "--", *argv]))
     return " && ".join(parts)
+
+
+def attach_command(python: str, tools: Tools, job_id: str, pid: str, paths: RemotePaths, tag: str,
+                   after: Mapping[str, float]) -> str:
+    """`wrapper.py attach`: follow supervisor `pid` of job `job_id`, its log after `after`."""
+    return qargv([python, "-S", tools.wrapper, "attach", job_id, pid, paths.status, paths.log, tag, paths.lease,
+                  json.dumps(dict(after))])
 
 
 def stop_command(python: str, tools: Tools, job_id: str, grace_seconds: float,
@@ -357,6 +414,46 @@ def remote_view(launch: ReplicaLaunch, root: str, home: str) -> RemoteView:
     mkdirs += [m for m in mounts if m.startswith(root + "/")]
     return RemoteView(root=root, env=env, output_dir=out, metric_file=metric, mounts=mounts,
                        mkdirs=tuple(dict.fromkeys(mkdirs)))
+
+
+@dataclass(frozen=True)
+class RemotePaths:
+    """A process replica's own files on its host: the log the supervisor writes, its status
+    file and its lease."""
+
+    log: str
+    status: str
+    lease: str
+
+
+def remote_paths(launch: ReplicaLaunch, view: RemoteView, home: str) -> RemotePaths:
+    """Where a launch's log, status and lease are on its host (the same for `start` and `attach`)."""
+    log = map_path(os.path.abspath(launch.log_path), home, view.root)
+    if log == os.path.abspath(launch.log_path):
+        # Not under vcli's home, or a host whose workdir is this very directory: a file of
+        # its own, so the two writers never append to the same file.
+        log = f"{view.output_dir}/replica.host.log"
+    where = posixpath.dirname(log)
+    return RemotePaths(log=log, status=f"{where}/replica.status", lease=f"{where}/replica.lease")
+
+
+def last_times(log_path: str) -> dict[str, float]:
+    """The time of the last stdout and stderr record in a local replica log (what a re-attached
+    replica's log goes on after)."""
+    out: dict[str, float] = {}
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                stamp, _, rest = line.partition("\t")
+                stream = rest.partition("\t")[0]
+                if stream in ("stdout", "stderr"):
+                    try:
+                        out[stream] = max(out.get(stream, 0.0), float(stamp))
+                    except ValueError:
+                        continue
+    except OSError:
+        pass
+    return out
 
 
 def map_path(path: str, local_home: str, remote_root: str) -> str:

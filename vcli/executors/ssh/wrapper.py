@@ -1,6 +1,8 @@
 """The remote end of a replica's SSH channel, shipped to each host with the supervisor.
 
-    python -S wrapper.py run SUPERVISOR STATUS LOG TAG GRACE [--secrets] [--mask NAME]... [NAME=VALUE...] -- ARGV...
+    python -S wrapper.py run SUPERVISOR STATUS LOG TAG GRACE LEASE ORPHAN_TIMEOUT [--secrets] [--mask NAME]...
+                             [NAME=VALUE...] -- ARGV...
+    python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
@@ -8,21 +10,32 @@
 1. with `--secrets`, reads `NAME=VALUE` lines from stdin up to an empty line, so secret values
    never appear in a command line, a process list or a log;
 2. starts `python -S SUPERVISOR --stop-with-parent [--mask NAME]... STATUS LOG -- ARGV` (the
-   supervisor masks the values of those variables in the log) in a session of its own, with the NAME=VALUE assignments and the secrets added to the supervisor's environment
-   only (never to this process's: the final sweep below must not hit the wrapper itself);
+   supervisor masks the values of those variables in the log) in a session of its own, with
+   the NAME=VALUE assignments and the secrets added to the supervisor's environment only
+   (never to this process's: the final sweep below must not hit the wrapper itself);
 3. prints `VCLI-SUPERVISOR <pid>` on stdout: the handshake, after whatever the login shell's
    rc files printed;
 4. copies every record the supervisor appends to LOG (`<time>\\t<stream>\\t<line>`) to stdout,
    so the controller keeps the replica's log live while the host keeps its own copy;
 5. prints `VCLI-STATUS <json>` the moment STATUS appears: the trainer has exited, even if a
    helper still holds its stdout and the supervisor is still stopping leftovers;
-6. when stdin closes (the controller released the replica, died, or lost the connection):
-   SIGTERM to the supervisor (a stop request for the whole tree), SIGUSR1 after GRACE seconds
-   (SIGKILL to the whole tree); if the wrapper itself is killed, the supervisor's
-   PR_SET_PDEATHSIG does the same;
+6. keeps the replica's lease: LEASE is a file whose mtime says when a controller last showed
+   it is alive (every byte the controller sends on stdin, here or on an `attach` channel,
+   touches it). When stdin closes (the controller released the replica, died, or lost the
+   connection) the replica keeps running, so a new controller can re-adopt it (`attach`).
+   Once the lease is older than ORPHAN_TIMEOUT seconds (the controller is gone or cut off by
+   a partition, whether or not this channel noticed): SIGTERM to the supervisor (a stop
+   request for the whole tree), SIGUSR1 after GRACE seconds (SIGKILL to the whole tree). If
+   the wrapper itself is killed, the supervisor's PR_SET_PDEATHSIG stops the tree;
 7. once the supervisor has exited: SIGKILL to any process still carrying VCLI_REPLICA=TAG (a
    supervisor that was itself killed leaves its tree behind), the rest of the log, the status
    if not printed yet, and exit with the trainer's exit code (255 if it has none).
+
+`attach` is how a new controller re-adopts a replica that `run` started for another one: the
+same handshake, then the records of LOG whose time is after AFTER_JSON's (`{stream: last
+time}` already in the controller's copy, so the copy goes on with no gap and no repeat),
+`VCLI-STATUS`, and the exit code once supervisor PID (checked to carry VCLI_JOB_ID=JOB_ID) is
+gone. Bytes on its stdin touch LEASE; stdin closing ends it (the replica keeps running).
 
 `stop` is what the executor's stop runs on the host, from any vcli process: SIGTERM to each
 listed supervisor that is alive and carries VCLI_JOB_ID=JOB_ID (never a reused pid), a grace
@@ -134,8 +147,127 @@ class _Out:
             data = data[n:]
 
 
-def run(supervisor: str, status: str, log: str, tag: str, grace: float, secrets: bool, mask: list[str],
-        assignments: list[str], argv: list[str]) -> int:
+class _Relay:
+    """Copies LOG's new records and, once, STATUS's record to the channel (`out`).
+
+    `after` maps a stream to the time of its last record the controller already has: older
+    records of that stream (other streams: older than the latest of them) are not sent again.
+    """
+
+    def __init__(self, out: _Out, status: str, log: str, offset: int = 0,
+                 after: dict[str, float] | None = None) -> None:
+        self.out = out
+        self.status = status
+        self.log = log
+        self.offset = offset
+        self.after = after or {}
+        self.fd: int | None = None
+        self.pending = b""
+        self.result: dict[str, object] | None = None
+
+    def _new(self, line: bytes) -> bool:
+        stamp, _, rest = line.partition(b"\t")
+        stream = rest.partition(b"\t")[0].decode("utf-8", "replace")
+        try:
+            when = float(stamp)
+        except ValueError:
+            return True
+        last = self.after.get(stream, max(self.after.values(), default=None))
+        return last is None or when > last + 1e-6  # the log keeps microseconds
+
+    def forward(self) -> None:
+        if self.out.broken:
+            return
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.log, os.O_RDONLY)
+            except OSError:
+                return
+        while True:
+            data = os.pread(self.fd, 65536, self.offset)
+            if not data:
+                break
+            self.offset += len(data)
+            self.pending += data
+        whole, nl, self.pending = self.pending.rpartition(b"\n")
+        if nl:
+            if self.after:
+                whole = b"\n".join(line for line in whole.split(b"\n") if self._new(line))
+            if whole:
+                self.out.write(whole + b"\n")
+
+    def report(self) -> None:
+        """`VCLI-STATUS <json>` once STATUS holds the trainer's exit (after the records before it)."""
+        if self.result is not None:
+            return
+        try:
+            with open(self.status, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and "exitCode" in data:
+            self.forward()  # the records written before the trainer's end come before its status
+            self.result = data
+            self.out.write(f"VCLI-STATUS {json.dumps(data)}\n".encode())
+
+    def finish(self) -> int:
+        """The rest of the log and the status; the exit code to end with (255: none recorded)."""
+        self.forward()
+        if self.pending and (not self.after or self._new(self.pending)):
+            self.out.write(self.pending + b"\n")
+        self.pending = b""
+        self.report()
+        if self.result is None:
+            return 255
+        return int(self.result["exitCode"]) & 0xFF  # type: ignore[call-overload]
+
+
+def _touch(lease: str) -> None:
+    try:
+        os.utime(lease)
+    except FileNotFoundError:
+        try:
+            os.close(os.open(lease, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            pass
+    except OSError:
+        pass
+
+
+def _lease_age(lease: str, floor: float) -> float:
+    """Seconds since a controller last touched `lease` (or since `floor`, if later)."""
+    try:
+        touched = max(os.stat(lease).st_mtime, floor)
+    except OSError:
+        touched = floor
+    return time.time() - touched
+
+
+def _read_stdin(lease: str) -> bool:
+    """Consume what the controller sent (each send renews the lease); False once stdin closed."""
+    ready, _, _ = select.select([0], [], [], TICK)
+    if not ready:
+        return True
+    if not os.read(0, 4096):
+        return False
+    _touch(lease)
+    return True
+
+
+def _note(log: str, text: str) -> None:
+    """Append a vcli record to the host's replica log (the supervisor appends with O_APPEND too)."""
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{time.time():.6f}\tvcli\t{text}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: str, orphan_timeout: float,
+        secrets: bool, mask: list[str], assignments: list[str], argv: list[str]) -> int:
     env = dict(os.environ)
     for a in assignments:
         name, _, value = a.partition("=")
@@ -150,6 +282,8 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, secrets:
         offset = os.path.getsize(log)
     except OSError:
         offset = 0
+    _touch(lease)
+    started = time.time()
     out = _Out()
     pid = os.fork()
     if pid == 0:
@@ -166,69 +300,72 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, secrets:
         finally:
             os._exit(127)
     out.write(f"VCLI-SUPERVISOR {pid}\n".encode())
-    log_fd: int | None = None
-    pending = b""
-    result: dict[str, object] | None = None
+    relay = _Relay(out, status, log, offset)
     stdin_open = True
+    orphaned = False
     kill_at: float | None = None
-    sup_status: int | None = None
-
-    def forward() -> None:
-        nonlocal log_fd, offset, pending
-        if log_fd is None:
-            try:
-                log_fd = os.open(log, os.O_RDONLY)
-            except OSError:
-                return
-        while True:
-            data = os.pread(log_fd, 65536, offset)
-            if not data:
-                break
-            offset += len(data)
-            pending += data
-        whole, nl, pending = pending.rpartition(b"\n")
-        if nl:
-            out.write(whole + b"\n")
-
-    def report() -> None:
-        nonlocal result
-        try:
-            with open(status, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return
-        if isinstance(data, dict) and "exitCode" in data:
-            forward()  # the records written before the trainer's end come before its status
-            result = data
-            out.write(f"VCLI-STATUS {json.dumps(data)}\n".encode())
-
-    while sup_status is None:
+    next_lease_check = 0.0
+    while True:
         if stdin_open:
-            ready, _, _ = select.select([0], [], [], TICK)
-            if ready and not os.read(0, 4096):
-                stdin_open = False  # the channel is gone: stop the replica (whole tree)
-                _kill(pid, signal.SIGTERM)
-                kill_at = time.monotonic() + grace
+            stdin_open = _read_stdin(lease)  # closed: the replica goes on, on its lease alone
         else:
             time.sleep(TICK)
-        if kill_at is not None and time.monotonic() > kill_at:
+        now = time.monotonic()
+        if not orphaned and now >= next_lease_check:
+            next_lease_check = now + min(1.0, orphan_timeout / 10)
+            age = _lease_age(lease, started)
+            if age > orphan_timeout:  # no controller for that long: never keep an orphan forever
+                orphaned = True
+                _note(log, f"no controller renewed this replica's lease for {age:.0f}s "
+                           f"(VCLI_SSH_ORPHAN_TIMEOUT={orphan_timeout:g}): stopping it")
+                _kill(pid, signal.SIGTERM)
+                kill_at = now + grace
+        if kill_at is not None and now > kill_at:
             _kill(pid, signal.SIGUSR1)
             kill_at = None
-        forward()
-        if result is None:
-            report()
-        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        relay.forward()
+        relay.report()
+        done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
-            sup_status = wait_status
+            break
     sweep([tag])
-    forward()
-    if pending:
-        out.write(pending + b"\n")
-    if result is None:
-        report()
-    if result is None:
-        return 255
-    return int(result["exitCode"]) & 0xFF  # type: ignore[call-overload]
+    return relay.finish()
+
+
+# --------------------------------------------------------------------------- attach
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def attach(job_id: str, pid: int, status: str, log: str, tag: str, lease: str, after: dict[str, float]) -> int:
+    """Follow a replica another controller's `run` started, from where that controller's copy ends."""
+    out = _Out()
+    alive = _is_supervisor(pid, job_id)
+    if alive:
+        _touch(lease)
+    # Its `run` wrapper sweeps the tree once the supervisor is gone; end after that.
+    keeper = _parent(pid) if alive else None
+    out.write(f"VCLI-SUPERVISOR {pid}\n".encode())
+    relay = _Relay(out, status, log, 0, after)
+    while alive:
+        if not _read_stdin(lease):
+            return 0  # this controller let go; the replica goes on, on its lease
+        relay.forward()
+        relay.report()
+        alive = _is_supervisor(pid, job_id)
+    deadline = time.monotonic() + 10
+    while keeper is not None and _alive(keeper) and time.monotonic() < deadline:
+        time.sleep(TICK)
+    sweep([tag])
+    return relay.finish()
 
 
 # --------------------------------------------------------------------------- stop
@@ -261,18 +398,22 @@ def stop(job_id: str, grace: float, targets: list[tuple[int, str]]) -> int:
 
 
 def main(args: list[str]) -> int:
-    if len(args) >= 7 and args[0] == "run" and "--" in args:
-        sep = args.index("--")
+    if len(args) >= 10 and args[0] == "run" and "--" in args[8:]:
+        sep = args.index("--", 8)
         head, argv = args[1:sep], args[sep + 1:]
-        supervisor, status, log, tag, grace = head[:5]
-        rest = head[5:]
+        supervisor, status, log, tag, grace, lease, orphan_timeout = head[:7]
+        rest = head[7:]
         secrets = bool(rest) and rest[0] == "--secrets"
         rest = rest[1:] if secrets else rest
         mask = []
         while len(rest) > 1 and rest[0] == "--mask":
             mask.append(rest[1])
             rest = rest[2:]
-        return run(supervisor, status, log, tag, float(grace), secrets, mask, rest, argv)
+        return run(supervisor, status, log, tag, float(grace), lease, float(orphan_timeout), secrets, mask, rest,
+                   argv)
+    if len(args) == 8 and args[0] == "attach":
+        job_id, pid, status, log, tag, lease, after = args[1:]
+        return attach(job_id, int(pid), status, log, tag, lease, {k: float(v) for k, v in json.loads(after).items()})
     if len(args) >= 5 and args[0] == "stop" and len(args) % 2 == 1:
         pairs = args[3:]
         return stop(args[1], float(args[2]), [(int(pairs[i]), pairs[i + 1]) for i in range(0, len(pairs), 2)])
