@@ -413,8 +413,12 @@ def test_grid_search_ends_when_the_grid_is_exhausted(store: Store, world: FakeWo
     grid = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd", "rmsprop")))
     run, _ = study(store, world, "metric:acc=0.5@1", max_trials=10, parallel=2, algorithm=Algorithm.GRID_SEARCH,
                    parameters=(grid,))
+    progress: list[str] = []
+    run.on_progress = progress.append
     assert run.run() == JobState.JOB_STATE_SUCCEEDED
     assert sorted(t.parameters["opt"] for t in run.trials.values()) == ["adam", "rmsprop", "sgd"]
+    assert any("search space is exhausted after 3 trial(s) (maxTrialCount 10)" in m for m in progress), progress
+    assert "exhausted after 3 trials" in store.get_job(run.study_id).record["stopReason"]
 
 
 def test_measurement_selection_best_and_last(store: Store, world: FakeWorld) -> None:

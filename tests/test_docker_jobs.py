@@ -201,3 +201,25 @@ def test_cancel_of_an_orphaned_container_job_removes_everything(client, tmp_path
     assert job["state"] == "JOB_STATE_CANCELLED"
     assert {x["state"] for x in job["replicas"]} == {"STOPPED"}
     assert not _containers(client, job_id)
+
+
+def test_pools_with_an_image_and_no_command_run_as_containers_without_flags(client, tmp_path: Path) -> None:
+    """As on Vertex: an image and no command means the image's own entrypoint, so a container."""
+    home = tmp_path / "home"
+    config = tmp_path / "job.yaml"
+    config.write_text(textwrap.dedent("""
+        workerPoolSpecs:
+          - machineSpec: {machineType: n1-standard-4}
+            replicaCount: 1
+            containerSpec:
+              imageUri: vcli-base:bookworm
+              args: [python3, -c, "import os; print('in a container', os.path.exists('/.dockerenv'))"]
+        """))
+    valid = vcli(home, "custom-jobs", "create", "--display-name=img", f"--config={config}", "--validate-only")
+    assert valid.returncode == 0, valid.stderr
+    r = vcli(home, "custom-jobs", "create", "--display-name=img", f"--config={config}", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "in a container True" in r.stdout
+    job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
+    assert job["executor"] == "docker" and job["state"] == "JOB_STATE_SUCCEEDED"
+    assert not _containers(client, job["name"].rsplit("/", 1)[-1])

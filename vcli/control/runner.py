@@ -41,8 +41,8 @@ class PlannedJob:
         self.execution.close()
 
 
-def _open(executor: str | None, hosts: str | None) -> Execution:
-    return open_execution(executor_kind(executor), hosts)
+def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None) -> Execution:
+    return open_execution(executor_kind(executor, spec), hosts)
 
 
 def plan_custom_job(
@@ -56,7 +56,7 @@ def plan_custom_job(
     from vcli import codec
     from vcli.control.jobs import plan_job
 
-    execution = _open(executor, hosts)
+    execution = _open(executor, hosts, spec)
     try:
         store = Store()
         job_id = new_id()
@@ -261,7 +261,7 @@ def plan_study(
         import secrets
 
         seed = secrets.randbelow(2**31)
-    execution = _open(executor, hosts)
+    execution = _open(executor, hosts, spec.trial_job_spec)
     try:
         store = Store()
         study_id = new_id()

@@ -254,6 +254,8 @@ class StudyRun:
         suggestions = self.suggester.ask(count)
         if not suggestions:
             self._exhausted = True  # the search space is used up (grid search)
+            self.on_progress(f"The search space is exhausted after {len(self.trials)} trial(s) (maxTrialCount "
+                             f"{self.spec.max_trial_count}): no more trials will start.")
             return
         for i, s in enumerate(suggestions):
             if not self._start_trial(dict(s.parameters)):
@@ -446,6 +448,9 @@ class StudyRun:
             record["bestTrialId"] = best.id if best else None
             if self._stop_launching:
                 record["stopReason"] = self._stop_launching
+            elif self._exhausted and len(self.trials) < self.spec.max_trial_count:
+                record["stopReason"] = (f"the search space was exhausted after {len(self.trials)} trials, "
+                                        f"before maxTrialCount ({self.spec.max_trial_count})")
             self.store.update_job(self.study_id, record=record)
         self.error = error
         self._set_state(state, error)

@@ -33,12 +33,25 @@ class Execution:
         self.executor.close()
 
 
-def executor_kind(flag: str | None) -> ExecutorKind:
-    """`--executor`, else $VCLI_EXECUTOR, else `vcli config set executor`, else local."""
+def needs_containers(spec: Any) -> bool:
+    """Does a pool of this CustomJobSpec name an image and no command? On Vertex such a pool runs
+    the image's own entrypoint, which only a container runtime can do."""
+    for pool in spec.worker_pool_specs:
+        cs = pool.container_spec
+        if cs is not None and cs.image_uri and not cs.command and pool.local_package is None:
+            return True
+    return False
+
+
+def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
+    """`--executor`, else $VCLI_EXECUTOR, else `vcli config set executor`; else docker when a
+    pool of `spec` must run as a container (an image and no command), else local."""
     from vcli import properties
     from vcli.errors import UsageError
 
-    name = flag or os.environ.get("VCLI_EXECUTOR") or properties.get("executor") or ExecutorKind.LOCAL.value
+    name = flag or os.environ.get("VCLI_EXECUTOR") or properties.get("executor")
+    if not name:
+        name = ExecutorKind.DOCKER.value if spec is not None and needs_containers(spec) else ExecutorKind.LOCAL.value
     try:
         return ExecutorKind(name)
     except ValueError:
