@@ -575,3 +575,16 @@ def test_gpu_allocator_waits_for_release() -> None:
     with pytest.raises(GpuAllocationError, match="none declared"):
         allocator.allocate("other-host", 1)
     assert allocator.allocate("other-host", 0) == ()
+
+
+def test_a_missing_image_is_valid_but_not_ready(tmp_path) -> None:
+    """`check` judges the job (an image is named), `ready` the engine (the image is not there)."""
+    from vcli.errors import ExecutorError
+    from vcli.executors.docker import DockerExecutor
+
+    ensure_docker()
+    launch = make_launch(tmp_path, "ready-check", image="vcli-no-such-image:latest", command=("true",))
+    ex = DockerExecutor()
+    ex.check([launch])
+    with pytest.raises(ExecutorError, match="vcli-no-such-image"):
+        ex.ready([launch])

@@ -319,6 +319,10 @@ def test_check_and_command_for(h: Harness) -> None:
     assert argv[-1] == "out:x" and argv[1] == "-c"
 
 
+def test_a_runnable_launch_is_ready(h: Harness) -> None:
+    h.executor.ready([h.launch("out:x")])
+
+
 def test_check_refuses_a_replica_with_nothing_to_run(h: Harness) -> None:
     launch = h.launch(command=())
     if h.image is not None:

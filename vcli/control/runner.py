@@ -46,12 +46,14 @@ def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = 
 
 
 def plan_custom_job(
-    spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str]
+    spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str],
+    ready: bool = True,
 ) -> PlannedJob:
     """Plan every replica of `spec` and check it with the executor (`--executor`/`--hosts`).
 
     Raises the executor's or planner's `VcliError` for a job that cannot run; the execution is
-    closed then.
+    closed then. `ready=False` skips asking whether the executor can run it now (engine up,
+    images present): `--validate-only` judges the job, not the machine.
     """
     from vcli import codec
     from vcli.control.jobs import plan_job
@@ -71,6 +73,8 @@ def plan_custom_job(
             "shmSize": shm_size,
         }
         execution.executor.check(plan.launches)
+        if ready:
+            execution.executor.ready(plan.launches)
     except BaseException:
         execution.close()
         raise

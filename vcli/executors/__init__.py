@@ -146,7 +146,8 @@ class Executor(Protocol):
     on inventory hosts), and the in-process fake of the test suite; every one must pass
     `tests/test_executor_contract.py`.
 
-    Call order for one job: `check` (also what `--validate-only` runs), `prepare` once (may
+    Call order for one job: `check` (what `--validate-only` runs: is the job valid here?),
+    `ready` (can it run now?), `prepare` once (may
     build images or ship code; must return promptly when `cancelled` is set), `reserve_port` for
     every replica, `start` for every replica, then `poll` repeatedly, `stop` for whatever still
     runs, `release` at the end; `close` once when the executor is no longer needed. Handles may
@@ -165,6 +166,11 @@ class Executor(Protocol):
 
     def command_for(self, launch: ReplicaLaunch) -> list[str]:
         """The argv the replica will run (empty: the image's own entrypoint), for print-env."""
+        ...
+
+    def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """Raise `ExecutorError` if the executor cannot run these launches now (engine down,
+        image missing, host unreachable). Separate from `check`: a valid job stays valid."""
         ...
 
     def prepare(
@@ -216,7 +222,7 @@ class ExecutorBase:
     """Defaults for the contract's optional capabilities; executors subclass it.
 
     `check` asks `command_for` about every launch (which raises for a replica with nothing to
-    run); `adopt` has nothing to resume; `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
+    run); `ready` asks nothing; `adopt` has nothing to resume; `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
     """
 
     name: str = ""
@@ -229,6 +235,9 @@ class ExecutorBase:
 
     def command_for(self, launch: ReplicaLaunch) -> list[str]:
         return process_argv(launch, self.python)
+
+    def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
+        return None  # nothing to ask before starting
 
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         return None  # replicas whose logs are written where they run need nothing

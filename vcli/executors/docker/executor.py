@@ -238,21 +238,18 @@ class DockerExecutor(ExecutorBase):
         return list(launch.argv)
 
     def check(self, launches: Sequence[ReplicaLaunch]) -> None:
-        """Fast checks before a job is created: the engine answers and every image that will
-        not be built is present locally (or names a registry to pull from)."""
+        """Every replica has an image to run (the spec's business; the engine is not asked)."""
+        for launch in launches:
+            self._image_of(launch)
+
+    def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
+        """The engine answers and every image that will not be built is present locally (or
+        names a registry to pull from)."""
         import docker
 
         client = self.client()
         for launch in launches:
-            image = launch.image_uri
-            if launch.local_package is not None:
-                image = launch.image_uri or launch.local_package.executor_image_uri
-                if not image:
-                    raise InvalidValueError(
-                        "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
-                    )
-            if not image:
-                raise InvalidValueError("--worker-pool-spec", f"{launch.task_name} has no image to run: give container-image-uri.")
+            image = self._image_of(launch)
             try:
                 client.images.get(image)
             except docker.errors.ImageNotFound:
@@ -260,6 +257,19 @@ class DockerExecutor(ExecutorBase):
                     raise ExecutorError(image_missing_message(image)) from None
             except docker.errors.DockerException as e:
                 raise self._wrap(e, f"looking up image [{image}]") from e
+
+    @staticmethod
+    def _image_of(launch: ReplicaLaunch) -> str:
+        image = launch.image_uri
+        if launch.local_package is not None:
+            image = launch.image_uri or launch.local_package.executor_image_uri
+            if not image:
+                raise InvalidValueError(
+                    "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
+                )
+        if not image:
+            raise InvalidValueError("--worker-pool-spec", f"{launch.task_name} has no image to run: give container-image-uri.")
+        return image
 
     # ------------------------------------------------------------------ prepare / build
 
