@@ -59,7 +59,8 @@ def full_job(tmp_path) -> CustomJobSpec:
     return CustomJobSpec(
         worker_pool_specs=(chief, WorkerPoolSpec(), worker),
         base_output_directory=str(tmp_path / "out"),
-        scheduling=Scheduling(timeout_seconds=90.5, restart_job_on_worker_restart=True, disable_retries=True, strategy="SPOT"),
+        scheduling=Scheduling(timeout_seconds=90.5, restart_job_on_worker_restart=True, disable_retries=True, strategy="SPOT",
+                              max_wait_seconds=1800.0),
         service_account="sa@x",
         network="net",
         persistent_resource_id="pr",

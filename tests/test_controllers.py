@@ -624,3 +624,20 @@ def test_a_custom_job_is_reattached_not_restarted(store: Store, world: FakeWorld
     assert len(world.started) == 3  # nothing started twice
     assert replica_states(store, again) == {"workerpool0-0": "SUCCEEDED", "workerpool1-0": "SUCCEEDED",
                                             "workerpool1-1": "SUCCEEDED"}
+
+
+def test_a_trial_that_waits_longer_than_max_wait_duration_fails_the_study(store: Store, world: FakeWorld) -> None:
+    from vcli.placement import NoCapacityError
+
+    class Full:
+        def __call__(self, replicas: Sequence[Any], **_: Any) -> list[Placement]:
+            raise NoCapacityError("all 1 GPUs are in use")
+
+        def release(self, job_id: str) -> None:
+            pass
+
+    run, _ = study(store, world, "metric:acc=%x@1", max_trials=2, parallel=1, placer=Full())
+    run.spec = replace(run.spec, trial_job_spec=replace(run.spec.trial_job_spec, scheduling=Scheduling(max_wait_seconds=60)))
+    assert run.run() == JobState.JOB_STATE_FAILED
+    assert "no capacity within scheduling.maxWaitDuration (60s)" in run.error["message"]
+    assert 60 <= world.clock.now() - 1000 < 62

@@ -271,9 +271,9 @@ class WorkerPoolSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduling:
-    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {"maxWaitDuration": Annotated[float, Vertex(duration=True)]}
-
     timeout_seconds: float | None = field(default=None, metadata=vertex(name="timeout", duration=True, keep_zero=True))
+    #: How long the job may wait for its resources (trials waiting for GPUs); recorded.
+    max_wait_seconds: float | None = field(default=None, metadata=vertex(name="maxWaitDuration", duration=True))
     restart_job_on_worker_restart: bool = False
     disable_retries: bool = False
     strategy: str | None = field(

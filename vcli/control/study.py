@@ -96,6 +96,7 @@ class StudyRun:
     _cancelled: bool = False
     _queued: list[dict[str, ParameterValue]] = field(default_factory=list)
     _waiting_logged: bool = False
+    _waiting_since: float = 0.0
 
     def __post_init__(self) -> None:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
@@ -284,6 +285,11 @@ class StudyRun:
             if not self._waiting_logged:
                 self.on_progress(f"Waiting for capacity to start trial {trial_id}: {e}")
                 self._waiting_logged = True
+                self._waiting_since = self.clock.now()
+            sched = self.spec.trial_job_spec.scheduling
+            limit = sched.max_wait_seconds if sched else None
+            if limit is not None and self.clock.now() - self._waiting_since > limit:
+                raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
             return False
         self._waiting_logged = False
         job_row = self.store.create_job(
