@@ -90,6 +90,10 @@ def plan_job(
     `restore` (task name -> (placement, "host:port")) plans a job that already ran, for a
     controller that resumes it: the placements and addresses are the recorded ones, nothing is
     placed or reserved again.
+
+    Each replica's `output_dir` is `<job_dir>/replicas/<task name>`; `workdir` is the local
+    package's source directory (never run in: executors give each replica a private copy, the
+    process executor in `<output_dir>/work` from a per-job snapshot in `<job_dir>/package`).
     """
     replicas = cluster.replica_ids(spec)
     if restore is not None:
@@ -146,6 +150,7 @@ def plan_job(
                 mounts=(base,),
                 shm_size=shm_size,
                 secret_env=tuple(k for k in env if is_secret(k)),
+                package_uris=tuple(ps.package_uris) if ps else (),
             )
         )
     return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base, placer=placer)

@@ -83,6 +83,8 @@ class ReplicaLaunch:
     shm_size: str | None = None
     #: Environment variable names whose values are secrets: never logged or described.
     secret_env: tuple[str, ...] = ()
+    #: pythonPackageSpec.packageUris: distributions installed before the replica runs.
+    package_uris: tuple[str, ...] = ()
 
     @property
     def task_name(self) -> str:

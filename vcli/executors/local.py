@@ -32,8 +32,10 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
+from vcli import packages
 from vcli.errors import ExecutorError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
 from vcli.executors import supervisor as _supervisor
@@ -74,9 +76,11 @@ class LocalExecutor(ExecutorBase):
 
     name = "local"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, *, home: str | os.PathLike[str] | None = None) -> None:
         #: The interpreter for `python -m` / `.py` entrypoints: the one running vcli unless set.
         self.python = python or os.environ.get("VCLI_PYTHON") or sys.executable
+        #: vcli's home, where installed Python environments are cached (`<home>/envs`).
+        self.home = home
         self._running: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
 
@@ -85,11 +89,72 @@ class LocalExecutor(ExecutorBase):
     def prepare(
         self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event, progress: Callable[[str], None]
     ) -> list[ReplicaLaunch]:
+        """Give each replica its private working directory and its Python environment.
+
+        A replica with code (a local package, or a python module from packageUris) runs in
+        `<replica dir>/work`, a private copy of the job's snapshot of the package
+        (`vcli.packages`), never in the source tree; one with only an explicit command keeps
+        running where vcli runs (its command may name files there). Whatever the replica needs
+        installed (packageUris, `requirements=`, the package's requirements.txt, extra
+        packages) goes into a cached environment whose python runs the replica.
+        """
         for launch in launches:
             process_argv(launch, self.python)  # raises a clear error for image-only pools
             if launch.workdir and not os.path.isdir(launch.workdir):
                 raise ExecutorError(f"Directory '{launch.workdir}' is not found.")
-        return list(launches)
+        snapshots: dict[tuple[str, str], str] = {}
+        envs: dict[packages.Installs, str] = {}
+        out = []
+        for launch in launches:
+            if cancelled.is_set():
+                break
+            out.append(self._prepare_one(launch, snapshots, envs, cancelled=cancelled, progress=progress))
+        return out
+
+    def _prepare_one(self, launch: ReplicaLaunch, snapshots: dict[tuple[str, str], str],
+                     envs: dict[packages.Installs, str], *, cancelled: threading.Event,
+                     progress: Callable[[str], None]) -> ReplicaLaunch:
+        lp = launch.local_package
+        installs = packages.installs_for(
+            package_uris=list(launch.package_uris),
+            requirements=lp.requirements if lp else (),
+            package_dir=launch.workdir,
+            extra_packages=lp.extra_packages if lp else (),
+        )
+        changes: dict[str, object] = {}
+        if installs:
+            if installs not in envs:
+                envs[installs] = packages.python_env(
+                    installs, python=self.python, home=self._home(), progress=progress, cancelled=cancelled,
+                    label=f" for {launch.task_name}",
+                )
+            env_python = envs[installs]
+            if not launch.command:
+                changes["command"] = tuple(process_argv(replace(launch, args=()), env_python))
+            # `python`/`pip` of an explicit command are the environment's, as in Vertex's image.
+            bin_dir = os.path.dirname(env_python)
+            changes["env"] = {**launch.env, "VIRTUAL_ENV": os.path.dirname(bin_dir),
+                              "PATH": os.pathsep.join(p for p in (bin_dir, os.environ.get("PATH", "")) if p)}
+        if launch.workdir or (launch.python_module and not launch.command):
+            private = os.path.join(launch.output_dir, "work")
+            if launch.workdir:
+                # `<job dir>/package`: plan_job puts replica dirs at `<job dir>/replicas/<task>`.
+                store = os.path.join(os.path.dirname(os.path.dirname(launch.output_dir)), "package")
+                key = (store, os.path.abspath(launch.workdir))
+                if key not in snapshots:
+                    snapshots[key] = packages.snapshot(key[1], store)
+                packages.populate(snapshots[key], private)
+            else:
+                packages.populate_empty(private)
+            changes["workdir"] = private
+        return replace(launch, **changes) if changes else launch  # type: ignore[arg-type]
+
+    def _home(self) -> str:
+        if self.home is not None:
+            return os.fspath(self.home)
+        from vcli.store import default_home
+
+        return str(default_home())
 
     def reserve_port(self, placement: Placement) -> int:
         return free_port("127.0.0.1")

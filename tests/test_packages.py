@@ -1,0 +1,203 @@
+"""A replica's code on the process executor: private working directories and installed packages.
+
+Real processes throughout: the CLI runs studies and jobs whose trainers write relative files
+and import code that only an install provides; the snapshot and working-directory helpers run
+on real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, vcli_env
+from vcli import packages
+
+#: A trainer that fails if its working directory is shared: it writes data.csv, waits for its
+#: sibling to do the same, and checks the file is still its own. Reports through stdout.
+TASK = textwrap.dedent("""
+    import os, sys, time
+    args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+    me = os.environ.get("CLOUD_ML_TRIAL_ID", "0") + "/" + os.environ.get("VCLI_REPLICA", "")
+    if os.path.exists("data.csv"):
+        sys.exit("data.csv already exists: the working directory is shared")
+    with open("data.csv", "w") as f:
+        f.write(me + "\\n")
+    time.sleep(1.5)
+    with open("data.csv") as f:
+        if f.read().strip() != me:
+            sys.exit("data.csv was overwritten by another replica")
+    print(f"accuracy={float(args.get('lr', 0.1)):.3f}", flush=True)
+""")
+
+STUDY = """
+displayName: notebook-study
+maxTrialCount: 2
+parallelTrialCount: 2
+studySpec:
+  metrics:
+  - metricId: accuracy
+    goal: MAXIMIZE
+  parameters:
+  - parameterId: lr
+    discreteValueSpec: {{values: [0.1, 0.2]}}
+  algorithm: GRID_SEARCH
+trialJobSpec:
+  workerPoolSpecs:
+  - machineSpec: {{machineType: n1-standard-4}}
+    replicaCount: 1
+    pythonPackageSpec:
+      executorImageUri: us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest
+      packageUris: [{uri}]
+      pythonModule: trainer.task
+"""
+
+
+def _run(home: Path, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The CLI, importing vcli from this checkout but nothing else of it: the repository's own
+    `trainer` package must not shadow the one a test installs."""
+    shim = home.parent / "vcli-only"
+    if not shim.exists():
+        shim.mkdir()
+        (shim / "vcli").symlink_to(REPO / "vcli")
+    full = vcli_env(home, **env)
+    full["PYTHONPATH"] = str(shim)
+    return subprocess.run([sys.executable, "-m", "vcli", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _package_source(root: Path) -> Path:
+    """A trainer package directory: trainer/__init__.py and trainer/task.py (TASK)."""
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "trainer" / "task.py").write_text(TASK)
+    return root
+
+
+def _sdist(tmp_path: Path) -> Path:
+    """A `setup.py sdist` of the trainer package, as a notebook builds for packageUris."""
+    src = _package_source(tmp_path / "src")
+    (src / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n"
+    )
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--formats=gztar"], cwd=src, check=True,
+                   capture_output=True, timeout=120)
+    [tarball] = (src / "dist").glob("trainer-0.1.tar.gz")
+    return tarball
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_notebook_study_installs_package_uris_once_and_isolates_trials(tmp_path: Path) -> None:
+    tarball = _sdist(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    config = tmp_path / "study.yaml"
+    config.write_text(STUDY.format(uri=f"file://{tarball}"))
+    home = tmp_path / "home"
+
+    first = _run(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
+    assert first.returncode == 0, first.stderr
+    study = json.loads(first.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert sorted(t["state"] for t in study["trials"]) == ["SUCCEEDED", "SUCCEEDED"]
+    assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in study["trials"]) == [0.1, 0.2]
+    assert "Installing trainer-0.1.tar.gz" in first.stderr
+    [env_dir] = [p for p in (home / "envs").iterdir() if p.is_dir()]
+    marker = env_dir / packages.ENV_MARKER
+    built = marker.stat().st_mtime_ns
+    assert not list(empty.iterdir())  # nothing written where vcli was run
+
+    second = _run(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["state"] == "JOB_STATE_SUCCEEDED"
+    assert "Installing" not in second.stderr and f"Using the Python environment {env_dir}" in second.stderr
+    assert marker.stat().st_mtime_ns == built
+    assert [p for p in (home / "envs").iterdir() if p.is_dir()] == [env_dir]
+    assert not list(empty.iterdir())
+
+
+def test_parallel_trials_get_private_working_directories(tmp_path: Path) -> None:
+    pkg = _package_source(tmp_path / "pkg")
+    before = _tree(pkg)
+    home = tmp_path / "home"
+    r = _run(
+        home, tmp_path, "hp-tuning-jobs", "create", "--display-name=isolated",
+        "--metric=metric-id=accuracy,goal=maximize",
+        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+        "python-module=trainer.task",
+        "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
+        "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json",
+    )
+    assert r.returncode == 0, r.stderr
+    trials = json.loads(r.stdout)["trials"]
+    assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
+    assert _tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source
+    # Each trial's replica wrote its own data.csv in its own copy of the package.
+    written = sorted(p.read_text().strip() for p in (home / "jobs").glob("*/replicas/*/work/data.csv"))
+    assert len(written) == 2 and len(set(written)) == 2
+    for work in (home / "jobs").glob("*/replicas/*/work"):
+        assert (work / "trainer" / "task.py").read_text() == TASK
+
+
+def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_path: Path) -> None:
+    pkg = _package_source(tmp_path / "pkg")
+    r = _run(
+        tmp_path / "home", tmp_path, "custom-jobs", "create", "--display-name=broken-reqs",
+        f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},python-module=trainer.task,"
+        "requirements=vcli-no-such-package-xyz",
+        PIP_NO_INDEX="1", UV_OFFLINE="1",
+    )
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    failure = [line for line in r.stderr.splitlines() if "Cannot install vcli-no-such-package-xyz" in line]
+    assert len(failure) == 1, r.stderr
+    assert "vcli-no-such-package-xyz" in failure[0].split(":", 1)[1]  # the installer's reason names it too
+    assert not (tmp_path / "home" / "envs").exists() or not any(
+        (p / packages.ENV_MARKER).exists() for p in (tmp_path / "home" / "envs").iterdir())
+
+
+def test_snapshot_is_read_only_and_working_dirs_are_private_copies(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / ".git").mkdir(parents=True)
+    (src / ".git" / "HEAD").write_text("ref")
+    (src / "small.py").write_text("x = 1\n")
+    (src / "big.bin").write_bytes(b"\0" * packages.SMALL_FILE_BYTES)
+    (src / "run.sh").write_text("echo hi\n")
+    os.chmod(src / "run.sh", 0o755)
+
+    snap = Path(packages.snapshot(str(src), str(tmp_path / "store")))
+    assert snap.name == packages.tree_hash(str(src))
+    assert packages.snapshot(str(src), str(tmp_path / "store")) == str(snap)  # once per content
+    assert sorted(p.name for p in snap.iterdir()) == ["big.bin", "run.sh", "small.py"]  # no .git
+    assert all(not (p.stat().st_mode & 0o222) for p in snap.iterdir())
+    assert (snap / "run.sh").stat().st_mode & 0o100
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    packages.populate(str(snap), str(one))
+    packages.populate(str(snap), str(two))
+    # Small files are private, writable copies: rewriting one in place changes nothing else.
+    (one / "small.py").write_text("x = 2\n")
+    assert (two / "small.py").read_text() == (snap / "small.py").read_text() == (src / "small.py").read_text()
+    # Large files are links to the snapshot's read-only bytes, not copies.
+    assert (one / "big.bin").stat().st_ino == (snap / "big.bin").stat().st_ino
+    assert not stat.S_IMODE((one / "big.bin").stat().st_mode) & 0o222
+    # The source changing after the snapshot does not change what replicas get.
+    (src / "small.py").write_text("x = 3\n")
+    packages.populate(str(snap), str(one))
+    assert (one / "small.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/trainer.tar.gz", "https://example.com/trainer.tar.gz"])
+def test_package_uris_the_process_executor_cannot_reach_are_refused_clearly(uri: str) -> None:
+    with pytest.raises(packages.ExecutorError, match="local files and file:// URIs"):
+        packages.local_uri(uri)
