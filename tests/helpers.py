@@ -44,8 +44,16 @@ def vcli(home: Path, *args: str, timeout: float = 300, input: str | None = None,
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A test run started
+    with SIGINT ignored (`nohup ... &`) would pass SIG_IGN on, and Python keeps an inherited
+    SIG_IGN, so the Ctrl-C a test sends would never reach vcli."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    """Start `python -m vcli ARGS` in the background (its own session)."""
+    """Start `python -m vcli ARGS` in the background (its own session), SIGINT at its default
+    whatever this test run inherited, so a test can Ctrl-C it."""
     return subprocess.Popen(
         [sys.executable, "-m", "vcli", *args],
         env=vcli_env(home, **env),
@@ -55,6 +63,7 @@ def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_default_sigint,
     )
 
 

@@ -201,3 +201,19 @@ def test_help_lists_the_choices(run_vcli):
         assert choices in r.stdout
     r = run_vcli("--help")
     assert "debug|info|warning|error|critical|none" in r.stdout
+
+
+def test_validate_only_judges_the_job_and_reports_readiness_apart(run_vcli, vcli_home, tmp_path):
+    """An image-only pool is valid Vertex (it runs as a container); an engine that is down is a
+    readiness problem: a warning at --validate-only, exit 3 at create, and no job recorded."""
+    config = tmp_path / "job.yaml"
+    config.write_text("workerPoolSpecs:\n  machineSpec: {machineType: n1-standard-4}\n  replicaCount: 1\n"
+                      "  containerSpec: {imageUri: vcli-base:bookworm}\n")
+    down = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={config}", "--validate-only", env=down)
+    assert r.returncode == 0, r.stderr
+    assert "The job is valid" in r.stderr and "WARNING: the docker executor cannot run it now" in r.stderr
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={config}", env=down)
+    assert r.returncode == 3
+    assert "Cannot connect to the Docker engine" in one_error_line(r)
+    assert json.loads(run_vcli("custom-jobs", "list", "--format=json").stdout) == []

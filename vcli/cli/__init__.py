@@ -5,7 +5,9 @@ parsing flags, calling `vcli.control`, and printing through `output`. The CLI is
 layer that exits the process. Errors are one line, `ERROR: (vcli.GROUP.COMMAND) ...`, on stderr
 with a distinct exit code (see `vcli.errors.ExitCode`; `support.command` and, for choice
 flags Click rejects itself, `choices.VcliGroup`); `--verbosity=debug` adds the traceback.
-Status messages go to stderr, data to stdout.
+gcloud's wide flags (`--project`, `--quiet`, `--verbosity`, `--flags-file`, ...) are accepted
+on every group and command, in gcloud's positions (`gcloud_flags`). Status messages go to
+stderr, data to stdout.
 
 Start-up matters (`vcli --help` runs in shells and completions): the groups import vcli's
 modules inside their commands, and nothing here imports TensorFlow, Docker, paramiko or skopt.
@@ -20,12 +22,11 @@ import typer
 
 from vcli import __version__
 from vcli.cli import config, custom_jobs, hosts, hp_tuning_jobs
-from vcli.cli.choices import VcliGroup, Verbosity
-from vcli.cli.support import state as _state
+from vcli.cli.gcloud_flags import RootGroup
 
 app = typer.Typer(
     name="vcli",
-    cls=VcliGroup,
+    cls=RootGroup,
     help="Vertex AI training (custom-jobs, hp-tuning-jobs) on the machines you already have.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -46,10 +47,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    verbosity: Annotated[Verbosity, typer.Option("--verbosity", help="How much to say; debug shows tracebacks.")] = Verbosity.WARNING,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
 ) -> None:
-    _state["verbosity"] = verbosity.value
+    """gcloud's wide flags given here are taken by `gcloud_flags.RootGroup`."""
 
 
 def run() -> None:

@@ -101,14 +101,17 @@ def command_path(ctx: Any) -> str:
     return ".".join(["vcli", *reversed(names)])
 
 
-class ChoiceError(typer.BadParameter):
-    """A bad word for a choice flag, shown as vcli's one error line (exit 2)."""
+class FlagError(typer.BadParameter):
+    """A bad flag value found while parsing (a wrong word for a choice flag, an unreadable
+    `--flags-file`), shown as vcli's one error line; exit 2 unless `exit_code` says otherwise."""
 
     exit_code = int(ExitCode.USAGE)
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, *, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.path = path
+        if exit_code is not None:
+            self.exit_code = exit_code
 
     def format_message(self) -> str:
         return self.message
@@ -118,7 +121,7 @@ class ChoiceError(typer.BadParameter):
 
 
 class VcliGroup(TyperGroup):
-    """The root command group: renders Click's rejection of a choice flag as `ChoiceError`.
+    """The root command group: renders Click's rejection of a choice flag as `FlagError`.
 
     Click checks choices while it parses a (sub)command's arguments, which happens inside the
     root group's `make_context` (the global flags) and `invoke` (every subcommand), so those two
@@ -144,10 +147,10 @@ class VcliGroup(TyperGroup):
             raise self._choice_error(e) from None
 
     def _choice_error(self, e: typer.BadParameter) -> typer.BadParameter:
-        if isinstance(e, ChoiceError) or e.param is None:
+        if isinstance(e, FlagError) or e.param is None:
             return e
         flag = next((o for o in e.param.opts if o in CHOICE_MESSAGES), None)
         value = flag_value(self._argv, flag) if flag else None
         if flag is None or value is None:
             return e
-        return ChoiceError(command_path(e.ctx), CHOICE_MESSAGES[flag](value))
+        return FlagError(command_path(e.ctx), CHOICE_MESSAGES[flag](value))

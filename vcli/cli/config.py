@@ -7,14 +7,15 @@ from typing import Annotated
 import typer
 
 from vcli.cli.complete import property_names
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
 from vcli.cli.support import command, err
 
-app = typer.Typer(help="View and set vcli properties (like `gcloud config`).", no_args_is_help=True)
+app = typer.Typer(cls=GcloudGroup, help="View and set vcli properties (like `gcloud config`).", no_args_is_help=True)
 
 Property = Annotated[str, typer.Argument(help="executor, hosts or python.", autocompletion=property_names)]
 
 
-@app.command("set")
+@app.command("set", cls=GcloudCommand)
 @command("config.set")
 def config_set(prop: Property, value: Annotated[str, typer.Argument()]) -> None:
     """Set a property (executor, hosts, python)."""
@@ -24,7 +25,7 @@ def config_set(prop: Property, value: Annotated[str, typer.Argument()]) -> None:
     err(f"Updated property [{prop}].")
 
 
-@app.command("get")
+@app.command("get", cls=GcloudCommand)
 @command("config.get")
 def config_get(prop: Property) -> None:
     """Print a property's value."""
@@ -37,7 +38,7 @@ def config_get(prop: Property) -> None:
         print(value)
 
 
-@app.command("unset")
+@app.command("unset", cls=GcloudCommand)
 @command("config.unset")
 def config_unset(prop: Property) -> None:
     """Remove a property (its default applies again)."""
@@ -47,7 +48,7 @@ def config_unset(prop: Property) -> None:
     err(f"Unset property [{prop}].")
 
 
-@app.command("list")
+@app.command("list", cls=GcloudCommand)
 @command("config.list")
 def config_list() -> None:
     """Print every property that is set."""

@@ -13,6 +13,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vcli.cli import options as o
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
 from vcli.cli.output import (
     LogPrinter,
     check_format,
@@ -24,10 +25,10 @@ from vcli.cli.output import (
     stream_logs,
     warn_orphaned,
 )
-from vcli.cli.support import command, err, interrupt_on_signals
+from vcli.cli.support import command, err, interrupt_on_signals, shown
 from vcli.spec import JobKind, JobState
 
-app = typer.Typer(help="Create and manage custom training jobs.", no_args_is_help=True)
+app = typer.Typer(cls=GcloudGroup, help="Create and manage custom training jobs.", no_args_is_help=True)
 
 
 def custom_job_spec_from_flags(
@@ -65,13 +66,24 @@ def custom_job_spec_from_flags(
     return spec
 
 
+def with_cloud_settings(spec: Any, **settings: Any) -> Any:
+    """`spec` (a CustomJobSpec) with the cloud-only settings given (`service_account`, `network`,
+    `persistent_resource_id`, `enable_web_access`, `enable_dashboard_access`) recorded in the
+    jobSpec fields Vertex keeps them in; they change nothing on a local run (the notice of
+    `vcli.cli.gcloud_flags` says so)."""
+    from dataclasses import replace
+
+    given = {name: value for name, value in settings.items() if value}
+    return replace(spec, **given) if given else spec
+
+
 def _submitted_message(name: str, job_id: str) -> str:
     return (f"CustomJob [{name}] is submitted successfully.\n\nYour job is still active. You may view the status of "
             f"your job with the command\n\n  $ vcli custom-jobs describe {job_id}\n\nor continue streaming the logs "
             f"with the command\n\n  $ vcli custom-jobs stream-logs {job_id}")
 
 
-@app.command("create")
+@app.command("create", cls=GcloudCommand)
 @command("custom-jobs.create")
 def create(
     display_name: Annotated[Optional[str], typer.Option("--display-name", help="Display name of the custom job to create.")] = None,
@@ -81,8 +93,15 @@ def create(
     command_: o.Command = None,
     python_package_uris: Annotated[Optional[str], typer.Option("--python-package-uris", help="Recorded for gcloud compatibility.")] = None,
     labels: o.Labels = None,
-    service_account: Annotated[Optional[str], typer.Option("--service-account", help="Recorded in jobSpec.")] = None,
-    network: Annotated[Optional[str], typer.Option("--network", help="Recorded in jobSpec.")] = None,
+    service_account: o.ServiceAccount = None,
+    network: o.Network = None,
+    persistent_resource_id: o.PersistentResourceId = None,
+    enable_web_access: o.EnableWebAccess = False,
+    enable_dashboard_access: o.EnableDashboardAccess = False,
+    kms_key: o.KmsKey = None,
+    kms_keyring: o.KmsKeyring = None,
+    kms_location: o.KmsLocation = None,
+    kms_project: o.KmsProject = None,
     region: o.Region = None,
     executor: o.Executor = None,
     hosts: o.Hosts = None,
@@ -103,8 +122,11 @@ def create(
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)
+    spec = with_cloud_settings(spec, persistent_resource_id=persistent_resource_id, enable_web_access=enable_web_access,
+                               enable_dashboard_access=enable_dashboard_access)
     label_map = codec.parse_labels(labels)
-    job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map)
+    job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
+                                 ready=not validate_only)
     try:
         if validate_only:
             _print_validated(display_name, job, fmt)
@@ -112,7 +134,7 @@ def create(
             row = runner.submit_custom_job(job, display_name)
             runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id],
                                 secrets=runner.secret_values(job.spec))
-            err(_submitted_message(row.name, job.job_id))
+            err(_submitted_message(shown(row.name), job.job_id))
             if fmt:
                 _emit_job(job.store, job.job_id, fmt)
         else:
@@ -122,14 +144,24 @@ def create(
 
 
 def _print_validated(display_name: str, job: Any, fmt: Optional[str]) -> None:
+    """The resolved job (each replica's full argv, as print-env shows it), then whether the
+    executor could run it now: readiness is reported, it does not make a valid job invalid."""
+    from vcli.errors import ExecutorError
+
+    ex = job.execution.executor
     resource = {
         "displayName": display_name,
+        "executor": job.execution.kind.value,
         "jobSpec": job.record["jobSpec"],
         "labels": job.record["labels"] or None,
-        "replicas": [{"taskName": l.task_name, "command": list(l.argv) or None, "imageUri": l.image_uri}
+        "replicas": [{"taskName": l.task_name, "command": ex.command_for(l) or None, "imageUri": l.image_uri}
                      for l in job.plan.launches],
     }
     err("The job is valid; nothing was launched (--validate-only).")
+    try:
+        ex.ready(job.plan.launches)
+    except ExecutorError as e:
+        err(f"WARNING: the {job.execution.kind.value} executor cannot run it now (exit code 3 at create): {e}")
     emit({k: v for k, v in resource.items() if v is not None}, fmt, is_list=False)
 
 
@@ -148,12 +180,12 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
 
     if resumed:
         claim_controller(job.store, job.job_id)
-        name = job.store.get_job(job.job_id).name
+        name = shown(job.store.get_job(job.job_id).name)
         err(f"CustomJob [{name}] is resumed: running replicas are re-attached, not restarted.")
     else:
         row = runner.submit_custom_job(job, display_name)
         claim_controller(job.store, job.job_id)
-        name = row.name
+        name = shown(row.name)
         err(f"CustomJob [{name}] is submitted successfully.")
     err(f"Running {len(job.plan.launches)} replica(s) with the {job.execution.kind.value} executor; Ctrl-C cancels the job.")
     err(f"  describe:    vcli custom-jobs describe {job.job_id}")
@@ -193,7 +225,7 @@ def _secrets_from_stdin() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-@app.command("resume")
+@app.command("resume", cls=GcloudCommand)
 @command("custom-jobs.resume")
 def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     """Take over a job whose vcli process died (killed, crashed, machine asleep).
@@ -208,7 +240,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     store = Store()
     row = get_row(store, job, JobKind.CUSTOM_JOB)
     if has_ended(row):
-        err(f"CustomJob [{row.name}] has already ended ({row.state}); nothing to resume.")
+        err(f"CustomJob [{shown(row.name)}] has already ended ({row.state}); nothing to resume.")
         return
     claim_controller(store, row.id)
     planned = runner.plan_resumed_custom_job(store, row)
@@ -218,7 +250,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         planned.close()
 
 
-@app.command("run-job", hidden=True)
+@app.command("run-job", hidden=True, cls=GcloudCommand)
 @command("custom-jobs.run-job")
 def run_job(job: Annotated[str, typer.Argument()]) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
@@ -246,7 +278,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     raise typer.Exit(exit_code_for(outcome.state))
 
 
-@app.command("print-env")
+@app.command("print-env", cls=GcloudCommand)
 @command("custom-jobs.print-env")
 def print_env(
     worker_pool_spec: o.WorkerPoolSpec = None,
@@ -289,7 +321,7 @@ def print_env(
     emit(out, fmt, is_list=True)
 
 
-@app.command("list")
+@app.command("list", cls=GcloudCommand)
 @command("custom-jobs.list")
 def list_(
     fmt: o.Format = None,
@@ -298,6 +330,8 @@ def list_(
     limit: o.Limit = None,
     region: o.Region = None,
     include_trials: Annotated[bool, typer.Option("--include-trial-jobs", help="Also list the custom jobs of tuning trials.")] = False,
+    page_size: o.PageSize = None,
+    uri: o.Uri = False,
 ) -> None:
     """List custom jobs (YAML documents by default, as gcloud)."""
     from vcli.resources import custom_job_resource
@@ -307,10 +341,10 @@ def list_(
     rows = store.list_jobs(JobKind.CUSTOM_JOB, include_trial_jobs=include_trials)
     resources = [custom_job_resource(store, r) for r in rows]
     warn_orphaned(resources, "custom-jobs")
-    list_output(resources, fmt, filter_, sort_by, limit)
+    list_output(resources, "value(name)" if uri else fmt, filter_, sort_by, limit)
 
 
-@app.command("describe")
+@app.command("describe", cls=GcloudCommand)
 @command("custom-jobs.describe")
 def describe(job: o.CustomJobRef, fmt: o.Format = None, region: o.Region = None) -> None:
     """Show a custom job as the Vertex REST resource."""
@@ -323,7 +357,7 @@ def describe(job: o.CustomJobRef, fmt: o.Format = None, region: o.Region = None)
     emit(resource, fmt, is_list=False)
 
 
-@app.command("cancel")
+@app.command("cancel", cls=GcloudCommand)
 @command("custom-jobs.cancel")
 def cancel(job: o.CustomJobRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
     """Cancel a running custom job (from any terminal); a finished job is left as it is."""
@@ -333,13 +367,14 @@ def cancel(job: o.CustomJobRef, no_wait: o.NoWait = False, region: o.Region = No
     print_cancel(store, get_row(store, job, JobKind.CUSTOM_JOB), "CustomJob", wait=not no_wait)
 
 
-@app.command("stream-logs")
+@app.command("stream-logs", cls=GcloudCommand)
 @command("custom-jobs.stream-logs")
 def stream_logs_(
     job: o.CustomJobRef,
     task_name: o.TaskName = None,
     polling_interval: o.PollingInterval = 1,
     region: o.Region = None,
+    allow_multiline_logs: o.AllowMultilineLogs = False,
 ) -> None:
     """Print a job's logs (severity, time, task, message) and follow them until the job ends."""
     from vcli.store import Store

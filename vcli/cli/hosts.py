@@ -12,10 +12,12 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vcli.cli.complete import host_names
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
 from vcli.cli.support import command as _command
 from vcli.cli.support import err as _err
 
 hosts_app = typer.Typer(
+    cls=GcloudGroup,
     help="Manage the SSH hosts vcli runs replicas on (the inventory) and check them.",
     no_args_is_help=True,
 )
@@ -33,7 +35,7 @@ def _emit(resources: Any, fmt: Optional[str], default: str, *, is_list: bool = T
     sys.stdout.flush()
 
 
-@hosts_app.command("add")
+@hosts_app.command("add", cls=GcloudCommand)
 @_command("hosts.add")
 def hosts_add(
     name: str = typer.Argument(..., help="Inventory name of the host, e.g. gpu1."),
@@ -115,7 +117,7 @@ def _rerun_hint() -> str:
     return shlex.join(["vcli", *args, "--accept-new-host-key"])
 
 
-@hosts_app.command("remove")
+@hosts_app.command("remove", cls=GcloudCommand)
 @_command("hosts.remove")
 def hosts_remove(
     names: Annotated[List[str], typer.Argument(help="Inventory names to remove.", autocompletion=host_names)],
@@ -128,7 +130,7 @@ def hosts_remove(
         _err(f"Removed host [{n}].")
 
 
-@hosts_app.command("list")
+@hosts_app.command("list", cls=GcloudCommand)
 @_command("hosts.list")
 def hosts_list(
     fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_LIST_FORMAT}; also json, yaml, value(...), csv(...)."),
@@ -153,7 +155,7 @@ def hosts_list(
     _emit(rows, fmt, _LIST_FORMAT)
 
 
-@hosts_app.command("check")
+@hosts_app.command("check", cls=GcloudCommand)
 @_command("hosts.check")
 def hosts_check(
     names: Annotated[Optional[List[str]], typer.Argument(help="Hosts to check (default: all).", autocompletion=host_names)] = None,

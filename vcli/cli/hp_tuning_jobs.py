@@ -15,11 +15,12 @@ import typer
 
 from vcli.cli import options as o
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
 from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
 from vcli.cli.support import command, err, interrupt_on_signals
 from vcli.spec import JobKind, JobState
 
-app = typer.Typer(help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
+app = typer.Typer(cls=GcloudGroup, help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def study_from_flags(spec: Any, flags: StudyFlags) -> Any:
     return spec
 
 
-@app.command("create")
+@app.command("create", cls=GcloudCommand)
 @command("hp-tuning-jobs.create")
 def create(
     display_name: Annotated[Optional[str], typer.Option("--display-name", help="Display name of the study (overrides the file's displayName).")] = None,
@@ -93,6 +94,14 @@ def create(
     goal_value: Annotated[Optional[float], typer.Option("--goal-value", help="vcli: end the study once a trial's metric reaches this value.")] = None,
     bayesian_backend: Annotated[BayesianBackend, typer.Option("--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize).")] = BayesianBackend.GP,
     labels: o.Labels = None,
+    service_account: o.ServiceAccount = None,
+    network: o.Network = None,
+    enable_web_access: o.EnableWebAccess = False,
+    enable_dashboard_access: o.EnableDashboardAccess = False,
+    kms_key: o.KmsKey = None,
+    kms_keyring: o.KmsKeyring = None,
+    kms_location: o.KmsLocation = None,
+    kms_project: o.KmsProject = None,
     region: o.Region = None,
     executor: o.Executor = None,
     hosts: o.Hosts = None,
@@ -101,7 +110,10 @@ def create(
     fmt: o.Format = None,
 ) -> None:
     """Run a hyperparameter tuning study in the foreground with a live table of trials."""
+    from dataclasses import replace
+
     from vcli import codec
+    from vcli.cli.custom_jobs import with_cloud_settings
     from vcli.control import runner
     from vcli.errors import UsageError
 
@@ -116,6 +128,10 @@ def create(
         raise UsageError("argument --display-name: Must be specified.")
     spec = study_from_flags(spec, StudyFlags(max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
                                              measurement_selection, study_timeout, goal_value))
+    # gcloud puts these in trialJobSpec; they change nothing locally (the notice says so).
+    spec = replace(spec, trial_job_spec=with_cloud_settings(
+        spec.trial_job_spec, service_account=service_account, network=network, enable_web_access=enable_web_access,
+        enable_dashboard_access=enable_dashboard_access))
     study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
                               bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
                               shm_size=shm_size)
@@ -179,7 +195,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
     return exit_code_for(state)
 
 
-@app.command("resume")
+@app.command("resume", cls=GcloudCommand)
 @command("hp-tuning-jobs.resume")
 def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     """Take over a study whose vcli process died: running trials are re-attached (not
@@ -202,7 +218,7 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
         study.close()
 
 
-@app.command("list")
+@app.command("list", cls=GcloudCommand)
 @command("hp-tuning-jobs.list")
 def list_(
     fmt: o.Format = None,
@@ -210,6 +226,8 @@ def list_(
     sort_by: o.SortBy = None,
     limit: o.Limit = None,
     region: o.Region = None,
+    page_size: o.PageSize = None,
+    uri: o.Uri = False,
 ) -> None:
     """List hyperparameter tuning jobs."""
     from vcli.resources import hp_tuning_job_resource
@@ -219,10 +237,10 @@ def list_(
     rows = store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)
     resources = [hp_tuning_job_resource(store, r) for r in rows]
     warn_orphaned(resources, "hp-tuning-jobs")
-    list_output(resources, fmt, filter_, sort_by, limit)
+    list_output(resources, "value(name)" if uri else fmt, filter_, sort_by, limit)
 
 
-@app.command("describe")
+@app.command("describe", cls=GcloudCommand)
 @command("hp-tuning-jobs.describe")
 def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> None:
     """Show a study: its spec, every trial (parameters, measurements, state) and the best trial."""
@@ -235,7 +253,7 @@ def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> 
     emit(resource, fmt, is_list=False)
 
 
-@app.command("cancel")
+@app.command("cancel", cls=GcloudCommand)
 @command("hp-tuning-jobs.cancel")
 def cancel(job: o.StudyRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
     """Cancel a running study from any terminal: every trial is stopped."""
@@ -245,13 +263,14 @@ def cancel(job: o.StudyRef, no_wait: o.NoWait = False, region: o.Region = None) 
     print_cancel(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB), "hyperparameter tuning job", wait=not no_wait)
 
 
-@app.command("stream-logs")
+@app.command("stream-logs", cls=GcloudCommand)
 @command("hp-tuning-jobs.stream-logs")
 def stream_logs_(
     job: o.StudyRef,
     task_name: Annotated[Optional[str], typer.Option("--task-name", help="Only this replica of each trial, e.g. workerpool0-0.")] = None,
     polling_interval: o.PollingInterval = 1,
     region: o.Region = None,
+    allow_multiline_logs: o.AllowMultilineLogs = False,
 ) -> None:
     """Print the logs of every trial (task names `trial-N/workerpool0-0`) until the study ends."""
     from vcli.store import Store

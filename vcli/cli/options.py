@@ -15,7 +15,7 @@ from vcli.spec import ExecutorKind
 FORMAT_HELP = "json|yaml|value(...)|table(...)|csv(...)|none"
 
 Format = Annotated[Optional[str], typer.Option("--format", help=FORMAT_HELP)]
-Region = Annotated[Optional[str], typer.Option("--region", help="Accepted for gcloud compatibility; jobs run locally.")]
+Region = Annotated[Optional[str], typer.Option("--region", help="The location in printed resource names (default: local); jobs run here.")]
 Filter = Annotated[Optional[str], typer.Option("--filter", help="e.g. state=JOB_STATE_RUNNING, displayName~^exp")]
 SortBy = Annotated[Optional[str], typer.Option("--sort-by", help="e.g. ~createTime")]
 Limit = Annotated[Optional[int], typer.Option("--limit")]
@@ -44,6 +44,23 @@ WPS_HELP = (
     "[output-image-uri=...]). An empty value is a placeholder pool."
 )
 WorkerPoolSpec = Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help=WPS_HELP)]
+
+# Flags of gcloud's create commands that configure cloud resources: recorded where Vertex keeps
+# them (jobSpec / trialJobSpec) when it has the field; named in the one-line notice that they
+# have no effect on local runs (`vcli.cli.gcloud_flags.CLOUD_ONLY`).
+ServiceAccount = Annotated[Optional[str], typer.Option("--service-account", help="Recorded in jobSpec.serviceAccount; no effect on local runs.")]
+Network = Annotated[Optional[str], typer.Option("--network", help="Recorded in jobSpec.network; no effect on local runs.")]
+PersistentResourceId = Annotated[Optional[str], typer.Option("--persistent-resource-id", help="Recorded in jobSpec.persistentResourceId; no effect on local runs.")]
+EnableWebAccess = Annotated[bool, typer.Option("--enable-web-access", help="Recorded in jobSpec.enableWebAccess; no effect on local runs.")]
+EnableDashboardAccess = Annotated[bool, typer.Option("--enable-dashboard-access", help="Recorded in jobSpec.enableDashboardAccess; no effect on local runs.")]
+KmsKey = Annotated[Optional[str], typer.Option("--kms-key", "--kms-key-name", help="gcloud: CMEK key for encryptionSpec; accepted, no effect on local runs.")]
+KmsKeyring = Annotated[Optional[str], typer.Option("--kms-keyring", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
+KmsLocation = Annotated[Optional[str], typer.Option("--kms-location", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
+KmsProject = Annotated[Optional[str], typer.Option("--kms-project", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
+
+PageSize = Annotated[Optional[int], typer.Option("--page-size", help="gcloud: accepted; vcli lists every job at once (--limit caps the output).")]
+Uri = Annotated[bool, typer.Option("--uri", help="Print only the jobs' resource names (gcloud prints their URIs).")]
+AllowMultilineLogs = Annotated[bool, typer.Option("--allow-multiline-logs", help="gcloud: accepted; no effect on local runs (each log line is one record).")]
 
 CustomJobRef = Annotated[
     str, typer.Argument(help="ID or resource name of the custom job.", autocompletion=complete.custom_job_ids)

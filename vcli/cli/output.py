@@ -11,15 +11,16 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Optional
 
-from vcli.cli.support import err
+from vcli.cli.support import err, shown
 from vcli.spec import JobKind, JobState
 
 
 def emit(resources: Any, fmt: Optional[str], *, is_list: bool, default: str = "yaml") -> None:
-    """Print one resource (or a list) in `--format` (default YAML) on stdout."""
+    """Print one resource (or a list) in `--format` (default YAML) on stdout, its names in this
+    invocation's --project/--region (`support.shown`)."""
     from vcli.formats import parse_format, render
 
-    sys.stdout.write(render(resources, parse_format(fmt or default), is_list=is_list))
+    sys.stdout.write(render(shown(resources), parse_format(fmt or default), is_list=is_list))
     sys.stdout.flush()
 
 
@@ -86,17 +87,17 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
     from vcli.control import cancel
 
     if not cancel.request_cancel(store, row):
-        err(f"{what} [{row.name}] has already ended ({row.state}); nothing to cancel.")
+        err(f"{what} [{shown(row.name)}] has already ended ({row.state}); nothing to cancel.")
         return
-    err(f"Request to cancel {what} [{row.name}] has been sent.")
+    err(f"Request to cancel {what} [{shown(row.name)}] has been sent.")
     if cancel.controller_alive(row):
         if not wait:
             return
         state = cancel.wait_for_end(store, row.id)
-        err(f"{what} [{row.name}] is now {state.value}." if state else f"{what} [{row.name}] is still stopping; check with describe.")
+        err(f"{what} [{shown(row.name)}] is now {state.value}." if state else f"{what} [{shown(row.name)}] is still stopping; check with describe.")
         return
     cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
-    err(f"{what} [{row.name}] is now {JobState.JOB_STATE_CANCELLED.value}.")
+    err(f"{what} [{shown(row.name)}] is now {JobState.JOB_STATE_CANCELLED.value}.")
 
 
 class LogPrinter:

@@ -13,8 +13,39 @@ import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Global flags of the current invocation (set by the app callback).
-state: dict[str, Any] = {"verbosity": "warning"}
+#: gcloud's wide flags of the current invocation (`vcli.cli.gcloud_flags` sets them):
+#: verbosity, quiet, and project/region when given (see `shown`).
+_DEFAULTS: dict[str, Any] = {"verbosity": "warning", "quiet": False, "project": None, "region": None}
+state: dict[str, Any] = dict(_DEFAULTS)
+
+#: Where vcli's jobs live in the resource names it stores.
+_STORED_PREFIX = "projects/local/locations/local/"
+
+
+def reset_state() -> None:
+    state.clear()
+    state.update(_DEFAULTS)
+
+
+def shown(value: Any) -> Any:
+    """`value` (a resource name, or a resource with names in it) as this invocation prints it:
+    stored names are `projects/local/locations/local/...`; `--project` and `--region` put
+    their values there instead."""
+    project, region = state.get("project"), state.get("region")
+    if not project and not region:
+        return value
+    prefix = f"projects/{project or 'local'}/locations/{region or 'local'}/"
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return prefix + v[len(_STORED_PREFIX):] if v.startswith(_STORED_PREFIX) else v
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
 
 
 def err(message: str) -> None:
