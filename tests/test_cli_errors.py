@@ -217,3 +217,15 @@ def test_validate_only_judges_the_job_and_reports_readiness_apart(run_vcli, vcli
     assert r.returncode == 3
     assert "Cannot connect to the Docker engine" in one_error_line(r)
     assert json.loads(run_vcli("custom-jobs", "list", "--format=json").stdout) == []
+
+
+def test_an_accelerator_this_machine_lacks_is_never_silent(run_vcli, vcli_home):
+    pool = "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1"
+    args = ("custom-jobs", "create", "--display-name=g", f"{pool},container-image-uri=x", "--command=true",
+            "--validate-only", "--format=none")
+    r = run_vcli(*args, env={"VCLI_LOCAL_GPUS": ""})
+    assert r.returncode == 0, r.stderr
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("WARNING: workerpool0 asks for 1 NVIDIA_TESLA_T4")]
+    assert len(warnings) == 1, r.stderr
+    r = run_vcli(*args, env={"VCLI_LOCAL_GPUS": "2"})
+    assert "WARNING" not in r.stderr

@@ -128,6 +128,10 @@ def create(
     job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
                                  ready=not validate_only)
     try:
+        from vcli.control.wiring import accelerator_notices
+
+        for notice in accelerator_notices(job.execution.kind, job.spec):
+            err(notice)
         if validate_only:
             _print_validated(display_name, job, fmt)
         elif async_:

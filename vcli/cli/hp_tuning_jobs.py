@@ -136,6 +136,10 @@ def create(
                               bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
                               shm_size=shm_size)
     try:
+        from vcli.control.wiring import accelerator_notices
+
+        for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):
+            err(notice)
         if validate_only:
             runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")

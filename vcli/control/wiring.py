@@ -137,3 +137,28 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None) -> Execution:
         return Execution(kind=ExecutorKind.SSH, executor=ssh_executor(chosen, health=scheduler),
                          placer=JobPlacer(scheduler))
     return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer())
+
+
+def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
+    """One line per pool that asks for GPUs this machine does not declare or have (local and
+    docker executors; the SSH scheduler refuses such jobs itself). Never silently: the replica
+    then runs without the accelerator."""
+    if kind == ExecutorKind.SSH:
+        return []
+    from vcli.hosts import local_host
+
+    indices, gtype = local_host().gpus()
+    out = []
+    for i, pool in enumerate(spec.worker_pool_specs):
+        ms = pool.machine_spec
+        if not ms.accelerator_count:
+            continue
+        wanted = f"{ms.accelerator_count} {ms.accelerator_type or 'accelerator'}"
+        if not indices:
+            out.append(f"WARNING: workerpool{i} asks for {wanted} but this machine declares no GPUs: its replicas run "
+                       "without one (declare GPUs with VCLI_LOCAL_GPUS or an inventory host `local`).")
+        elif ms.accelerator_type and gtype and ms.accelerator_type != gtype:
+            out.append(f"WARNING: workerpool{i} asks for {ms.accelerator_type}; this machine's GPUs are {gtype}: "
+                       "its replicas run on those.")
+    return out
+
