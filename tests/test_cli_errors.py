@@ -75,7 +75,7 @@ def test_create_flag_errors(run_vcli, vcli_home, args, code, message):
          "[workerPoolSpecs[0].machineSpec.foo]"),
         ("worker_pool_specs: []", 1, "[workerPoolSpecs]"),
         ("workerPoolSpecs: [{machineSpec: {machineType: n1}, containerSpec: {imageUri: x}}]\n"
-         "baseOutputDirectory: {outputUriPrefix: 'gs://b/o'}", 1, "[gs://b/o] is not a local directory"),
+         "baseOutputDirectory: {outputUriPrefix: 's3://b/o'}", 1, "[s3://b/o] is not a local directory"),
         ("workerPoolSpecs: [{machineSpec: {machineType: n1}}]", 1,
          "Exactly one of fields [pythonPackageSpec, containerSpec] is required"),
         ("serviceAccount: a@b.c", 2, "argument --config:"),

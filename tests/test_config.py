@@ -334,7 +334,7 @@ def config_error(tmp_path, text: str, name: str = "job.yaml") -> str:
     return msg
 
 
-def test_camel_case_custom_job_spec(tmp_path):
+def test_camel_case_custom_job_spec(tmp_path, vcli_home):
     spec = load(
         tmp_path,
         f"""
@@ -379,7 +379,7 @@ def test_camel_case_custom_job_spec(tmp_path):
     assert p0.container_spec.args == ("--epochs=10", "--batch_size=64")
     assert [(e.name, e.value) for e in p0.container_spec.env] == [("NCCL_DEBUG", "INFO")]
     assert p1.replica_count == 3 and p1.python_package_spec.python_module == "trainer.task"
-    assert p1.python_package_spec.package_uris == ("gs://b/p.tar.gz",)
+    assert p1.python_package_spec.package_uris == (f"{vcli_home}/gcs/b/p.tar.gz",)  # gs:// on the storage root
     assert p2.is_empty
     assert spec.base_output_directory == f"{tmp_path}/out"
     assert spec.scheduling.timeout_seconds == 86400
@@ -496,16 +496,27 @@ def test_missing_file(tmp_path):
     assert "none.yaml" in str(info.value) and "does not exist" in str(info.value)
 
 
-def test_gs_output_uri_is_refused_clearly(tmp_path):
-    msg = config_error(
+def test_gs_output_uri_maps_under_the_storage_root(tmp_path, vcli_home):
+    spec = load(
         tmp_path,
         f"""
         workerPoolSpecs: [{{machineSpec: {{machineType: n1}}, containerSpec: {{imageUri: {IMG}}}}}]
         baseOutputDirectory: {{outputUriPrefix: gs://bucket/runs/}}
         """,
     )
-    assert "[baseOutputDirectory.outputUriPrefix]" in msg and "gs://bucket/runs/" in msg
-    assert "file://" in msg
+    assert spec.base_output_directory == f"{vcli_home}/gcs/bucket/runs"
+
+
+def test_other_remote_output_uris_are_refused_clearly(tmp_path):
+    msg = config_error(
+        tmp_path,
+        f"""
+        workerPoolSpecs: [{{machineSpec: {{machineType: n1}}, containerSpec: {{imageUri: {IMG}}}}}]
+        baseOutputDirectory: {{outputUriPrefix: s3://bucket/runs/}}
+        """,
+    )
+    assert "[baseOutputDirectory.outputUriPrefix]" in msg and "s3://bucket/runs/" in msg
+    assert "file://" in msg and "gs://" in msg
 
 
 def test_file_uri_output_is_accepted(tmp_path):
@@ -690,8 +701,13 @@ def test_hpt_exponent_min_value_is_a_number():
     assert spec.study_spec.parameters[0].value_spec.min_value == 1e-5
 
 
-def test_hpt_gs_output_is_refused():
-    msg = hpt_error(hpt_doc("gs://my-bucket/hpt/lr-sweep/"))
+def test_hpt_gs_output_maps_under_the_storage_root(vcli_home):
+    spec, _, _ = cfg.hp_tuning_job_from_document(hpt_doc("gs://my-bucket/hpt/lr-sweep/"), "hpt.yaml")
+    assert spec.trial_job_spec.base_output_directory == f"{vcli_home}/gcs/my-bucket/hpt/lr-sweep"
+
+
+def test_hpt_remote_output_is_refused():
+    msg = hpt_error(hpt_doc("s3://my-bucket/hpt/lr-sweep/"))
     assert "trialJobSpec.baseOutputDirectory.outputUriPrefix" in msg
 
 

@@ -1,7 +1,9 @@
 """User properties, like `gcloud config`: a small JSON file in the user's config dir.
 
 Known properties: `executor` (local|docker|ssh: the default for --executor), `hosts` (default
---hosts), `python` (interpreter for the process runtime). Path: $VCLI_CONFIG_DIR/properties.json,
+--hosts), `python` (interpreter for the process runtime), `storage/gcs-root` (the local
+directory that stands for Cloud Storage: gs://BUCKET/PATH is DIR/BUCKET/PATH; default
+`<vcli home>/gcs`; see `vcli.codec.gcs`). Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 """
 
@@ -19,7 +21,12 @@ KNOWN = {
     "executor": tuple(k.value for k in ExecutorKind),
     "hosts": None,
     "python": None,
+    "storage/gcs-root": None,
 }
+
+#: property -> how a value is stored: a directory is made absolute when set, so that it does
+#: not depend on where later commands run.
+_NORMALIZE = {"storage/gcs-root": lambda v: os.path.abspath(os.path.expanduser(v))}
 
 
 def config_dir() -> Path:
@@ -59,6 +66,10 @@ def set_(prop: str, value: str) -> None:
     choices = KNOWN[prop]
     if choices and value not in choices:
         raise InvalidValueError(prop, f"[{value}] is not one of [{', '.join(choices)}]")
+    if prop in _NORMALIZE:
+        if not value.strip():
+            raise InvalidValueError(prop, "must not be empty")
+        value = _NORMALIZE[prop](value)
     data = load()
     data[prop] = value
     _write(data)

@@ -12,13 +12,13 @@ from vcli.cli.support import command, err
 
 app = typer.Typer(cls=GcloudGroup, help="View and set vcli properties (like `gcloud config`).", no_args_is_help=True)
 
-Property = Annotated[str, typer.Argument(help="executor, hosts or python.", autocompletion=property_names)]
+Property = Annotated[str, typer.Argument(help="executor, hosts, python or storage/gcs-root.", autocompletion=property_names)]
 
 
 @app.command("set", cls=GcloudCommand)
 @command("config.set")
 def config_set(prop: Property, value: Annotated[str, typer.Argument()]) -> None:
-    """Set a property (executor, hosts, python)."""
+    """Set a property (executor, hosts, python, storage/gcs-root)."""
     from vcli import properties
 
     properties.set_(prop, value)

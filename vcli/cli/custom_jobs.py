@@ -132,6 +132,9 @@ def create(
 
         for notice in accelerator_notices(job.execution.kind, job.spec):
             err(notice)
+        gcs = codec.gcs_notice(job.spec)
+        if gcs:
+            err(gcs)
         if validate_only:
             _print_validated(display_name, job, fmt)
         elif async_:

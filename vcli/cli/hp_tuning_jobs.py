@@ -140,6 +140,9 @@ def create(
 
         for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):
             err(notice)
+        gcs = codec.gcs_notice(study.spec.trial_job_spec)
+        if gcs:
+            err(gcs)
         if validate_only:
             runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")

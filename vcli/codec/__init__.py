@@ -6,7 +6,8 @@ This package is the only translator between Vertex's camelCase and `vcli.spec`:
 - `yamlio`: reading `--config` documents and writing YAML (the only PyYAML importer, lazily);
 - `schema`: the Vertex schema derived from the `vcli.spec` dataclasses, its decoder (errors
   name the field's path) and the generic dict <-> dataclass codec;
-- `job`, `study`, `trial`: the CustomJobSpec, StudySpec/HyperparameterTuningJob and Trial codecs.
+- `job`, `study`, `trial`: the CustomJobSpec, StudySpec/HyperparameterTuningJob and Trial codecs;
+- `gcs`: gs:// locations mapped to a local storage root (`storage/gcs-root`).
 
 Error texts copy gcloud's (gcloud-vertex.md §1.5); where gcloud is vague (unknown YAML
 fields) the message names the field's full path and what is valid.
@@ -31,6 +32,7 @@ from vcli.codec.flags import (
     validate_worker_pool_specs,
     worker_pools_from_flags,
 )
+from vcli.codec.gcs import gcs_mappings, gcs_notice, storage_root
 from vcli.codec.job import (
     custom_job_spec_from_dict,
     custom_job_spec_from_stored,
@@ -69,6 +71,8 @@ __all__ = [
     "custom_job_spec_from_dict",
     "custom_job_spec_from_stored",
     "custom_job_spec_to_dict",
+    "gcs_mappings",
+    "gcs_notice",
     "hp_tuning_document",
     "hp_tuning_job_from_document",
     "hp_tuning_job_to_dict",
@@ -86,6 +90,7 @@ __all__ = [
     "parse_yaml",
     "resolve_output_uri",
     "split_arg_list",
+    "storage_root",
     "study_spec_from_dict",
     "study_spec_from_stored",
     "study_spec_to_dict",

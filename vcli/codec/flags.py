@@ -13,6 +13,7 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+from vcli.codec import gcs
 from vcli.errors import InvalidValueError, UsageError
 from vcli.spec import (
     ACCELERATOR_TYPES,
@@ -246,7 +247,17 @@ def apply_args_and_command(
     spec: CustomJobSpec, *, args: Sequence[str] | None, command: Sequence[str] | None,
     python_package_uris: Sequence[str] | None = None,
 ) -> CustomJobSpec:
-    """gcloud: `--args` replaces args on every pool; `--command` on every containerSpec."""
+    """gcloud: `--args` replaces args on every pool; `--command` on every containerSpec.
+
+    gs:// URIs are mapped as in a config (`vcli.codec.gcs`): package URIs to local paths under
+    the storage root, values in args and command to `/gcs/...` (or the root without `/gcs`).
+    """
+    if args is not None:
+        args = gcs.map_args(args)
+    if command is not None:
+        command = gcs.map_args(command)
+    if python_package_uris is not None:
+        python_package_uris = [_package_uri(u) for u in python_package_uris]
     pools = []
     for pool in spec.worker_pool_specs:
         if pool.container_spec is not None:
@@ -265,6 +276,15 @@ def apply_args_and_command(
             pool = replace(pool, python_package_spec=ps)
         pools.append(pool)
     return replace(spec, worker_pool_specs=tuple(pools))
+
+
+def _package_uri(uri: str) -> str:
+    if not uri.startswith(gcs.SCHEME):
+        return uri
+    try:
+        return gcs.local_path(uri)
+    except ValueError as e:
+        raise InvalidValueError("--python-package-uris", str(e)) from None
 
 
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")

@@ -3,15 +3,18 @@
 The shape comes from `vcli.codec.schema` (derived from the dataclasses); this module adds
 what the schema cannot say: the checks gcloud leaves to the API, Vertex's defaults where
 they differ from the dataclasses' (a non-empty pool has 1 replica, an accelerator type
-implies 1 accelerator), local paths, and the redaction of secret env values on output.
+implies 1 accelerator), local paths (gs:// mapped by `vcli.codec.gcs`), the redaction of
+secret env values on output, and the Vertex-only shape that CLUSTER_SPEC's `job` carries.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
+from vcli.codec import gcs
 from vcli.codec.schema import Decoder, build, to_wire
 from vcli.codec.yamlio import load_document
 from vcli.spec import ContainerSpec, CustomJobSpec, EnvVar, LocalPackage, MachineSpec, WorkerPoolSpec, is_secret
@@ -52,7 +55,7 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
         given: dict[str, Any] = {"machine_spec": machine, "replica_count": count, "local_package": local}
         if local is not None and cs is None and ps is None:
             given["container_spec"] = ContainerSpec()  # the image is built from the local package
-        pools.append(build(WorkerPoolSpec, p, **given))
+        pools.append(_map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath))
     if pools and pools[0].is_empty:
         raise decoder.error(f"{path}workerPoolSpecs[0]", "the first worker pool (the chief) must not be empty")
     if len(pools) > 4:
@@ -63,14 +66,38 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
     return build(CustomJobSpec, d, worker_pool_specs=tuple(pools), base_output_directory=base)
 
 
+def _map_gcs(pool: WorkerPoolSpec, decoder: Decoder, ppath: str) -> WorkerPoolSpec:
+    """gs:// in packageUris -> local paths under the storage root; in args/command -> /gcs paths."""
+    cs, ps = pool.container_spec, pool.python_package_spec
+    if cs is not None:
+        cs = replace(cs, command=gcs.map_args(cs.command), args=gcs.map_args(cs.args))
+    if ps is not None:
+        uris = []
+        for i, uri in enumerate(ps.package_uris):
+            if uri.startswith(gcs.SCHEME):
+                try:
+                    uri = gcs.local_path(uri)
+                except ValueError as e:
+                    raise decoder.error(f"{ppath}.pythonPackageSpec.packageUris[{i}]", str(e)) from None
+            uris.append(uri)
+        ps = replace(ps, package_uris=tuple(uris), args=gcs.map_args(ps.args))
+    return replace(pool, container_spec=cs, python_package_spec=ps)
+
+
 def resolve_output_uri(uri: str, error: Callable[[str], Exception]) -> str:
-    """`outputUriPrefix` -> an absolute local path (a path or `file://` URI; gs:// is refused)."""
+    """`outputUriPrefix` -> an absolute local path: a path, a `file://` URI, or a `gs://` URI
+    (mapped under the storage root, `vcli.codec.gcs`); other schemes are refused."""
     if uri.startswith("file://"):
         uri = uri[len("file://"):]
+    elif uri.startswith(gcs.SCHEME):
+        try:
+            return gcs.local_path(uri)
+        except ValueError as e:
+            raise error(str(e)) from None
     elif re.match(r"^[a-z][a-z0-9+.-]*://", uri):
         raise error(
             f"[{uri}] is not a local directory: vcli writes outputs on the machines it runs on. Use a local "
-            "path or a file:// URI (mount a bucket with gcsfuse and give its path to use Cloud Storage)."
+            "path, a file:// URI or a gs:// URI (mapped under `vcli config get storage/gcs-root`)."
         )
     return os.path.abspath(os.path.expanduser(uri))
 
@@ -115,6 +142,26 @@ def _pool_to_dict(pool: WorkerPoolSpec, encode: Callable[[Any], Any]) -> dict[st
 JOB_OVERRIDES = {MachineSpec: _machine_to_dict, EnvVar: _env_var_to_dict, WorkerPoolSpec: _pool_to_dict}
 
 
-def custom_job_spec_to_dict(spec: CustomJobSpec) -> dict[str, Any]:
-    """The REST (camelCase) shape of a CustomJobSpec, as `describe` and CLUSTER_SPEC.job show it."""
-    return to_wire(spec, JOB_OVERRIDES)
+def _vertex_pool_to_dict(pool: WorkerPoolSpec, encode: Callable[[Any], Any]) -> dict[str, Any]:
+    # Vertex's WorkerPoolSpec only: no `localPackage`, and no placeholder `containerSpec` that
+    # stands for an image vcli builds from it (an empty message Vertex would refuse).
+    if pool.is_empty:
+        return {}
+    d = encode(replace(pool, local_package=None))
+    if d.get("containerSpec") == {}:
+        del d["containerSpec"]
+    return d
+
+
+#: The overrides of CLUSTER_SPEC's `job`: what a trainer on Vertex would read, nothing of vcli's.
+VERTEX_ONLY_OVERRIDES = {**JOB_OVERRIDES, WorkerPoolSpec: _vertex_pool_to_dict}
+
+
+def custom_job_spec_to_dict(spec: CustomJobSpec, *, vertex_only: bool = False) -> dict[str, Any]:
+    """The REST (camelCase) shape of a CustomJobSpec, as `describe` and the store show it.
+
+    `vertex_only=True` is Vertex's CustomJobSpec alone, for CLUSTER_SPEC's and TF_CONFIG's
+    `job`: vcli's own fields (`localPackage`, the empty `containerSpec` of an autopackaged
+    pool) are left out, so trainers see what they would see on Vertex.
+    """
+    return to_wire(spec, VERTEX_ONLY_OVERRIDES if vertex_only else JOB_OVERRIDES)

@@ -110,7 +110,7 @@ def plan_job(
             raise
     layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
     base = base_output_directory or spec.base_output_directory or str(job_dir / "output")
-    job_dict = custom_job_spec_to_dict(spec)
+    job_dict = custom_job_spec_to_dict(spec, vertex_only=True)
     launches = []
     for replica, placement in zip(replicas, placements):
         pool = spec.worker_pool_specs[replica.pool_index]

@@ -1,7 +1,7 @@
 """The Docker executor: one container per replica on this machine's Docker engine.
 
 Containers use the host network, bind-mount the replica's output dir (and `launch.mounts`) at
-the same path, and carry the labels `vcli.job`, `vcli.trial` and `vcli.task`, so
+the same path (and the gs:// storage root at `/gcs` when the replica names it), and carry the labels `vcli.job`, `vcli.trial` and `vcli.task`, so
 `cleanup_job(job_id)` in any process finds a job's containers and never another job's.
 Output is streamed from the engine into the replica's log file in `vcli.logs` format, with
 the values of `launch.secret_env` replaced by `<redacted>` (as the local executor does).
@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from vcli.codec import gcs
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors.docker.autopackage import build_package
@@ -80,6 +81,23 @@ def container_labels(launch: ReplicaLaunch) -> dict[str, str]:
     }
 
 
+def storage_mounts(launch: ReplicaLaunch) -> list[Any]:
+    """The storage root (gs://, `vcli.codec.gcs`) at `/gcs` and at its own path, as
+    `docker.types.Mount`s, when the replica is told about a path under either; else none.
+
+    `/gcs` is where Vertex's Cloud Storage FUSE shows buckets; the same-path view keeps the
+    AIP_* directories and args that name the root itself valid inside the container. (A
+    `volumes` entry cannot bind one host path twice, hence Mounts.)
+    """
+    root = gcs.storage_root()
+    texts = (*launch.env.values(), *launch.command, *launch.args, *launch.mounts)
+    if not gcs.refers_to_storage(texts, root):
+        return []
+    from docker.types import Mount
+
+    return [Mount(target=gcs.FUSE_ROOT, source=root, type="bind"), Mount(target=root, source=root, type="bind")]
+
+
 def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | None = None) -> dict[str, Any]:
     """What is sent to the engine for `launch`: keyword arguments of `client.containers.create`.
 
@@ -92,6 +110,8 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
     volumes: dict[str, dict[str, str]] = {}  # keyed by host path = container path
     for path in (launch.output_dir, *launch.mounts):
         volumes[os.path.abspath(path)] = {"bind": os.path.abspath(path), "mode": "rw"}
+    binds = {v["bind"] for v in volumes.values()}
+    storage = [m for m in storage_mounts(launch) if m["Target"] not in binds]  # never one path twice
     kwargs: dict[str, Any] = {
         "image": image,
         "name": container_name(launch),
@@ -103,6 +123,7 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         # addresses and port publishing that differ per runtime.
         "network_mode": "host",
         "volumes": volumes,
+        **({"mounts": storage} if storage else {}),
         # docker-init (tini) as PID 1: forwards SIGTERM to the replica (a bare PID 1 ignores
         # it) and reaps zombies, so `stop` behaves as for a process group.
         "init": True,
@@ -339,6 +360,8 @@ class DockerExecutor(ExecutorBase):
             os.makedirs(launch.output_dir, exist_ok=True)
             for path in launch.mounts:
                 os.makedirs(path, exist_ok=True)
+            for mount in kwargs.get("mounts", ()):
+                os.makedirs(mount["Source"], exist_ok=True)  # a bind Mount needs its source
         try:
             container = self._create(client, kwargs)
         except docker.errors.ImageNotFound as e:
