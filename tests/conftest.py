@@ -55,3 +55,51 @@ def run_vcli(vcli_home):
         )
 
     return run
+
+
+def _processes_under(root: str) -> list[int]:
+    """Live processes (not this one) whose VCLI_HOME lies under `root`: everything a test's vcli
+    runs started (controllers, supervisors, trainers) carries its home in the environment."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if any(v.startswith(b"VCLI_HOME=" + root.encode()) for v in env):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(tmp_path):
+    """Fails a test that leaves any process of its vcli runs behind (orphans are a defect), after
+    killing them so that they do not outlive the suite. Processes get 10 s to finish on their own."""
+    yield
+    import signal
+    import time
+
+    root = str(tmp_path)
+    deadline = time.monotonic() + 10
+    left = _processes_under(root)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _processes_under(root)
+    if not left:
+        return
+    described = []
+    for pid in left:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                described.append(f"{pid}: {f.read().replace(chr(0).encode(), b' ').decode(errors='replace')[:200]}")
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    pytest.fail("processes left behind by the test:\n" + "\n".join(described), pytrace=False)

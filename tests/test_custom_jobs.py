@@ -207,10 +207,12 @@ def test_killed_controller_leaves_supervised_replicas_and_cancel_cleans_up(tmp_p
         f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py",
         f"--worker-pool-spec={POOL}",
     )
-    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
-    os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
-    proc.wait(timeout=10)
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
+        proc.wait(timeout=10)
     # The replicas outlive it (so `resume` can take them over), supervised, not orphaned:
     assert len(running_replicas(job_id)) == 2
     assert describe(home, "custom-jobs", job_id)["controller"]["alive"] is False

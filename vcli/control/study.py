@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
+from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.errors import StoreError, VcliError
@@ -321,7 +322,7 @@ class StudyRun:
             follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
             started=self.clock.now(),
         )
-        self.store.update_job(job_row.id, controller_pid=_self_pid(), controller_start=_self_start())
+        mark_controller(self.store, job_row.id)
         run.start()
         self.on_event(StudyEvent.TRIAL_STARTED, trial)
         return True
@@ -474,18 +475,3 @@ def _seconds_since(iso: str | None) -> float:
         return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
     except ValueError:
         return 0.0
-
-
-def _self_pid() -> int:
-    import os
-
-    return os.getpid()
-
-
-def _self_start() -> str | None:
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        return data[data.rfind(b")") + 2:].split()[19].decode()
-    except (OSError, IndexError):
-        return None
