@@ -13,15 +13,16 @@ Problems (all minimised, known optimum f*; simple regret = best observed - f*):
              median f = 2.6, 1st percentile 0.42), not the identical function.
 
 Optimisers: vcli_gp (default Bayesian), vcli_random, vcli_skopt (bayesian_backend="skopt"),
-optuna_tpe (TPESampler defaults), optuna_gp (GPSampler), hyperopt_tpe (fmin + tpe.suggest),
+vcli_tpe (algorithm TPE), optuna_tpe (TPESampler defaults), optuna_gp (GPSampler), hyperopt_tpe (fmin + tpe.suggest),
 skopt_gp_minimize (gp_minimize defaults). q=4 means: ask 4 points, evaluate, tell 4
 (vcli: ask(4); Optuna: 4 study.ask() before the tells, i.e. its running-trial handling;
 hyperopt and gp_minimize have no batch mode here: n/a).
 
 Every run is deterministic given its seed and runs in a worker process with one BLAS thread.
 Results are cached as JSON lines (--cache) so re-runs only compute what is missing.
-Also measures vcli_gp's suggestion latency after 50/200/500 completed trials (a history of
-random points on Hartmann6 and on mixed5), median of 3 asks.
+Also measures vcli_gp's and vcli_tpe's suggestion latency after 50/200/500 completed trials
+(a history of random points on Hartmann6 and on mixed5), median of 3 asks; `--no-latency`
+skips both, `--no-latency --tpe-latency` measures only vcli_tpe's.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def run_vcli(kind, fn, space, n, q, seed):
     from vcli.spec import Algorithm, Measurement, Trial, TrialState
     from vcli.suggesters import get_suggester
 
-    algo = Algorithm.RANDOM_SEARCH if kind == "random" else Algorithm.ALGORITHM_UNSPECIFIED
+    algo = {"random": Algorithm.RANDOM_SEARCH, "tpe": Algorithm.TPE}.get(kind, Algorithm.ALGORITHM_UNSPECIFIED)
     backend = "skopt" if kind == "skopt" else "gp"
     s = get_suggester(_vcli_spec(space, algo), seed=seed, bayesian_backend=backend)
     ys, t_sugg = [], 0.0
@@ -251,6 +252,7 @@ OPTIMIZERS = {
     "vcli_gp": (lambda fn, sp, n, q, s: run_vcli("gp", fn, sp, n, q, s), True),
     "vcli_random": (lambda fn, sp, n, q, s: run_vcli("random", fn, sp, n, q, s), False),
     "vcli_skopt": (lambda fn, sp, n, q, s: run_vcli("skopt", fn, sp, n, q, s), True),
+    "vcli_tpe": (lambda fn, sp, n, q, s: run_vcli("tpe", fn, sp, n, q, s), True),
     "optuna_tpe": (lambda fn, sp, n, q, s: run_optuna("tpe", fn, sp, n, q, s), True),
     "optuna_gp": (lambda fn, sp, n, q, s: run_optuna("gp", fn, sp, n, q, s), True),
     "hyperopt_tpe": (lambda fn, sp, n, q, s: run_hyperopt(fn, sp, n, s), False),
@@ -275,7 +277,9 @@ def one_run(problem, opt, q, seed, n):
 # ---------------------------------------------------------------------------- latency
 
 
-def latency(n_hist_list=(50, 200, 500), reps=3):
+def latency(n_hist_list=(50, 200, 500), reps=3, algorithm="ALGORITHM_UNSPECIFIED"):
+    """Wall seconds of ask(1) and ask(4) of `algorithm` (vcli's default: the GP) after
+    n_hist completed trials, median of `reps` suggesters (seeds 0..reps-1)."""
     import numpy as np
 
     from vcli.spec import Algorithm, Measurement, Trial, TrialState
@@ -290,7 +294,7 @@ def latency(n_hist_list=(50, 200, 500), reps=3):
         for n_hist in n_hist_list:
             times = {1: [], 4: []}
             for rep in range(reps):
-                s = get_suggester(_vcli_spec(space, Algorithm.ALGORITHM_UNSPECIFIED), seed=rep)
+                s = get_suggester(_vcli_spec(space, Algorithm(algorithm)), seed=rep)
                 for i, p in enumerate(hist[:n_hist]):
                     s.tell(Trial(id=str(i), parameters=p, state=TrialState.SUCCEEDED,
                                  final_measurement=Measurement(step_count=1, metrics={"f": fn(p)})))
@@ -369,6 +373,14 @@ def summarise(results, problems, opts, seeds, n):
             for c in checkpoints:
                 cells.append(ratio(med.get((problem, opt, 4, c)), med.get((problem, opt, 1, c))))
         lines.append(f"| {problem} | " + " | ".join(cells) + " |")
+    if "vcli_tpe" in opts:
+        lines.append("\n#### vcli_tpe vs Optuna TPE and Hyperopt TPE (median regret ratios; < 1 = vcli better)\n")
+        cols = [(ref, q, c) for ref, qs in (("optuna_tpe", (1, 4)), ("hyperopt_tpe", (1,))) for q in qs for c in checkpoints]
+        lines.append("| problem | " + " | ".join(f"vcli/{ref} q={q} @{c}" for ref, q, c in cols) + " |")
+        lines.append("|" + "---|" * (1 + len(cols)))
+        for problem in problems:
+            cells = [ratio(med.get((problem, "vcli_tpe", q, c)), med.get((problem, ref, q, c))) for ref, q, c in cols]
+            lines.append(f"| {problem} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -384,6 +396,7 @@ def main(argv=None):
     ap.add_argument("--cache", default="", help="JSON-lines file of finished runs (read and appended)")
     ap.add_argument("--recompute", default="", help="comma-separated optimisers whose cached runs are ignored")
     ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--tpe-latency", action="store_true", help="measure vcli_tpe's latency even with --no-latency")
     args = ap.parse_args(argv)
     seeds = list(range(3 if args.quick else args.seeds))
     n = 30 if args.quick else args.trials
@@ -436,6 +449,12 @@ def main(argv=None):
         print("| problem | completed trials | ask(1) | ask(4) |")
         print("|---|---|---|---|")
         for problem, nh, t1, t4 in latency():
+            print(f"| {problem} | {nh} | {t1:.3f} | {t4:.3f} |")
+    if not args.quick and (args.tpe_latency or not args.no_latency):
+        print("\n#### vcli_tpe suggestion latency (wall s, median of 3; history = random points)\n")
+        print("| problem | completed trials | ask(1) | ask(4) |")
+        print("|---|---|---|---|")
+        for problem, nh, t1, t4 in latency(algorithm="TPE"):
             print(f"| {problem} | {nh} | {t1:.3f} | {t4:.3f} |")
 
 

@@ -15,20 +15,25 @@ from vcli.codec import schema
 from vcli.errors import ConfigError
 from vcli.spec import (
     Algorithm,
+    AshaStoppingSpec,
     CategoricalValueSpec,
     ConditionalParameterSpec,
     ContainerSpec,
+    ConvexAutomatedStoppingSpec,
     CustomJobSpec,
+    DecayCurveAutomatedStoppingSpec,
     DiscreteValueSpec,
     DiskSpec,
     DoubleValueSpec,
     EnvVar,
     Goal,
+    HyperbandStoppingSpec,
     HyperparameterTuningJobSpec,
     IntegerValueSpec,
     LocalPackage,
     MachineSpec,
     MeasurementSelectionType,
+    MedianAutomatedStoppingSpec,
     MetricSpec,
     ParameterSpec,
     PythonPackageSpec,
@@ -98,6 +103,10 @@ def full_study() -> StudySpec:
         ),
         algorithm=Algorithm.RANDOM_SEARCH,
         measurement_selection_type=MeasurementSelectionType.BEST_MEASUREMENT,
+        automated_stopping_spec=ConvexAutomatedStoppingSpec(
+            max_step_count=100, min_step_count=5, min_measurement_count=3, learning_rate_parameter_name="momentum",
+            use_elapsed_duration=True, update_all_stopped_trials=True,
+        ),
     )
 
 
@@ -159,6 +168,24 @@ def test_hyperparameter_tuning_job_round_trips_every_field(tmp_path):
     assert layers["conditionalParameterSpecs"][0]["parentIntValues"] == {"values": ["2", "3"]}
     # vcli's own study limits are not Vertex fields: they never reach the wire.
     assert not {"studyTimeoutSeconds", "goalValue", "seed"} & set(wire)
+
+
+@pytest.mark.parametrize(
+    "stopping, key",
+    [
+        (MedianAutomatedStoppingSpec(use_elapsed_duration=True), "medianAutomatedStoppingSpec"),
+        (DecayCurveAutomatedStoppingSpec(use_elapsed_duration=True), "decayCurveStoppingSpec"),
+        (AshaStoppingSpec(reduction_factor=4, min_step_count=2, max_step_count=32, use_elapsed_duration=True), "ashaStoppingSpec"),
+        (HyperbandStoppingSpec(reduction_factor=2, min_step_count=3, max_step_count=48, use_elapsed_duration=True),
+         "hyperbandStoppingSpec"),
+    ],
+)
+def test_every_stopping_spec_round_trips_under_its_vertex_key(stopping, key):
+    spec = dataclasses.replace(full_study(), automated_stopping_spec=stopping)
+    assert all(field_coverage(stopping, {}).values())  # the example sets every field
+    wire = codec.study_spec_to_dict(spec)
+    assert key in wire and not {"convexAutomatedStoppingSpec"} & set(wire)
+    assert codec.study_spec_from_stored(wire) == spec
 
 
 def test_secret_env_values_are_redacted_on_the_wire(tmp_path):

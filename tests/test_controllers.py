@@ -24,9 +24,11 @@ from vcli.errors import ExecutorError
 from vcli.executors import Placement
 from vcli.spec import (
     Algorithm,
+    AshaStoppingSpec,
     CategoricalValueSpec,
     ContainerSpec,
     CustomJobSpec,
+    DiscreteValueSpec,
     DoubleValueSpec,
     Goal,
     HyperparameterTuningJobSpec,
@@ -156,7 +158,10 @@ def test_cancel_from_this_process(store: Store, world: FakeWorld) -> None:
         world.clock.sleep(0.1)
     run.cancel()
     assert store.get_job(run.job_id).state == "JOB_STATE_CANCELLING"
-    assert run.poll() == JobState.JOB_STATE_CANCELLED
+    # The replicas are stopped in the background; polls report nothing until that is done.
+    while (state := run.poll()) is None:
+        world.clock.sleep(0.01)
+    assert state == JobState.JOB_STATE_CANCELLED
     assert set(replica_states(store, run).values()) == {"STOPPED"}
     assert world.running() == []
 
@@ -273,11 +278,13 @@ def study(
     selection: MeasurementSelectionType = MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED,
     executor: FakeExecutor | None = None,
     placer: Any = local_placer,
+    metrics: tuple[MetricSpec, ...] = (),
+    stopping: Any = None,
     **extra: Any,
 ) -> tuple[StudyRun, list[tuple[str, str | None]]]:
     spec = HyperparameterTuningJobSpec(
-        study_spec=StudySpec(metrics=(MetricSpec(metric_id="acc", goal=goal),), parameters=parameters,
-                             algorithm=algorithm, measurement_selection_type=selection),
+        study_spec=StudySpec(metrics=metrics or (MetricSpec(metric_id="acc", goal=goal),), parameters=parameters,
+                             algorithm=algorithm, measurement_selection_type=selection, automated_stopping_spec=stopping),
         trial_job_spec=job_spec(pool(*actions)),
         max_trial_count=max_trials, parallel_trial_count=parallel, max_failed_trial_count=failures, **extra,
     )
@@ -430,6 +437,63 @@ def test_measurement_selection_best_and_last(store: Store, world: FakeWorld) -> 
     best, _ = study(store, world, *actions, max_trials=1, parallel=1, selection=MeasurementSelectionType.BEST_MEASUREMENT)
     assert best.run() == JobState.JOB_STATE_SUCCEEDED
     assert best.trials["1"].final_measurement.metrics["acc"] == 0.9
+
+
+GRID_X = ParameterSpec(parameter_id="x", value_spec=DiscreteValueSpec(values=(0.1, 0.2, 0.3, 0.4, 0.5)))
+
+
+def test_a_trial_stopped_early_succeeds_and_frees_its_slot_at_once(store: Store, world: FakeWorld) -> None:
+    """ASHA (rungs at steps 1, 2, 4): grid order makes every trial worse than the first
+    (acc = -x), so each later one stops at rung 1. Its replica ignores SIGTERM, so stopping
+    takes the whole grace period: the next trial starts meanwhile, not after it."""
+    run, events = study(
+        store, world, "ignore-term", "metric:acc=-%x@1", "sleep:5", "metric:acc=-%x@2", "sleep:5",
+        "metric:acc=-%x@3", "sleep:5", "metric:acc=-%x@4", "exit:0",
+        max_trials=5, parallel=1, algorithm=Algorithm.GRID_SEARCH, parameters=(GRID_X,),
+        stopping=AshaStoppingSpec(reduction_factor=2, min_step_count=1, max_step_count=4),
+    )
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert states(run) == ["SUCCEEDED"] * 5
+    first, *rest = (run.trials[k] for k in sorted(run.trials, key=int))
+    assert first.early_stopping_rule is None and first.final_measurement.step_count == 4
+    for t in rest:  # stopped at rung 1, SUCCEEDED with the measurement it had
+        assert t.early_stopping_rule == "asha" and t.stop_reason.startswith("ASHA: at rung step 1,")
+        # What it reported during its grace period still counts: the last measurement is final.
+        assert t.final_measurement == t.measurements[-1] and t.final_measurement.step_count < 4
+    # Trial 3 started while trial 2 was still stopping (it finished after trial 3 started).
+    order = [e for e in events if e[0] in ("started", "stopping", "finished")]
+    assert order.index(("started", "3")) < order.index(("finished", "2"))
+    assert order.index(("stopping", "2")) < order.index(("started", "3"))
+    stored = {t["id"]: t for t in store.trials(run.study_id)}
+    assert stored["2"]["earlyStoppingRule"] == "asha" and "stopReason" in stored["2"]
+    assert world.running() == []
+
+
+def test_a_multi_objective_study_keeps_its_pareto_front(store: Store, world: FakeWorld) -> None:
+    """acc = x and cost = x: maximising both has one optimum; maximising acc while minimising
+    cost makes every trial a trade-off, so all of them are on the front."""
+    both = (MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE), MetricSpec(metric_id="cost", goal=Goal.MAXIMIZE))
+    run, events = study(store, world, "metric:acc=%x@1", "metric:cost=%x@1", "exit:0", max_trials=4, metrics=both)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    best = max(run.trials.values(), key=lambda t: t.parameters["x"])
+    assert [t.id for t in run.optimal_trials()] == [best.id]
+    assert store.get_job(run.study_id).record["optimalTrialIds"] == [best.id]
+    assert events[-1] == ("study-finished", None)
+    assert all(set(t.final_measurement.metrics) == {"acc", "cost"} for t in run.trials.values())
+
+    trade = (MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE), MetricSpec(metric_id="cost", goal=Goal.MINIMIZE))
+    run, _ = study(store, world, "metric:acc=%x@1", "metric:cost=%x@1", "exit:0", max_trials=4, metrics=trade)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert [t.id for t in run.optimal_trials()] == ["1", "2", "3", "4"]
+
+
+def test_a_multi_objective_trial_missing_a_metric_is_infeasible(store: Store, world: FakeWorld) -> None:
+    both = (MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE), MetricSpec(metric_id="cost", goal=Goal.MINIMIZE))
+    run, _ = study(store, world, "metric:acc=%x@1", "exit:0", max_trials=2, failures=5, metrics=both)
+    assert run.run() == JobState.JOB_STATE_FAILED
+    assert states(run) == ["INFEASIBLE", "INFEASIBLE"]
+    assert "[cost]" in run.trials["1"].infeasible_reason and "every metric" in run.trials["1"].infeasible_reason
+    assert "every metric of [acc, cost]" in run.error["message"]
 
 
 def test_trials_wait_for_capacity(store: Store, world: FakeWorld) -> None:

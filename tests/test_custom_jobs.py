@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -75,6 +76,38 @@ def test_two_replica_multiworker_job_trains_digits(tmp_path: Path) -> None:
     lines = [l.split("\t") for l in logs.stdout.splitlines()]
     assert all(len(l) == 4 and l[2] == "workerpool0-0" for l in lines)
     assert any("final val_accuracy=" in l[3] for l in lines)
+
+
+REDUCTION_SERVER = "us-docker.pkg.dev/vertex-ai-training/reductionserver:latest"
+
+
+def test_reduction_server_job_trains_with_its_workers_alone(tmp_path: Path) -> None:
+    # The three-pool shape of Vertex's Reduction Server docs: chief, GPU workers, and a pool of
+    # reduction servers (Google's image, no command). Locally the third pool is not started:
+    # the workers all-reduce among themselves, and the cluster leaves that pool out.
+    home = tmp_path / "home"
+    trainer = {"imageUri": "vcli-trainer:latest", "command": [sys.executable, "-m", "trainer.task"], "args": ["--epochs=1"]}
+    gpu = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+    config = tmp_path / "rs.yaml"
+    config.write_text(json.dumps({"workerPoolSpecs": [
+        {"machineSpec": gpu, "replicaCount": 1, "containerSpec": trainer},
+        {"machineSpec": gpu, "replicaCount": 1, "containerSpec": trainer},
+        {"machineSpec": {"machineType": "n1-highcpu-16"}, "replicaCount": 2, "containerSpec": {"imageUri": REDUCTION_SERVER}},
+    ]}))
+    note = "Note: workerpool2 is Vertex's Reduction Server"
+    check = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", "--validate-only", "--format=json")
+    assert check.returncode == 0, check.stderr
+    assert note in check.stderr and json.loads(check.stdout)["executor"] == "local"
+    r = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count(note) == 1
+    job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert [x["taskName"] for x in job["replicas"]] == ["workerpool0-0", "workerpool1-0"]
+    # The job as given is kept (three pools), and TF_CONFIG names only the replicas that run.
+    assert job["jobSpec"]["workerPoolSpecs"][2]["containerSpec"]["imageUri"] == REDUCTION_SERVER
+    clusters = clusters_from_stdout(r.stdout)
+    assert set(clusters["workerpool0-0"]) == {"chief", "worker"}
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:

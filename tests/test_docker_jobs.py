@@ -223,3 +223,63 @@ def test_pools_with_an_image_and_no_command_run_as_containers_without_flags(clie
     job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
     assert job["executor"] == "docker" and job["state"] == "JOB_STATE_SUCCEEDED"
     assert not _containers(client, job["name"].rsplit("/", 1)[-1])
+
+
+# ---------------------------------------------------------------------------- packages (issue #14)
+
+
+def test_notebook_study_with_package_uris_runs_in_containers(client, tmp_path: Path) -> None:
+    """A packageUris sdist and pythonModule: trainer.task, from an empty directory: the sdist is
+    installed once into an image derived from the executor image (here one whose python3 has no
+    pip, so a virtual environment is made in it), and a second study reuses that image."""
+    from tests.test_packages import STUDY, _run, _sdist
+
+    tarball = _sdist(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    config = tmp_path / "study.yaml"
+    config.write_text(STUDY.format(uri=f"file://{tarball}").replace(
+        "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest", "vcli-base:bookworm"))
+    home = tmp_path / "home"
+
+    first = _run(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    study = json.loads(first.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in study["trials"]) == [0.1, 0.2]
+    assert "Installing trainer-0.1.tar.gz" in first.stderr
+    [tag] = {line.split("[", 1)[1].split("]", 1)[0] for line in first.stderr.splitlines()
+             if "Installing trainer-0.1.tar.gz" in line}
+    image = client.images.get(tag)
+    assert not list(empty.iterdir())  # nothing written where vcli was run
+
+    second = _run(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["state"] == "JOB_STATE_SUCCEEDED"
+    assert "Installing" not in second.stderr and f"Using the container image [{tag}]" in second.stderr
+    assert client.images.get(tag).id == image.id
+    assert not list(empty.iterdir())
+    for t in study["trials"]:
+        assert not _containers(client, t["customJob"].rsplit("/", 1)[-1])
+
+
+def test_parallel_container_trials_have_private_working_directories(client, tmp_path: Path) -> None:
+    """Each trial's trainer writes data.csv where it runs and checks it stays its own; the
+    package directory on the host is left exactly as it was."""
+    from tests.test_packages import _package_source, _run, _tree
+
+    pkg = _package_source(tmp_path / "pkg")
+    before = _tree(pkg)
+    r = _run(
+        tmp_path / "home", tmp_path, "hp-tuning-jobs", "create", "--executor=docker", "--display-name=isolated",
+        "--metric=metric-id=accuracy,goal=maximize",
+        f"--worker-pool-spec={POOL},executor-image-uri=vcli-pybase:bookworm,local-package-path={pkg},"
+        "python-module=trainer.task",
+        "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
+        "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = json.loads(r.stdout)["trials"]
+    assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
+    assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in trials) == [0.1, 0.2]
+    assert _tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source

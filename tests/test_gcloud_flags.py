@@ -201,13 +201,62 @@ def test_cloud_only_flags_are_recorded_in_the_job_spec(files: Path) -> None:
     assert trial["network"] == "net"
 
 
+def test_a_kms_key_is_recorded_as_the_jobs_encryption_spec(files: Path) -> None:
+    job = _resolved("custom-jobs", "create", "--display-name=j", POOL, "--kms-key=k", "--kms-keyring=r",
+                    "--kms-location=l", "--kms-project=p")
+    assert job["encryptionSpec"] == {"kmsKeyName": "projects/p/locations/l/keyRings/r/cryptoKeys/k"}
+    study = _resolved("hp-tuning-jobs", "create", f"--config={files}/study.yaml",
+                      "--kms-key-name=projects/p/locations/l/keyRings/r/cryptoKeys/k2")
+    assert study["encryptionSpec"] == {"kmsKeyName": "projects/p/locations/l/keyRings/r/cryptoKeys/k2"}
+    r = run("custom-jobs", "create", "--display-name=j", POOL, "--kms-key=k", "--validate-only")
+    errors = [line for line in r.stderr.splitlines() if not line.startswith("Note:")]
+    assert r.exit_code == 1 and len(errors) == 1 and "--kms-keyring, --kms-location, --kms-project" in errors[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--format=value(name)", "custom-jobs", "list"],
+    ["custom-jobs", "--format=value(name)", "list"],
+    ["custom-jobs", "list", "--format=value(name)"],
+])
+def test_format_parses_before_and_after_the_command(files: Path, argv: list[str]) -> None:
+    created = run("custom-jobs", "create", "--display-name=j",
+                  "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x",
+                  "--command=true", "--format=value(name)")
+    assert created.exit_code == 0, created.stderr
+    r = run(*argv)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == created.stdout.strip().splitlines()[-1]
+
+
+def test_flatten_gives_one_record_per_list_item(files: Path) -> None:
+    pool = "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x"
+    created = run("custom-jobs", "create", "--display-name=j", pool, pool, "--command=true", "--format=value(name.basename())")
+    assert created.exit_code == 0, created.stderr
+    job_id = created.stdout.strip().splitlines()[-1]
+    for argv in (["custom-jobs", "describe", job_id, "--flatten=replicas"], ["--flatten=replicas", "custom-jobs", "list"]):
+        r = run(*argv, "--format=value(name.basename(),replicas.taskName,replicas.exitCode)")
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.splitlines() == [f"{job_id}\tworkerpool0-0\t0", f"{job_id}\tworkerpool1-0\t0"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["custom-jobs", "list", "--bogus"], "ERROR: (vcli.custom-jobs.list) unrecognized arguments: --bogus"),
+    (["--bogus", "custom-jobs", "list"], "ERROR: (vcli) unrecognized arguments: --bogus"),
+    (["custom-jobs", "describe"], "ERROR: (vcli.custom-jobs.describe) argument JOB: Must be specified."),
+    (["custom-jobs", "lst"], "ERROR: (vcli.custom-jobs) No such command 'lst'."),
+])
+def test_usage_errors_are_one_line(files: Path, argv: list[str], line: str) -> None:
+    r = run(*argv)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(line), r.stderr
+
+
 def _notes(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("Note:")]
 
 
 def test_one_notice_line_names_the_flags_without_local_effect(files: Path) -> None:
     r = run("--account=a@b.c", "custom-jobs", "create", "--display-name=j", POOL, "--validate-only",
-            "--kms-key-name=k", "--enable-web-access")
+            "--kms-key-name=projects/p/locations/l/keyRings/r/cryptoKeys/k", "--enable-web-access")
     assert r.exit_code == 0, r.stderr
     assert _notes(r.stderr) == ["Note: --account, --kms-key-name, --enable-web-access have no effect on local runs."]
     r = run("hp-tuning-jobs", "list", "--log-http")

@@ -7,6 +7,7 @@ on real files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -201,3 +202,41 @@ def test_snapshot_is_read_only_and_working_dirs_are_private_copies(tmp_path: Pat
 def test_package_uris_the_process_executor_cannot_reach_are_refused_clearly(uri: str) -> None:
     with pytest.raises(packages.ExecutorError, match="local files and file:// URIs"):
         packages.local_uri(uri)
+
+
+def _workspace(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The SSH hosts' helper, run as a host runs it: `python -S workspace.py ...` beside a `vcli`
+    package (here: the checkout, through PYTHONPATH)."""
+    script = REPO / "vcli" / "executors" / "ssh" / "workspace.py"
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    return subprocess.run([sys.executable, "-S", str(script), *args], capture_output=True, text=True, timeout=300,
+                          env=full, stdin=subprocess.DEVNULL)
+
+
+def test_the_hosts_helper_makes_private_working_directories_from_one_snapshot(tmp_path: Path) -> None:
+    code = _package_source(tmp_path / "code")
+    store, one, two = tmp_path / "job" / "package", tmp_path / "r0" / "work", tmp_path / "r1" / "work"
+    r = _workspace("populate", str(code), str(store), str(one), str(two))
+    assert r.returncode == 0, r.stdout + r.stderr
+    [snap] = list(store.iterdir())
+    assert snap.name == packages.tree_hash(str(code))
+    assert _tree(one) == _tree(two) == _tree(code)
+    (one / "trainer" / "task.py").write_text("changed")  # a replica's own copy
+    assert _tree(two) == _tree(code) == _tree(snap)
+
+
+def test_the_hosts_helper_reports_a_failed_install_in_one_line(tmp_path: Path) -> None:
+    spec = {"home": str(tmp_path / "host"), "python": sys.executable, "packages": [],
+            "requirements": ["vcli-no-such-package-xyz"], "requirementFiles": [], "origin": None}
+    r = _workspace("env", json.dumps(spec), PIP_NO_INDEX="1", UV_OFFLINE="1")
+    assert r.returncode == 1
+    [error] = [line for line in r.stdout.splitlines() if line.startswith("VCLI-ERROR ")]
+    assert "Cannot install vcli-no-such-package-xyz" in error and "Traceback" not in r.stdout + r.stderr
+    assert not any((p / packages.ENV_MARKER).exists() for p in (tmp_path / "host" / "envs").iterdir())
+
+
+def test_content_hash_is_what_the_installs_key_counts(tmp_path: Path) -> None:
+    wheel = tmp_path / "a-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    assert packages.content_hash(str(wheel)) == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert packages.content_hash(str(tmp_path)) == packages.tree_hash(str(tmp_path))

@@ -646,3 +646,75 @@ def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_pat
         time.sleep(0.2)
         stranded = [p for p in cluster.pids("h2") if netns.process_env(p).get("VCLI_JOB_ID")]
     assert stranded == [], [netns.process_cmdline(p) for p in stranded]
+
+
+# =========================================================================== packages and working directories (#14)
+
+
+def _run_in(env: Env, cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The CLI run from `cwd` (not the repository, whose own `trainer` package must not be
+    what the replicas import)."""
+    return subprocess.run(env.argv(*args), env=env.env(), cwd=cwd, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_notebook_study_installs_package_uris_once_per_host(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    """A packageUris sdist and pythonModule: trainer.task, from an empty directory: the sdist is
+    shipped and installed into `<host workdir>/envs/<key>` once; the next study reuses it."""
+    from tests.test_packages import STUDY, _sdist
+
+    env = Env(cluster, tmp_path)
+    tarball = _sdist(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    config = tmp_path / "study.yaml"
+    config.write_text(STUDY.format(uri=f"file://{tarball}"))
+
+    first = _run_in(env, empty, "hp-tuning-jobs", "create", "--executor=ssh", "--hosts=h1", f"--config={config}",
+                    "--format=json")
+    assert first.returncode == 0, f"{first.stdout}\n{first.stderr}"
+    study = json.loads(first.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in study["trials"]) == [0.1, 0.2]
+    assert "h1: Installing trainer-0.1.tar.gz" in first.stderr
+    envs = env.workdirs["h1"] / "envs"
+    [env_dir] = [p for p in envs.iterdir() if p.is_dir() and (p / "vcli-env.json").is_file()]
+    built = (env_dir / "vcli-env.json").stat().st_mtime_ns
+    assert not list(empty.iterdir())  # nothing written where vcli was run
+    # Each trial's replica ran in a private, empty working directory of its own on the host.
+    assert len(list(env.workdirs["h1"].glob("jobs/*/replicas/workerpool0-0/work/data.csv"))) == 2
+
+    second = _run_in(env, empty, "hp-tuning-jobs", "create", "--executor=ssh", "--hosts=h1", f"--config={config}",
+                     "--format=json")
+    assert second.returncode == 0, f"{second.stdout}\n{second.stderr}"
+    assert json.loads(second.stdout)["state"] == "JOB_STATE_SUCCEEDED"
+    assert "Installing" not in second.stderr and f"Using the Python environment {env_dir}" in second.stderr
+    assert (env_dir / "vcli-env.json").stat().st_mtime_ns == built
+    assert not list(empty.iterdir())
+
+
+def test_parallel_trials_on_one_host_get_private_working_directories(cluster: netns.NetnsCluster,
+                                                                      tmp_path: Path) -> None:
+    """Two trials at once on one host, each writing data.csv where it runs: neither sees the
+    other's, and neither the local package nor its synced copy on the host changes."""
+    from tests.test_packages import TASK, _package_source, _tree
+
+    env = Env(cluster, tmp_path)
+    pkg = _package_source(tmp_path / "pkg")
+    before = _tree(pkg)
+    res = _run_in(env, tmp_path, "hp-tuning-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=isolated",
+                  "--metric=metric-id=accuracy,goal=maximize",
+                  f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+                  "python-module=trainer.task",
+                  "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
+                  "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json")
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    trials = json.loads(res.stdout)["trials"]
+    assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
+    assert _tree(pkg) == before
+    [synced] = list((env.workdirs["h1"] / "code").iterdir())
+    assert _tree(synced) == before  # the shared synced tree is never a replica's working directory
+    works = list(env.workdirs["h1"].glob("jobs/*/replicas/workerpool0-0/work"))
+    assert len(works) == 2
+    assert len({(w / "data.csv").read_text() for w in works}) == 2
+    assert all((w / "trainer" / "task.py").read_text() == TASK for w in works)

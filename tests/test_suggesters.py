@@ -94,7 +94,7 @@ def _study(params, algorithm=Algorithm.ALGORITHM_UNSPECIFIED, goal=Goal.MINIMIZE
     )
 
 
-KINDS = ["random", "grid", "gp", "skopt"]
+KINDS = ["random", "grid", "gp", "skopt", "tpe"]
 
 
 def _make(kind: str, params=None, seed: int | None = 0, goal=Goal.MINIMIZE) -> Suggester:
@@ -102,6 +102,8 @@ def _make(kind: str, params=None, seed: int | None = 0, goal=Goal.MINIMIZE) -> S
         return get_suggester(_study(params or _grid_parameters(), Algorithm.GRID_SEARCH, goal), seed=seed)
     if kind == "random":
         return get_suggester(_study(params or _mixed_parameters(), Algorithm.RANDOM_SEARCH, goal), seed=seed)
+    if kind == "tpe":
+        return get_suggester(_study(params or _mixed_parameters(), Algorithm.TPE, goal), seed=seed)
     return get_suggester(_study(params or _mixed_parameters(), goal=goal), seed=seed, bayesian_backend=kind)
 
 
@@ -202,9 +204,9 @@ def _history(kind: str, n: int, seed: int = 0) -> list[Trial]:
     return trials
 
 
-@pytest.mark.parametrize("kind", ["random", "grid", "gp"])
+@pytest.mark.parametrize("kind", ["random", "grid", "gp", "tpe"])
 def test_replay_gives_same_next_points(kind):
-    n = 14 if kind == "gp" else 6  # gp: beyond the 10-point initial design
+    n = 14 if kind in ("gp", "tpe") else 6  # gp, tpe: beyond the 10-point initial design / random startup
     trials = _history(kind, n)
     a, b = _make(kind, seed=0), _make(kind, seed=0)
     for t in trials:
@@ -225,7 +227,7 @@ def test_replay_gives_same_next_points(kind):
     assert [x.parameters for x in orig.ask(2)] == [x.parameters for x in rebuilt.ask(2)]
 
 
-@pytest.mark.parametrize("kind", ["random", "gp", "skopt"])
+@pytest.mark.parametrize("kind", ["random", "gp", "skopt", "tpe"])
 def test_consecutive_asks_without_tell_do_not_repeat(kind):
     s = _make(kind)
     a = s.ask(1)[0].parameters
@@ -233,7 +235,7 @@ def test_consecutive_asks_without_tell_do_not_repeat(kind):
     assert a != b
 
 
-@pytest.mark.parametrize("kind", ["random", "gp"])
+@pytest.mark.parametrize("kind", ["random", "gp", "tpe"])
 def test_random_draws_keyed_by_trial_number_not_batching(kind):
     """The k-th (random / initial-design) trial is the same whether asked alone or in a batch."""
     batched = [x.parameters for x in _make(kind, seed=5).ask(4)]

@@ -22,10 +22,18 @@ from vcli.spec import CustomJobSpec, ReplicaId
 
 
 def replica_ids(spec: CustomJobSpec) -> list[ReplicaId]:
-    """Every replica of the job, pool by pool, in index order."""
+    """Every replica vcli starts, pool by pool, in index order.
+
+    A Reduction Server pool (`WorkerPoolSpec.is_reduction_server`) is left out: its image is
+    Google's, it runs no training code, and without Google's NCCL plugin in the workers'
+    image nothing would talk to it. The workers all-reduce among themselves instead (plain
+    NCCL/gRPC: the same results, without the bandwidth saving), and since nothing listens at
+    its addresses, CLUSTER_SPEC and TF_CONFIG leave its pool out too.
+    """
     return [
         ReplicaId(pool_index=p, index=i)
         for p, pool in enumerate(spec.worker_pool_specs)
+        if not pool.is_reduction_server
         for i in range(pool.replica_count)
     ]
 

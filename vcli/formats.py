@@ -191,6 +191,29 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
+def flatten(resources: list[Any], keys: Sequence[str]) -> list[Any]:
+    """gcloud's `--flatten`: for each key (a dotted path to a list), one copy of each record
+    per item of that list, the list replaced by the item; a record whose list is empty or
+    missing stays once, with the key set to None. Keys apply in order."""
+    import copy
+
+    for key in keys:
+        path = _path(key)
+        out = []
+        for r in resources:
+            items = get_path(r, path)
+            for item in items if isinstance(items, list) and items else [None]:
+                c = copy.deepcopy(r)
+                node = c
+                for part in path[:-1]:
+                    node = node.setdefault(part, {}) if isinstance(node, dict) else {}
+                if isinstance(node, dict):
+                    node[path[-1]] = item
+                out.append(c)
+        resources = out
+    return resources
+
+
 def render(resources: Any, fmt: Format, *, is_list: bool) -> str:
     """Text for stdout ('' for `none`); resources are JSON-ready dicts."""
     from vcli.codec import to_yaml

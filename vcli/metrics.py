@@ -11,8 +11,15 @@ Two sources, both read while the trial runs:
    `<metricId>=<number>` optionally followed by ` step=<integer>`, e.g. `accuracy=0.93 step=3`
    (leading/trailing spaces allowed, nothing else on the line).
 
-`final_measurement` applies `measurementSelectionType`: LAST (the default) takes the report
-with the highest step (latest on ties), BEST the best value for the goal.
+A study may optimise several metrics (one hypertune report per metric tag, usually with the
+same `global_step`): consecutive reports of different metrics at the same step merge into one
+measurement holding all of them. The hypertune default tag (`training/hptuning/metric`, what
+`report_hyperparameter_tuning_metric` writes without a tag) counts as the study's metric only
+when there is exactly one.
+
+`final_measurement` applies `measurementSelectionType`: LAST (the default) takes the latest
+report, BEST the best value for the goal. With several metrics "best" has no single order, so
+the final measurement is always the latest one holding every metric with a finite value.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from typing import Sequence
 
 from vcli.spec import Goal, Measurement, MeasurementSelectionType
 
@@ -31,14 +38,15 @@ _STDOUT_METRIC = re.compile(
 )
 
 
-@dataclass
 class MetricReader:
-    """Accumulates the measurements of one metric from one trial's reports."""
+    """Accumulates the measurements of a trial's metrics (`metric_ids`) from its reports."""
 
-    metric_id: str
-    _seen: set[tuple[float, int, float, str]] = field(default_factory=set)
-    measurements: list[Measurement] = field(default_factory=list)
-    _order: list[float] = field(default_factory=list)
+    def __init__(self, metric_ids: str | Sequence[str]) -> None:
+        self.metric_ids: tuple[str, ...] = (metric_ids,) if isinstance(metric_ids, str) else tuple(metric_ids)
+        self.metric_id = self.metric_ids[0]
+        self.measurements: list[Measurement] = []
+        self._seen: set[tuple[float, int, float, str, str]] = set()
+        self._counts: dict[str, int] = {}
 
     def feed_hypertune(self, text: str | None) -> bool:
         """Read a whole hypertune file's text; True if a new report was found."""
@@ -55,38 +63,48 @@ class MetricReader:
                 continue  # a line being rewritten right now; the next read gets it
             if not isinstance(report, dict):
                 continue
-            raw = report.get(self.metric_id)
-            if raw is None and self.metric_id not in report:
-                raw = report.get(HYPERTUNE_DEFAULT_TAG)
-            value = _number(raw)
-            if value is None:
-                continue
             step = _int(report.get("global_step"))
             ts = _number(report.get("timestamp")) or 0.0
-            new |= self._add((ts, step, value, "hypertune"), value, step, ts)
+            for metric_id in self.metric_ids:
+                raw = report.get(metric_id)
+                if raw is None and metric_id not in report and len(self.metric_ids) == 1:
+                    raw = report.get(HYPERTUNE_DEFAULT_TAG)
+                value = _number(raw)
+                if value is not None:
+                    new |= self._add((ts, step, value, metric_id, "hypertune"), metric_id, value, step)
         return new
 
     def feed_stdout_line(self, line: str, timestamp: float) -> bool:
         m = _STDOUT_METRIC.match(line)
-        if not m or m.group(1) != self.metric_id:
+        if not m or m.group(1) not in self.metric_ids:
             return False
+        metric_id = m.group(1)
         value = float(m.group(2))
-        step = int(m.group(3)) if m.group(3) else len(self.measurements) + 1
-        return self._add((timestamp, step, value, "stdout"), value, step, timestamp)
+        step = int(m.group(3)) if m.group(3) else self._counts.get(metric_id, 0) + 1
+        return self._add((timestamp, step, value, metric_id, "stdout"), metric_id, value, step)
 
-    def _add(self, key: tuple[float, int, float, str], value: float, step: int, ts: float) -> bool:
+    def _add(self, key: tuple[float, int, float, str, str], metric_id: str, value: float, step: int) -> bool:
         if key in self._seen:
             return False
         self._seen.add(key)
-        self.measurements.append(Measurement(step_count=step, metrics={self.metric_id: value}))
-        self._order.append(ts)
+        self._counts[metric_id] = self._counts.get(metric_id, 0) + 1
+        last = self.measurements[-1] if self.measurements else None
+        if last is not None and last.step_count == step and metric_id not in last.metrics:
+            self.measurements[-1] = Measurement(step_count=step, metrics={**last.metrics, metric_id: value})
+        else:
+            self.measurements.append(Measurement(step_count=step, metrics={metric_id: value}))
         return True
 
+    def complete(self, m: Measurement) -> bool:
+        """True if `m` holds a finite value of every metric."""
+        return all(math.isfinite(m.metrics.get(k, math.nan)) for k in self.metric_ids)
+
     def final(self, goal: Goal, selection: MeasurementSelectionType) -> Measurement | None:
-        finite = [m for m in self.measurements if math.isfinite(m.metrics[self.metric_id])]
+        """The trial's final measurement; `goal` is the first metric's (BEST needs it)."""
+        finite = [m for m in self.measurements if self.complete(m)]
         if not finite:
             return None
-        if selection == MeasurementSelectionType.BEST_MEASUREMENT:
+        if selection == MeasurementSelectionType.BEST_MEASUREMENT and len(self.metric_ids) == 1:
             sign = 1.0 if goal == Goal.MAXIMIZE else -1.0
             return max(finite, key=lambda m: (sign * m.metrics[self.metric_id], m.step_count))
         # LAST: the latest report; reports come in order, steps break ties between sources.

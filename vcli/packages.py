@@ -372,3 +372,13 @@ def installs_for(*, package_uris: Sequence[str], requirements: Sequence[str] = (
         packages=tuple(local_uri(u) for u in (*package_uris, *extra_packages)),
         origin=os.path.abspath(package_dir) if package_dir else None,
     )
+
+
+def error_line(lines: Sequence[str]) -> str:
+    """The line of an installer's output (pip, uv) that says what went wrong."""
+    return _error_line(lines)
+
+
+def content_hash(path: str) -> str:
+    """The hash `Installs.key` counts for one installed path: a directory's `tree_hash`, a file's sha256."""
+    return tree_hash(path) if os.path.isdir(path) else _file_hash(path)

@@ -53,6 +53,8 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     if row.error:
         out["error"] = row.error
     _controller(row, out)
+    if rec.get("encryptionSpec"):
+        out["encryptionSpec"] = rec["encryptionSpec"]
     out["outputDirectory"] = rec.get("outputDirectory")
     if rec.get("executor"):
         out["executor"] = rec["executor"]
@@ -98,11 +100,26 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     if row.error:
         out["error"] = row.error
     _controller(row, out)
-    for key in ("studyTimeout", "goalValue", "seed", "executor", "outputDirectory"):
+    for key in ("encryptionSpec", "studyTimeout", "goalValue", "seed", "executor", "outputDirectory", "stopReason"):
         if rec.get(key) is not None:
             out[key] = rec[key]
     trials = store.trials(row.id)
     out["trials"] = trials
     if rec.get("bestTrialId"):
         out["bestTrialId"] = rec["bestTrialId"]
+    metrics = (rec.get("studySpec") or {}).get("metrics") or []
+    if len(metrics) > 1:
+        # The result of a multi-objective study is its Pareto front, current while it runs.
+        out["optimalTrialIds"] = optimal_trial_ids(trials, metrics)
     return out
+
+
+def optimal_trial_ids(trials: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> list[str]:
+    """The ids of the Pareto-optimal SUCCEEDED trials of stored `trials` (Vertex dicts)."""
+    from vcli.codec.trial import trial_from_dict
+    from vcli.pareto import pareto_front
+    from vcli.spec import Goal, MetricSpec
+
+    specs = [MetricSpec(metric_id=m["metricId"], goal=Goal.MINIMIZE if m.get("goal") == "MINIMIZE" else Goal.MAXIMIZE)
+             for m in metrics]
+    return [t.id for t in pareto_front([trial_from_dict(d) for d in trials], specs)]

@@ -112,6 +112,8 @@ class Algorithm(str, Enum):
     ALGORITHM_UNSPECIFIED = "ALGORITHM_UNSPECIFIED"  # Vertex's default: Bayesian optimisation
     GRID_SEARCH = "GRID_SEARCH"
     RANDOM_SEARCH = "RANDOM_SEARCH"
+    #: vcli extension: the Tree-structured Parzen Estimator (Hyperopt's and Optuna's default).
+    TPE = "TPE"
 
 
 class MeasurementSelectionType(str, Enum):
@@ -141,6 +143,9 @@ ACCELERATOR_TYPES: tuple[str, ...] = (
     "TPU_V4_POD",
     "TPU_V5_LITEPOD",
 )
+
+#: What names Vertex's Reduction Server image (`us-docker.pkg.dev/vertex-ai-training/reductionserver:latest`).
+REDUCTION_SERVER_IMAGE = "/reductionserver"
 
 #: Vertex's positional meaning of workerPoolSpecs[i] -> TF task type.
 POOL_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
@@ -268,6 +273,14 @@ class WorkerPoolSpec:
     def is_empty(self) -> bool:
         return self.replica_count == 0 and self.container_spec is None and self.python_package_spec is None
 
+    @property
+    def is_reduction_server(self) -> bool:
+        """Does this pool run Vertex's Reduction Server image (its own entrypoint)? Such a
+        pool only speeds up the GPU workers' all-reduce through Google's NCCL plugin; it holds
+        no training code, so vcli does not start it (see `vcli.cluster.replica_ids`)."""
+        cs = self.container_spec
+        return cs is not None and REDUCTION_SERVER_IMAGE in cs.image_uri and not cs.command
+
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduling:
@@ -388,13 +401,77 @@ class ParameterSpec:
     conditional_parameter_specs: tuple[ConditionalParameterSpec, ...] = ()
 
 
+# Automated early stopping (Vertex's `oneof automated_stopping_spec`, plus vcli's ASHA and
+# Hyperband). "Steps" are the trainer's reported step counts, or elapsed seconds when
+# `use_elapsed_duration` is set. The rules themselves live in `vcli.stopping`.
+
+
+@dataclass(frozen=True, kw_only=True)
+class MedianAutomatedStoppingSpec:
+    """Stop a trial whose best value so far is worse than the median of the other trials'
+    running averages at the same step."""
+
+    use_elapsed_duration: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecayCurveAutomatedStoppingSpec:
+    """Stop a trial whose predicted final value (its learning curve extrapolated, as fitted on
+    completed trials) cannot beat the best trial so far."""
+
+    VERTEX_NAME: ClassVar[str] = "DecayCurveStoppingSpec"
+    use_elapsed_duration: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvexAutomatedStoppingSpec:
+    """Vertex's convex rule: stop a trial whose optimistic (convex) extrapolation to
+    `max_step_count` cannot beat the best trial; judged from `min_step_count` on."""
+
+    max_step_count: int | None = field(default=None, metadata=vertex(int64=True))
+    min_step_count: int | None = field(default=None, metadata=vertex(int64=True))
+    min_measurement_count: int | None = field(default=None, metadata=vertex(int64=True))
+    learning_rate_parameter_name: str | None = None
+    use_elapsed_duration: bool = False
+    update_all_stopped_trials: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AshaStoppingSpec:
+    """vcli extension: asynchronous successive halving. Rungs at `min_step_count *
+    reduction_factor**k` steps (below `max_step_count` when given); a trial reaching a rung
+    continues only if it is in the top 1/reduction_factor of the trials that reached it."""
+
+    reduction_factor: int = 3
+    min_step_count: int = 1
+    max_step_count: int | None = None
+    use_elapsed_duration: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperbandStoppingSpec:
+    """vcli extension: Hyperband as brackets of ASHA with growing minimum step counts; each
+    trial is assigned to one bracket (deterministically, by trial id)."""
+
+    reduction_factor: int = 3
+    min_step_count: int = 1
+    max_step_count: int = 0
+    use_elapsed_duration: bool = False
+
+
+AutomatedStoppingSpec = Union[
+    MedianAutomatedStoppingSpec,
+    DecayCurveAutomatedStoppingSpec,
+    ConvexAutomatedStoppingSpec,
+    AshaStoppingSpec,
+    HyperbandStoppingSpec,
+]
+
+
 @dataclass(frozen=True, kw_only=True)
 class StudySpec:
     VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
         "observationNoise": Annotated[str, Vertex(choices=("OBSERVATION_NOISE_UNSPECIFIED", "LOW", "HIGH"))],
-        "decayCurveStoppingSpec": Any,
-        "medianAutomatedStoppingSpec": Any,
-        "convexAutomatedStoppingSpec": Any,
         "convexStopConfig": Any,
         "studyStoppingConfig": Any,
     }
@@ -405,6 +482,7 @@ class StudySpec:
     measurement_selection_type: MeasurementSelectionType = field(
         default=MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED, metadata=vertex(keep_zero=True)
     )
+    automated_stopping_spec: AutomatedStoppingSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,6 +543,11 @@ class Trial:
     custom_job: str | None = None
     start_time: str | None = None
     end_time: str | None = None
+    #: vcli: why the study stopped this trial before it ended by itself (an early-stopping
+    #: rule, the goal value, the study's time budget, a cancel).
+    stop_reason: str | None = None
+    #: vcli: the early-stopping rule that stopped it ("median", "asha", ...), if one did.
+    early_stopping_rule: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
-from vcli.spec import Goal, JobState, ParameterSpec, StudyEvent, Trial, TrialState
+from vcli.spec import Goal, JobState, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
 
 STATE_STYLE = {
     TrialState.REQUESTED: "dim",
@@ -32,8 +32,7 @@ def _fmt(value: Any) -> str:
 @dataclass
 class StudySnapshot:
     display_name: str
-    metric_id: str
-    goal: Goal
+    metrics: Sequence[MetricSpec]
     parameter_ids: Sequence[str]
     max_trial_count: int
     trials: Mapping[str, Trial] = field(default_factory=dict)
@@ -41,16 +40,33 @@ class StudySnapshot:
     ended: Mapping[str, float] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_RUNNING
 
+    @property
+    def metric_id(self) -> str:
+        return self.metrics[0].metric_id
+
     def best(self) -> Trial | None:
-        sign = 1.0 if self.goal == Goal.MAXIMIZE else -1.0
+        """The best trial by the (first) metric; None with several metrics (see `optimal`)."""
+        if len(self.metrics) > 1:
+            return None
+        sign = 1.0 if self.metrics[0].goal == Goal.MAXIMIZE else -1.0
         done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
         return max(done, key=lambda t: (sign * t.final_measurement.metrics[self.metric_id], -int(t.id)), default=None)  # type: ignore[union-attr]
 
-    def latest(self, t: Trial) -> tuple[float | None, int | None]:
+    def optimal(self) -> set[str]:
+        """Ids of the study's result so far: the best trial, or the Pareto front."""
+        if len(self.metrics) == 1:
+            best = self.best()
+            return {best.id} if best is not None else set()
+        from vcli.pareto import pareto_front
+
+        return {t.id for t in pareto_front(list(self.trials.values()), list(self.metrics))}
+
+    def latest(self, t: Trial) -> tuple[Mapping[str, float], int | None]:
+        """The trial's final measurement, else its latest one: (metric values, step)."""
         m = t.final_measurement or (t.measurements[-1] if t.measurements else None)
         if m is None:
-            return None, None
-        return m.metrics.get(self.metric_id), m.step_count
+            return {}, None
+        return m.metrics, m.step_count
 
     def duration(self, t: Trial) -> float | None:
         start = self.started.get(t.id)
@@ -59,42 +75,59 @@ class StudySnapshot:
         return self.ended.get(t.id, time.monotonic()) - start
 
 
+def _state_text(t: Trial) -> str:
+    text = f"[{STATE_STYLE[t.state]}]{t.state.value}[/]"
+    if t.early_stopping_rule:
+        text += f" [yellow](stopped early: {t.early_stopping_rule})[/]"
+    return text
+
+
+def _values(snap: StudySnapshot, values: Mapping[str, float]) -> str:
+    return " ".join(f"{m.metric_id}={_fmt(values[m.metric_id])}" for m in snap.metrics if m.metric_id in values)
+
+
 def study_table(snap: StudySnapshot) -> Any:
-    """The live table: header counts, one row per trial, the best trial highlighted."""
+    """The live table: header counts, one row per trial, the best trial (or, with several
+    metrics, the Pareto front) highlighted and starred."""
     from rich.table import Table
 
     counts = {s: sum(1 for t in snap.trials.values() if t.state == s) for s in TrialState}
-    best = snap.best()
+    optimal = snap.optimal()
+    early = sum(1 for t in snap.trials.values() if t.early_stopping_rule)
     title = (
         f"{snap.display_name}  {snap.state.value}  trials {len(snap.trials)}/{snap.max_trial_count}  "
         f"succeeded {counts[TrialState.SUCCEEDED]}  infeasible {counts[TrialState.INFEASIBLE]}  "
         f"active {counts[TrialState.ACTIVE] + counts[TrialState.STOPPING]}"
     )
+    if early:
+        title += f"  stopped early {early}"
+    best = snap.best()
     if best is not None:
-        value, _ = snap.latest(best)
-        title += f"  best: trial {best.id} {snap.metric_id}={_fmt(value)}"
+        values, _ = snap.latest(best)
+        title += f"  best: trial {best.id} {_values(snap, values)}"
+    elif optimal:
+        title += f"  Pareto front: {len(optimal)} trial(s) (*)"
     table = Table(title=title, title_justify="left", expand=False)
     table.add_column("TRIAL", justify="right")
     table.add_column("STATE")
     for pid in snap.parameter_ids:
         table.add_column(pid, justify="right")
-    goal = "max" if snap.goal == Goal.MAXIMIZE else "min"
-    table.add_column(f"{snap.metric_id} ({goal})", justify="right")
+    for m in snap.metrics:
+        table.add_column(f"{m.metric_id} ({'max' if m.goal == Goal.MAXIMIZE else 'min'})", justify="right")
     table.add_column("STEP", justify="right")
     table.add_column("TIME", justify="right")
     for t in sorted(snap.trials.values(), key=lambda t: int(t.id)):
-        value, step = snap.latest(t)
+        values, step = snap.latest(t)
         dur = snap.duration(t)
-        style = "bold green" if best is not None and t.id == best.id else None
-        state = f"[{STATE_STYLE[t.state]}]{t.state.value}[/]"
+        on_front = t.id in optimal
         table.add_row(
-            t.id,
-            state,
+            t.id + ("*" if on_front and len(snap.metrics) > 1 else ""),
+            _state_text(t),
             *[_fmt(t.parameters[p]) if p in t.parameters else "-" for p in snap.parameter_ids],
-            "-" if value is None else _fmt(value),
+            *[_fmt(values[m.metric_id]) if m.metric_id in values else "-" for m in snap.metrics],
             "-" if step is None else str(step),
             "-" if dur is None else f"{dur:.1f}s",
-            style=style,
+            style="bold green" if on_front else None,
         )
     return table
 
@@ -102,8 +135,8 @@ def study_table(snap: StudySnapshot) -> Any:
 class StudyView:
     """Collects trial events into a snapshot; subclasses decide how to show it."""
 
-    def __init__(self, display_name: str, metric_id: str, goal: Goal, parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
-        self.snapshot = StudySnapshot(display_name, metric_id, goal, [p.parameter_id for p in parameters], max_trial_count, {}, {}, {})
+    def __init__(self, display_name: str, metrics: Sequence[MetricSpec], parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
+        self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count, {}, {}, {})
         self._trials: dict[str, Trial] = {}
         self._started: dict[str, float] = {}
         self._ended: dict[str, float] = {}
@@ -147,13 +180,17 @@ class PlainStudyView(StudyView):
             line = f"trial {trial.id} ACTIVE {self._params(trial)}"
         elif kind == StudyEvent.TRIAL_MEASUREMENT:
             m = trial.measurements[-1]
-            line = f"trial {trial.id} measurement step={m.step_count} {self.snapshot.metric_id}={_fmt(m.metrics[self.snapshot.metric_id])}"
+            line = f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)}"
         elif kind == StudyEvent.TRIAL_STOPPING:
-            line = f"trial {trial.id} STOPPING"
+            at = f" at step {trial.measurements[-1].step_count}" if trial.measurements else ""
+            why = f" (stopped early by the {trial.early_stopping_rule} rule: {trial.stop_reason})" if trial.early_stopping_rule else ""
+            line = f"trial {trial.id} STOPPING{at}{why}"
         elif kind == StudyEvent.TRIAL_FINISHED:
-            value, step = self.snapshot.latest(trial)
+            values, step = self.snapshot.latest(trial)
             dur = self.snapshot.duration(trial)
-            tail = f" {self.snapshot.metric_id}={_fmt(value)} step={step}" if trial.state == TrialState.SUCCEEDED else f" reason: {trial.infeasible_reason}"
+            tail = f" {_values(self.snapshot, values)} step={step}" if trial.state == TrialState.SUCCEEDED else f" reason: {trial.infeasible_reason}"
+            if trial.early_stopping_rule:
+                tail += f" (stopped early: {trial.early_stopping_rule})"
             line = f"trial {trial.id} {trial.state.value}{tail}" + (f" in {dur:.1f}s" if dur is not None else "")
         else:
             return

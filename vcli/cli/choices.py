@@ -27,6 +27,8 @@ class AlgorithmFlag(str, Enum):
     ALGORITHM_UNSPECIFIED = "algorithm-unspecified"
     GRID_SEARCH = "grid-search"
     RANDOM_SEARCH = "random-search"
+    #: vcli extension: the Tree-structured Parzen Estimator.
+    TPE = "tpe"
 
 
 class MeasurementSelection(str, Enum):
@@ -120,12 +122,18 @@ class FlagError(typer.BadParameter):
         print(f"ERROR: ({self.path}) {self.message}", file=file or sys.stderr, flush=True)
 
 
+#: Click's UsageError (the base of BadParameter): typer bundles Click privately, so it is
+#: reached through the public BadParameter rather than imported.
+_UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
 class VcliGroup(TyperGroup):
     """The root command group: renders Click's rejection of a choice flag as `FlagError`.
 
     Click checks choices while it parses a (sub)command's arguments, which happens inside the
     root group's `make_context` (the global flags) and `invoke` (every subcommand), so those two
-    are where its `BadParameter` is caught. Other Click errors keep Click's own rendering.
+    are where its `BadParameter` is caught. Click's other usage errors (an unknown flag or
+    command, a missing argument) become one line too, with the usage exit code.
     """
 
     _argv: Sequence[str] = ()
@@ -137,14 +145,36 @@ class VcliGroup(TyperGroup):
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().make_context(*args, **kwargs)
-        except typer.BadParameter as e:
-            raise self._choice_error(e) from None
+        except _UsageError as e:
+            raise self._one_line(e) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except typer.BadParameter as e:
-            raise self._choice_error(e) from None
+        except _UsageError as e:
+            raise self._one_line(e) from None
+
+    def _one_line(self, e: Any) -> Any:
+        if isinstance(e, typer.BadParameter):
+            choice = self._choice_error(e)
+            if choice is not e:
+                return choice
+        return self._usage_error(e)
+
+    def _usage_error(self, e: Any) -> Any:
+        """Click's other usage errors (an unknown flag, a missing argument) as one line, in
+        gcloud's words where gcloud has them (`unrecognized arguments: --bogus`)."""
+        if isinstance(e, FlagError) or e.ctx is None:
+            return e
+        if type(e).__name__ == "NoSuchOption":
+            hint = f" (did you mean {' or '.join(sorted(e.possibilities or ())[:3])}?)" if e.possibilities else ""
+            message = f"unrecognized arguments: {e.option_name}{hint}"
+        elif type(e).__name__ == "MissingParameter" and getattr(getattr(e, "param", None), "param_type_name", "") == "argument":
+            message = f"argument {e.param.name.upper()}: Must be specified."  # gcloud's words for a positional
+        else:
+            message = e.format_message()
+        message += f" (see `{e.ctx.command_path} --help`)"
+        return FlagError(command_path(e.ctx), message)
 
     def _choice_error(self, e: typer.BadParameter) -> typer.BadParameter:
         if isinstance(e, FlagError) or e.param is None:

@@ -125,12 +125,15 @@ def create(
     spec = with_cloud_settings(spec, persistent_resource_id=persistent_resource_id, enable_web_access=enable_web_access,
                                enable_dashboard_access=enable_dashboard_access)
     label_map = codec.parse_labels(labels)
+    kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project)
     job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
                                  ready=not validate_only)
+    if kms:
+        job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        from vcli.control.wiring import accelerator_notices
+        from vcli.control.wiring import accelerator_notices, reduction_server_notices
 
-        for notice in accelerator_notices(job.execution.kind, job.spec):
+        for notice in [*accelerator_notices(job.execution.kind, job.spec), *reduction_server_notices(job.spec)]:
             err(notice)
         gcs = codec.gcs_notice(job.spec)
         if gcs:
@@ -161,6 +164,7 @@ def _print_validated(display_name: str, job: Any, fmt: Optional[str]) -> None:
         "executor": job.execution.kind.value,
         "jobSpec": job.record["jobSpec"],
         "labels": job.record["labels"] or None,
+        "encryptionSpec": job.record.get("encryptionSpec"),
         "replicas": [{"taskName": l.task_name, "command": ex.command_for(l) or None, "imageUri": l.image_uri}
                      for l in job.plan.launches],
     }

@@ -14,6 +14,8 @@ What they do here:
     names this invocation prints; the default stays `local` (`support.shown`).
   - `--quiet/-q`: accepted; vcli never prompts, so it changes nothing.
   - `--verbosity`: `debug` adds tracebacks to errors; the last one given wins.
+  - `--format` (anywhere: a command's own flag, also taken before the command) and
+    `--flatten=KEY[,KEY]`: one output record per item of each listed list field.
   - `--flags-file=YAML_FILE`: gcloud's flags file (see `file_flags`), merged with the command
     line, which wins.
   - `--account`, `--billing-project`, `--configuration`, `--impersonate-service-account`,
@@ -67,6 +69,8 @@ def _wide_flags(
     log_http: Annotated[Optional[bool], typer.Option("--log-http/--no-log-http", help="gcloud: accepted; no effect on local runs.", show_default=False)] = None,
     user_output_enabled: Annotated[Optional[bool], typer.Option("--user-output-enabled/--no-user-output-enabled", help="gcloud: accepted; no effect on local runs.", show_default=False)] = None,
     trace_token: Annotated[Optional[str], typer.Option("--trace-token", help="gcloud: accepted; no effect on local runs.")] = None,
+    format_: Annotated[Optional[str], typer.Option("--format", help="gcloud: output format, e.g. json, yaml, value(name), table(...), csv(...).")] = None,
+    flatten: Annotated[Optional[List[str]], typer.Option("--flatten", help="gcloud: one output record per item of these list fields, e.g. --flatten=trials.")] = None,
 ) -> None:
     """Declares the wide flags (typer builds the Click parameters from this signature)."""
 
@@ -138,7 +142,10 @@ def _take(ctx: Any, params: Sequence[Any], args: Sequence[str] = ()) -> None:
 
 
 def _with_wide(own: list[Any], help_option: Any) -> list[Any]:
-    return [*own, *wide_params(), *([help_option] if help_option is not None else [])]
+    """`own` parameters, then the wide flags a command does not declare itself (`--format`)."""
+    taken = {o for p in own for o in p.opts}
+    wide = [p for p in wide_params() if not taken & set(p.opts)]
+    return [*own, *wide, *([help_option] if help_option is not None else [])]
 
 
 class GcloudGroup(TyperGroup):
@@ -178,6 +185,11 @@ class GcloudCommand(TyperCommand):
 
     def invoke(self, ctx: Any) -> Any:
         _take(ctx, self.get_params(ctx), ctx.meta.get("vcli.gcloud_flags.args", ()))
+        given = _given(ctx).values
+        # `vcli --format=json custom-jobs list`: a --format given before the command is the
+        # command's own, unless the command line gives one after it.
+        if given.get("format_") and ctx.params.get("fmt") is None and "fmt" in ctx.params:
+            ctx.params["fmt"] = given["format_"]
         _publish(ctx)
         return super().invoke(ctx)
 
@@ -203,6 +215,7 @@ def _publish(ctx: Any) -> None:
     if values.get("verbosity") is not None:
         state["verbosity"] = values["verbosity"].value
     state["quiet"] = bool(values.get("quiet"))
+    state["flatten"] = [k for v in values.get("flatten") or () for k in v.split(",") if k]
     if values.get("project"):
         state["project"] = values["project"]
     if ctx.params.get("region"):

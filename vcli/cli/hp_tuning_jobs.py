@@ -67,6 +67,10 @@ def study_from_flags(spec: Any, flags: StudyFlags) -> Any:
         study_timeout_seconds=codec.parse_duration(flags.study_timeout, "--study-timeout") if flags.study_timeout else None,
         goal_value=flags.goal_value,
     )
+    if flags.goal_value is not None and len(spec.study_spec.metrics) > 1:
+        raise InvalidValueError("--goal-value", f"a goal value needs a single metric, but the study optimises "
+                                f"{len(spec.study_spec.metrics)} ({', '.join(m.metric_id for m in spec.study_spec.metrics)}): "
+                                "with several metrics the result is a Pareto front, not one value to reach.")
     if spec.parallel_trial_count > spec.max_trial_count:
         err(f"WARNING: parallelTrialCount ({spec.parallel_trial_count}) is greater than maxTrialCount "
             f"({spec.max_trial_count}); running at most {spec.max_trial_count} trials at once.")
@@ -92,6 +96,7 @@ def create(
     seed: Annotated[Optional[int], typer.Option("--seed", help="vcli: makes the suggestions reproducible.")] = None,
     study_timeout: Annotated[Optional[str], typer.Option("--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends.")] = None,
     goal_value: Annotated[Optional[float], typer.Option("--goal-value", help="vcli: end the study once a trial's metric reaches this value.")] = None,
+    early_stopping: Annotated[Optional[str], typer.Option("--early-stopping", help="vcli: stop unpromising trials early: none|median|decay-curve|convex|asha|hyperband[,KEY=VALUE...] (keys: reduction-factor, min-step-count, max-step-count, min-measurement-count, use-elapsed-duration).")] = None,
     bayesian_backend: Annotated[BayesianBackend, typer.Option("--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize).")] = BayesianBackend.GP,
     labels: o.Labels = None,
     service_account: o.ServiceAccount = None,
@@ -115,14 +120,21 @@ def create(
     from vcli import codec
     from vcli.cli.custom_jobs import with_cloud_settings
     from vcli.control import runner
-    from vcli.errors import UsageError
+    from vcli.errors import ConfigError, InvalidValueError, UsageError
 
     check_format(fmt)
     doc, source = codec.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
-        algorithm=algorithm.value if algorithm is not None else None,
+        algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
     )
-    spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source)
+    try:
+        spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source)
+    except ConfigError as e:
+        stopping_key = next((k for k in codec.STOPPING_KEYS if f"studySpec.{k}" in str(e)), None)
+        if early_stopping is None or stopping_key is None:
+            raise
+        # The flag wrote that part of the document: name the flag, not the file.
+        raise InvalidValueError("--early-stopping", str(e).split("]: ", 1)[-1]) from None
     name = display_name or file_name
     if not name:
         raise UsageError("argument --display-name: Must be specified.")
@@ -135,10 +147,13 @@ def create(
     study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
                               bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
                               shm_size=shm_size)
+    kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
+    if kms:
+        study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        from vcli.control.wiring import accelerator_notices
+        from vcli.control.wiring import accelerator_notices, reduction_server_notices
 
-        for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):
+        for notice in [*accelerator_notices(study.execution.kind, study.spec.trial_job_spec), *reduction_server_notices(study.spec.trial_job_spec)]:
             err(notice)
         gcs = codec.gcs_notice(study.spec.trial_job_spec)
         if gcs:
@@ -175,7 +190,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
     err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
     interrupt_on_signals()
     metric = spec.study_spec.metrics[0]
-    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, metric.metric_id, metric.goal,
+    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
                            iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
     run = runner.study_run(study, on_event=view.event, on_progress=view.message)
     if resumed:
@@ -191,7 +206,14 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
     msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
     err(f"Hyperparameter tuning job [{study_id}] finished: {state.value} in {time.monotonic() - started:.1f}s." + (f" {msg}" if msg else ""))
     best = run.best_trial()
-    if best is not None and best.final_measurement is not None:
+    if len(spec.study_spec.metrics) > 1:
+        front = [t for t in run.optimal_trials() if t.final_measurement is not None]
+        if front:
+            err(f"Pareto front: {len(front)} trial(s) not dominated by any other:")
+        for t in front:
+            values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
+            err(f"  trial {t.id}: {values} with {' '.join(trial_args(run.param_specs, t.parameters))}")
+    elif best is not None and best.final_measurement is not None:
         value = best.final_measurement.metrics[metric.metric_id]
         err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "
             f"with {' '.join(trial_args(run.param_specs, best.parameters))}")

@@ -74,3 +74,24 @@ TaskName = Annotated[Optional[str], typer.Option("--task-name", help="Only this 
 def executor_flag(value: Optional[ExecutorKind]) -> Optional[str]:
     """The `--executor` word for `vcli.control.wiring.executor_kind` (None: use the defaults)."""
     return value.value if value is not None else None
+
+
+def kms_key_name(key: Optional[str], keyring: Optional[str], location: Optional[str], project: Optional[str]) -> Optional[str]:
+    """gcloud's CMEK key flags -> the key's resource name (for the job's `encryptionSpec`).
+
+    `--kms-key` is either the full name (`projects/P/locations/L/keyRings/R/cryptoKeys/K`) or
+    the key id, which then needs `--kms-keyring`, `--kms-location` and `--kms-project`, as
+    gcloud asks. Nothing is encrypted locally: the name is recorded, and the notice says so."""
+    from vcli.errors import InvalidValueError
+
+    if key is None:
+        if keyring or location or project:
+            raise InvalidValueError("--kms-key", "Must be specified with --kms-keyring, --kms-location or --kms-project.")
+        return None
+    if key.startswith("projects/"):
+        return key
+    missing = [f for f, v in (("--kms-keyring", keyring), ("--kms-location", location), ("--kms-project", project)) if not v]
+    if missing:
+        raise InvalidValueError("--kms-key", f"[{key}] is not a full key name (projects/P/locations/L/keyRings/R/cryptoKeys/K); "
+                                f"give it in full or add {', '.join(missing)}.")
+    return f"projects/{project}/locations/{location}/keyRings/{keyring}/cryptoKeys/{key}"

@@ -18,8 +18,11 @@ from vcli.spec import JobKind, JobState
 def emit(resources: Any, fmt: Optional[str], *, is_list: bool, default: str = "yaml") -> None:
     """Print one resource (or a list) in `--format` (default YAML) on stdout, its names in this
     invocation's --project/--region (`support.shown`)."""
-    from vcli.formats import parse_format, render
+    from vcli.cli.support import state
+    from vcli.formats import flatten, parse_format, render
 
+    if state.get("flatten"):
+        resources, is_list = flatten(resources if is_list else [resources], state["flatten"]), True
     sys.stdout.write(render(shown(resources), parse_format(fmt or default), is_list=is_list))
     sys.stdout.flush()
 

@@ -14,8 +14,8 @@ import typer
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: gcloud's wide flags of the current invocation (`vcli.cli.gcloud_flags` sets them):
-#: verbosity, quiet, and project/region when given (see `shown`).
-_DEFAULTS: dict[str, Any] = {"verbosity": "warning", "quiet": False, "project": None, "region": None}
+#: verbosity, quiet, --flatten keys, and project/region when given (see `shown`).
+_DEFAULTS: dict[str, Any] = {"verbosity": "warning", "quiet": False, "project": None, "region": None, "flatten": []}
 state: dict[str, Any] = dict(_DEFAULTS)
 
 #: Where vcli's jobs live in the resource names it stores.

@@ -42,7 +42,10 @@ from vcli.codec.job import (
 )
 from vcli.codec.schema import Decoder
 from vcli.codec.study import (
+    EARLY_STOPPING_RULES,
+    STOPPING_KEYS,
     check_algorithm,
+    check_stopping,
     hp_tuning_document,
     hp_tuning_job_from_document,
     hp_tuning_job_to_dict,
@@ -57,6 +60,9 @@ from vcli.codec.yamlio import load_document, parse_yaml, to_yaml
 from vcli.spec import CustomJobSpec, HyperparameterTuningJobSpec, StudySpec, WorkerPoolSpec, is_secret
 
 __all__ = [
+    "EARLY_STOPPING_RULES",
+    "STOPPING_KEYS",
+    "check_stopping",
     "METRIC_KEYS",
     "PARAMETER_SPEC_KEYS",
     "WORKER_POOL_SPEC_KEYS",

@@ -2,7 +2,7 @@
 
 Each message's fields come from `dataclasses.fields()` and the type hints: `foo_bar` is
 `fooBar`, `tuple[X, ...]` a list, `X | None` optional, an Enum its values, a dataclass a
-message, a Union of dataclasses a oneof (each member named after its class, camelCase). The
+message, a Union of dataclasses a oneof (each member named after its message, camelCase). The
 exceptions are declared in `vcli.spec` with `field(metadata=vertex(...))`, and the Vertex
 fields vcli accepts but does not model in each class's `VERTEX_UNMODELED`. So a new Vertex
 field is one edit in `vcli.spec`.
@@ -120,7 +120,7 @@ def _wire_fields(wire: str, typ: Any, facts: Vertex, attr: str | None) -> list[W
     typ = _strip_optional(typ)
     members = typing.get_args(typ) if _is_union(typ) else ()
     if members and all(dataclasses.is_dataclass(m) for m in members):
-        return [WireField(camel(m.__name__[:1].lower() + m.__name__[1:]), message(m).name, attr, facts, m) for m in members]
+        return [WireField(message(m).name[:1].lower() + message(m).name[1:], message(m).name, attr, facts, m) for m in members]
     return [WireField(facts.name or wire, _kind(typ, facts), attr, facts, typ)]
 
 

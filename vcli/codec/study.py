@@ -20,12 +20,15 @@ from vcli.codec.yamlio import load_document
 from vcli.errors import ConfigError, UsageError
 from vcli.spec import (
     Algorithm,
+    AshaStoppingSpec,
     CategoricalValueSpec,
     ConditionalParameterSpec,
+    ConvexAutomatedStoppingSpec,
     CustomJobSpec,
     DiscreteValueSpec,
     DoubleValueSpec,
     Goal,
+    HyperbandStoppingSpec,
     HyperparameterTuningJobSpec,
     IntegerValueSpec,
     MetricSpec,
@@ -153,8 +156,10 @@ def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "st
         metrics.append(build(MetricSpec, m, metric_id=mid, goal=Goal.MINIMIZE if goal == "MINIMIZE" else Goal.MAXIMIZE))
     if not metrics:
         raise decoder.error(f"{path}.metrics", "at least one metric is required")
-    if len(metrics) > 1:
-        raise decoder.error(f"{path}.metrics", "vcli optimises exactly one metric; list the one to optimise")
+    ids = [m.metric_id for m in metrics]
+    for i, mid in enumerate(ids):
+        if mid in ids[:i]:
+            raise decoder.error(f"{path}.metrics[{i}].metricId", f"metricId [{mid}] is listed twice; metric ids must be unique")
     params: list[ParameterSpec] = []
     seen: set[str] = set()
     for i, p in enumerate(d.get("parameters", [])):
@@ -163,7 +168,49 @@ def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "st
         raise decoder.error(f"{path}.parameters", "at least one parameter is required")
     spec = build(StudySpec, d, metrics=tuple(metrics), parameters=tuple(params))
     check_algorithm(spec, lambda msg: decoder.error(f"{path}.algorithm", msg))
+    if spec.automated_stopping_spec is not None:
+        key = next(k for k in STOPPING_KEYS if k in d)
+        check_stopping(spec, lambda field, msg: decoder.error(f"{path}.{key}{'.' + field if field else ''}", msg))
     return spec
+
+
+#: The studySpec keys of the automated stopping oneof (Vertex's three, then vcli's two).
+STOPPING_KEYS = ("medianAutomatedStoppingSpec", "decayCurveStoppingSpec", "convexAutomatedStoppingSpec",
+                  "ashaStoppingSpec", "hyperbandStoppingSpec")
+
+
+def check_stopping(spec: StudySpec, error: Callable[[str, str], Exception]) -> None:
+    """An automated stopping spec must make sense: one metric to judge by, bounds in order.
+
+    `error(field, message)` builds the exception; field "" means the spec as a whole.
+    """
+    stop = spec.automated_stopping_spec
+    if stop is None:
+        return
+    if len(spec.metrics) > 1:
+        raise error("", f"early stopping judges trials by one metric, but the study has {len(spec.metrics)} "
+                    f"({', '.join(m.metric_id for m in spec.metrics)}); remove the stopping spec or keep one metric")
+    if isinstance(stop, (AshaStoppingSpec, HyperbandStoppingSpec)):
+        if stop.reduction_factor < 2:
+            raise error("reductionFactor", f"must be an integer of at least 2, found [{stop.reduction_factor}]")
+        if stop.min_step_count < 1:
+            raise error("minStepCount", f"must be at least 1, found [{stop.min_step_count}]")
+    if isinstance(stop, HyperbandStoppingSpec) and stop.max_step_count < stop.min_step_count * stop.reduction_factor:
+        raise error("maxStepCount", f"Hyperband needs maxStepCount (the steps of a full trial) of at least "
+                    f"minStepCount x reductionFactor = {stop.min_step_count * stop.reduction_factor}, "
+                    f"found [{stop.max_step_count}]")
+    if isinstance(stop, AshaStoppingSpec) and stop.max_step_count is not None and stop.max_step_count < stop.min_step_count:
+        raise error("maxStepCount", f"must be at least minStepCount ({stop.min_step_count}), found [{stop.max_step_count}]")
+    if isinstance(stop, ConvexAutomatedStoppingSpec):
+        for name, value in (("minStepCount", stop.min_step_count), ("maxStepCount", stop.max_step_count),
+                            ("minMeasurementCount", stop.min_measurement_count)):
+            if value is not None and value < 0:
+                raise error(name, f"must not be negative, found [{value}]")
+        if stop.min_step_count is not None and stop.max_step_count is not None and stop.max_step_count < stop.min_step_count:
+            raise error("maxStepCount", f"must be at least minStepCount ({stop.min_step_count}), found [{stop.max_step_count}]")
+        lr = stop.learning_rate_parameter_name
+        if lr and lr not in {p.parameter_id for p in iter_parameters(spec.parameters)}:
+            raise error("learningRateParameterName", f"[{lr}] is not a parameter of the study")
 
 
 def check_algorithm(spec: StudySpec, error: Callable[[str], Exception]) -> None:
@@ -252,6 +299,7 @@ def hp_tuning_document(
     metrics: Sequence[str] | None,
     worker_pool_specs: Sequence[str] | None,
     algorithm: str | None,
+    early_stopping: str | None = None,
 ) -> tuple[Any, str]:
     """The HyperparameterTuningJob document from --config and/or the vcli study flags."""
     doc: dict[str, Any] = {}
@@ -273,14 +321,63 @@ def hp_tuning_document(
         trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
         doc["trialJobSpec"] = trial
     if algorithm:
-        choices = ("algorithm-unspecified", "grid-search", "random-search")
+        choices = ("algorithm-unspecified", "grid-search", "random-search", "tpe")
         if algorithm not in choices:
             raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
         if "studySpec" in doc:
             doc["studySpec"] = {**(doc["studySpec"] or {}), "algorithm": algorithm.replace("-", "_").upper()}
+    if early_stopping is not None:
+        study = {k: v for k, v in (doc.get("studySpec") or {}).items() if k not in STOPPING_KEYS}
+        rule = early_stopping_from_flag(early_stopping)
+        if rule is not None:
+            study[rule[0]] = rule[1]
+        doc["studySpec"] = study
     if not config and not (parameter_specs and metrics and worker_pool_specs):
         raise UsageError(
             "argument --config: Must be specified, unless the study is given by flags: "
             "--parameter-spec (one or more), --metric and --worker-pool-spec."
         )
     return doc, source
+
+
+#: `--early-stopping` rule words -> (studySpec key, the keys the flag may set after the word).
+EARLY_STOPPING_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "median": ("medianAutomatedStoppingSpec", ("use-elapsed-duration",)),
+    "decay-curve": ("decayCurveStoppingSpec", ("use-elapsed-duration",)),
+    "convex": ("convexAutomatedStoppingSpec", ("min-step-count", "max-step-count", "min-measurement-count",
+                                               "learning-rate-parameter-name", "use-elapsed-duration")),
+    "asha": ("ashaStoppingSpec", ("reduction-factor", "min-step-count", "max-step-count", "use-elapsed-duration")),
+    "hyperband": ("hyperbandStoppingSpec", ("reduction-factor", "min-step-count", "max-step-count", "use-elapsed-duration")),
+}
+
+
+def early_stopping_from_flag(value: str) -> tuple[str, dict[str, Any]] | None:
+    """`--early-stopping=asha,reduction-factor=3,max-step-count=27` -> ("ashaStoppingSpec", {...});
+    `none` -> None (the flag removes the config's stopping spec)."""
+    from vcli.codec.flags import parse_dict_arg
+    from vcli.errors import InvalidValueError
+
+    word, _, rest = value.partition(",")
+    word = word.strip().lower()
+    if word == "none" and not rest:
+        return None
+    if word not in EARLY_STOPPING_RULES:
+        raise InvalidValueError("--early-stopping", f"Unknown rule [{word}]; valid rules are "
+                                f"[{', '.join(['none', *EARLY_STOPPING_RULES])}], optionally followed by ,KEY=VALUE settings.")
+    key, allowed = EARLY_STOPPING_RULES[word]
+    raw = parse_dict_arg(rest, flag="--early-stopping", valid_keys=allowed) if rest else {}
+    spec: dict[str, Any] = {}
+    for k, v in raw.items():
+        camel_key = re.sub(r"-(\w)", lambda m: m.group(1).upper(), k)
+        if k == "use-elapsed-duration":
+            if v.lower() not in ("true", "false"):
+                raise InvalidValueError("--early-stopping", f"Key [{k}] must be true or false, received: {v}.")
+            spec[camel_key] = v.lower() == "true"
+        elif k == "learning-rate-parameter-name":
+            spec[camel_key] = v
+        else:
+            try:
+                spec[camel_key] = int(v)
+            except ValueError:
+                raise InvalidValueError("--early-stopping", f"Key [{k}] must be an integer, received: {v}.") from None
+    return key, spec

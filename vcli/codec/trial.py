@@ -78,7 +78,8 @@ def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any
         d["finalMeasurement"] = measurement_to_dict(t.final_measurement)
     if t.measurements:
         d["measurements"] = [measurement_to_dict(m) for m in t.measurements]
-    for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason), ("customJob", t.custom_job)):
+    for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason),
+                     ("customJob", t.custom_job), ("stopReason", t.stop_reason), ("earlyStoppingRule", t.early_stopping_rule)):
         if val:
             d[key] = val
     return d
@@ -95,4 +96,6 @@ def trial_from_dict(d: Mapping[str, Any]) -> Trial:
         custom_job=d.get("customJob"),
         start_time=d.get("startTime"),
         end_time=d.get("endTime"),
+        stop_reason=d.get("stopReason"),
+        early_stopping_rule=d.get("earlyStoppingRule"),
     )

@@ -198,6 +198,10 @@ class JobRun:
     _worker: threading.Thread | None = None
     _worker_error: BaseException | None = None
     _final: JobState | None = None
+    #: Set once the job's ending is decided: (state, error), and the thread stopping its replicas.
+    _ending: tuple[JobState, dict[str, Any] | None] | None = None
+    _stopper: threading.Thread | None = None
+    _stop_error: BaseException | None = None
     _started_at: float = 0.0
     _chief_done_at: float | None = None
     _last_cancel_check: float = 0.0
@@ -300,6 +304,8 @@ class JobRun:
         """Advance the job; returns its final state once it has one (and everything stopped)."""
         if self._final is not None:
             return self._final
+        if self._ending is not None:
+            return self._finish(*self._ending)
         now = self.clock.now()
         if now - self._last_beat > self.heartbeat_seconds:
             self._last_beat = now
@@ -385,15 +391,29 @@ class JobRun:
         except StoreError:
             pass  # nothing more can be recorded; `cancel` or `describe` later sees a dead controller
 
-    def _finish(self, state: JobState, error: dict[str, Any] | None) -> JobState:
-        running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
-        self._cancel.set()  # makes a still-running start thread stop launching
-        if self._worker is not None:
-            self._worker.join()
-            running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
-        if running:
-            self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
-            self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
+    def _finish(self, state: JobState, error: dict[str, Any] | None) -> JobState | None:
+        """End the job as `state`: stop what still runs, release, record. None while stopping.
+
+        The first call decides the ending; the stop itself (SIGTERM, the grace period a
+        stubborn replica takes, SIGKILL) runs in a background thread, so that a caller polling
+        several jobs (a study) goes on serving the others meanwhile. Later polls finish it.
+        """
+        if self._ending is None:
+            self._ending = (state, error)
+            self._cancel.set()  # makes a still-running start thread stop launching
+            running = [r for r in self._replicas if r.handle is not None and not r.done]
+            if running or self._worker is not None:
+                if running:
+                    self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
+                self._stopper = threading.Thread(target=self._stop_running, name=f"vcli-stop-{self.job_id}", daemon=True)
+                self._stopper.start()
+        state, error = self._ending
+        if self._stopper is not None:
+            if self._stopper.is_alive():
+                return None
+            if self._stop_error is not None:
+                raise self._stop_error
+        if any(r.handle is not None and not r.done for r in self._replicas):
             for r in self._replicas:
                 if r.handle is not None and not r.done:
                     r.done = True
@@ -411,6 +431,17 @@ class JobRun:
         self._set_state(state, error=error)
         self._final = state
         return state
+
+    def _stop_running(self) -> None:
+        """The stopping thread: wait for the start thread, then stop every running replica."""
+        try:
+            if self._worker is not None:
+                self._worker.join()
+            running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+            if running:
+                self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
+        except BaseException as e:  # re-raised by the next poll, in the controller's thread
+            self._stop_error = e
 
     def _set_state(self, state: JobState, error: Mapping[str, Any] | None = None) -> None:
         self.state = state
@@ -458,7 +489,8 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
             run.clock.sleep(interval)
     except KeyboardInterrupt:
         run.cancel()
-        run.poll()
+        while run.poll() is None:  # the replicas are stopped in the background: wait for it
+            run.clock.sleep(0.05)
         on_tick()
         raise
     except StoreError as e:

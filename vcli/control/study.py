@@ -13,6 +13,14 @@ while it runs, and tells the suggester the outcome. It ends when:
   Both stop launching AND stop the running trials (like Hyperopt SparkTrials' `timeout`);
   a stopped trial with measurements ends SUCCEEDED with its last/best one, else INFEASIBLE.
 
+Automated early stopping (`studySpec.*StoppingSpec`, `vcli.stopping`): each time a running
+trial reports, the rule reviews it against the study's trials; a trial it stops goes
+STOPPING (SIGTERM, then the executor's grace period) and ends SUCCEEDED with its selected
+measurement, as on Vertex. Its slot is free at once: the next trial starts while it winds down.
+
+With several metrics (a multi-objective study) the result is the Pareto front of the
+SUCCEEDED trials (`optimal_trials`), not one best trial.
+
 Trials that fail or finish without the metric are INFEASIBLE with a reason (Vertex has no
 FAILED trial state) and count towards the failure budget.
 """
@@ -68,6 +76,8 @@ class _ActiveTrial:
     chief_log: str
     started: float
     stop_reason: str | None = None
+    #: Stopped by the early-stopping rule: it no longer holds a parallel slot.
+    stopped_early: bool = False
     #: Elapsed seconds at which each of `reader.measurements` was first seen.
     elapsed: list[float] = field(default_factory=list)
 
@@ -101,7 +111,16 @@ class StudyRun:
 
     def __post_init__(self) -> None:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
-        self.metric = self.spec.study_spec.metrics[0]
+        self.metrics = self.spec.study_spec.metrics
+        self.metric = self.metrics[0]
+        self.metric_ids = tuple(m.metric_id for m in self.metrics)
+        stop_spec = self.spec.study_spec.automated_stopping_spec
+        if stop_spec is not None:
+            from vcli.stopping import stopping_rule
+
+            self.stopping = stopping_rule(stop_spec, self.metric)
+        else:
+            self.stopping = None
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         self.base_output = self.spec.trial_job_spec.base_output_directory or str(
             self.store.home / "jobs" / self.study_id / "output"
@@ -176,10 +195,10 @@ class StudyRun:
             pass
 
     def _complete(self) -> JobState:
-        best = self.best_trial()
-        if best is None:
-            return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": "No trial reported the metric "
-                                f"[{self.metric.metric_id}]; every trial is INFEASIBLE (see infeasibleReason)."})
+        if not self.optimal_trials():
+            what = "the metric" if len(self.metrics) == 1 else "every metric of"
+            return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": f"No trial reported {what} "
+                                f"[{', '.join(self.metric_ids)}]; every trial is INFEASIBLE (see infeasibleReason)."})
         return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
 
     def _end_cancelled(self) -> JobState:
@@ -230,13 +249,14 @@ class StudyRun:
             run.attach(rows, final=final, running_for=ran)
             chief = plan.launches[0]
             active = _ActiveTrial(
-                trial=trial, run=run, reader=MetricReader(self.metric.metric_id),
+                trial=trial, run=run, reader=MetricReader(self.metric_ids),
                 follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
                 started=self.clock.now() - ran, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements],
             )
             self._active[trial.id] = active
             if trial.state == TrialState.STOPPING:
-                active.stop_reason = "the trial was being stopped when the study's controller died"
+                active.stop_reason = trial.stop_reason or "the trial was being stopped when the study's controller died"
+                active.stopped_early = trial.early_stopping_rule is not None
                 run.cancel()
             self.on_event(StudyEvent.TRIAL_STARTED, trial)
 
@@ -244,11 +264,11 @@ class StudyRun:
 
     def _launch(self) -> None:
         """Start trials in free slots: queued suggestions first (they wait for capacity)."""
-        while self._queued and len(self._active) < self.spec.parallel_trial_count:
+        while self._queued and self._running() < self.spec.parallel_trial_count:
             if not self._start_trial(self._queued[0]):
                 return  # no capacity now (GPUs busy, a host down): try again on a later tick
             self._queued.pop(0)
-        free = self.spec.parallel_trial_count - len(self._active) - len(self._queued)
+        free = self.spec.parallel_trial_count - self._running() - len(self._queued)
         remaining = self.spec.max_trial_count - len(self.trials) - len(self._queued)
         count = min(free, remaining)
         if count <= 0 or self._exhausted:
@@ -263,6 +283,10 @@ class StudyRun:
             if not self._start_trial(dict(s.parameters)):
                 self._queued.extend(dict(x.parameters) for x in suggestions[i:])
                 return
+
+    def _running(self) -> int:
+        """Trials holding a parallel slot: a trial stopped early gives its slot up at once."""
+        return sum(1 for a in self._active.values() if not a.stopped_early)
 
     def _start_trial(self, parameters: dict[str, ParameterValue]) -> bool:
         """Place and start one trial; False (nothing recorded) when capacity is busy now."""
@@ -318,7 +342,7 @@ class StudyRun:
                      on_progress=self.on_progress, clock=self.clock)
         chief = plan.launches[0]
         self._active[trial_id] = _ActiveTrial(
-            trial=trial, run=run, reader=MetricReader(self.metric.metric_id),
+            trial=trial, run=run, reader=MetricReader(self.metric_ids),
             follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
             started=self.clock.now(),
         )
@@ -349,6 +373,7 @@ class StudyRun:
                     for other_id, other in self._active.items():
                         if other_id != trial_id:
                             self._request_stop(other, self._stop_launching)
+                self._review(active)
             if state is None:
                 continue
             del self._active[trial_id]
@@ -370,6 +395,22 @@ class StudyRun:
         self._save(active.trial)
         return True
 
+    def _review(self, active: _ActiveTrial) -> None:
+        """Ask the early-stopping rule about a running trial that just reported."""
+        if self.stopping is None or active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
+            return
+        trials = list(self.trials.values())
+        # A trial already as far as the trials that ran to their end is finishing: stopping
+        # it now would save nothing, only mislabel a complete run as stopped early.
+        full = [t.measurements[-1].step_count for t in trials
+                if t.state == TrialState.SUCCEEDED and not t.early_stopping_rule and t.measurements]
+        if full and active.trial.measurements and active.trial.measurements[-1].step_count >= max(full):
+            return
+        reason = self.stopping.review(active.trial, trials)
+        if reason:
+            self.on_progress(f"Trial {active.trial.id} stopped early: {reason}")
+            self._request_stop(active, reason, rule=self.stopping.name)
+
     def _goal_reached(self, trial: Trial) -> bool:
         goal = self.spec.goal_value
         if goal is None or not trial.measurements:
@@ -386,8 +427,11 @@ class StudyRun:
         counts_as_failure = False
         if job_state == JobState.JOB_STATE_SUCCEEDED:
             if final is None:
-                reason = (f"The trial finished without reporting the metric [{self.metric.metric_id}] (report it with "
-                          f"cloudml-hypertune, or print a line `{self.metric.metric_id}=VALUE`).")
+                missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
+                names = ", ".join(missing or self.metric_ids)
+                reason = (f"The trial finished without reporting the metric [{names}] (report it with "
+                          f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
+                          + ("." if len(self.metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
                 counts_as_failure = True
         elif active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
             if final is None:
@@ -414,10 +458,11 @@ class StudyRun:
         self._save(trial)
         self.on_event(StudyEvent.TRIAL_FINISHED, trial)
 
-    def _request_stop(self, active: _ActiveTrial, reason: str) -> None:
+    def _request_stop(self, active: _ActiveTrial, reason: str, *, rule: str | None = None) -> None:
         if active.stop_reason is None:
             active.stop_reason = reason
-            active.trial = replace(active.trial, state=TrialState.STOPPING)
+            active.stopped_early = rule is not None
+            active.trial = replace(active.trial, state=TrialState.STOPPING, stop_reason=reason, early_stopping_rule=rule)
             self.trials[active.trial.id] = active.trial
             self._save(active.trial)
             self.on_event(StudyEvent.TRIAL_STOPPING, active.trial)
@@ -433,7 +478,18 @@ class StudyRun:
 
     # ------------------------------------------------------------------ records
 
+    def optimal_trials(self) -> list[Trial]:
+        """The study's result: its best trial, or with several metrics the Pareto front (in
+        trial order); empty while no trial SUCCEEDED with every metric."""
+        if len(self.metrics) == 1:
+            best = self.best_trial()
+            return [best] if best is not None else []
+        from vcli.pareto import pareto_front
+
+        return pareto_front(list(self.trials.values()), self.metrics)
+
     def best_trial(self) -> Trial | None:
+        """The best SUCCEEDED trial by the first metric (the study's result when it has one metric)."""
         sign = 1.0 if self.metric.goal.value == "MAXIMIZE" else -1.0
         done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
         if not done:
@@ -452,7 +508,10 @@ class StudyRun:
         row = self.store.get_job(self.study_id)
         if row is not None:
             record = dict(row.record)
-            record["bestTrialId"] = best.id if best else None
+            if len(self.metrics) == 1:
+                record["bestTrialId"] = best.id if best else None
+            else:
+                record["optimalTrialIds"] = [t.id for t in self.optimal_trials()]
             if self._stop_launching:
                 record["stopReason"] = self._stop_launching
             elif self._exhausted and len(self.trials) < self.spec.max_trial_count:
@@ -461,7 +520,7 @@ class StudyRun:
             self.store.update_job(self.study_id, record=record)
         self.error = error
         self._set_state(state, error)
-        self.on_event(StudyEvent.STUDY_FINISHED, best)
+        self.on_event(StudyEvent.STUDY_FINISHED, best if len(self.metrics) == 1 else None)
         return state
 
 

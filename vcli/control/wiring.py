@@ -38,7 +38,7 @@ def needs_containers(spec: Any) -> bool:
     the image's own entrypoint, which only a container runtime can do."""
     for pool in spec.worker_pool_specs:
         cs = pool.container_spec
-        if cs is not None and cs.image_uri and not cs.command and pool.local_package is None:
+        if cs is not None and cs.image_uri and not cs.command and pool.local_package is None and not pool.is_reduction_server:
             return True
     return False
 
@@ -162,3 +162,14 @@ def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
                        "its replicas run on those.")
     return out
 
+
+def reduction_server_notices(spec: Any) -> list[str]:
+    """One line per Reduction Server pool: what it would do on Vertex and what happens here."""
+    out = []
+    for i, pool in enumerate(spec.worker_pool_specs):
+        if pool.is_reduction_server and pool.replica_count:
+            out.append(f"Note: workerpool{i} is Vertex's Reduction Server ({pool.container_spec.image_uri}, "
+                       f"{pool.replica_count} replica(s)); it is not started here: the workers all-reduce among "
+                       f"themselves directly (the same results, without the bandwidth saving), and CLUSTER_SPEC "
+                       f"and TF_CONFIG leave workerpool{i} out.")
+    return out

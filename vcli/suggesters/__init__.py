@@ -5,8 +5,8 @@ its state can be derived from those trials, so a controller resumes a study by b
 fresh suggester and telling it every stored trial (in the original order).
 
 This module imports nothing heavy. RANDOM_SEARCH and GRID_SEARCH are pure Python, so they run
-on a base install; the Bayesian suggesters import numpy/scipy (or skopt) when constructed,
-which the `tune` extra brings, so `vcli --help` stays fast either way.
+on a base install; the Bayesian and TPE suggesters import numpy/scipy (or skopt) when
+constructed, which the `tune` extra brings, so `vcli --help` stays fast either way.
 """
 
 from __future__ import annotations
@@ -69,11 +69,12 @@ def get_suggester(
 
     ALGORITHM_UNSPECIFIED (Vertex's default, Bayesian optimisation) -> the Bayesian suggester
     with ``bayesian_backend`` "gp" (vcli's own Gaussian process, the default) or "skopt"
-    (scikit-optimize's GP Optimizer); GRID_SEARCH -> grid; RANDOM_SEARCH -> random.
+    (scikit-optimize's GP Optimizer); GRID_SEARCH -> grid; RANDOM_SEARCH -> random; TPE (a
+    vcli extension) -> the Tree-structured Parzen Estimator (`tpe.py`, numpy/scipy).
     ``seed`` None picks a random seed once, at construction. Raises ValueError for a space
     the algorithm cannot handle (e.g. a DOUBLE parameter under GRID_SEARCH), and ImportError
-    (its `name` the missing module, e.g. "numpy") for a Bayesian suggester without the `tune`
-    extra.
+    (its `name` the missing module, e.g. "numpy") for a Bayesian or TPE suggester without the
+    `tune` extra.
     """
     algorithm = study_spec.algorithm
     if algorithm == Algorithm.GRID_SEARCH:
@@ -84,6 +85,10 @@ def get_suggester(
         from vcli.suggesters.random_search import RandomSearchSuggester
 
         return RandomSearchSuggester(study_spec, seed=seed)
+    if algorithm == Algorithm.TPE:
+        from vcli.suggesters.tpe import TPESuggester
+
+        return TPESuggester(study_spec, seed=seed)
     if algorithm == Algorithm.ALGORITHM_UNSPECIFIED:
         if bayesian_backend == "gp":
             from vcli.suggesters.bayesian import GPSuggester

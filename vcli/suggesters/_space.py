@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
+from vcli.pareto import metric_values
 from vcli.spec import (
     CategoricalValueSpec,
     DiscreteValueSpec,
@@ -428,6 +429,9 @@ class SuggesterBase:
         self.space = Space(study_spec.parameters)
         self.metric_id = study_spec.metrics[0].metric_id
         self.sign = -1.0 if study_spec.metrics[0].goal == Goal.MAXIMIZE else 1.0
+        # every objective of a multi-objective study (one entry for a single metric)
+        self.metric_ids = tuple(m.metric_id for m in study_spec.metrics)
+        self.signs = tuple(-1.0 if m.goal == Goal.MAXIMIZE else 1.0 for m in study_spec.metrics)
         self.seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
         self._trials: dict[str, Trial] = {}
         self._outstanding: list[tuple[ParamKey, dict[str, ParameterValue]]] = []
@@ -482,6 +486,30 @@ class SuggesterBase:
             if v is not None:
                 out.append((t.parameters, self.sign * v))
         return out
+
+    @property
+    def n_objectives(self) -> int:
+        return len(self.metric_ids)
+
+    def objective_observations(self) -> list[tuple[Mapping[str, ParameterValue], tuple[float, ...]]]:
+        """(parameters, one value to MINIMISE per metric, in `study_spec.metrics` order) of
+        every trial with a finite final value of every metric. With one metric this is
+        `observations()` with 1-tuples."""
+        out = []
+        for t in self._trials.values():
+            v = metric_values(t, self.metric_ids)
+            if v is not None:
+                out.append((t.parameters, tuple(s * x for s, x in zip(self.signs, v))))
+        return out
+
+    def objective_valueless(self) -> list[Mapping[str, ParameterValue]]:
+        """Finished trials without a finite value of every metric: `valueless()` for
+        multi-objective models (the same list when there is one metric)."""
+        return [
+            t.parameters
+            for t in self._trials.values()
+            if t.state.is_final() and metric_values(t, self.metric_ids) is None
+        ]
 
     def pending(self) -> list[Mapping[str, ParameterValue]]:
         """Running trials and outstanding suggestions (points with a value still to come)."""

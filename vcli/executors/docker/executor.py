@@ -6,8 +6,10 @@ the same path (and the gs:// storage root at `/gcs` when the replica names it), 
 Output is streamed from the engine into the replica's log file in `vcli.logs` format, with
 the values of `launch.secret_env` replaced by `<redacted>` (as the local executor does).
 
-`prepare` builds an image for autopackaged pools (`local-package-path`) with
-`vcli.executors.docker.autopackage`, tagged by a content hash so unchanged code is a cache hit.
+`prepare` builds images for `local-package-path` pools (`autopackage`) and with packageUris
+installed (`installs`), tagged by content hashes: unchanged code is a cache hit. A container has
+a filesystem of its own, so its working directory is private; the host directories it can write
+are its output dir, `mounts` and the storage root.
 
 The Docker SDK (`docker`) is imported lazily inside functions: importing this module is cheap.
 Engine and image problems become one-line `ExecutorError`s.
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from vcli import packages
 from vcli.codec import gcs
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
@@ -37,6 +40,7 @@ from vcli.executors.docker.engine import (
     image_missing_message,
     wrap_error,
 )
+from vcli.executors.docker.installs import build_installs
 from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
 from vcli.executors.supervisor import REDACTED
 from vcli.gpus import visible_devices_env
@@ -45,16 +49,8 @@ from vcli.logs import LogWriter
 if TYPE_CHECKING:  # pragma: no cover
     import docker as docker_sdk
 
-__all__ = [
-    "DockerExecutor",
-    "LABEL_JOB",
-    "LABEL_TASK",
-    "LABEL_TRIAL",
-    "cleanup_job",
-    "container_create_kwargs",
-    "container_labels",
-    "container_name",
-]
+__all__ = ["DockerExecutor", "LABEL_JOB", "LABEL_TASK", "LABEL_TRIAL", "cleanup_job", "container_create_kwargs",
+           "container_labels", "container_name"]
 
 LABEL_JOB = "vcli.job"
 LABEL_TRIAL = "vcli.trial"
@@ -301,47 +297,53 @@ class DockerExecutor(ExecutorBase):
         cancelled: threading.Event,
         progress: Callable[[str], None],
     ) -> list[ReplicaLaunch]:
-        """Check the engine and images; build autopackaged images.
+        """Check the engine and images; build autopackaged images; install packageUris.
 
         Launches with `local_package` (base image: `image_uri`, else the package's
         executor_image_uri) get the built image, an empty command (the image's ENTRYPOINT
-        runs), their `args` unchanged, workdir None and local_package None. If
-        `cancelled` is set meanwhile, returns promptly with the launches as given (nothing
-        built); the caller checks `cancelled`.
+        runs), their `args` unchanged, workdir None and local_package None. Launches with
+        `package_uris` get an image derived from theirs with those installed
+        (`vcli.executors.docker.installs`). If `cancelled` is set meanwhile, returns promptly
+        with the launches as given (nothing built); the caller checks `cancelled`.
         """
         self.client()
-        built: dict[tuple[Any, str], str] = {}
+        built: dict[tuple[Any, ...], str] = {}
         checked: set[str] = set()
         out: list[ReplicaLaunch] = []
         for launch in launches:
             if cancelled.is_set():
                 return list(launches)
             if launch.local_package is None:
-                if launch.image_uri and launch.image_uri not in checked:
+                if launch.image_uri and launch.image_uri not in checked and not launch.package_uris:
                     ensure_image(self.client(), launch.image_uri, self.url, cancelled, progress)
                     checked.add(launch.image_uri)
-                out.append(launch)
-                continue
-            base = launch.image_uri or launch.local_package.executor_image_uri
-            if not base:
-                raise InvalidValueError(
-                    "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
-                )
-            key = (launch.local_package, base)
-            if key not in built:
-                tag = build_package(
-                    self.client(),
-                    launch.local_package,
-                    base,
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    cancelled=cancelled,
-                    progress=progress,
-                )
-                if tag is None:  # cancelled
-                    return list(launches)
-                built[key] = tag
-            out.append(replace(launch, image_uri=built[key], command=(), workdir=None, local_package=None))
+                ready = launch
+            else:
+                base = launch.image_uri or launch.local_package.executor_image_uri
+                if not base:
+                    raise InvalidValueError(
+                        "--worker-pool-spec", "Key [executor-image-uri] is required when `local-package-path` is specified."
+                    )
+                key = (launch.local_package, base)
+                if key not in built:
+                    tag = build_package(self.client(), launch.local_package, base, base_url=self.base_url,
+                                        timeout=self.timeout, cancelled=cancelled, progress=progress)
+                    if tag is None:  # cancelled
+                        return list(launches)
+                    built[key] = tag
+                ready = replace(launch, image_uri=built[key], command=(), workdir=None, local_package=None)
+            if ready.package_uris and ready.image_uri:
+                installs = packages.installs_for(package_uris=ready.package_uris)
+                key = (installs, ready.image_uri)
+                if key not in built:
+                    tag = build_installs(self.client(), ready.image_uri, installs, base_url=self.base_url,
+                                         timeout=self.timeout, cancelled=cancelled, progress=progress,
+                                         label=f" for {launch.task_name}")
+                    if tag is None:
+                        return list(launches)
+                    built[key] = tag
+                ready = replace(ready, image_uri=built[key])
+            out.append(ready)
         return out
 
     # ------------------------------------------------------------------ replicas

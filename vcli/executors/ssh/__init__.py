@@ -8,6 +8,8 @@ Where each concern lives:
     link.py           one host's connections: heartbeats, dead-host detection, short commands,
                       a control shell, SFTP reads; `q`/`qargv` quote every remote argument
     sync.py           shipping a local package to a host (SFTP mirror by size and mtime)
+    code.py           a process replica's private working directory and its installed packages
+                      on the host (`vcli.packages` run there by `workspace.py`, shipped)
     remote.py         the remote process model: every replica under the per-replica supervisor
                       (`vcli.executors.supervisor`, shipped to the host), the command that
                       starts it, log and status over the channel, stop and liveness,
@@ -22,7 +24,12 @@ Where each concern lives:
 Remote layout (`workdir` of the host, default `~/.vcli`, expanded on the host):
 
     bin/vcli-*-<hash>.py       the supervisor and the wrapper, shipped once per version
-    code/<package>-<hash>/     the job's local package, synced by SFTP
+    bin/vcli-lib-<hash>/       workspace.py with vcli.errors and vcli.packages, shipped once
+    code/<package>-<hash>/     the job's local package, synced by SFTP (never a working dir)
+    envs/<key>/                a Python environment with a replica's installs, once per content
+    envs/files/<hash>/<name>   packageUris and other files to install, shipped by SFTP
+    jobs/<job>/package/<hash>/ the job's read-only snapshot of its synced package; every
+                               replica runs in `jobs/<job>/replicas/<task>/work`, a copy of it
     jobs/<job id>/...          every local path under vcli's home maps to the same relative
                                path under the workdir: replica dirs, the hypertune metric file,
                                AIP_MODEL_DIR etc. Outputs stay on the host.

@@ -15,8 +15,10 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from vcli import packages
 from vcli.errors import ExecutorError, NotFoundError
 from vcli.executors import ExecutorBase, HostHealth, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors.ssh.code import RemoteEnv, has_code, populate, private_workdir, python_env, with_env
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
 from vcli.executors.ssh.link import HostLink, q
 from vcli.executors.ssh.remote import (
@@ -43,7 +45,7 @@ from vcli.executors.ssh.remote import (
     signal_code,
     stop_command,
 )
-from vcli.executors.ssh.sync import code_dir, ship
+from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
 from vcli.hosts import Host, KnownHosts
 from vcli.logs import LogWriter
@@ -159,20 +161,45 @@ class SSHExecutor(ExecutorBase):
 
     def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
                 progress: Callable[[str], None]) -> list[ReplicaLaunch]:
-        """Ship each process host's local package once; let docker hosts' engines prepare."""
+        """Ship each process host's local package once, give every process replica with code a
+        private working directory and its installs (`vcli.executors.ssh.code`); let docker
+        hosts' engines prepare."""
         self.check(launches)
         out = list(launches)
         shipped: set[tuple[str, str]] = set()
+        workdirs: dict[tuple[str, str, str], list[str]] = {}  # (host, package, store) -> private dirs
         by_docker_host: dict[str, list[int]] = {}
         for i, launch in enumerate(launches):
             host_name = launch.placement.host
             if self._is_docker(launch):
                 by_docker_host.setdefault(host_name, []).append(i)
-            elif launch.workdir and (host_name, launch.workdir) not in shipped:
+            elif launch.workdir:
                 if cancelled.is_set():
                     return out
-                shipped.add((host_name, launch.workdir))
-                ship(self._link(host_name), launch.workdir, progress)
+                if (host_name, launch.workdir) not in shipped:
+                    shipped.add((host_name, launch.workdir))
+                    ship(self._link(host_name), launch.workdir, progress)
+                remote_out = remote_view(launch, self._link(host_name).root(), self._home).output_dir
+                # `<job dir>/package` on the host, as the process executor's `<job dir>/package`.
+                store = f"{posixpath.dirname(posixpath.dirname(remote_out))}/package"
+                workdirs.setdefault((host_name, launch.workdir, store), []).append(private_workdir(remote_out))
+        for (host_name, package, store), dirs in workdirs.items():
+            if cancelled.is_set():
+                return out
+            populate(self._link(host_name), package, store, dirs)
+        envs: dict[tuple[str, packages.Installs], RemoteEnv] = {}
+        for i, launch in enumerate(launches):
+            lp = launch.local_package
+            if self._is_docker(launch) or cancelled.is_set():
+                continue
+            installs = packages.installs_for(package_uris=launch.package_uris, requirements=lp.requirements if lp else (),
+                                             package_dir=launch.workdir, extra_packages=lp.extra_packages if lp else ())
+            if installs:
+                key = (launch.placement.host, installs)
+                if key not in envs:
+                    envs[key] = python_env(self._link(key[0]), installs, progress=progress,
+                                           label=f" for {launch.task_name}")
+                out[i] = with_env(launch, envs[key])
         for host_name, idx in by_docker_host.items():
             if cancelled.is_set():
                 return out
@@ -216,8 +243,12 @@ class SSHExecutor(ExecutorBase):
         # What stop, poll-from-handles and the final sweep look for on the host.
         env["VCLI_JOB_ID"] = launch.job_id
         tag = env[REPLICA_TAG] = replica_tag(launch.job_id, launch.task_name)
-        if launch.workdir:
-            cwd = code_dir(root, launch.workdir)
+        mkdirs = list(view.mkdirs)
+        if has_code(launch):
+            # Its own copy of the package (made by prepare), never the synced tree; as the
+            # image does, `python -m pkg.mod` and scripts import siblings from it.
+            cwd = private_workdir(remote_out)
+            mkdirs.append(cwd)
             env["PYTHONPATH"] = ":".join(p for p in (cwd, env.get("PYTHONPATH", "")) if p)
         else:
             cwd = remote_out
@@ -231,7 +262,7 @@ class SSHExecutor(ExecutorBase):
         command = build_remote_command(argv, env, cwd=cwd, python=host.python, tools=install_tools(link),
                                        status=paths.status, log=paths.log, tag=tag, lease=paths.lease,
                                        timeout=self._orphan_timeout,
-                                       mkdirs=(*view.mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets))
+                                       mkdirs=(*mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets))
         os.makedirs(launch.output_dir, exist_ok=True)
         stdin = "".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n" if secrets else b""
         rep = self._open(launch, link, view, command, stdin, "start")

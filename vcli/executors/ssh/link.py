@@ -148,6 +148,8 @@ class HostLink:
         self.sync_lock = threading.Lock()
         #: Where the supervisor and the wrapper were installed on this host (`remote.install_tools`).
         self.tools: Any = None
+        #: The host path of vcli's workspace helper (`code.install_workspace`); under tools_lock.
+        self.workspace: str | None = None
         self.tools_lock = threading.Lock()
         self._sftp_lock = threading.Lock()
         self._ctl_lock = threading.Lock()
