@@ -9,13 +9,19 @@ A replica is told what to do by its argv, one action per argument, run in order:
     env:NAME          print `NAME=<value>` (or `NAME unset`)
     envlen:NAME       print `NAME has N characters` (shows a secret arrived without printing it)
     bind:PORT         bind TCP PORT on every address and print `bound PORT` (or `bind-failed`)
+    cat:PATH          print the text of file PATH (or `PATH missing`)
+    write:PATH=TEXT   write TEXT into file PATH, creating its directories
+    mkdir:PATH        create directory PATH (and its parents)
     tree:TOKEN        start what real trainers start (data loaders, TensorBoard, NCCL helpers): a
                       child, a child with a grandchild, a `setsid` child and a double-forked
                       daemon, all sleeping with TOKEN in their argv and holding our stdout;
                       then print `tree started`
 
 Arguments `--NAME=VALUE` (what a study appends for each hyperparameter) are not actions: they
-are read first, and `%NAME` in an action stands for VALUE (`metric:acc=%x@1` reports x).
+are read first, and `%NAME` in an action stands for VALUE (`metric:acc=%x@1` reports x). In
+the paths of `cat`, `write` and `mkdir`, `$NAME` stands for the replica's environment variable
+NAME, so `cat:$AIP_CHECKPOINT_DIR/w` names the file wherever the replica runs (an SSH host's
+workdir maps the directory elsewhere).
 
 Real executors run `SOURCE` with `python3 -c` (so containers and SSH hosts need no copy of this
 file); `tests.fakes.FakeExecutor` interprets the same actions in-process on a fake clock.
@@ -63,6 +69,21 @@ for action in sys.argv[1:]:
             print("bind-failed", flush=True)
         finally:
             s.close()
+    elif verb == "cat":
+        path = os.path.expandvars(arg)
+        try:
+            with open(path) as f:
+                print(f.read(), flush=True)
+        except FileNotFoundError:
+            print(f"{arg} missing", flush=True)
+    elif verb == "write":
+        path, _, text = arg.partition("=")
+        path = os.path.expandvars(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    elif verb == "mkdir":
+        os.makedirs(os.path.expandvars(arg), exist_ok=True)
     elif verb == "tree":
         import subprocess
         sleeper = [sys.executable, "-S", "-c", "import time; time.sleep(300)", arg]

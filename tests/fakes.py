@@ -5,21 +5,24 @@
 clock instead of running a process: `sleep:5` takes five fake seconds, `ignore-term` makes
 `stop` wait the whole grace period (on the fake clock) and then kill. It writes real log and
 metric files, so everything downstream (log followers, metric readers, the store) is the real
-code. It passes the same contract suite as the real executors (tests/test_executor_contract.py).
+code. Seed directories are placed, and `fetch_dir` copies, on this machine's filesystem, as
+for local processes. It passes the same contract suite as the real executors
+(tests/test_executor_contract.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from tests.contract_replica import SOURCE
 from vcli.errors import ExecutorError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs
 from vcli.logs import LogWriter
 
 SIGTERM_EXIT = 128 + 15
@@ -123,6 +126,7 @@ class FakeExecutor(ExecutorBase):
             if error is not None:
                 raise error
         os.makedirs(launch.output_dir, exist_ok=True)
+        place_seed_dirs(launch)
         with self.world.lock:
             ref = f"fake-{len(self.world.started) + 1}@{launch.job_id}"
             self.world.started.append(ref)
@@ -200,6 +204,11 @@ def _mask(rep: _Replica, line: str) -> str:
     return line
 
 
+def _expand(path: str, env: Mapping[str, str]) -> str:
+    """`$NAME` -> the replica's environment variable NAME (as os.path.expandvars does there)."""
+    return re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), path)
+
+
 def _advance(rep: _Replica, world: FakeWorld) -> None:
     """Run the replica's actions whose time has come."""
     now = world.clock.now()
@@ -230,6 +239,20 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
             rep.writer.write("stdout", "ignoring SIGTERM")
         elif verb == "env":
             rep.writer.write("stdout", _mask(rep, f"{arg}={env[arg]}" if arg in env else f"{arg} unset"))
+        elif verb == "cat":
+            try:
+                with open(_expand(arg, env), encoding="utf-8") as f:
+                    rep.writer.write("stdout", f.read())
+            except FileNotFoundError:
+                rep.writer.write("stdout", f"{arg} missing")
+        elif verb == "write":
+            path, _, text = arg.partition("=")
+            path = _expand(path, env)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        elif verb == "mkdir":
+            os.makedirs(_expand(arg, env), exist_ok=True)
         elif verb == "tree":  # no processes in-process: nothing can be left behind
             rep.writer.write("stdout", "tree started")
         elif verb == "envlen":

@@ -36,6 +36,7 @@ from vcli.spec import (
     MedianAutomatedStoppingSpec,
     MetricSpec,
     ParameterSpec,
+    PopulationBasedTrainingSpec,
     PythonPackageSpec,
     ScaleType,
     Scheduling,
@@ -136,11 +137,29 @@ def field_coverage(obj: Any, seen: dict[str, bool]) -> dict[str, bool]:
     return seen
 
 
+def full_pbt_study() -> StudySpec:
+    """PBT excludes automated stopping: its spec is set on a study of its own."""
+    return dataclasses.replace(
+        full_study(), algorithm=Algorithm.POPULATION_BASED_TRAINING, automated_stopping_spec=None,
+        population_based_training_spec=PopulationBasedTrainingSpec(
+            population_size=3, perturbation_interval_steps=2, quantile_fraction=0.5, resample_probability=0.1,
+            perturbation_factors=(0.5, 2.0), max_step_count=10),
+    )
+
+
+def test_a_pbt_study_round_trips_every_field():
+    spec = full_pbt_study()
+    wire = codec.study_spec_to_dict(spec)
+    assert wire["algorithm"] == "POPULATION_BASED_TRAINING"
+    assert wire["populationBasedTrainingSpec"]["maxStepCount"] == "10"
+    assert codec.study_spec_from_stored(wire) == spec
+
+
 def test_the_examples_set_every_field(tmp_path):
     # A field added to a spec dataclass fails here until the examples give it a value, so
     # the round trips below cover it too.
     spec = full_hp_job(tmp_path)
-    coverage = field_coverage(spec, {})
+    coverage = field_coverage(full_pbt_study(), field_coverage(spec, {}))
     assert [name for name, is_set in coverage.items() if not is_set] == []
     assert len(coverage) > 50
 

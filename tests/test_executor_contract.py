@@ -138,7 +138,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         ensure_docker([BASE_IMAGE])
         return Harness(kind, DockerExecutor(), home, "python3", Placement(runtime="docker"), image=BASE_IMAGE,
                        another=DockerExecutor)
-    if kind == "ssh":
+    if kind in ("ssh", "ssh-docker"):
         from tests.harness import loopback_sshd
 
         why = loopback_sshd.available()
@@ -150,10 +150,17 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv("VCLI_SSH_USER_KNOWN_HOSTS", str(known))
         from vcli.hosts import Host
 
+        docker = kind == "ssh-docker"
+        if docker:  # containers of the host's engine, reached over the SSH connection
+            from tests.harness.docker_env import ensure_docker
+
+            ensure_docker([BASE_IMAGE])
         host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
-                    workdir=str(tmp / "remote"), python=sys.executable)
+                    workdir=str(tmp / "remote"), python=sys.executable, runtime="docker" if docker else "process")
         build = lambda: _ssh_executor(host)
-        return Harness(kind, build(), home, sys.executable, Placement(host="lo", address="127.0.0.1"), another=build)
+        return Harness("ssh", build(), home, "python3" if docker else sys.executable,
+                       Placement(host="lo", address="127.0.0.1", runtime=host.runtime), another=build,
+                       image=BASE_IMAGE if docker else None)
     raise AssertionError(kind)
 
 
@@ -165,10 +172,21 @@ def _ssh_executor(host: Any) -> Executor:
 
 @pytest.fixture(params=KINDS)
 def h(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=[*KINDS, "ssh-docker"])
+def hd(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    """`h`, and the ssh executor on a host whose runtime is docker: directories travel to and
+    from containers on SSH hosts as to and from processes there."""
+    yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+def _harness(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     import contextlib
 
     with contextlib.ExitStack() as stack:
-        harness = _make(request.param, tmp_path, stack, monkeypatch)
+        harness = _make(kind, tmp_path, stack, monkeypatch)
         try:
             yield harness
         finally:
@@ -414,3 +432,114 @@ def test_the_whole_tree_goes_when_another_instance_stops_it(h: Harness) -> None:
     other.release([stored])
     other.close()
     assert tree_processes(token) == []
+
+
+# --------------------------------------------------------------------------- directories in and out
+
+
+def _checkpoint_env(h: Harness) -> dict[str, str]:
+    """An AIP_CHECKPOINT_DIR of its own under vcli's home (an SSH host maps it to its workdir)."""
+    return {"AIP_CHECKPOINT_DIR": f"{h.home}/output/{uuid.uuid4().hex[:8]}/checkpoints/"}
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_seed_dirs_are_in_place_before_the_replica_runs(hd: Harness, tmp_path: Path) -> None:
+    """What a PBT trial resumes from: a copy of a better trial's checkpoint, placed before the
+    trainer starts; a second seed replaces the first (nothing of it is left)."""
+    env = _checkpoint_env(hd)
+    first, second = tmp_path / "seed1", tmp_path / "seed2"
+    (first / "sub").mkdir(parents=True)
+    (first / "weights.txt").write_text("step 7")
+    (first / "sub" / "optimizer.txt").write_text("adam")
+    second.mkdir()
+    (second / "weights.txt").write_text("step 9")
+    reads = ("cat:$AIP_CHECKPOINT_DIR/weights.txt", "cat:$AIP_CHECKPOINT_DIR/sub/optimizer.txt")
+    for seed, expected in ((first, ["step 7", "adam"]),
+                           (second, ["step 9", "$AIP_CHECKPOINT_DIR/sub/optimizer.txt missing"])):
+        launch = replace(hd.launch(*reads, env=env), seed_dirs=((str(seed), env["AIP_CHECKPOINT_DIR"]),))
+        handle = hd.start(launch)
+        assert hd.wait(handle).exit_code == 0
+        assert lines(launch) == expected
+    assert _tree(first) == {"weights.txt": "step 7", "sub/optimizer.txt": "adam"}  # the source stays as it was
+
+
+CHECKPOINT = {"weights.txt": "w=1.5", "optimizer.txt": "adam", "meta/step.txt": "12"}
+
+
+def _write_checkpoint(prefix: str = "$AIP_CHECKPOINT_DIR") -> tuple[str, ...]:
+    return tuple(f"write:{prefix}/{rel}={text}" for rel, text in CHECKPOINT.items())
+
+
+def test_fetch_dir_copies_what_the_replica_wrote_while_it_runs(hd: Harness, tmp_path: Path) -> None:
+    env = _checkpoint_env(hd)
+    launch = hd.launch(*_write_checkpoint(), "out:saved", "sleep:60", env=env)
+    handle = hd.start(launch)
+    hd.wait_for_log(launch, "saved")
+    dest = tmp_path / "fetched" / "ckpt"
+    assert hd.executor.fetch_dir(handle, env["AIP_CHECKPOINT_DIR"], str(dest))
+    assert _tree(dest) == CHECKPOINT
+    assert sorted(os.listdir(dest.parent)) == ["ckpt"]  # no temporary copy left beside it
+    assert hd.executor.poll(handle).running
+    hd.executor.stop([handle], grace_seconds=2)
+    hd.wait(handle)  # a container's log may still be draining
+
+
+def test_fetch_dir_after_exit_after_release_and_from_another_instance(hd: Harness, tmp_path: Path) -> None:
+    env = _checkpoint_env(hd)
+    handle, status, _ = hd.run(*_write_checkpoint(), env=env)
+    assert status.exit_code == 0
+    assert hd.executor.fetch_dir(handle, env["AIP_CHECKPOINT_DIR"], str(tmp_path / "after-exit"))
+    assert _tree(tmp_path / "after-exit") == CHECKPOINT
+    hd.executor.release([handle])  # trial outputs are not replica scratch: they stay
+    assert hd.executor.fetch_dir(handle, env["AIP_CHECKPOINT_DIR"], str(tmp_path / "after-release"))
+    assert _tree(tmp_path / "after-release") == CHECKPOINT
+    other = hd.another()
+    try:
+        stored = ReplicaHandle.from_json(handle.to_json())
+        assert other.fetch_dir(stored, env["AIP_CHECKPOINT_DIR"].rstrip("/"), str(tmp_path / "other"))
+        assert _tree(tmp_path / "other") == CHECKPOINT
+    finally:
+        other.close()
+
+
+def test_fetch_dir_of_a_missing_or_empty_dir_is_false_and_creates_nothing(hd: Harness, tmp_path: Path) -> None:
+    """A trainer that never checkpointed: the exploit is skipped, nothing half-made is left."""
+    env = _checkpoint_env(hd)
+    handle, status, _ = hd.run("mkdir:$AIP_CHECKPOINT_DIR/empty/nested", env=env)
+    assert status.exit_code == 0
+    ckpt = env["AIP_CHECKPOINT_DIR"]
+    for path in (f"{ckpt}empty", f"{ckpt}absent", f"{hd.home}/output/never-made"):
+        assert hd.executor.fetch_dir(handle, path, str(tmp_path / "fetched" / "ckpt")) is False, path
+    assert not (tmp_path / "fetched").exists()
+
+
+def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness, tmp_path: Path) -> None:
+    """A copy taken while the trainer rewrites its checkpoint in place holds every file, each as
+    one whole write (never a truncated or half-written file): a copy that saw a file change is
+    thrown away and taken again."""
+    env = _checkpoint_env(hd)
+    saves = []
+    for n in range(1, 41):
+        saves += [f"write:$AIP_CHECKPOINT_DIR/{name}={n:03d}" + "x" * 1000 for name in ("a.bin", "b.bin", "c/d.bin")]
+        saves += ["out:saved" if n == 1 else "sleep:0.02"]
+    launch = hd.launch(*saves, "sleep:60", env=env)
+    handle = hd.start(launch)
+    hd.wait_for_log(launch, "saved")
+    copies = 0
+    for i in range(6):
+        dest = tmp_path / f"copy{i}"
+        if hd.executor.fetch_dir(handle, env["AIP_CHECKPOINT_DIR"], str(dest)):
+            copies += 1
+            tree = _tree(dest)
+            assert sorted(tree) == ["a.bin", "b.bin", "c/d.bin"], sorted(tree)
+            assert all(len(text) == 1003 and text[3:] == "x" * 1000 for text in tree.values()), \
+                {k: (len(v), v[:3]) for k, v in tree.items()}
+        else:  # it never held still for a whole copy: then nothing is there
+            assert not dest.exists()
+        hd.sleep(0.05)
+    assert copies, "no copy was ever taken"
+    hd.executor.stop([handle], grace_seconds=2)
+    hd.wait(handle)  # a container's log may still be draining

@@ -718,3 +718,51 @@ def test_parallel_trials_on_one_host_get_private_working_directories(cluster: ne
     assert len(works) == 2
     assert len({(w / "data.csv").read_text() for w in works}) == 2
     assert all((w / "trainer" / "task.py").read_text() == TASK for w in works)
+
+
+def test_pbt_copies_a_checkpoint_from_one_host_to_the_other(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    """Two one-GPU hosts and a population of two one-GPU members: each member trains on its own
+    host, so the member that exploits the other starts from a checkpoint copied across hosts."""
+    from tests.test_pbt_study import TOY
+
+    env = Env(cluster, tmp_path, extra={h: {"gpus": {"count": 1, "type": "NVIDIA_TESLA_T4"}} for h in ("h1", "h2")})
+    pkg = _package(tmp_path, {"toy.py": TOY})
+    config = tmp_path / "pbt.yaml"
+    config.write_text(textwrap.dedent("""
+        displayName: pbt-ssh
+        maxTrialCount: 6
+        studySpec:
+          metrics: [{metricId: score, goal: MAXIMIZE}]
+          algorithm: POPULATION_BASED_TRAINING
+          populationBasedTrainingSpec: {populationSize: 2, perturbationIntervalSteps: 2, quantileFraction: 0.5, maxStepCount: 8}
+          parameters:
+          - parameterId: lr
+            doubleValueSpec: {minValue: 0.001, maxValue: 0.2}
+            scaleType: UNIT_LOG_SCALE
+        """))
+    pool = (f"machine-type=n1-standard-4,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1,"
+            f"local-package-path={pkg},script=toy.py")
+    res = env.run("hp-tuning-jobs", "create", "--executor=ssh", "--hosts=h1,h2", f"--config={config}", "--seed=4",
+                  f"--worker-pool-spec={pool}", "--args=--steps=8,--pause=0.5", "--format=json", timeout=600)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    study = json.loads(res.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    exploited = [t for t in trials.values() if "parentTrialId" in t["populationBasedTraining"]]
+    assert exploited, res.stderr[-3000:]
+
+    def host_of(t: dict[str, Any]) -> str:
+        return env.describe(t["customJob"].rsplit("/", 1)[1])["replicas"][0]["host"]
+
+    crossed = 0
+    for t in exploited:
+        lin = t["populationBasedTraining"]
+        parent = trials[lin["parentTrialId"]]
+        start = int(lin["startStep"])
+        crossed += host_of(t) != host_of(parent)
+        job = env.describe(t["customJob"].rsplit("/", 1)[1])
+        log = Path(job["replicas"][0]["logPath"]).read_text()
+        score = next(m["metrics"][0]["value"] for m in parent["measurements"] if int(m["stepCount"]) == start)
+        assert f"restored step={start} score={score:.6f}" in log
+        assert int(t["measurements"][0]["stepCount"]) == start + 1
+    assert crossed >= 1

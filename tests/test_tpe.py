@@ -71,7 +71,7 @@ def test_ask_respects_count_types_bounds_and_conditionals_past_startup():
     s = _tpe(seed=3)
     assert s.ask(0) == []
     seen = []
-    for round_ in range(8):  # 24 trials: 14 from the model
+    for round_ in range(8):  # 24 trials: 12 from the model (from the first ask with 10 values)
         batch = s.ask(3)
         assert len(batch) == 3
         for j, sug in enumerate(batch):
@@ -169,6 +169,25 @@ def test_draws_keyed_by_trial_number_not_batching():
     first = [x.parameters for x in _tpe(seed=5).ask(4)]
     s = _tpe(seed=5)
     assert first == [s.ask(1)[0].parameters for _ in range(4)]
+
+
+def test_startup_lasts_until_ten_trials_have_a_value_not_ten_trial_numbers():
+    """Random startup ignores the values; the model does not. With 9 values among 12 finished
+    trials (3 infeasible) the 13th point is the same whatever the values are; with 10 values
+    it depends on them."""
+    points = [x.parameters for x in _tpe(seed=7).ask(12)]
+
+    def next_point(n_valued: int, sign: float):
+        s = _tpe(seed=7)
+        for k, p in enumerate(points):
+            if k < n_valued:
+                s.tell(_done(str(k), p, sign * _toy_loss(p)))
+            else:
+                s.tell(_done(str(k), p, None, state=TrialState.INFEASIBLE))
+        return s.ask(1)[0].parameters
+
+    assert next_point(9, 1.0) == next_point(9, -1.0)
+    assert next_point(10, 1.0) != next_point(10, -1.0)
 
 
 def _quadratic_params():

@@ -431,14 +431,27 @@ def main(argv=None):
 
     try:
         ckpt_manager = None
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
         if ckpt_dir:
-            checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
             ckpt_manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=3)
+        # Resume: a checkpoint already in AIP_CHECKPOINT_DIR (a restarted job, or a PBT trial
+        # seeded with a better trial's checkpoint) restores the model, the optimizer's state
+        # and the epoch; training goes on from the next epoch, and so do reported steps. Every
+        # replica restores the same files, so the replicas start in sync. The learning rate
+        # and momentum are this run's (PBT explores them), not the checkpoint's.
+        restore_from = _local_path(os.environ.get("AIP_CHECKPOINT_DIR") or "")
+        latest = tf.train.latest_checkpoint(restore_from) if restore_from and os.path.isdir(restore_from) else None
+        if latest:
+            checkpoint.restore(latest).expect_partial()
+            optimizer.learning_rate.assign(args.learning_rate)
+            if hasattr(optimizer, "momentum") and not callable(optimizer.momentum):
+                optimizer.momentum = args.momentum
+            print(f"restored {os.path.basename(latest)} (epoch {int(epoch_var.numpy())}) from {restore_from}", flush=True)
         writer = tf.summary.create_file_writer(tb_dir) if tb_dir else None
         reporter = MetricReporter() if chief else None
 
         val_acc = 0.0
-        for epoch in range(1, args.epochs + 1):
+        for epoch in range(int(epoch_var.numpy()) + 1, args.epochs + 1):
             total_loss = 0.0
             steps = 0
             for batch in dist_dataset:

@@ -114,6 +114,8 @@ class Algorithm(str, Enum):
     RANDOM_SEARCH = "RANDOM_SEARCH"
     #: vcli extension: the Tree-structured Parzen Estimator (Hyperopt's and Optuna's default).
     TPE = "TPE"
+    #: vcli extension: Population Based Training (`StudySpec.population_based_training_spec`).
+    POPULATION_BASED_TRAINING = "POPULATION_BASED_TRAINING"
 
 
 class MeasurementSelectionType(str, Enum):
@@ -469,6 +471,24 @@ AutomatedStoppingSpec = Union[
 
 
 @dataclass(frozen=True, kw_only=True)
+class PopulationBasedTrainingSpec:
+    """vcli extension (`studySpec.populationBasedTrainingSpec`), with `algorithm:
+    POPULATION_BASED_TRAINING`. `population_size` members train at once; every
+    `perturbation_interval_steps` reported steps a member in the bottom `quantile_fraction`
+    of the population is replaced by a new trial that starts from a copy of a top-quantile
+    member's latest checkpoint, with that member's hyperparameters explored: resampled with
+    `resample_probability`, else perturbed by one of `perturbation_factors` (numbers) or moved
+    to a neighbouring value (discrete, categorical). Members train to `max_step_count`."""
+
+    population_size: int = 4
+    perturbation_interval_steps: int = 1
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    perturbation_factors: tuple[float, ...] = (0.8, 1.2)
+    max_step_count: int = field(default=0, metadata=vertex(int64=True, keep_zero=True))
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudySpec:
     VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {
         "observationNoise": Annotated[str, Vertex(choices=("OBSERVATION_NOISE_UNSPECIFIED", "LOW", "HIGH"))],
@@ -483,6 +503,7 @@ class StudySpec:
         default=MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED, metadata=vertex(keep_zero=True)
     )
     automated_stopping_spec: AutomatedStoppingSpec | None = None
+    population_based_training_spec: PopulationBasedTrainingSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -548,6 +569,20 @@ class Trial:
     stop_reason: str | None = None
     #: vcli: the early-stopping rule that stopped it ("median", "asha", ...), if one did.
     early_stopping_rule: str | None = None
+    #: vcli, Population Based Training: where this trial came from.
+    lineage: PbtLineage | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PbtLineage:
+    """A PBT trial's place in its population: `member` (0-based) is the population slot it
+    trains in; an exploited trial also names the trial whose checkpoint it started from, that
+    checkpoint's step, and the hyperparameters it inherited before exploring."""
+
+    member: int
+    parent_trial_id: str | None = None
+    start_step: int = 0
+    inherited_parameters: Mapping[str, ParameterValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,8 @@ class AlgorithmFlag(str, Enum):
     RANDOM_SEARCH = "random-search"
     #: vcli extension: the Tree-structured Parzen Estimator.
     TPE = "tpe"
+    #: vcli extension: Population Based Training (studySpec.populationBasedTrainingSpec).
+    POPULATION_BASED_TRAINING = "population-based-training"
 
 
 class MeasurementSelection(str, Enum):

@@ -168,6 +168,15 @@ def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "st
         raise decoder.error(f"{path}.parameters", "at least one parameter is required")
     spec = build(StudySpec, d, metrics=tuple(metrics), parameters=tuple(params))
     check_algorithm(spec, lambda msg: decoder.error(f"{path}.algorithm", msg))
+    if spec.algorithm == Algorithm.POPULATION_BASED_TRAINING or spec.population_based_training_spec is not None:
+        from vcli.pbt import check_pbt
+
+        check_pbt(spec, lambda field, msg: decoder.error(f"{path}.{'populationBasedTrainingSpec.' + field if field else 'algorithm'}", msg))
+        if len(spec.metrics) > 1:
+            raise decoder.error(f"{path}.metrics", "Population Based Training ranks members by one metric; keep one")
+        if spec.automated_stopping_spec is not None:
+            raise decoder.error(f"{path}.algorithm", "Population Based Training stops and replaces members itself; "
+                                "remove the automated stopping spec")
     if spec.automated_stopping_spec is not None:
         key = next(k for k in STOPPING_KEYS if k in d)
         check_stopping(spec, lambda field, msg: decoder.error(f"{path}.{key}{'.' + field if field else ''}", msg))
@@ -250,6 +259,11 @@ def hp_tuning_job_from_document(doc: Any, source: str) -> tuple[HyperparameterTu
     for key in ("maxTrialCount", "parallelTrialCount"):
         if key in data and data[key] < 1:
             raise decoder.error(key, f"must be a positive integer, found [{data[key]}]")
+    pbt = study.population_based_training_spec
+    if pbt is not None and spec.max_trial_count < pbt.population_size:
+        raise decoder.error("maxTrialCount", f"Population Based Training needs at least populationSize "
+                            f"({pbt.population_size}) trials, found [{spec.max_trial_count}]; each exploit adds a trial, "
+                            "so give room for them (e.g. 4 x populationSize)")
     if data.get("maxFailedTrialCount", 0) < 0:
         raise decoder.error("maxFailedTrialCount", "must not be negative")
     return spec, data.get("displayName"), data.get("labels", {})
@@ -321,7 +335,7 @@ def hp_tuning_document(
         trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
         doc["trialJobSpec"] = trial
     if algorithm:
-        choices = ("algorithm-unspecified", "grid-search", "random-search", "tpe")
+        choices = ("algorithm-unspecified", "grid-search", "random-search", "tpe", "population-based-training")
         if algorithm not in choices:
             raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
         if "studySpec" in doc:

@@ -16,6 +16,7 @@ from vcli.spec import (
     Measurement,
     ParameterSpec,
     ParameterValue,
+    PbtLineage,
     Trial,
     TrialState,
 )
@@ -78,6 +79,14 @@ def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any
         d["finalMeasurement"] = measurement_to_dict(t.final_measurement)
     if t.measurements:
         d["measurements"] = [measurement_to_dict(m) for m in t.measurements]
+    if t.lineage is not None:
+        lin: dict[str, Any] = {"member": t.lineage.member}
+        if t.lineage.parent_trial_id is not None:
+            lin["parentTrialId"] = t.lineage.parent_trial_id
+            lin["startStep"] = str(t.lineage.start_step)
+            lin["inheritedParameters"] = [{"parameterId": k, "value": json_value(specs[k], v) if k in specs else v}
+                                          for k, v in t.lineage.inherited_parameters.items()]
+        d["populationBasedTraining"] = lin
     for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason),
                      ("customJob", t.custom_job), ("stopReason", t.stop_reason), ("earlyStoppingRule", t.early_stopping_rule)):
         if val:
@@ -98,4 +107,12 @@ def trial_from_dict(d: Mapping[str, Any]) -> Trial:
         end_time=d.get("endTime"),
         stop_reason=d.get("stopReason"),
         early_stopping_rule=d.get("earlyStoppingRule"),
+        lineage=_lineage_from_dict(d.get("populationBasedTraining")),
     )
+
+
+def _lineage_from_dict(d: Mapping[str, Any] | None) -> PbtLineage | None:
+    if not d:
+        return None
+    return PbtLineage(member=int(d["member"]), parent_trial_id=d.get("parentTrialId"), start_step=int(d.get("startStep", 0)),
+                      inherited_parameters={p["parameterId"]: p["value"] for p in d.get("inheritedParameters", [])})

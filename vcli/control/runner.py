@@ -361,5 +361,5 @@ def study_run(
     return StudyRun(
         store=study.store, executor=study.execution.executor, spec=study.spec, study_id=study.study_id,
         display_name=study.display_name, suggester=study.suggester, on_event=on_event, on_progress=on_progress,
-        placer=study.execution.placer, shm_size=study.shm_size,
+        placer=study.execution.placer, shm_size=study.shm_size, seed=study.seed,
     )

@@ -37,6 +37,7 @@ from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
+from vcli.control.population import PendingTrial, Population, stored_handle
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower
@@ -45,7 +46,6 @@ from vcli.spec import (
     HyperparameterTuningJobSpec,
     JobKind,
     JobState,
-    ParameterValue,
     StudyEvent,
     Trial,
     TrialState,
@@ -76,8 +76,10 @@ class _ActiveTrial:
     chief_log: str
     started: float
     stop_reason: str | None = None
-    #: Stopped by the early-stopping rule: it no longer holds a parallel slot.
+    #: Stopped by the early-stopping rule (or a PBT exploit): it no longer holds a parallel slot.
     stopped_early: bool = False
+    #: Set when the study stops the trial as INFEASIBLE (e.g. PBT and a report without a step).
+    fail_reason: str | None = None
     #: Elapsed seconds at which each of `reader.measurements` was first seen.
     elapsed: list[float] = field(default_factory=list)
 
@@ -97,6 +99,8 @@ class StudyRun:
     placer: Placer = local_placer
     shm_size: str | None = None
     clock: Clock = SYSTEM_CLOCK
+    #: The study's seed (PBT draws its population and explorations from it).
+    seed: int = 0
     trials: dict[str, Trial] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
@@ -105,7 +109,7 @@ class StudyRun:
     _exhausted: bool = False
     _stop_launching: str | None = None
     _cancelled: bool = False
-    _queued: list[dict[str, ParameterValue]] = field(default_factory=list)
+    _queued: list[PendingTrial] = field(default_factory=list)
     _waiting_logged: bool = False
     _waiting_since: float = 0.0
 
@@ -114,6 +118,15 @@ class StudyRun:
         self.metrics = self.spec.study_spec.metrics
         self.metric = self.metrics[0]
         self.metric_ids = tuple(m.metric_id for m in self.metrics)
+        self.base_output = self.spec.trial_job_spec.base_output_directory or str(
+            self.store.home / "jobs" / self.study_id / "output"
+        )
+        self.population = None
+        self.parallel = self.spec.parallel_trial_count
+        if self.spec.study_spec.population_based_training_spec is not None:
+            self.population = Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id, self.base_output,
+                                         on_progress=self.on_progress)
+            self.parallel = self.population.size  # every member trains at once (queued when capacity is short)
         stop_spec = self.spec.study_spec.automated_stopping_spec
         if stop_spec is not None:
             from vcli.stopping import stopping_rule
@@ -122,9 +135,6 @@ class StudyRun:
         else:
             self.stopping = None
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
-        self.base_output = self.spec.trial_job_spec.base_output_directory or str(
-            self.store.home / "jobs" / self.study_id / "output"
-        )
         self._deadline = (
             self.clock.now() + self.spec.study_timeout_seconds if self.spec.study_timeout_seconds else None
         )
@@ -231,7 +241,7 @@ class StudyRun:
             child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
             if child is None:  # died between recording the trial and its job: run it now
                 del self.trials[trial.id]
-                self._queued.append(dict(trial.parameters))
+                self._queued.append(PendingTrial(dict(trial.parameters), trial.lineage))
                 continue
             spec = custom_job_spec_from_stored(child.record["jobSpec"])
             rows = {r.task_name: r for r in self.store.replicas(child.id)}
@@ -264,11 +274,16 @@ class StudyRun:
 
     def _launch(self) -> None:
         """Start trials in free slots: queued suggestions first (they wait for capacity)."""
-        while self._queued and self._running() < self.spec.parallel_trial_count:
+        if self.population is not None and not self._exhausted:
+            members = {t.lineage.member for t in self.trials.values() if t.lineage is not None}
+            members |= {q.lineage.member for q in self._queued if q.lineage is not None}
+            self._queued.extend(p for p in self.population.initial(0) if p.lineage.member not in members)  # type: ignore[union-attr]
+            self._exhausted = True  # PBT's trials after these come from exploits only
+        while self._queued and self._running() < self.parallel:
             if not self._start_trial(self._queued[0]):
                 return  # no capacity now (GPUs busy, a host down): try again on a later tick
             self._queued.pop(0)
-        free = self.spec.parallel_trial_count - self._running() - len(self._queued)
+        free = self.parallel - self._running() - len(self._queued)
         remaining = self.spec.max_trial_count - len(self.trials) - len(self._queued)
         count = min(free, remaining)
         if count <= 0 or self._exhausted:
@@ -280,18 +295,19 @@ class StudyRun:
                              f"{self.spec.max_trial_count}): no more trials will start.")
             return
         for i, s in enumerate(suggestions):
-            if not self._start_trial(dict(s.parameters)):
-                self._queued.extend(dict(x.parameters) for x in suggestions[i:])
+            if not self._start_trial(PendingTrial(dict(s.parameters))):
+                self._queued.extend(PendingTrial(dict(x.parameters)) for x in suggestions[i:])
                 return
 
     def _running(self) -> int:
         """Trials holding a parallel slot: a trial stopped early gives its slot up at once."""
         return sum(1 for a in self._active.values() if not a.stopped_early)
 
-    def _start_trial(self, parameters: dict[str, ParameterValue]) -> bool:
+    def _start_trial(self, pending: PendingTrial) -> bool:
         """Place and start one trial; False (nothing recorded) when capacity is busy now."""
         from vcli.placement import NoCapacityError
 
+        parameters = pending.parameters
         trial_id = str(len(self.trials) + 1)
         job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, parameters))
         job_id = new_id()
@@ -317,6 +333,8 @@ class StudyRun:
                 raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
             return False
         self._waiting_logged = False
+        if pending.checkpoint is not None:
+            plan = _seeded(plan, pending.checkpoint, self.population.checkpoint_dir(trial_id))  # type: ignore[union-attr]
         job_row = self.store.create_job(
             job_id=job_id,
             kind=JobKind.CUSTOM_JOB.value,
@@ -333,6 +351,7 @@ class StudyRun:
             state=TrialState.ACTIVE,
             custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id),
             start_time=now_iso(),
+            lineage=pending.lineage,
         )
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
@@ -391,13 +410,19 @@ class StudyRun:
             active.elapsed.append(elapsed)
         ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(active.reader.measurements, active.elapsed))
         active.trial = replace(active.trial, measurements=ms)
+        if self.population is not None:
+            active.trial = self.population.resumed_from(active.trial)
         self.trials[active.trial.id] = active.trial
         self._save(active.trial)
         return True
 
     def _review(self, active: _ActiveTrial) -> None:
-        """Ask the early-stopping rule about a running trial that just reported."""
-        if self.stopping is None or active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
+        """Ask the early-stopping rule (or PBT) about a running trial that just reported."""
+        if active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
+            return
+        if self.population is not None:
+            return self._review_member(active)
+        if self.stopping is None:
             return
         trials = list(self.trials.values())
         # A trial already as far as the trials that ran to their end is finishing: stopping
@@ -410,6 +435,36 @@ class StudyRun:
         if reason:
             self.on_progress(f"Trial {active.trial.id} stopped early: {reason}")
             self._request_stop(active, reason, rule=self.stopping.name)
+
+    def _review_member(self, active: _ActiveTrial) -> None:
+        """PBT: exploit and explore when the member is due and in the bottom quantile."""
+        pop = self.population
+        assert pop is not None
+        if pop.stepless(active.trial):
+            active.fail_reason = (f"Population Based Training ranks members by step, but the trial reported "
+                                  f"[{self.metric.metric_id}] without one: report it with a global_step (hypertune) "
+                                  f"or `{self.metric.metric_id}=VALUE step=N` on stdout.")
+            self._request_stop(active, active.fail_reason)
+            return
+
+        def handle_of(t: Trial) -> Any:
+            running = self._active.get(t.id)
+            return running.run.primary_handle if running is not None else stored_handle(self.store, t.custom_job)
+
+        def refresh(t: Trial) -> Trial:
+            running = self._active.get(t.id)
+            if running is not None:
+                self._refresh_measurements(running)
+            return self.trials[t.id]
+
+        budget = self.spec.max_trial_count - len(self.trials) - len(self._queued)
+        decided = pop.review(active.trial, list(self.trials.values()), budget_left=budget, executor=self.executor,
+                             handle_of=handle_of, refresh=refresh)
+        if decided is not None:
+            replacement, reason = decided
+            self.on_progress(f"Trial {active.trial.id} is replaced: {reason}")
+            self._queued.insert(0, replacement)
+            self._request_stop(active, reason, rule="pbt")
 
     def _goal_reached(self, trial: Trial) -> bool:
         goal = self.spec.goal_value
@@ -425,7 +480,9 @@ class StudyRun:
         trial = active.trial
         reason: str | None = None
         counts_as_failure = False
-        if job_state == JobState.JOB_STATE_SUCCEEDED:
+        if active.fail_reason is not None:
+            reason, counts_as_failure = active.fail_reason, True
+        elif job_state == JobState.JOB_STATE_SUCCEEDED:
             if final is None:
                 missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
                 names = ", ".join(missing or self.metric_ids)
@@ -489,8 +546,11 @@ class StudyRun:
         return pareto_front(list(self.trials.values()), self.metrics)
 
     def best_trial(self) -> Trial | None:
-        """The best SUCCEEDED trial by the first metric (the study's result when it has one metric)."""
+        """The best SUCCEEDED trial by the first metric (the study's result when it has one
+        metric); with PBT, among the trials that trained to maxStepCount."""
         sign = 1.0 if self.metric.goal.value == "MAXIMIZE" else -1.0
+        if self.population is not None:
+            return self.population.best(list(self.trials.values()), sign)
         done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
         if not done:
             return None
@@ -514,7 +574,7 @@ class StudyRun:
                 record["optimalTrialIds"] = [t.id for t in self.optimal_trials()]
             if self._stop_launching:
                 record["stopReason"] = self._stop_launching
-            elif self._exhausted and len(self.trials) < self.spec.max_trial_count:
+            elif self._exhausted and len(self.trials) < self.spec.max_trial_count and self.population is None:
                 record["stopReason"] = (f"the search space was exhausted after {len(self.trials)} trials, "
                                         f"before maxTrialCount ({self.spec.max_trial_count})")
             self.store.update_job(self.study_id, record=record)
@@ -534,3 +594,18 @@ def _seconds_since(iso: str | None) -> float:
         return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
     except ValueError:
         return 0.0
+
+
+def _seeded(plan: Any, checkpoint: str, dest: str) -> Any:
+    """`plan` with the staged checkpoint copy placed at `dest` (the trial's AIP_CHECKPOINT_DIR)
+    before its replicas start: once per host, by the first replica placed there."""
+    hosts: set[str] = set()
+    launches = []
+    for launch in plan.launches:
+        host = launch.placement.host or ""
+        if host in hosts:
+            launches.append(launch)
+        else:
+            hosts.add(host)
+            launches.append(replace(launch, seed_dirs=((checkpoint, dest),)))
+    return replace(plan, launches=tuple(launches))

@@ -85,6 +85,11 @@ class ReplicaLaunch:
     secret_env: tuple[str, ...] = ()
     #: pythonPackageSpec.packageUris: distributions installed before the replica runs.
     package_uris: tuple[str, ...] = ()
+    #: Directories to fill before the replica starts: (local source directory, destination
+    #: as the replica sees it, e.g. its AIP_CHECKPOINT_DIR). Population Based Training seeds a
+    #: new trial with a copy of a better trial's checkpoint this way. `start` places them (on
+    #: the replica's host, or where its container sees them) before the trainer runs.
+    seed_dirs: tuple[tuple[str, str], ...] = ()
 
     @property
     def task_name(self) -> str:
@@ -209,6 +214,17 @@ class Executor(Protocol):
         """Free what the replicas held (containers, remote dirs); after stop or exit. Idempotent."""
         ...
 
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """Copy the directory `path` (as the replica sees it, e.g. its AIP_CHECKPOINT_DIR) into
+        the local directory `dest`, which must not exist yet. Atomic: `dest` appears complete
+        or not at all. Works while the replica runs and after it ended (its files stay). A
+        copy taken while the replica writes is retried until the directory's listing (names,
+        sizes, modification times) is the same before and after it, at least
+        `SETTLE_SECONDS` apart. False, and nothing created, if `path` is missing, holds no
+        file, or never held still for a whole copy. `ExecutorError` if the replica's machine
+        cannot be reached."""
+        ...
+
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         """Take over a running replica another process started (`resume`): resume whatever this
         executor does for its own replicas (e.g. copying the replica's output into
@@ -246,6 +262,95 @@ class ExecutorBase:
 
     def close(self) -> None:
         return None
+
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """The replica's files are on this machine (processes; containers bind-mount them)."""
+        return copy_dir_atomically(path, dest)
+
+
+#: How long a directory's listing must stay the same around a copy for the copy to count as
+#: whole. A file being rewritten in place is empty or short for a moment; a copy taken within
+#: that moment sees the same listing before and after unless the two are this far apart.
+SETTLE_SECONDS = 0.2
+
+
+def copy_dir_atomically(src: str, dest: str, *, attempts: int = 5) -> bool:
+    """Copy local directory `src` to `dest` (absent), atomically and consistently: the copy
+    goes to a sibling temp directory, is kept only if `src`'s listing (names, sizes,
+    modification times in ns) was the same before and after it, `SETTLE_SECONDS` apart at
+    least (else retried, up to `attempts`), then renamed into place. False, and nothing
+    created, if `src` is missing or holds no file, or never held still for a whole copy."""
+    import os
+    import shutil
+    import time as _time
+
+    if not os.path.isdir(src):
+        return False
+    dest = dest.rstrip("/") or dest
+    for attempt in range(attempts):
+        listed_at = _time.monotonic()
+        before = dir_listing(src)
+        if before == []:
+            return False
+        if before is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+            tmp = f"{dest}.tmp-{os.getpid()}-{attempt}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                shutil.copytree(src, tmp, symlinks=True)
+            except (shutil.Error, OSError):
+                pass  # a file went away mid-copy: the listing check below retries
+            else:
+                _time.sleep(max(0.0, listed_at + SETTLE_SECONDS - _time.monotonic()))
+                if dir_listing(src) == before:
+                    os.rename(tmp, dest)
+                    return True
+            shutil.rmtree(tmp, ignore_errors=True)
+        _time.sleep(0.1 * (attempt + 1))
+    return False
+
+
+def dir_listing(root: str) -> list[tuple[str, int, int]] | None:
+    """(relative path, size, mtime in ns) of every file under `root`, sorted; None when a file
+    vanished while listing (the directory is changing). What `fetch_dir` compares before and
+    after a copy; the SSH executor runs the same listing on its hosts."""
+    import os
+
+    out = []
+    for here, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(here, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return None
+            out.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
+    return sorted(out)
+
+
+def place_seed_dirs(launch: ReplicaLaunch) -> None:
+    """Fill `launch.seed_dirs` on this machine (processes, and containers that bind-mount the
+    destinations at the same path): each destination becomes a copy of its source, replacing
+    what was there. The copy is taken beside the destination and renamed into place, so the
+    replica (started afterwards) never sees part of it. Raises `ExecutorError`."""
+    import os
+    import shutil
+
+    from vcli.errors import ExecutorError
+
+    for src, dest in launch.seed_dirs:
+        dest = dest.rstrip("/") or dest
+        tmp = f"{dest}.seed-{os.getpid()}"
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copytree(src, tmp, symlinks=True)
+            shutil.rmtree(dest, ignore_errors=True)
+            os.rename(tmp, dest)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ExecutorError(f"Cannot place {src} at {dest} for replica {launch.task_name}: "
+                                f"{e.strerror or e}") from None
 
 
 def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:

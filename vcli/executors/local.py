@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 from vcli import packages
 from vcli.errors import ExecutorError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
 from vcli.executors import supervisor as _supervisor
 from vcli.logs import LogWriter
 
@@ -171,6 +171,11 @@ class LocalExecutor(ExecutorBase):
             # `python -m pkg.mod` and scripts import siblings from the package dir, as in the image.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, env.get("PYTHONPATH", "")) if p)
         os.makedirs(launch.output_dir, exist_ok=True)
+        try:
+            place_seed_dirs(launch)  # e.g. the checkpoint a PBT trial resumes from
+        except ExecutorError as e:
+            _log_vcli(launch.log_path, str(e))
+            raise
         status_path = os.path.join(launch.output_dir, "replica.status")
         try:
             os.unlink(status_path)

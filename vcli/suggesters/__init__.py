@@ -81,7 +81,9 @@ def get_suggester(
         from vcli.suggesters.grid_search import GridSearchSuggester
 
         return GridSearchSuggester(study_spec, seed=seed)
-    if algorithm == Algorithm.RANDOM_SEARCH:
+    if algorithm in (Algorithm.RANDOM_SEARCH, Algorithm.POPULATION_BASED_TRAINING):
+        # PBT's population and explorations come from `vcli.pbt`; a random suggester stands
+        # in so that every study has one (it is told the trials, never asked).
         from vcli.suggesters.random_search import RandomSearchSuggester
 
         return RandomSearchSuggester(study_spec, seed=seed)

@@ -1,7 +1,7 @@
 """The Docker executor: one container per replica on this machine's Docker engine.
 
-Containers use the host network, bind-mount the replica's output dir (and `launch.mounts`) at
-the same path (and the gs:// storage root at `/gcs` when the replica names it), and carry the labels `vcli.job`, `vcli.trial` and `vcli.task`, so
+Containers use the host network, bind-mount the replica's output dir, `launch.mounts` and its
+checkpoint dir (`host_dirs`) at the same path (and the gs:// storage root at `/gcs` when the replica names it), and carry the labels `vcli.job`, `vcli.trial` and `vcli.task`, so
 `cleanup_job(job_id)` in any process finds a job's containers and never another job's.
 Output is streamed from the engine into the replica's log file in `vcli.logs` format, with
 the values of `launch.secret_env` replaced by `<redacted>` (as the local executor does).
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from vcli import packages
 from vcli.codec import gcs
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs
 from vcli.executors.docker.autopackage import build_package
 from vcli.executors.docker.engine import (
     connect,
@@ -41,7 +41,7 @@ from vcli.executors.docker.engine import (
     wrap_error,
 )
 from vcli.executors.docker.installs import build_installs
-from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
+from vcli.executors.docker.output import iter_log_lines, last_log_times, parse_docker_timestamp, secret_values, status_from_state
 from vcli.executors.supervisor import REDACTED
 from vcli.gpus import visible_devices_env
 from vcli.logs import LogWriter
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import docker as docker_sdk
 
 __all__ = ["DockerExecutor", "LABEL_JOB", "LABEL_TASK", "LABEL_TRIAL", "cleanup_job", "container_create_kwargs",
-           "container_labels", "container_name"]
+           "container_labels", "container_name", "host_dirs"]
 
 LABEL_JOB = "vcli.job"
 LABEL_TRIAL = "vcli.trial"
@@ -94,6 +94,22 @@ def storage_mounts(launch: ReplicaLaunch) -> list[Any]:
     return [Mount(target=gcs.FUSE_ROOT, source=root, type="bind"), Mount(target=root, source=root, type="bind")]
 
 
+def host_dirs(launch: ReplicaLaunch) -> list[str]:
+    """The host directories a container writes, each bind-mounted at its own path: its output
+    dir, `mounts`, and its AIP_CHECKPOINT_DIR and `seed_dirs` destinations where neither those
+    nor the storage root hold them (Population Based Training copies checkpoints into and out
+    of them on the host, so the container must see the host's directory)."""
+    dirs = [os.path.abspath(p) for p in (launch.output_dir, *launch.mounts)]
+    covered = dirs + [m["Target"] for m in storage_mounts(launch)]
+    checkpoint = launch.env.get("AIP_CHECKPOINT_DIR")
+    for path in ([checkpoint] if checkpoint else []) + [dest for _, dest in launch.seed_dirs]:
+        path = os.path.abspath(path)
+        if not any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
+            dirs.append(path)
+            covered.append(path)
+    return list(dict.fromkeys(dirs))
+
+
 def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | None = None) -> dict[str, Any]:
     """What is sent to the engine for `launch`: keyword arguments of `client.containers.create`.
 
@@ -104,8 +120,8 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         raise ExecutorError(f"replica {launch.task_name}: no container image to run (the docker executor needs an image)")
     env = dict(launch.env)
     volumes: dict[str, dict[str, str]] = {}  # keyed by host path = container path
-    for path in (launch.output_dir, *launch.mounts):
-        volumes[os.path.abspath(path)] = {"bind": os.path.abspath(path), "mode": "rw"}
+    for path in host_dirs(launch):
+        volumes[path] = {"bind": path, "mode": "rw"}
     binds = {v["bind"] for v in volumes.values()}
     storage = [m for m in storage_mounts(launch) if m["Target"] not in binds]  # never one path twice
     kwargs: dict[str, Any] = {
@@ -187,24 +203,6 @@ class _Watch:
     thread: threading.Thread | None = None
     #: For an adopted container: the last timestamp already in the log, per stream.
     after: dict[str, float] = field(default_factory=dict)
-
-
-def _last_times(log_path: str) -> dict[str, float]:
-    """The newest record's timestamp of each stream in a replica log."""
-    out: dict[str, float] = {}
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                ts, _, rest = line.partition("\t")
-                stream = rest.partition("\t")[0]
-                if stream in ("stdout", "stderr"):
-                    try:
-                        out[stream] = max(out.get(stream, 0.0), float(ts))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out
 
 
 def cleanup_job(job_id: str, *, base_url: str | None = None) -> int:
@@ -359,11 +357,12 @@ class DockerExecutor(ExecutorBase):
         client = self.client()
         kwargs = container_create_kwargs(launch, mem_limit=self.mem_limit)
         if self.create_local_dirs:
-            os.makedirs(launch.output_dir, exist_ok=True)
-            for path in launch.mounts:
-                os.makedirs(path, exist_ok=True)
+            for path, volume in kwargs["volumes"].items():
+                if volume["mode"] == "rw":
+                    os.makedirs(path, exist_ok=True)  # else the engine creates it, owned by root
             for mount in kwargs.get("mounts", ()):
                 os.makedirs(mount["Source"], exist_ok=True)  # a bind Mount needs its source
+            place_seed_dirs(launch)  # bind-mounted at the same path: the container sees them
         try:
             container = self._create(client, kwargs)
         except docker.errors.ImageNotFound as e:
@@ -419,7 +418,7 @@ class DockerExecutor(ExecutorBase):
             if handle.ref in self._watches:
                 return
             watch = _Watch(task_name=launch.task_name, writer=LogWriter(launch.log_path),
-                           secrets=secret_values(launch), after=_last_times(launch.log_path))
+                           secrets=secret_values(launch), after=last_log_times(launch.log_path))
             self._watches[handle.ref] = watch
         watch.thread = threading.Thread(target=self._watch, args=(handle.ref, watch),
                                         name=f"vcli-docker-{launch.task_name}", daemon=True)

@@ -17,6 +17,8 @@ Where each concern lives:
     wrapper.py        the remote end of a replica's channel (stdlib only, shipped to the host):
                       starts the supervisor, streams its log and the trainer's exit status,
                       keeps the replica's lease; `attach` to re-adopt it; `stop` for the executor
+    transfer.py       whole directories to and from a host over SFTP, atomically: the
+                      checkpoint a PBT trial starts from (`seed_dirs`) and `fetch_dir`
     docker_bridge.py  the Docker runtime on a host: vcli's Docker executor over an SSH bridge
     probe.py          `vcli hosts check`: host facts and host-to-host reachability
     executor.py       `SSHExecutor`, the `Executor` contract over all of the above

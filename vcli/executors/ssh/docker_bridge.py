@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 from vcli.errors import ExecutorError
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.executors.ssh.remote import parse_ref, remote_view, replica_details
+from vcli.executors.ssh.remote import map_path, parse_ref, remote_view, replica_details
+from vcli.executors.ssh.transfer import upload_dir
 from vcli.logs import LogWriter
 
 __all__ = ["DockerBridge", "DockerOnHosts"]
@@ -147,8 +148,9 @@ class DockerOnHosts:
 
     def _remote(self, launch: ReplicaLaunch, link: HostLink) -> tuple[ReplicaLaunch, Any]:
         view = remote_view(launch, link.root(), self._home)  # idempotent for launches already mapped
+        seeds = tuple((src, map_path(os.path.abspath(dest), self._home, view.root)) for src, dest in launch.seed_dirs)
         return replace(launch, env=view.env, output_dir=view.output_dir, metric_file=view.metric_file,
-                       mounts=view.mounts), view
+                       mounts=view.mounts, seed_dirs=seeds), view
 
     def prepare(self, host_name: str, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
                 progress: Callable[[str], None]) -> list[ReplicaLaunch]:
@@ -166,6 +168,10 @@ class DockerOnHosts:
     def start(self, launch: ReplicaLaunch, link: HostLink) -> ReplicaHandle:
         host = link.host
         remote, view = self._remote(launch, link)
+        # On the host, beside what the container bind-mounts; the engine's executor (which
+        # creates nothing on this machine) then mounts the destinations `host_dirs` names.
+        for src, dest in remote.seed_dirs:
+            upload_dir(link, src, dest)
         try:
             inner = self.engine(host.name).start(remote)
         except PermissionError as e:

@@ -46,6 +46,7 @@ from vcli.executors.ssh.remote import (
     stop_command,
 )
 from vcli.executors.ssh.sync import ship
+from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
 from vcli.hosts import Host, KnownHosts
 from vcli.logs import LogWriter
@@ -264,6 +265,7 @@ class SSHExecutor(ExecutorBase):
                                        timeout=self._orphan_timeout,
                                        mkdirs=(*mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets))
         os.makedirs(launch.output_dir, exist_ok=True)
+        upload_seed_dirs(link, launch, self._home)  # e.g. the checkpoint a PBT trial resumes from
         stdin = "".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n" if secrets else b""
         rep = self._open(launch, link, view, command, stdin, "start")
         where = f"{host.name} ({host.login}@{host.address}:{host.port})"
@@ -507,6 +509,13 @@ class SSHExecutor(ExecutorBase):
         if rep is not None:
             rep.reads[local] = (time.monotonic(), text)
         return text
+
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """Download the replica's directory from its host (its outputs stay there after it ended
+        and after `release`); any executor with the handle's host can, not only the one that
+        started it. Raises `ExecutorError` if the host cannot be reached."""
+        _, _, root = parse_ref(handle.ref)
+        return download_dir(self._link(handle.host), map_path(os.path.abspath(path), self._home, root), dest)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Wait until each replica's supervisor has stopped its whole tree (stopping it outright

@@ -1,0 +1,221 @@
+"""End-to-end Population Based Training through the real CLI: real trial processes that
+save and restore checkpoints in AIP_CHECKPOINT_DIR, exploits that copy them.
+
+The toy trainer is Ray's PBT toy: a "model" whose score grows fastest when the learning rate
+is close to an optimum that moves with the step, so a member that inherits a good state and
+keeps exploring beats one that keeps its initial learning rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import vcli
+
+TOY = """
+import json, os, sys, time
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+lr = float(args["lr"]); steps = int(args.get("steps", 8)); pause = float(args.get("pause", 0.4))
+mode = args.get("mode", "")
+ckpt = os.environ["AIP_CHECKPOINT_DIR"].rstrip("/")
+state = {"step": 0, "score": 0.0}
+path = os.path.join(ckpt, "state.json")
+if os.path.exists(path):
+    with open(path) as f:
+        state = json.load(f)
+    print(f"restored step={state['step']} score={state['score']:.6f}", flush=True)
+while state["step"] < steps:
+    time.sleep(pause)
+    state["step"] += 1
+    best_lr = 0.1 if state["step"] <= steps // 2 else 0.01   # the optimum moves half-way
+    state["score"] += max(0.0, 1.0 - abs(lr - best_lr) / 0.1)
+    if mode != "no-checkpoint":
+        os.makedirs(ckpt, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)    # a checkpoint is complete or absent
+    if mode == "no-step":
+        print(f"score={state['score']:.6f}", flush=True)
+        import hypertune
+        hypertune.HyperTune().report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag="score", metric_value=state["score"])
+    else:
+        print(f"score={state['score']:.6f} step={state['step']}", flush=True)
+"""
+
+PBT_STUDY = """
+displayName: pbt-toy
+maxTrialCount: {max_trials}
+parallelTrialCount: 4
+studySpec:
+  metrics: [{{metricId: score, goal: MAXIMIZE}}]
+  algorithm: POPULATION_BASED_TRAINING
+  populationBasedTrainingSpec:
+    populationSize: {population}
+    perturbationIntervalSteps: 2
+    quantileFraction: 0.25
+    resampleProbability: 0.25
+    perturbationFactors: [0.8, 1.2]
+    maxStepCount: 8
+  parameters:
+  - parameterId: lr
+    doubleValueSpec: {{minValue: 0.001, maxValue: 0.2}}
+    scaleType: UNIT_LOG_SCALE
+trialJobSpec:
+  workerPoolSpecs:
+  - machineSpec: {{machineType: n1-standard-4}}
+    replicaCount: 1
+    containerSpec:
+      imageUri: toy
+      command: [{python}, {script}]
+      args: [--steps=8{extra}]
+"""
+
+
+def _study(tmp_path: Path, *, population: int = 4, max_trials: int = 16, extra: str = "", flags: tuple[str, ...] = ()):
+    import sys
+
+    script = tmp_path / "toy.py"
+    script.write_text(TOY)
+    config = tmp_path / "pbt.yaml"
+    config.write_text(PBT_STUDY.format(max_trials=max_trials, population=population, python=sys.executable, script=script,
+                                       extra=extra))
+    return vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--seed=11", "--format=json", *flags,
+                timeout=600)
+
+
+def _params(t: dict) -> dict:
+    return {p["parameterId"]: p["value"] for p in t["parameters"]}
+
+
+def _steps(t: dict) -> list[int]:
+    return [int(m["stepCount"]) for m in t.get("measurements", [])]
+
+
+def test_pbt_exploits_copy_checkpoints_and_explore(tmp_path: Path) -> None:
+    r = _study(tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    members = {t["populationBasedTraining"]["member"] for t in trials.values()}
+    assert members == {0, 1, 2, 3}
+    exploited = [t for t in trials.values() if "parentTrialId" in t["populationBasedTraining"]]
+    assert exploited, "no exploit happened"
+    home = tmp_path / "home"
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], "--task-name=workerpool0-0")
+    by_task: dict[str, list[str]] = {}
+    for line in logs.stdout.splitlines():
+        _severity, _ts, task, message = line.split("\t", 3)
+        by_task.setdefault(task, []).append(message)
+    for t in exploited:
+        lin = t["populationBasedTraining"]
+        parent = trials[lin["parentTrialId"]]
+        start = int(lin["startStep"])
+        # It started from the parent's checkpoint: the step the parent had reported, and it
+        # reports on from the next step.
+        assert start in _steps(parent) and _steps(t)[0] == start + 1, (start, _steps(parent), _steps(t))
+        # Its trainer restored the parent's state at that step (the score the parent reported).
+        log = "\n".join(by_task[f"trial-{t['id']}/workerpool0-0"])
+        parent_score = next(m["metrics"][0]["value"] for m in parent["measurements"] if int(m["stepCount"]) == start)
+        assert f"restored step={start} score={parent_score:.6f}" in log
+        # The hyperparameters are the parent's, perturbed by a factor or resampled, in bounds.
+        assert lin["inheritedParameters"] == parent["parameters"]
+        lr, inherited = _params(t)["lr"], _params(parent)["lr"]
+        assert 0.001 <= lr <= 0.2
+        ratio = lr / inherited
+        perturbed = any(math.isclose(ratio, f, rel_tol=1e-6) for f in (0.8, 1.2)) or lr in (0.001, 0.2)
+        assert perturbed or lr != inherited  # resampled otherwise
+        # The member it replaced was stopped as a PBT exploit, and ended SUCCEEDED.
+    replaced = [t for t in trials.values() if t.get("earlyStoppingRule") == "pbt"]
+    assert len(replaced) == len(exploited)
+    assert all(t["state"] == "SUCCEEDED" and t["stopReason"].startswith("PBT") for t in replaced)
+    # Every member trained to the last step; the best trial is one of those.
+    finals = [t for t in trials.values() if t.get("finalMeasurement", {}).get("stepCount") == "8"]
+    assert {t["populationBasedTraining"]["member"] for t in finals} == members
+    best = trials[study["bestTrialId"]]
+    assert best["finalMeasurement"]["stepCount"] == "8"
+    assert "replaced" in r.stderr
+
+
+def test_a_trainer_without_checkpoints_skips_exploits_and_the_study_goes_on(tmp_path: Path) -> None:
+    r = _study(tmp_path, extra=",--mode=no-checkpoint")
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert all("parentTrialId" not in t["populationBasedTraining"] for t in study["trials"])
+    assert len(study["trials"]) == 4
+    assert "has no checkpoint in its AIP_CHECKPOINT_DIR" in r.stderr and "is skipped" in r.stderr
+
+
+def test_a_metric_without_steps_is_infeasible_with_a_reason(tmp_path: Path) -> None:
+    r = _study(tmp_path, extra=",--mode=no-step", flags=("--max-failed-trial-count=10",))
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_FAILED"
+    assert all(t["state"] == "INFEASIBLE" and "without one" in t["infeasibleReason"] for t in study["trials"])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("populationSize: 4", "populationSize"),
+        ("quantileFraction: 0.25", "quantileFraction"),
+        ("perturbationFactors: [0.8, 1.2]", "perturbationFactors"),
+    ],
+)
+def test_bad_pbt_settings_are_one_line(tmp_path: Path, change: str, message: str) -> None:
+    bad = {"populationSize: 4": "populationSize: 1", "quantileFraction: 0.25": "quantileFraction: 0.6",
+           "perturbationFactors: [0.8, 1.2]": "perturbationFactors: [0.8, -1.0]"}[change]
+    import sys
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(PBT_STUDY.format(max_trials=16, population=4, python=sys.executable, script="toy.py", extra="")
+                      .replace(change, bad))
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--validate-only")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert message in r.stderr and "populationBasedTrainingSpec" in r.stderr
+
+
+TF_PBT = """
+displayName: digits-pbt
+maxTrialCount: 6
+studySpec:
+  metrics: [{metricId: accuracy, goal: MAXIMIZE}]
+  algorithm: POPULATION_BASED_TRAINING
+  populationBasedTrainingSpec: {populationSize: 2, perturbationIntervalSteps: 1, quantileFraction: 0.5, maxStepCount: 3}
+  parameters:
+  - parameterId: learning_rate
+    doubleValueSpec: {minValue: 0.0005, maxValue: 0.3}
+    scaleType: UNIT_LOG_SCALE
+"""
+
+
+def test_pbt_with_the_real_tensorflow_trainer(tmp_path: Path) -> None:
+    config = tmp_path / "pbt.yaml"
+    config.write_text(TF_PBT)
+    home = tmp_path / "home"
+    r = vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3", "--format=json",
+             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path=.,python-module=trainer.task",
+             "--args=--epochs=3", timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    exploited = [t for t in trials.values() if "parentTrialId" in t["populationBasedTraining"]]
+    assert exploited, r.stderr[-3000:]
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], "--task-name=workerpool0-0")
+    text = {}
+    for line in logs.stdout.splitlines():
+        _severity, _ts, task, message = line.split("\t", 3)
+        text.setdefault(task, []).append(message)
+    for t in exploited:
+        start = int(t["populationBasedTraining"]["startStep"])
+        lines = text[f"trial-{t['id']}/workerpool0-0"]
+        # TensorFlow restored the parent's checkpoint of that epoch and trained on from the next.
+        assert any(line.startswith(f"restored ckpt-{start} (epoch {start})") for line in lines), lines[:5]
+        assert _steps(t)[0] == start + 1
+        assert t["state"] == "SUCCEEDED"

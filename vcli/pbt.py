@@ -1,0 +1,331 @@
+"""Population Based Training (issue #9): the scheduler's decisions, and nothing else.
+
+`PbtScheduler` decides, from the study's trials alone (no processes, no store, no clock, no
+I/O), which hyperparameters each population member starts with, when a running member is
+exploited, which member it copies and what it continues with. The study controller carries
+the decisions out: it stops the exploited trial, copies the donor's checkpoint directory into
+a new trial's `AIP_CHECKPOINT_DIR` and starts that trial with `Exploit.parameters` and a
+`PbtLineage` (member, parent_trial_id=donor.id, start_step, inherited_parameters).
+
+Vocabulary:
+
+* A *member* is a population slot, `Trial.lineage.member` (0-based). Every trial of a PBT
+  study carries a lineage; a member's *current* trial is its latest one in creation order.
+* A trial's *latest measurement* is its last reported measurement whose value of the study's
+  metric is finite (missing, NaN and infinite values are ignored, as if not reported). Steps
+  are absolute: a trial resumed from a checkpoint at step 4 reports steps 5, 6, ...
+* *Boundaries* are the multiples of `perturbation_interval_steps`, in absolute steps. A trial
+  is judged at the highest boundary its latest step has reached that lies above its
+  lineage's `start_step`: with interval 2, a trial that started from a checkpoint at step 4
+  is next judged at its first report at or past step 6. A trial that reports sparsely and
+  jumps over boundaries is judged once, at the highest one reached.
+
+This module imports nothing heavy (the search-space code it uses is pure Python), since the
+study controller imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from vcli.spec import (
+    Algorithm,
+    Goal,
+    ParameterValue,
+    PopulationBasedTrainingSpec,
+    StudySpec,
+    Trial,
+    TrialState,
+)
+from vcli.suggesters._space import CATEGORICAL, DISCRETE, DOUBLE, Space
+
+__all__ = ["check_pbt", "Exploit", "PbtScheduler", "quantile_count"]
+
+
+def check_pbt(spec: StudySpec, error: Callable[[str, str], Exception]) -> None:
+    """A PBT study must make sense; raises `error(field, message)` when it does not.
+
+    `field` is the camelCase key inside `populationBasedTrainingSpec` ("quantileFraction"),
+    or "" for the study as a whole (the algorithm and the block disagree, or several
+    metrics: members are ranked by one). Messages name the valid values.
+    """
+    pbt = spec.population_based_training_spec
+    is_pbt = spec.algorithm == Algorithm.POPULATION_BASED_TRAINING
+    if is_pbt and pbt is None:
+        raise error("", "algorithm POPULATION_BASED_TRAINING needs a populationBasedTrainingSpec with at least "
+                        "maxStepCount (the step every member trains to)")
+    if pbt is None:
+        return
+    if not is_pbt:
+        raise error("", "a populationBasedTrainingSpec needs algorithm POPULATION_BASED_TRAINING, "
+                        f"found [{spec.algorithm.value}]")
+    if len(spec.metrics) != 1:
+        raise error("", f"Population Based Training ranks members by one metric, but the study has "
+                        f"{len(spec.metrics)} ({', '.join(m.metric_id for m in spec.metrics)}); keep one metric")
+    if pbt.population_size < 2:
+        raise error("populationSize", "must be an integer of at least 2 (members are ranked against each other), "
+                                      f"found [{pbt.population_size}]")
+    if not 0 < pbt.quantile_fraction <= 0.5:
+        raise error("quantileFraction", "must be in (0, 0.5] (the bottom and top quantiles must not overlap), "
+                                        f"found [{pbt.quantile_fraction}]")
+    if not 0 <= pbt.resample_probability <= 1:
+        raise error("resampleProbability", f"must be in [0, 1], found [{pbt.resample_probability}]")
+    if not pbt.perturbation_factors:
+        raise error("perturbationFactors", "must list at least one positive factor, such as [0.8, 1.2]")
+    bad = [f for f in pbt.perturbation_factors if not (f > 0 and math.isfinite(f))]
+    if bad:
+        raise error("perturbationFactors", "every factor must be a positive number, such as [0.8, 1.2]; "
+                                           f"found [{', '.join(str(f) for f in bad)}]")
+    if pbt.perturbation_interval_steps < 1:
+        raise error("perturbationIntervalSteps", f"must be at least 1, found [{pbt.perturbation_interval_steps}]")
+    if pbt.max_step_count < pbt.perturbation_interval_steps:
+        raise error("maxStepCount", "must be at least perturbationIntervalSteps "
+                                    f"({pbt.perturbation_interval_steps}): it is the step every member trains to; "
+                                    f"found [{pbt.max_step_count}]")
+
+
+def quantile_count(ranked: int, quantile_fraction: float) -> int:
+    """How many of `ranked` members form the bottom (and the top) quantile: Ray Tune's rule,
+    ceil(ranked x fraction), at least 1 and at most ranked // 2 so the two never overlap.
+    Population 4 at 0.25: one bottom, one top; 8 at 0.25: two; 3 at 0.5: one."""
+    return min(max(1, math.ceil(ranked * quantile_fraction - 1e-9)), ranked // 2)
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """The decision to replace a bottom-quantile trial by a copy of a top-quantile one."""
+
+    #: The top-quantile trial whose latest checkpoint the new trial starts from.
+    donor: Trial
+    #: The new trial's hyperparameters: `inherited` explored (`PbtScheduler.explore`).
+    parameters: dict[str, ParameterValue]
+    #: The donor's hyperparameters, as inherited before exploring (the lineage records them).
+    inherited: dict[str, ParameterValue]
+    #: The donor's latest reported step: its checkpoint's step, where the new trial resumes.
+    start_step: int
+    #: One line for the log and the live table.
+    reason: str
+
+
+class PbtScheduler:
+    """The decisions of Population Based Training for one study (see the module docstring).
+
+    Determinism: every random draw comes from a `random.Random` seeded by a string of
+    (seed, purpose, key) (SHA-512 seeding, the same on every machine and Python run): member
+    m's initial parameters by (seed, m); an exploit's donor and exploration by (seed, trial
+    number, boundary). Nothing depends on call history.
+
+    State and replay: the only state is the set of (trial, boundary) pairs already judged, so
+    a trial is never judged twice at one boundary (its later reports below the next boundary
+    are not reviewed again, whether it continued or the controller skipped the exploit).
+    A fresh scheduler (a replacement controller) given the same stored trials returns the
+    same answer as the original for any review the original had not answered yet. A trial
+    the original judged "continue" at boundary b and that has not reached the next boundary
+    may be judged once more at b by a fresh scheduler, against the trials stored by then (as
+    `vcli.stopping.AshaRule` does for its last rung).
+    """
+
+    def __init__(self, study_spec: StudySpec, *, seed: int) -> None:
+        pbt = study_spec.population_based_training_spec
+        if pbt is None:
+            raise ValueError("the study spec has no population_based_training_spec")
+        if not study_spec.metrics:
+            raise ValueError("the study spec has no metric")
+        self.pbt: PopulationBasedTrainingSpec = pbt
+        self.space = Space(study_spec.parameters)
+        metric = study_spec.metrics[0]
+        self.metric_id = metric.metric_id
+        #: Multiplies a value so that higher is better.
+        self.sign = -1.0 if metric.goal == Goal.MINIMIZE else 1.0
+        self.seed = int(seed)
+        self._judged: dict[str, int] = {}  # trial id -> the highest boundary judged
+
+    # ------------------------------------------------------------------ decisions
+
+    def initial_parameters(self, member: int) -> dict[str, ParameterValue]:
+        """Member `member`'s first hyperparameters: a random draw over the whole space, as
+        RANDOM_SEARCH draws (uniform in each parameter's scale, discrete and categorical
+        values uniform, conditional children only when active). Same (seed, member), same
+        values."""
+        rng = self._rng("initial", member)
+        row = self.space.sample_row([rng.random() for _ in range(self.space.dim)])
+        return self.space.decode(row)
+
+    def review(self, trial: Trial, trials: Sequence[Trial]) -> Exploit | None:
+        """Judge the running trial `trial`, which has just reported new measurements.
+
+        `trials` is every trial of the study in creation order (`trial` may appear in it with
+        older measurements; the given `trial` wins). Returns None (continue) unless all of:
+
+        * `trial` is ACTIVE, is its member's current trial and its latest step is below
+          `max_step_count`;
+        * its latest step has reached a boundary not judged yet (module docstring);
+        * ranked against the population, it is in the bottom quantile. The population is the
+          members' current trials that are not INFEASIBLE and have a latest measurement
+          within one interval of the boundary (the *same step window*: boundary - interval
+          <= step < boundary + interval; `trial` itself always counts). Members without a
+          measurement, far behind or far ahead (queued members start late) are left out,
+          so values are only compared at similar training lengths. At least 2 must rank.
+          With n ranked, the quantiles hold `quantile_count(n, quantileFraction)` members;
+          `trial` is in the bottom one when it ranks among the last k. Equal values are
+          ordered by a draw from (seed, boundary, member): members tied at a floor (say,
+          diverged models stuck at 0) take turns at the bottom, boundary after boundary,
+          instead of never (or all at once) being exploited;
+        * a donor exists: one of the top quantile's trials whose latest step is below
+          `max_step_count` (a finished member has nothing left to train from), drawn
+          uniformly from (seed, trial number, boundary).
+
+        The exploit's parameters are `explore(donor.parameters, key=(trial number, boundary))`.
+        """
+        lineage = trial.lineage
+        if lineage is None or trial.state != TrialState.ACTIVE:
+            return None
+        own = self._latest(trial)
+        if own is None:
+            return None
+        step, value = own
+        interval, max_steps = self.pbt.perturbation_interval_steps, self.pbt.max_step_count
+        if step >= max_steps:
+            return None
+        boundary = step // interval * interval
+        if boundary <= lineage.start_step or self._judged.get(trial.id, -1) >= boundary:
+            return None
+        self._judged[trial.id] = boundary
+
+        current = _current_trials(trial, trials)
+        if current.get(lineage.member) is not trial:
+            return None  # already replaced by a newer trial of its member
+        ranked: list[tuple[float, int, Trial, int, float]] = []  # (score, member, trial, step, value)
+        for member, t in sorted(current.items()):
+            latest = own if t is trial else self._latest(t)
+            if t.state == TrialState.INFEASIBLE or latest is None:
+                continue
+            if t is not trial and not boundary - interval <= latest[0] < boundary + interval:
+                continue
+            ranked.append((self.sign * latest[1], member, t, latest[0], latest[1]))
+        n = len(ranked)
+        if n < 2:
+            return None
+        k = quantile_count(n, self.pbt.quantile_fraction)
+        ranked.sort(key=lambda r: (-r[0], self._rng("tie", boundary, r[1]).random()))
+        if [r[2] for r in ranked].index(trial) < n - k:
+            return None
+        top = ranked[:k]
+        donors = [r for r in top if r[3] < max_steps]
+        if not donors:
+            return None
+        key = (_trial_number(trial.id), boundary)
+        _, _, donor, donor_step, donor_value = donors[self._rng("donor", *key).randrange(len(donors))]
+        reason = (
+            f"PBT: trial {trial.id} ({self.metric_id} {value:.4g} at step {step}) is in the bottom "
+            f"{self.pbt.quantile_fraction * 100:g}% of {n} members; exploiting trial {donor.id} "
+            f"({donor_value:.4g} at step {donor_step})"
+        )
+        return Exploit(
+            donor=donor,
+            parameters=self.explore(donor.parameters, key=key),
+            inherited=dict(donor.parameters),
+            start_step=donor_step,
+            reason=reason,
+        )
+
+    def explore(self, parameters: Mapping[str, ParameterValue], *, key: Sequence[int]) -> dict[str, ParameterValue]:
+        """`parameters` explored, parameter by parameter in spec order (parents first).
+
+        Each active parameter is resampled from the prior (`initial_parameters`' draw) with
+        probability `resample_probability`, else perturbed:
+
+        * DOUBLE and INTEGER: multiplied by a factor drawn from `perturbation_factors`, then
+          clamped to [min, max]. The factor multiplies the value on every scale, so on a log
+          scale it is a fixed shift of log(value) (1.2 moves 1e-4 and 1e-1 alike, by 20 %).
+          INTEGER results are rounded, and moved by at least 1 in the factor's direction
+          when the factor is not 1, so small integers still move. A value of 0 cannot be
+          scaled and is resampled instead.
+        * DISCRETE and CATEGORICAL (categorical in the spec's order): the value moves to a
+          neighbour, index +1 or -1 at random; at either end it moves inward (clamping would
+          leave it unchanged half the time there). A value not in the list is resampled.
+
+        Conditional children follow their parent's new value: children of a branch that is
+        no longer active are dropped; children that become active are drawn from the prior.
+        Values out of the spec's bounds are clamped. Same (seed, key, parameters), same
+        result.
+        """
+        rng = self._rng("explore", *key)
+        p_resample = self.pbt.resample_probability
+        out: dict[str, ParameterValue] = {}
+        for col, node in enumerate(self.space.nodes):
+            if not self.space.is_active(col, out):
+                continue
+            old = parameters.get(node.parameter_id)
+            if old is None or rng.random() < p_resample:
+                out[node.parameter_id] = self._prior(col, rng.random())
+            else:
+                out[node.parameter_id] = self._perturb(col, old, rng)
+        return out
+
+    # ------------------------------------------------------------------ helpers
+
+    def _rng(self, purpose: str, *key: object) -> random.Random:
+        return random.Random(":".join(["vcli-pbt", str(self.seed), purpose, *map(str, key)]))
+
+    def _latest(self, trial: Trial) -> tuple[int, float] | None:
+        """(step, value) of the trial's last reported finite measurement."""
+        measurements = trial.measurements or ((trial.final_measurement,) if trial.final_measurement else ())
+        for m in reversed(measurements):
+            try:
+                v = float(m.metrics.get(self.metric_id))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(v):
+                return int(m.step_count), v
+        return None
+
+    def _prior(self, col: int, u: float) -> ParameterValue:
+        """The prior draw of one parameter from a uniform `u` (as `Space.sample_row`)."""
+        node = self.space.nodes[col]
+        if node.kind in (CATEGORICAL, DISCRETE):
+            return node.values[min(len(node.values) - 1, max(0, math.floor(u * len(node.values))))]
+        return self.space.value_of(col, u)
+
+    def _perturb(self, col: int, old: ParameterValue, rng: random.Random) -> ParameterValue:
+        node = self.space.nodes[col]
+        value = self.space.normalise(col, old)
+        if node.kind in (CATEGORICAL, DISCRETE):
+            if value not in node.values:
+                return self._prior(col, rng.random())
+            if len(node.values) == 1:
+                return value
+            i = node.values.index(value)
+            shift = rng.choice((-1, 1))
+            j = i + shift if 0 <= i + shift < len(node.values) else i - shift
+            return node.values[j]
+        factor = rng.choice(self.pbt.perturbation_factors)
+        if isinstance(value, str) or value == 0:
+            return self._prior(col, rng.random())
+        if node.kind == DOUBLE:
+            return float(min(node.hi, max(node.lo, value * factor)))
+        scaled = value * factor  # INTEGER
+        moved = int(math.floor(scaled + 0.5))
+        if factor != 1 and moved == value:
+            moved = value + (1 if scaled > value else -1)
+        return int(min(node.int_hi, max(node.int_lo, moved)))
+
+
+def _current_trials(trial: Trial, trials: Sequence[Trial]) -> dict[int, Trial]:
+    """member -> its latest trial in creation order (`trial` standing for its own id)."""
+    current: dict[int, Trial] = {}
+    for t in trials:
+        if t.lineage is not None:
+            current[t.lineage.member] = trial if t.id == trial.id else t
+    if trial.lineage is not None and all(t.id != trial.id for t in trials):
+        current[trial.lineage.member] = trial
+    return current
+
+
+def _trial_number(trial_id: str) -> int:
+    """Vertex trial ids are decimal numbers; any other id is hashed (CRC-32)."""
+    return int(trial_id) if trial_id.isdigit() else zlib.crc32(trial_id.encode())
