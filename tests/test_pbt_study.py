@@ -140,6 +140,13 @@ def test_pbt_exploits_copy_checkpoints_and_explore(tmp_path: Path) -> None:
     best = trials[study["bestTrialId"]]
     assert best["finalMeasurement"]["stepCount"] == "8"
     assert "replaced" in r.stderr
+    # The best trial's lineage, as a schedule: contiguous step ranges ending at the best trial.
+    legs = study["pbtSchedule"]
+    assert legs[-1]["trialId"] == best["id"] and legs[0]["fromStep"] == 0 and legs[-1]["toStep"] == 8
+    assert all(a["toStep"] == b["fromStep"] for a, b in zip(legs, legs[1:]))
+    for leg in legs[1:]:
+        assert trials[leg["trialId"]]["populationBasedTraining"]["startStep"] == str(leg["fromStep"])
+    assert "its schedule (PBT lineage):" in r.stderr
 
 
 def test_a_trainer_without_checkpoints_skips_exploits_and_the_study_goes_on(tmp_path: Path) -> None:

@@ -107,6 +107,9 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     out["trials"] = trials
     if rec.get("bestTrialId"):
         out["bestTrialId"] = rec["bestTrialId"]
+    if rec.get("pbtSchedule"):
+        # PBT: the best trial's lineage as a hyperparameter schedule (steps, values), replayable.
+        out["pbtSchedule"] = rec["pbtSchedule"]
     metrics = (rec.get("studySpec") or {}).get("metrics") or []
     if len(metrics) > 1:
         # The result of a multi-objective study is its Pareto front, current while it runs.

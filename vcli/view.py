@@ -82,6 +82,12 @@ def _state_text(t: Trial) -> str:
     return text
 
 
+def _lineage(t: Trial) -> str:
+    """A PBT trial's origin: `2@4` (from trial 2's checkpoint at step 4), or `-`."""
+    lin = t.lineage
+    return f"{lin.parent_trial_id}@{lin.start_step}" if lin is not None and lin.parent_trial_id else "-"
+
+
 def _values(snap: StudySnapshot, values: Mapping[str, float]) -> str:
     return " ".join(f"{m.metric_id}={_fmt(values[m.metric_id])}" for m in snap.metrics if m.metric_id in values)
 
@@ -116,6 +122,10 @@ def study_table(snap: StudySnapshot) -> Any:
         table.add_column(f"{m.metric_id} ({'max' if m.goal == Goal.MAXIMIZE else 'min'})", justify="right")
     table.add_column("STEP", justify="right")
     table.add_column("TIME", justify="right")
+    pbt = any(t.lineage is not None for t in snap.trials.values())
+    if pbt:
+        table.add_column("MEMBER", justify="right")
+        table.add_column("FROM (trial@step)", justify="right")
     for t in sorted(snap.trials.values(), key=lambda t: int(t.id)):
         values, step = snap.latest(t)
         dur = snap.duration(t)
@@ -127,6 +137,7 @@ def study_table(snap: StudySnapshot) -> Any:
             *[_fmt(values[m.metric_id]) if m.metric_id in values else "-" for m in snap.metrics],
             "-" if step is None else str(step),
             "-" if dur is None else f"{dur:.1f}s",
+            *([str(t.lineage.member) if t.lineage else "-", _lineage(t)] if pbt else []),
             style="bold green" if on_front else None,
         )
     return table
@@ -178,6 +189,9 @@ class PlainStudyView(StudyView):
             return
         if kind == StudyEvent.TRIAL_STARTED:
             line = f"trial {trial.id} ACTIVE {self._params(trial)}"
+            if trial.lineage is not None and trial.lineage.parent_trial_id:
+                line += (f" (member {trial.lineage.member}, from trial {trial.lineage.parent_trial_id}'s checkpoint "
+                         f"at step {trial.lineage.start_step})")
         elif kind == StudyEvent.TRIAL_MEASUREMENT:
             m = trial.measurements[-1]
             line = f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)}"

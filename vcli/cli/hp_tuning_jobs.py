@@ -213,6 +213,15 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
         for t in front:
             values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
             err(f"  trial {t.id}: {values} with {' '.join(trial_args(run.param_specs, t.parameters))}")
+    elif best is not None and best.final_measurement is not None and getattr(run, "population", None) is not None:
+        from vcli.control.population import schedule
+
+        value = best.final_measurement.metrics[metric.metric_id]
+        err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}); "
+            "its schedule (PBT lineage):")
+        for leg in schedule(best, run.trials):
+            params = " ".join(trial_args(run.param_specs, leg["parameters"]))
+            err(f"  steps {leg['fromStep']}-{leg['toStep']}: trial {leg['trialId']} with {params}")
     elif best is not None and best.final_measurement is not None:
         value = best.final_measurement.metrics[metric.metric_id]
         err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "

@@ -158,3 +158,23 @@ def stored_handle(store: Any, custom_job: str | None) -> ReplicaHandle | None:
     if chief is None or not chief.handle:
         return None
     return ReplicaHandle.from_json(chief.handle)
+
+
+def schedule(best: Trial, trials: Mapping[str, Trial]) -> list[dict[str, Any]]:
+    """The hyperparameter schedule that produced `best`: its lineage walked back to a first
+    member trial, as [{"trialId", "fromStep", "toStep", "parameters"}] in training order (step
+    ranges are the steps each trial trained; replaying them in order reproduces the run)."""
+    chain: list[Trial] = []
+    t: Trial | None = best
+    while t is not None and t.id not in {c.id for c in chain}:
+        chain.append(t)
+        parent = t.lineage.parent_trial_id if t.lineage else None
+        t = trials.get(parent) if parent else None
+    chain.reverse()
+    out = []
+    for i, t in enumerate(chain):
+        start = t.lineage.start_step if t.lineage and t.lineage.parent_trial_id else 0
+        end = chain[i + 1].lineage.start_step if i + 1 < len(chain) and chain[i + 1].lineage else (
+            t.final_measurement.step_count if t.final_measurement else start)
+        out.append({"trialId": t.id, "fromStep": start, "toStep": end, "parameters": dict(t.parameters)})
+    return out

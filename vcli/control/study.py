@@ -570,6 +570,10 @@ class StudyRun:
             record = dict(row.record)
             if len(self.metrics) == 1:
                 record["bestTrialId"] = best.id if best else None
+            if self.population is not None and best is not None:
+                from vcli.control.population import schedule
+
+                record["pbtSchedule"] = schedule(best, self.trials)
             else:
                 record["optimalTrialIds"] = [t.id for t in self.optimal_trials()]
             if self._stop_launching:
