@@ -173,6 +173,10 @@ def _orphan(client, home: Path, name: str, nap: int) -> str:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: len([c for c in _containers(client, job_id) if c.status == "running"]) == 2, 60,
                  "both containers running")
+        # ... and recorded: a container the controller started but had not recorded yet when
+        # it died is found by its labels, but its replica row says NOT_STARTED.
+        wait_for(lambda: [x.get("state") for x in describe(home, "custom-jobs", job_id).get("replicas", [])]
+                 == ["RUNNING", "RUNNING"], 60, "both replicas recorded RUNNING")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
         proc.wait(timeout=10)
