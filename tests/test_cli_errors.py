@@ -177,7 +177,7 @@ def test_print_env_shows_tf_config_for_a_two_pool_job(run_vcli):
          "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh)"),
         (["hp-tuning-jobs", "create", "--display-name=s", "--algorithm=bayes"],
          "ERROR: (vcli.hp-tuning-jobs.create) argument --algorithm: Invalid choice: 'bayes'. "
-         "Valid choices are [algorithm-unspecified, grid-search, random-search, tpe]."),
+         "Valid choices are [algorithm-unspecified, grid-search, population-based-training, random-search, tpe]."),
         (["hp-tuning-jobs", "create", "--measurement-selection=first"],
          "ERROR: (vcli.hp-tuning-jobs.create) argument --measurement-selection: Invalid choice: 'first'. Valid choices are [best, last]."),
         (["hp-tuning-jobs", "create", "--bayesian-backend=tpe"],
