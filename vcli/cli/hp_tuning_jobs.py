@@ -185,7 +185,9 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
     else:
         runner.submit_study(study)
         err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
-    err(f"  {spec.max_trial_count} trial(s), up to {spec.parallel_trial_count} at once, {spec.study_spec.algorithm.value}, "
+    pbt = spec.study_spec.population_based_training_spec
+    at_once = pbt.population_size if pbt is not None else spec.parallel_trial_count
+    err(f"  {spec.max_trial_count} trial(s), up to {at_once} at once, {spec.study_spec.algorithm.value}, "
         f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
     err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
     interrupt_on_signals()
