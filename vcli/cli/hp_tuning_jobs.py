@@ -293,6 +293,39 @@ def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> 
     emit(resource, fmt, is_list=False)
 
 
+@app.command("export", cls=GcloudCommand)
+@command("hp-tuning-jobs.export")
+def export(
+    job: o.StudyRef,
+    to: Annotated[str, typer.Option("--to", help="vcli: trials.csv, trials.parquet, or an Optuna storage URL (sqlite:///optuna.db).")],
+    region: o.Region = None,
+) -> None:
+    """vcli: write a study's trials to a CSV or Parquet table (one row per trial), or into an
+    Optuna storage as an Optuna study (for optuna-dashboard or `optuna.load_study`)."""
+    from vcli import codec, export as ex
+    from vcli.codec.trial import trial_from_dict
+    from vcli.errors import UsageError
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    spec = codec.study_spec_from_stored(row.record["studySpec"])
+    params = codec.iter_parameters(spec.parameters)
+    trials = [trial_from_dict(d) for d in store.trials(row.id)]
+    if "://" in to:
+        name = ex.to_optuna(to, f"{row.display_name}-{row.id}", spec, {p.parameter_id: p for p in params}, trials)
+        err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {to}.")
+        return
+    columns, rows = ex.table(spec, params, trials)
+    if to.endswith(".csv"):
+        ex.write_csv(to, columns, rows)
+    elif to.endswith(".parquet"):
+        ex.write_parquet(to, columns, rows)
+    else:
+        raise UsageError(f"argument --to: [{to}] is neither a .csv or .parquet file nor a storage URL such as sqlite:///optuna.db")
+    err(f"Exported {len(trials)} trial(s) of [{row.id}] to {to}.")
+
+
 @app.command("cancel", cls=GcloudCommand)
 @command("hp-tuning-jobs.cancel")
 def cancel(job: o.StudyRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
