@@ -302,7 +302,8 @@ def export(
 ) -> None:
     """vcli: write a study's trials to a CSV or Parquet table (one row per trial), or into an
     Optuna storage as an Optuna study (for optuna-dashboard or `optuna.load_study`)."""
-    from vcli import codec, export as ex
+    from vcli import codec
+    from vcli import export as ex
     from vcli.codec.trial import trial_from_dict
     from vcli.errors import UsageError
     from vcli.store import Store
