@@ -172,9 +172,9 @@ def test_print_env_shows_tf_config_for_a_two_pool_job(run_vcli):
     "argv,line",
     [
         (["custom-jobs", "create", "--display-name=j", POOL, "--executor", "bogus"],
-         "ERROR: (vcli.custom-jobs.create) argument --executor: invalid choice: 'bogus' (choose from local, docker, ssh)"),
+         "ERROR: (vcli.custom-jobs.create) argument --executor: invalid choice: 'bogus' (choose from local, docker, ssh, ray)"),
         (["custom-jobs", "print-env", POOL, "--executor=Local"],
-         "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh)"),
+         "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh, ray)"),
         (["hp-tuning-jobs", "create", "--display-name=s", "--algorithm=bayes"],
          "ERROR: (vcli.hp-tuning-jobs.create) argument --algorithm: Invalid choice: 'bayes'. "
          "Valid choices are [algorithm-unspecified, grid-search, population-based-training, random-search, tpe]."),

@@ -1,7 +1,7 @@
 """The executor contract (vcli.executors.Executor), tested once for every executor.
 
 Every executor (the in-process fake, local processes, Docker containers, processes on an SSH
-host) runs the same replica program (tests/contract_replica.py) through the same cases: start,
+host, processes supervised by Ray actors on a loopback Ray cluster) runs the same replica program (tests/contract_replica.py) through the same cases: start,
 poll, exit codes, the log format, the environment, metric read-back, port reservation, stop
 with a grace period (polite and stubborn replicas), stop from another executor instance (as
 `cancel` in another terminal does), release, close. A new executor exists when it passes this
@@ -32,7 +32,7 @@ from vcli.logs import read_records
 from vcli.metrics import MetricReader
 from vcli.spec import ReplicaId
 
-KINDS = ["fake", "local", "docker", "ssh"]
+KINDS = ["fake", "local", "docker", "ssh", "ray"]
 BASE_IMAGE = "vcli-base:bookworm"
 
 
@@ -161,7 +161,28 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         return Harness("ssh", build(), home, "python3" if docker else sys.executable,
                        Placement(host="lo", address="127.0.0.1", runtime=host.runtime), another=build,
                        image=BASE_IMAGE if docker else None)
+    if kind == "ray":  # one single-node cluster for the module (`_ray_cluster`), actors on it
+        from tests.harness.ray_cluster import AUTH_ENV
+        from vcli.executors.ray import RayExecutor
+
+        for name, value in AUTH_ENV.items():
+            monkeypatch.setenv(name, value)
+        address = os.environ["VCLI_TEST_RAY_ADDRESS"]
+        return Harness(kind, RayExecutor(address), home, sys.executable, Placement(),
+                       another=lambda: RayExecutor(address))
     raise AssertionError(kind)
+
+
+@pytest.fixture(scope="module")
+def _ray_cluster() -> Iterator[str]:
+    """A head-only Ray cluster on loopback, started by the first ray case of this module."""
+    from tests.harness.ray_cluster import RayCluster
+
+    cluster = RayCluster(workers=0).start()
+    try:
+        yield cluster.address
+    finally:
+        cluster.stop()
 
 
 def _ssh_executor(host: Any) -> Executor:
@@ -172,13 +193,21 @@ def _ssh_executor(host: Any) -> Executor:
 
 @pytest.fixture(params=KINDS)
 def h(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    _ray_address(request, monkeypatch)
     yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+def _ray_address(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ray case needs the module's cluster (started only when a ray case runs)."""
+    if request.param == "ray":
+        monkeypatch.setenv("VCLI_TEST_RAY_ADDRESS", request.getfixturevalue("_ray_cluster"))
 
 
 @pytest.fixture(params=[*KINDS, "ssh-docker"])
 def hd(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     """`h`, and the ssh executor on a host whose runtime is docker: directories travel to and
     from containers on SSH hosts as to and from processes there."""
+    _ray_address(request, monkeypatch)
     yield from _harness(request.param, tmp_path, monkeypatch)
 
 

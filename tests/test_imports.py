@@ -1,5 +1,5 @@
 """Start-up stays light: `vcli --help` and listing never import TensorFlow, Docker, paramiko,
-scikit-optimize or scikit-learn (they are installed here, so an eager import would show).
+scikit-optimize, scikit-learn or Ray (they are installed here, so an eager import would show).
 
 Each check runs the real CLI entry point in a fresh interpreter and then reports which of
 those packages ended up in `sys.modules`; nothing is hooked into the import system.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn")
+HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn", "ray")
 MARKER = "@@vcli-heavy-modules@@"
 
 PROBE = f"""

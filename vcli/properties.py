@@ -1,7 +1,8 @@
 """User properties, like `gcloud config`: a small JSON file in the user's config dir.
 
-Known properties: `executor` (local|docker|ssh: the default for --executor), `hosts` (default
---hosts), `python` (interpreter for the process runtime), `storage/gcs-root` (the local
+Known properties: `executor` (local|docker|ssh|ray: the default for --executor), `hosts` (default
+--hosts), `ray/address` (the Ray cluster of --executor=ray: `ray://HOST:10001`, `HOST:PORT` or
+`auto`; default $RAY_ADDRESS, else `auto`), `python` (interpreter for the process runtime), `storage/gcs-root` (the local
 directory that stands for Cloud Storage: gs://BUCKET/PATH is DIR/BUCKET/PATH; default
 `<vcli home>/gcs`; see `vcli.codec.gcs`). Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
@@ -21,6 +22,7 @@ KNOWN = {
     "executor": tuple(k.value for k in ExecutorKind),
     "hosts": None,
     "python": None,
+    "ray/address": None,
     "storage/gcs-root": None,
 }
 

@@ -77,11 +77,12 @@ class JobKind(str, Enum):
 
 
 class ExecutorKind(str, Enum):
-    """What runs replicas (`--executor`): child processes, local containers, SSH hosts."""
+    """What runs replicas (`--executor`): child processes, local containers, SSH hosts, a Ray cluster."""
 
     LOCAL = "local"
     DOCKER = "docker"
     SSH = "ssh"
+    RAY = "ray"
 
 
 class StudyEvent(str, Enum):

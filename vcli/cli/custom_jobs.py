@@ -105,6 +105,7 @@ def create(
     region: o.Region = None,
     executor: o.Executor = None,
     hosts: o.Hosts = None,
+    ray_address: o.RayAddress = None,
     shm_size: o.ShmSize = None,
     validate_only: o.ValidateOnly = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the job is submitted; it runs in a background vcli process.")] = False,
@@ -119,6 +120,7 @@ def create(
     from vcli.errors import UsageError
 
     check_format(fmt)
+    o.use_ray_address(ray_address)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)

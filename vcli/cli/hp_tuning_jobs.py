@@ -110,6 +110,7 @@ def create(
     region: o.Region = None,
     executor: o.Executor = None,
     hosts: o.Hosts = None,
+    ray_address: o.RayAddress = None,
     shm_size: o.ShmSize = None,
     validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
     fmt: o.Format = None,
@@ -123,6 +124,7 @@ def create(
     from vcli.errors import ConfigError, InvalidValueError, UsageError
 
     check_format(fmt)
+    o.use_ray_address(ray_address)
     doc, source = codec.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
         algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,

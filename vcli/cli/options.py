@@ -53,6 +53,7 @@ Network = Annotated[Optional[str], typer.Option("--network", help="Recorded in j
 PersistentResourceId = Annotated[Optional[str], typer.Option("--persistent-resource-id", help="Recorded in jobSpec.persistentResourceId; no effect on local runs.")]
 EnableWebAccess = Annotated[bool, typer.Option("--enable-web-access", help="Recorded in jobSpec.enableWebAccess; no effect on local runs.")]
 EnableDashboardAccess = Annotated[bool, typer.Option("--enable-dashboard-access", help="Recorded in jobSpec.enableDashboardAccess; no effect on local runs.")]
+RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="vcli: the Ray cluster for --executor=ray (ray://host:10001, host:6379 or auto); as RAY_ADDRESS or `vcli config set ray/address`.")]
 KmsKey = Annotated[Optional[str], typer.Option("--kms-key", "--kms-key-name", help="gcloud: CMEK key for encryptionSpec; accepted, no effect on local runs.")]
 KmsKeyring = Annotated[Optional[str], typer.Option("--kms-keyring", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
 KmsLocation = Annotated[Optional[str], typer.Option("--kms-location", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
@@ -95,3 +96,12 @@ def kms_key_name(key: Optional[str], keyring: Optional[str], location: Optional[
         raise InvalidValueError("--kms-key", f"[{key}] is not a full key name (projects/P/locations/L/keyRings/R/cryptoKeys/K); "
                                 f"give it in full or add {', '.join(missing)}.")
     return f"projects/{project}/locations/{location}/keyRings/{keyring}/cryptoKeys/{key}"
+
+
+def use_ray_address(address: Optional[str]) -> None:
+    """`--ray-address` for this run: it is what RAY_ADDRESS says for the Ray executor (and the
+    detached runner of `--async`, which inherits the environment)."""
+    if address:
+        import os
+
+        os.environ["RAY_ADDRESS"] = address

@@ -16,6 +16,7 @@ from vcli.executors import Executor, HostHealth, get_executor
 from vcli.spec import ExecutorKind
 
 if TYPE_CHECKING:
+    from vcli.executors.ray import RayExecutor
     from vcli.executors.ssh import SSHExecutor
     from vcli.hosts import Host
 
@@ -110,6 +111,22 @@ def ssh_executor(hosts: Sequence[Host], health: HostHealth | None = None) -> SSH
     return SSHExecutor(hosts, home=default_home(), known_hosts=known_hosts(), health=health)
 
 
+def ray_address(flag: str | None = None) -> str:
+    """The Ray cluster of --executor=ray: `--ray-address`, else `vcli config set ray/address`,
+    else $RAY_ADDRESS, else `auto` (the cluster this machine is a node of)."""
+    from vcli import properties
+
+    return flag or properties.get("ray/address") or os.environ.get("RAY_ADDRESS") or "auto"
+
+
+def ray_executor(address: str | None = None) -> RayExecutor:
+    """A Ray executor connected (lazily, at first use) to `ray_address(address)`."""
+    from vcli.executors.ray import RayExecutor
+    from vcli.store import default_home
+
+    return RayExecutor(ray_address(address), home=default_home())
+
+
 def executor_for_handles(name: str) -> Executor:
     """The executor called `name`, able to poll, stop, read and release stored handles.
 
@@ -120,11 +137,16 @@ def executor_for_handles(name: str) -> Executor:
         from vcli.hosts import load_inventory
 
         return ssh_executor([h for n, h in sorted(load_inventory().items()) if n != "local"])
+    if name == ExecutorKind.RAY.value:
+        return ray_executor()  # actors are named and detached: found from any process
     return get_executor(name)
 
 
-def open_execution(kind: ExecutorKind, hosts: str | None = None) -> Execution:
+def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: str | None = None) -> Execution:
     """The executor for `kind` (`--hosts` implies ssh) with its placer.
+
+    For ray, the cluster places replicas itself: the placer reserves a placement group per job
+    (`vcli.executors.ray.RayPlacer`); `ray_address` is `--ray-address` (None: the defaults).
 
     For ssh, one placement scheduler over the hosts' capacity places replicas (`JobPlacer`) and
     hears from the executor which hosts died or came back (`HostHealth`).
@@ -136,6 +158,9 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None) -> Execution:
         scheduler = Scheduler([HostCapacity.from_host(h) for h in chosen])
         return Execution(kind=ExecutorKind.SSH, executor=ssh_executor(chosen, health=scheduler),
                          placer=JobPlacer(scheduler))
+    if kind == ExecutorKind.RAY:
+        executor = ray_executor(ray_address)
+        return Execution(kind=kind, executor=executor, placer=executor.placer())
     return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer())
 
 
@@ -143,8 +168,8 @@ def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
     """One line per pool that asks for GPUs this machine does not declare or have (local and
     docker executors; the SSH scheduler refuses such jobs itself). Never silently: the replica
     then runs without the accelerator."""
-    if kind == ExecutorKind.SSH:
-        return []
+    if kind in (ExecutorKind.SSH, ExecutorKind.RAY):
+        return []  # their placers refuse what cannot fit
     from vcli.hosts import local_host
 
     indices, gtype = local_host().gpus()

@@ -150,7 +150,7 @@ class Executor(Protocol):
     """Starts and controls replicas: the whole surface controllers and the CLI may use.
 
     Implementations: `local` (processes), `docker` (containers), `ssh` (processes or containers
-    on inventory hosts), and the in-process fake of the test suite; every one must pass
+    on inventory hosts), `ray` (processes on a Ray cluster's nodes), and the in-process fake of the test suite; every one must pass
     `tests/test_executor_contract.py`.
 
     Call order for one job: `check` (what `--validate-only` runs: is the job valid here?),
@@ -396,4 +396,6 @@ def get_executor(name: str) -> Executor:
 
     if name == ExecutorKind.SSH.value:
         raise UsageError("the ssh executor needs its hosts: build it with vcli.control.wiring")
+    if name == ExecutorKind.RAY.value:
+        raise UsageError("the ray executor needs its cluster address: build it with vcli.control.wiring")
     raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

@@ -1,0 +1,212 @@
+"""The ray executor (issue #11) on a real Ray cluster: a head and two worker raylets on loopback.
+
+The cluster (tests/harness/ray_cluster.py) is started once for this module (about 20 s on the
+2-core CI machine) and killed at its end; every node declares one fake GPU and a custom
+resource naming it. Jobs and studies run through the real CLI (`--executor=ray`, the cluster's
+address in RAY_ADDRESS). The node-loss test kills a worker raylet, so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.harness.ray_cluster import AUTH_ENV, RayCluster
+from tests.helpers import REPO, clusters_from_stdout, describe, job_id_from_stderr, processes_with_env, vcli, vcli_env, wait_for
+
+POOL = "machine-type=n1-standard-4,replica-count=1"
+GPU_POOL = f"{POOL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    c = RayCluster(workers=2, gpus_per_node=1, cpus_per_node=2).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        assert c.processes() == []
+
+
+def _env(cluster: RayCluster) -> dict[str, str]:
+    return {"VCLI_EXECUTOR": "ray", "RAY_ADDRESS": cluster.address, **AUTH_ENV}
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "pkg"
+    pkg.mkdir(parents=True)
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    return pkg
+
+
+#: A trial that records where it ran (Ray node, GPUs) and when, then reports accuracy.
+TRIAL = """
+    import json, os, sys, time
+    lr = float(sys.argv[1].split("=", 1)[1])
+    rec = {"node": os.environ["VCLI_RAY_NODE_ID"], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time()}
+    print("up on", rec["node"], flush=True)
+    time.sleep(float(os.environ.get("TRIAL_SLEEP", "2")))
+    rec["end"] = time.time()
+    out = os.path.join(os.environ["AIP_MODEL_DIR"], "trial.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(rec, open(out, "w"))
+    print(f"accuracy={1 - abs(lr - 0.3):.4f}", flush=True)
+"""
+
+
+def test_two_replica_multiworker_job_lands_on_two_nodes_and_trains(cluster: RayCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = vcli(home, "custom-jobs", "create", "--display-name=digits",
+             f"--worker-pool-spec={POOL},local-package-path=.,python-module=trainer.task",
+             f"--worker-pool-spec={POOL}", "--args=--epochs=1", timeout=400, **_env(cluster))
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    replicas = {x["taskName"]: x for x in job["replicas"]}
+    assert all(x["exitCode"] == 0 for x in replicas.values())
+    nodes = set(cluster.node_ids().values())
+    hosts = [replicas[t]["host"] for t in ("workerpool0-0", "workerpool1-0")]
+    assert hosts[0] != hosts[1] and set(hosts) <= nodes  # gang-placed on two different Ray nodes
+    clusters = clusters_from_stdout(r.stdout)
+    assert clusters["workerpool0-0"] == clusters["workerpool1-0"] == {
+        "chief": [replicas["workerpool0-0"]["address"]], "worker": [replicas["workerpool1-0"]["address"]]}
+    log = Path(replicas["workerpool0-0"]["logPath"]).read_text()
+    assert "final val_accuracy=" in log
+    job_id = job["name"].rsplit("/", 1)[1]
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+    assert cluster.placement_groups()[f"vcli-{job_id}"] == "REMOVED"
+
+
+def test_a_job_that_can_never_fit_fails_at_once(cluster: RayCluster, tmp_path: Path) -> None:
+    began = time.monotonic()
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=too-big",
+             f"--worker-pool-spec={POOL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=2,"
+             f"local-package-path={_package(tmp_path, {'t.py': 'print(1)'})},script=t.py", timeout=120, **_env(cluster))
+    assert r.returncode != 0
+    assert "can never fit on the Ray cluster" in r.stderr and "2 GPU" in r.stderr, r.stderr[-2000:]
+    assert time.monotonic() - began < 60  # no waiting for room that will never come
+
+
+def test_container_images_are_refused(cluster: RayCluster, tmp_path: Path) -> None:
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=image", "--validate-only",
+             f"--worker-pool-spec={POOL},container-image-uri=python:3.11", "--command=python,-c,print(1)",
+             timeout=120, **_env(cluster))
+    assert r.returncode != 0
+    assert "the ray executor runs processes; run images with --executor=docker" in r.stderr, r.stderr[-2000:]
+
+
+def test_parallel_trials_never_share_a_one_gpu_node(cluster: RayCluster, tmp_path: Path) -> None:
+    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=gpu-study",
+             "--max-trial-count=6", "--parallel-trial-count=3", "--algorithm=random-search", "--seed=1",
+             "--metric=metric-id=accuracy,goal=maximize", "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1",
+             f"--worker-pool-spec={GPU_POOL},local-package-path={pkg},script=trial.py", "--format=json",
+             timeout=600, **_env(cluster))
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr[-3000:]}"
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 6
+    records = [json.loads(p.read_text()) for p in (tmp_path / "home").rglob("trial.json")]
+    assert len(records) == 6
+    assert all(rec["cuda"] == "0" for rec in records)  # each node's one GPU, as Ray assigned it
+    assert len({rec["node"] for rec in records}) >= 2
+    for node in {rec["node"] for rec in records}:  # never two trials at once on one node's only GPU
+        spans = sorted((rec["start"], rec["end"]) for rec in records if rec["node"] == node)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"slow.py": """
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        print("sleeping", flush=True)
+        time.sleep(600)
+    """})
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=slow",
+                             f"--worker-pool-spec={POOL},local-package-path={pkg},script=slow.py",
+                             f"--worker-pool-spec={POOL}"],
+                            env=vcli_env(home, **_env(cluster)), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        logs = wait_for(lambda: [p for p in home.rglob("replica.log") if "sleeping" in p.read_text()],
+                        120, "both replicas sleeping")
+        job_id = logs[0].parts[logs[0].parts.index("jobs") + 1]
+        wait_for(lambda: len(processes_with_env("VCLI_JOB_ID", job_id)) >= 4, 60, "trainers and their helpers")
+        r = vcli(home, "custom-jobs", "cancel", job_id, timeout=120, **_env(cluster))
+        assert r.returncode == 0, r.stderr
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 15, "no process of the job left")
+    assert cluster.placement_groups()[f"vcli-{job_id}"] == "REMOVED"  # its resources are free again
+
+
+def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster, tmp_path: Path) -> None:
+    """VCLI_RAY_STREAM_LOGS=1 treats every node as another machine: the actor keeps the log on
+    its node and vcli copies its lines into the replica's log file while the job runs."""
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"talk.py": """
+        import time
+        for i in range(5):
+            print(f"line {i}", flush=True)
+            time.sleep(0.3)
+    """})
+    r = vcli(home, "custom-jobs", "create", "--display-name=talk",
+             f"--worker-pool-spec={POOL},local-package-path={pkg},script=talk.py", timeout=300,
+             VCLI_RAY_STREAM_LOGS="1", **_env(cluster))
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_id = job_id_from_stderr(r.stderr)
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
+    lines = [line.split("\t")[3] for line in logs.stdout.splitlines() if line.count("\t") >= 3]
+    assert [x for x in lines if x.startswith("line ")] == [f"line {i}" for i in range(5)], logs.stdout
+    assert "Task completed" in lines[-1]
+
+
+def test_zz_a_lost_node_fails_its_trial_within_seconds_and_the_study_completes(cluster: RayCluster,
+                                                                                tmp_path: Path) -> None:
+    """Runs last (zz): it kills worker node_c for good."""
+    home = tmp_path / "home"
+    victim = cluster.node_ids()["node_c"]
+    pkg = _package(tmp_path, {"trial.py": TRIAL.replace(
+        'float(os.environ.get("TRIAL_SLEEP", "2"))', f'600 if rec["node"] == "{victim}" else 1')})
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", "hp-tuning-jobs", "create", "--display-name=loss",
+                             "--max-trial-count=4", "--parallel-trial-count=3", "--max-failed-trial-count=1",
+                             "--algorithm=random-search", "--seed=1", "--metric=metric-id=accuracy,goal=maximize",
+                             "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1",
+                             f"--worker-pool-spec={GPU_POOL},local-package-path={pkg},script=trial.py", "--format=json"],
+                            env=vcli_env(home, **_env(cluster)), cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: any(f"up on {victim}" in p.read_text() for p in home.rglob("replica.log")),
+                 180, "a trial running on node_c")
+        stranded = processes_with_env("VCLI_RAY_NODE_ID", victim)
+        assert stranded
+        killed_at = time.monotonic()
+        cluster.kill_node("node_c")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
+    study = json.loads(out)
+    states = [t["state"] for t in study["trials"]]
+    assert len(states) == 4 and states.count("SUCCEEDED") == 3, f"{states}\n{err[-3000:]}"
+    lost = next(t for t in study["trials"] if t["state"] != "SUCCEEDED")
+    assert "Ray actor" in json.dumps(lost), lost
+    # The whole study (the lost trial's end included) took seconds after the kill, not a timeout.
+    assert time.monotonic() - killed_at < 60
+    assert not processes_with_env("VCLI_RAY_NODE_ID", victim)

@@ -1,0 +1,463 @@
+"""The `ray` executor: a job's replicas gang-placed on a Ray cluster, each supervised there.
+
+Placement: `RayPlacer` (what `plan_job` calls) turns a job's replicas into one Ray placement
+group, one bundle per replica (CPUs from the machine type, capped at the largest node as the
+SSH scheduler does; GPUs from `accelerator-count`), strategy SPREAD (distinct nodes when they
+have room, as on Vertex where each replica is its own VM). All bundles are reserved at once or
+none: a job that no empty cluster could hold fails at once (`PlacementError`), one that does
+not fit now raises `NoCapacityError` (a study keeps the trial queued). A replica's
+`Placement` is `host=<Ray node id>, address=<node IP>`; `reserve_port` asks a task pinned to
+that node for a port free there, so CLUSTER_SPEC/TF_CONFIG name where the replica really runs.
+
+Replicas: `start` creates a named, detached Ray actor (`vcli.executors.ray.node.
+ReplicaSupervisor`) in the replica's bundle; it runs the trainer's own argv under vcli's
+per-replica supervisor on its node, with CUDA_VISIBLE_DEVICES set from the GPUs Ray assigned.
+The handle's ref is the actor's name (namespace `vcli`), so `cancel` from another terminal
+finds it. A replica's node that dies takes the actor with it: `poll` then reports the replica
+ended, with a message naming the lost actor/node, within one poll.
+
+Files: a replica on this machine (its node IP is an address of this machine) writes its log
+straight into `launch.log_path`; on another node (or with VCLI_RAY_STREAM_LOGS=1) the actor
+writes a node-local log and `poll`, `stop` and `release` copy its new whole lines into
+`launch.log_path` (`adopt` resumes the copy after a controller restart). Code (`prepare`: the local package snapshot and its
+Python environment), output, checkpoint and metric paths are used as they are: replicas on
+other machines need them on a filesystem shared at the same paths (NFS and the like); metric
+files are read back through the actor.
+
+Container images are refused (`check`): Ray runs processes here; images run with
+--executor=docker (or an SSH host's docker runtime).
+
+`import ray` happens only in this package, lazily, when the executor first talks to the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from vcli.errors import ExecutorError, InvalidValueError
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
+from vcli.executors import supervisor as _supervisor
+
+#: Ray namespace of vcli's actors and placement groups.
+NAMESPACE = "vcli"
+#: How long `place` waits for a placement group before calling the cluster full for now.
+PLACE_WAIT_SECONDS = 1.0
+#: Seconds a call to a replica's actor may take before it counts as unanswered.
+CALL_TIMEOUT_SECONDS = 30.0
+#: Argv word the node replaces by its own interpreter (the driver's path may not exist there).
+NODE_PYTHON = "@node-python@"
+
+
+class RayExecutor(ExecutorBase):
+    """Replicas as supervised processes on the nodes of a Ray cluster at `address`."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, python: str | None = None,
+                 home: str | os.PathLike[str] | None = None) -> None:
+        #: `ray://host:10001`, `host:port` of the GCS, or `auto` (the cluster on this machine).
+        self.address = address or "auto"
+        #: The interpreter for `python -m` / `.py` entrypoints; default: each node's own.
+        self.python = python or os.environ.get("VCLI_PYTHON") or NODE_PYTHON
+        self.home = home
+        self._groups: dict[str, tuple[Any, dict[str, int], list[dict[str, float]]]] = {}
+        #: ref -> (local log path, byte offset copied so far) for replicas on other machines.
+        self._streams: dict[str, tuple[str, int]] = {}
+        self._recent_ports: dict[tuple[str, int], float] = {}
+        self._lock = threading.RLock()
+        self._connected_here = False
+        self._actor_class: Any = None
+        self._port_task: Any = None
+
+    # ------------------------------------------------------------------ connection
+
+    def _ray(self) -> Any:
+        """The `ray` module, connected to the cluster (once per process)."""
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("The ray executor needs Ray: pip install 'vcli[ray]'.") from None
+        with self._lock:
+            if not ray.is_initialized():
+                try:
+                    ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
+                             logging_level="ERROR", configure_logging=False)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise ExecutorError(f"Cannot connect to the Ray cluster at {self.address}: {first}") from None
+                self._connected_here = True
+            if self._actor_class is None:
+                from ray import cloudpickle
+
+                from vcli.executors.ray import node
+
+                # Nodes need Ray, not vcli: the actor's module travels by value.
+                cloudpickle.register_pickle_by_value(node)
+                self._actor_class = ray.remote(node.ReplicaSupervisor)
+                self._port_task = ray.remote(node.free_port)
+        return ray
+
+    # ------------------------------------------------------------------ placement
+
+    def placer(self) -> RayPlacer:
+        return RayPlacer(self)
+
+    def place(self, replicas: Sequence[Any], spec: Any, job_id: str) -> list[Placement]:
+        """Reserve one bundle per replica at once; see the module docstring."""
+        from vcli.placement import NoCapacityError, PlacementError
+
+        ray = self._ray()
+        from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        max_cpus = max((n["Resources"].get("CPU", 0.0) for n in nodes), default=0.0)
+        bundles = [self._bundle(r, spec, max_cpus) for r in replicas]
+        why = _never_fits(bundles, nodes, [r.task_name for r in replicas])
+        if why:
+            raise PlacementError(f"Job {job_id} can never fit on the Ray cluster at {self.address}: {why}")
+        self.release_group(job_id)  # planned again (print-env, then create): start afresh
+        pg = placement_group(bundles, strategy="SPREAD", name=f"vcli-{job_id}", lifetime="detached")
+        ready, _ = ray.wait([pg.ready()], timeout=PLACE_WAIT_SECONDS)
+        if not ready:
+            remove_placement_group(pg)
+            asks = ", ".join(f"{r.task_name}: {_show(b)}" for r, b in zip(replicas, bundles))
+            raise NoCapacityError(f"The Ray cluster has no room for job {job_id} now ({asks}).")
+        by_bundle = placement_group_table(pg)["bundles_to_node_id"]
+        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in nodes}
+        with self._lock:
+            self._groups[job_id] = (pg, {r.task_name: i for i, r in enumerate(replicas)}, bundles)
+        return [Placement(host=by_bundle[i], address=ips.get(by_bundle[i], "127.0.0.1")) for i in range(len(replicas))]
+
+    @staticmethod
+    def _bundle(replica: Any, spec: Any, max_cpus: float) -> dict[str, float]:
+        from vcli.placement import machine_resources
+
+        if spec is None:
+            return {"CPU": 1.0}
+        ms = spec.worker_pool_specs[replica.pool_index].machine_spec
+        cpus, _memory = machine_resources(ms.machine_type)
+        # A machine type larger than any node means "a whole node" (as the SSH scheduler caps it).
+        bundle = {"CPU": max(1.0, min(cpus, max_cpus) if cpus else 1.0)}
+        if ms.accelerator_count:
+            bundle["GPU"] = float(ms.accelerator_count)
+        return bundle
+
+    def release_group(self, job_id: str) -> None:
+        """Give a job's placement group back to Ray (its bundles' actors go with it); one this
+        executor did not create is looked up by its name. Idempotent."""
+        with self._lock:
+            group = self._groups.pop(job_id, None)
+        import ray
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        if group is None and not ray.is_initialized():
+            return  # never connected: this process placed nothing and must not start Ray to look
+        try:
+            pg = group[0] if group is not None else get_placement_group(f"vcli-{job_id}")
+            remove_placement_group(pg)
+        except Exception:  # no such group (never placed, or already removed), or the cluster is gone
+            pass
+
+    # ------------------------------------------------------------------ protocol
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        for launch in launches:
+            if launch.image_uri and launch.local_package is None and not launch.python_module:
+                raise InvalidValueError(
+                    "--executor", f"{launch.task_name} names container image {launch.image_uri}: the ray executor "
+                    "runs processes; run images with --executor=docker.")
+            process_argv(launch, self.python)
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        return process_argv(launch, self.python)
+
+    def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
+        self._ray()
+
+    def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
+                progress: Callable[[str], None]) -> list[ReplicaLaunch]:
+        """The local executor's preparation (private package copy, cached Python environment),
+        on this machine's filesystem: replicas on other nodes need it shared at the same paths."""
+        self.check(launches)
+        from vcli.executors.local import LocalExecutor
+
+        python = self.python if self.python != NODE_PYTHON else sys.executable
+        return LocalExecutor(python=python, home=self.home).prepare(launches, cancelled=cancelled, progress=progress)
+
+    def reserve_port(self, placement: Placement) -> int:
+        """A port free on the replica's node now (asked on that node), never handed out twice
+        within a minute."""
+        if not _is_node_id(placement.host):
+            from vcli.executors.local import free_port
+
+            return free_port(placement.address)
+        ray = self._ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = self._port_task.options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=placement.host, soft=False))
+        for _ in range(20):
+            try:
+                port = int(ray.get(task.remote(placement.address), timeout=CALL_TIMEOUT_SECONDS))
+            except Exception as e:  # the node is gone or unreachable
+                raise ExecutorError(f"Cannot reserve a port on Ray node {placement.address}: {_gist(e)}") from None
+            with self._lock:
+                now = time.monotonic()
+                self._recent_ports = {k: t for k, t in self._recent_ports.items() if now - t < 60}
+                if (placement.host, port) not in self._recent_ports:
+                    self._recent_ports[(placement.host, port)] = now
+                    return port
+        raise ExecutorError(f"Cannot find a free TCP port on Ray node {placement.address}.")
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        ray = self._ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        from vcli.executors.local import REPLICA_TAG
+
+        argv = process_argv(launch, self.python)
+        tag = f"{launch.job_id}/{launch.task_name}"
+        env = {**launch.env, "VCLI_JOB_ID": launch.job_id, REPLICA_TAG: tag}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if launch.workdir:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, os.environ.get("PYTHONPATH", "")) if p)
+        os.makedirs(launch.output_dir, exist_ok=True)
+        place_seed_dirs(launch)  # shared filesystem: the replica sees them at the same paths
+        with self._lock:
+            group = self._groups.get(launch.job_id)
+        options: dict[str, Any] = {"num_cpus": 0}
+        if group is not None and launch.task_name in group[1]:
+            index = group[1][launch.task_name]
+            bundle = group[2][index]
+            options = {"num_cpus": bundle.get("CPU", 0.0), "num_gpus": bundle.get("GPU", 0.0),
+                       "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                           placement_group=group[0], placement_group_bundle_index=index)}
+        elif _is_node_id(launch.placement.host):
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=launch.placement.host, soft=False)
+        name = _actor_name(launch)
+        log_here = self._writes_here(launch.placement.address)
+        actor = self._actor_class.options(name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0,
+                                          max_concurrency=4, **options).remote()
+        try:
+            facts = ray.get(actor.start.remote(
+                argv=argv, env=env,
+                cwd=launch.workdir, output_dir=launch.output_dir, log_path=launch.log_path if log_here else None,
+                masks=list(launch.secret_env), supervisor_source=_supervisor_source(), tag=tag,
+            ), timeout=CALL_TIMEOUT_SECONDS * 4)
+        except Exception as e:  # actor could not be scheduled or start failed
+            ray.kill(actor)
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on Ray: {_gist(e)}") from None
+        if not log_here:
+            with self._lock:
+                self._streams[name] = (launch.log_path, 0)
+        return ReplicaHandle(executor=self.name, host=facts["nodeId"], ref=name, task_name=launch.task_name,
+                             details={"job": launch.job_id, "node": facts["nodeIp"], "gpus": ",".join(facts["gpuIds"]),
+                                      "nodeLog": facts["logPath"]})
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        ray = self._ray()
+        from ray.exceptions import GetTimeoutError
+
+        actor = self._actor(handle)
+        if actor is None:
+            return ReplicaStatus(running=False, message="its Ray actor is gone (the node was lost or it was stopped)")
+        try:
+            status = ray.get(actor.poll.remote(), timeout=CALL_TIMEOUT_SECONDS)
+        except GetTimeoutError:
+            return ReplicaStatus(running=True)  # a slow node is not a lost one
+        except Exception as e:  # RayActorError and kin: the node or actor died
+            return ReplicaStatus(running=False, message=f"its Ray actor died (node {handle.details.get('node', handle.host)} "
+                                                        f"lost?): {_gist(e)}")
+        self._pull_log(handle, actor)
+        if status is None:
+            return ReplicaStatus(running=True)
+        code = status.get("exitCode")
+        if code is None:
+            return ReplicaStatus(running=False, message=str(status.get("message") or "the replica is gone"))
+        signame = status.get("signal")
+        return ReplicaStatus(running=False, exit_code=int(code), message=f"killed by signal {signame}" if signame else None)
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        ray = self._ray()
+        pending = []
+        for handle in handles:
+            actor = self._actor(handle)
+            if actor is not None:
+                pending.append((handle, actor, actor.stop.remote(grace_seconds)))
+        for handle, actor, ref in pending:
+            try:
+                ray.get(ref, timeout=grace_seconds + CALL_TIMEOUT_SECONDS)
+            except Exception:  # a dead actor's supervisor stops with it (--stop-with-parent)
+                continue
+            self._pull_log(handle, actor)
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        ray = self._ray()
+        actor = self._actor(handle)
+        if actor is not None:
+            try:
+                return ray.get(actor.read_file.remote(path), timeout=CALL_TIMEOUT_SECONDS)  # type: ignore[no-any-return]
+            except Exception:  # the node is gone: the shared filesystem may still have it
+                pass
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        """Copy the last log lines, end the replicas' actors, and give their jobs' placement
+        groups back (found by name when another process placed them: `cancel` after a
+        controller died must not leave the cluster's resources reserved)."""
+        ray = self._ray()
+        for handle in handles:
+            actor = self._actor(handle)
+            if actor is None:
+                continue
+            self._pull_log(handle, actor)
+            try:
+                ray.get(actor.cleanup.remote(), timeout=CALL_TIMEOUT_SECONDS)
+            except Exception:  # its node is gone, and its files with it
+                pass
+            try:
+                ray.kill(actor)
+            except Exception:  # already dead
+                pass
+            with self._lock:
+                self._streams.pop(handle.ref, None)
+        for job_id in {h.details.get("job", "") for h in handles} - {""}:
+            self.release_group(job_id)
+
+    def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
+        """Go on copying a replica's node-local log from where the local copy ends (the local
+        file holds exactly the bytes copied so far, so its size is the node file's offset)."""
+        node_ip = handle.details.get("node", "")
+        if not node_ip or self._writes_here(node_ip):
+            return  # its actor writes `launch.log_path` itself
+        try:
+            offset = os.path.getsize(launch.log_path)
+        except OSError:
+            offset = 0
+        with self._lock:
+            self._streams[handle.ref] = (launch.log_path, offset)
+
+    def close(self) -> None:
+        for job_id in list(self._groups):
+            self.release_group(job_id)
+        if self._connected_here:
+            import ray
+
+            ray.shutdown()
+            self._connected_here = False
+
+    # ------------------------------------------------------------------ internals
+
+    def _writes_here(self, node_ip: str) -> bool:
+        """May a replica on `node_ip` write this machine's files directly? Yes when the IP is
+        this machine's, unless $VCLI_RAY_STREAM_LOGS=1 (raylets in containers on this host see
+        another filesystem at the same IP): then logs are streamed as from another machine."""
+        return os.environ.get("VCLI_RAY_STREAM_LOGS") != "1" and _is_this_machine(node_ip)
+
+    def _actor(self, handle: ReplicaHandle) -> Any:
+        ray = self._ray()
+        try:
+            return ray.get_actor(handle.ref, namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    def _pull_log(self, handle: ReplicaHandle, actor: Any) -> None:
+        """Append the node-local log's new whole lines to the launch's log file."""
+        with self._lock:
+            stream = self._streams.get(handle.ref)
+        if stream is None:
+            return
+        path, offset = stream
+        import ray
+
+        try:
+            data, new_offset = ray.get(actor.read_log.remote(offset), timeout=CALL_TIMEOUT_SECONDS)
+        except Exception:  # the node is gone: what was copied is all there is
+            return
+        if data:
+            with open(path, "ab") as f:
+                f.write(data)
+        with self._lock:
+            self._streams[handle.ref] = (path, new_offset)
+
+
+class RayPlacer:
+    """The `plan_job` placer of a `RayExecutor`: a placement group per job, released at its end."""
+
+    def __init__(self, executor: RayExecutor) -> None:
+        self.executor = executor
+        self._anon = 0
+
+    def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
+                 **_: Any) -> list[Placement]:
+        if job_id is None:
+            self._anon += 1
+            job_id = f"anonymous-{self._anon}"
+        return self.executor.place(replicas, spec, job_id)
+
+    def release(self, job_id: str) -> None:
+        self.executor.release_group(job_id)
+
+
+def _never_fits(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], names: list[str]) -> str | None:
+    """Why no empty cluster of these nodes could hold the bundles; None if one could."""
+    if not nodes:
+        return "it has no live node"
+    for name, bundle in zip(names, bundles):
+        if not any(all(n["Resources"].get(k, 0.0) >= v for k, v in bundle.items()) for n in nodes):
+            biggest = max(n["Resources"].get("GPU", 0.0) for n in nodes)
+            return f"{name} asks for {_show(bundle)} and no node has that much (most GPUs on one node: {biggest:g})"
+    for key in {k for b in bundles for k in b}:
+        need = sum(b.get(key, 0.0) for b in bundles)
+        have = sum(n["Resources"].get(key, 0.0) for n in nodes)
+        if need > have:
+            return f"its replicas ask for {need:g} {key} in all; the cluster has {have:g}"
+    return None
+
+
+def _show(bundle: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in bundle.items())
+
+
+def _actor_name(launch: ReplicaLaunch) -> str:
+    return f"vcli-{launch.job_id}-{launch.task_name}"
+
+
+def _is_node_id(host: str) -> bool:
+    return len(host) == 56 and all(c in "0123456789abcdef" for c in host)
+
+
+_SUPERVISOR_SOURCE: str | None = None
+
+
+def _supervisor_source() -> str:
+    global _SUPERVISOR_SOURCE
+    if _SUPERVISOR_SOURCE is None:
+        with open(os.path.abspath(_supervisor.__file__), encoding="utf-8") as f:
+            _SUPERVISOR_SOURCE = f.read()
+    return _SUPERVISOR_SOURCE
+
+
+def _is_this_machine(address: str) -> bool:
+    """Is `address` one of this machine's own (a replica there can write our files)?"""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def _gist(e: BaseException) -> str:
+    """The informative part of a Ray error: its last line (Ray prepends tracebacks)."""
+    text = str(e).strip()
+    return text.splitlines()[-1] if text else type(e).__name__
