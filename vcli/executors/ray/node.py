@@ -133,7 +133,16 @@ class ReplicaSupervisor:
         return data[:end], offset + end
 
     def cleanup(self) -> None:
-        """Remove the node-local files (supervisor copy, status, streamed log) once released."""
+        """Once released: wait for the supervisor to finish stopping what the trainer left
+        behind (it sweeps its tree a moment after the trainer's exit; bounded), kill anything
+        that still carries the replica's tag, then remove the node-local files."""
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=_LEFTOVER_GRACE + 10)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.popen.wait()
+            self._sweep()
         if self.work:
             shutil.rmtree(self.work, ignore_errors=True)
 
