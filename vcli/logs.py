@@ -126,3 +126,22 @@ class Follower:
                     out.append(record)
         out.sort(key=lambda r: r.timestamp)
         return out
+
+
+def last_times(log_path: str) -> dict[str, float]:
+    """The time of the last stdout and stderr record in a local replica log: where the log of
+    a re-attached replica (an adopted container, a resumed SSH replica) goes on."""
+    out: dict[str, float] = {}
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                stamp, _, rest = line.partition("\t")
+                stream = rest.partition("\t")[0]
+                if stream in ("stdout", "stderr"):
+                    try:
+                        out[stream] = max(out.get(stream, 0.0), float(stamp))
+                    except ValueError:
+                        continue
+    except OSError:
+        pass
+    return out

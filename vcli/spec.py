@@ -404,9 +404,7 @@ class ParameterSpec:
     conditional_parameter_specs: tuple[ConditionalParameterSpec, ...] = ()
 
 
-# Automated early stopping (Vertex's `oneof automated_stopping_spec`, plus vcli's ASHA and
-# Hyperband). "Steps" are the trainer's reported step counts, or elapsed seconds when
-# `use_elapsed_duration` is set. The rules themselves live in `vcli.stopping`.
+# Automated early stopping (Vertex's oneof, plus vcli's ASHA and Hyperband; rules in `vcli.stopping`).
 
 
 @dataclass(frozen=True, kw_only=True)

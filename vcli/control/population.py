@@ -20,7 +20,7 @@ at a step: PBT stops it as INFEASIBLE, saying so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -124,8 +124,6 @@ class Population:
         step = trial.measurements[0].step_count - 1
         if step == lin.start_step:
             return trial
-        from dataclasses import replace
-
         return replace(trial, lineage=replace(lin, start_step=step))
 
     def checkpoint_dir(self, trial_id: str) -> str:
@@ -178,3 +176,17 @@ def schedule(best: Trial, trials: Mapping[str, Trial]) -> list[dict[str, Any]]:
             t.final_measurement.step_count if t.final_measurement else start)
         out.append({"trialId": t.id, "fromStep": start, "toStep": end, "parameters": dict(t.parameters)})
     return out
+
+def seeded(plan: Any, checkpoint: str, dest: str) -> Any:
+    """`plan` with the staged checkpoint copy placed at `dest` (the trial's AIP_CHECKPOINT_DIR)
+    before its replicas start: once per host, by the first replica placed there."""
+    hosts: set[str] = set()
+    launches = []
+    for launch in plan.launches:
+        host = launch.placement.host or ""
+        if host in hosts:
+            launches.append(launch)
+        else:
+            hosts.add(host)
+            launches.append(replace(launch, seed_dirs=((checkpoint, dest),)))
+    return replace(plan, launches=tuple(launches))

@@ -37,7 +37,7 @@ from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
-from vcli.control.population import PendingTrial, Population, stored_handle
+from vcli.control.population import PendingTrial, Population, seeded, stored_handle
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower
@@ -54,9 +54,8 @@ from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.suggesters import Suggester
 
 
-#: How many failed trials a study tolerates when maxFailedTrialCount is 0 (Vertex: "service decides").
 def default_failure_budget(max_trial_count: int) -> int:
-    """0 means: max(3, 10% of maxTrialCount), but never more than maxTrialCount."""
+    """Failures tolerated when maxFailedTrialCount is 0: max(3, 10% of maxTrialCount), at most maxTrialCount."""
     return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
 
 
@@ -334,7 +333,7 @@ class StudyRun:
             return False
         self._waiting_logged = False
         if pending.checkpoint is not None:
-            plan = _seeded(plan, pending.checkpoint, self.population.checkpoint_dir(trial_id))  # type: ignore[union-attr]
+            plan = seeded(plan, pending.checkpoint, self.population.checkpoint_dir(trial_id))  # type: ignore[union-attr]
         job_row = self.store.create_job(
             job_id=job_id,
             kind=JobKind.CUSTOM_JOB.value,
@@ -599,17 +598,3 @@ def _seconds_since(iso: str | None) -> float:
     except ValueError:
         return 0.0
 
-
-def _seeded(plan: Any, checkpoint: str, dest: str) -> Any:
-    """`plan` with the staged checkpoint copy placed at `dest` (the trial's AIP_CHECKPOINT_DIR)
-    before its replicas start: once per host, by the first replica placed there."""
-    hosts: set[str] = set()
-    launches = []
-    for launch in plan.launches:
-        host = launch.placement.host or ""
-        if host in hosts:
-            launches.append(launch)
-        else:
-            hosts.add(host)
-            launches.append(replace(launch, seed_dirs=((checkpoint, dest),)))
-    return replace(plan, launches=tuple(launches))

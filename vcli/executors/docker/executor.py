@@ -41,10 +41,10 @@ from vcli.executors.docker.engine import (
     wrap_error,
 )
 from vcli.executors.docker.installs import build_installs
-from vcli.executors.docker.output import iter_log_lines, last_log_times, parse_docker_timestamp, secret_values, status_from_state
+from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
 from vcli.executors.supervisor import REDACTED
 from vcli.gpus import visible_devices_env
-from vcli.logs import LogWriter
+from vcli.logs import LogWriter, last_times
 
 if TYPE_CHECKING:  # pragma: no cover
     import docker as docker_sdk
@@ -418,7 +418,7 @@ class DockerExecutor(ExecutorBase):
             if handle.ref in self._watches:
                 return
             watch = _Watch(task_name=launch.task_name, writer=LogWriter(launch.log_path),
-                           secrets=secret_values(launch), after=last_log_times(launch.log_path))
+                           secrets=secret_values(launch), after=last_times(launch.log_path))
             self._watches[handle.ref] = watch
         watch.thread = threading.Thread(target=self._watch, args=(handle.ref, watch),
                                         name=f"vcli-docker-{launch.task_name}", daemon=True)

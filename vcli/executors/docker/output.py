@@ -3,7 +3,7 @@
 Pure functions of what the engine returns (no SDK import): `iter_log_lines` splits a
 `logs(timestamps=True)` stream into timed lines, `status_from_state` turns `State` (docker
 inspect) into a ReplicaStatus with a one-line message, and `secret_values` lists what must
-not reach the replica's log. `last_log_times` reads where an adopted container's log goes on.
+not reach the replica's log.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from vcli.executors import ReplicaLaunch, ReplicaStatus
 from vcli.executors.supervisor import MASK_MIN_LENGTH
 
-__all__ = ["iter_log_lines", "last_log_times", "parse_docker_timestamp", "secret_values", "status_from_state"]
+__all__ = ["iter_log_lines", "parse_docker_timestamp", "secret_values", "status_from_state"]
 
 
 def parse_docker_timestamp(text: str) -> float | None:
@@ -94,22 +94,3 @@ def secret_values(launch: ReplicaLaunch) -> tuple[str, ...]:
     """
     values = {launch.env[name] for name in launch.secret_env if launch.env.get(name)}
     return tuple(sorted((v for v in values if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True))
-
-
-def last_log_times(log_path: str) -> dict[str, float]:
-    """The newest record's timestamp of each stream in a replica log (where an adopted
-    container's log goes on)."""
-    out: dict[str, float] = {}
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                ts, _, rest = line.partition("\t")
-                stream = rest.partition("\t")[0]
-                if stream in ("stdout", "stderr"):
-                    try:
-                        out[stream] = max(out.get(stream, 0.0), float(ts))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out

@@ -33,7 +33,6 @@ from vcli.executors.ssh.remote import (
     build_remote_command,
     hook_exit_signal,
     install_tools,
-    last_times,
     map_path,
     orphan_timeout,
     parse_ref,
@@ -49,7 +48,7 @@ from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
 from vcli.hosts import Host, KnownHosts
-from vcli.logs import LogWriter
+from vcli.logs import LogWriter, last_times
 
 __all__ = ["SSHExecutor"]
 

@@ -74,7 +74,6 @@ __all__ = [
     "beat_seconds",
     "build_remote_command",
     "install_tools",
-    "last_times",
     "map_path",
     "orphan_timeout",
     "parse_ref",
@@ -437,23 +436,6 @@ def remote_paths(launch: ReplicaLaunch, view: RemoteView, home: str) -> RemotePa
     return RemotePaths(log=log, status=f"{where}/replica.status", lease=f"{where}/replica.lease")
 
 
-def last_times(log_path: str) -> dict[str, float]:
-    """The time of the last stdout and stderr record in a local replica log (what a re-attached
-    replica's log goes on after)."""
-    out: dict[str, float] = {}
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                stamp, _, rest = line.partition("\t")
-                stream = rest.partition("\t")[0]
-                if stream in ("stdout", "stderr"):
-                    try:
-                        out[stream] = max(out.get(stream, 0.0), float(stamp))
-                    except ValueError:
-                        continue
-    except OSError:
-        pass
-    return out
 
 
 def map_path(path: str, local_home: str, remote_root: str) -> str:
