@@ -461,6 +461,9 @@ def test_the_whole_tree_goes_when_another_instance_stops_it(h: Harness) -> None:
     other.release([stored])
     other.close()
     assert tree_processes(token) == []
+    # The instance that started it learns the replica ended (its channel's exit status comes
+    # asynchronously, so this waits a little rather than polling once).
+    assert h.wait(handle, timeout=15).running is False
 
 
 # --------------------------------------------------------------------------- directories in and out
