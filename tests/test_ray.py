@@ -29,7 +29,7 @@ GPU_POOL = f"{POOL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayCluster]:
-    c = RayCluster(workers=2, gpus_per_node=1, cpus_per_node=2).start()
+    c = RayCluster(workers=2, gpus_per_node=1, cpus_per_node=4).start()  # 4: a GPU, not CPUs, limits half-GPU trials
     try:
         yield c
     finally:
@@ -122,6 +122,52 @@ def test_parallel_trials_never_share_a_one_gpu_node(cluster: RayCluster, tmp_pat
     for node in {rec["node"] for rec in records}:  # never two trials at once on one node's only GPU
         spans = sorted((rec["start"], rec["end"]) for rec in records if rec["node"] == node)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # an end before a start at a tie
+    most = now = 0
+    for _, delta in events:
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def test_half_gpu_trials_share_one_gpu_two_at_a_time_never_three(cluster: RayCluster, tmp_path: Path) -> None:
+    """accelerator-count=0.5: Ray packs two trials onto each node's one fake GPU, never three; each
+    trial sees that GPU in CUDA_VISIBLE_DEVICES."""
+    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    half = "machine-type=n1-standard-1,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=0.5"
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=half-gpu",
+             "--max-trial-count=9", "--parallel-trial-count=9", "--algorithm=random-search", "--seed=3",
+             "--metric=metric-id=accuracy,goal=maximize", "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1",
+             f"--worker-pool-spec={half},local-package-path={pkg},script=trial.py", "--format=json",
+             timeout=600, **_env(cluster), TRIAL_SLEEP="4")
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr[-3000:]}"
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 9
+    pool = study["trialJobSpec"]["workerPoolSpecs"][0]
+    assert pool["machineSpec"]["acceleratorCount"] == 0.5
+    records = [json.loads(p.read_text()) for p in (tmp_path / "home").rglob("trial.json")]
+    assert len(records) == 9 and all(rec["cuda"] == "0" for rec in records)
+    most = {node: _most_at_once([(rec["start"], rec["end"]) for rec in records if rec["node"] == node])
+            for node in {rec["node"] for rec in records}}
+    assert max(most.values()) == 2, most  # two trials shared one GPU ...
+    assert all(n <= 2 for n in most.values()), most  # ... and never three
+    # Each trial's bundle: n1-standard-1's 1 CPU and 3.75 GiB, and half a GPU.
+    bundles = cluster.bundles()
+    for t in study["trials"]:
+        assert bundles[f"vcli-{t['customJob'].rsplit('/', 1)[1]}"] == [{"CPU": 1.0, "GPU": 0.5, "memory": 3.75 * 2**30}]
+
+
+def test_a_fraction_of_a_gpu_needs_the_ray_executor(tmp_path: Path) -> None:
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=x", "--executor=local", "--validate-only",
+             "--worker-pool-spec=machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=0.25,"
+             "executor-image-uri=python:3.11,python-module=m")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "ERROR: (vcli.custom-jobs.create) argument --worker-pool-spec: workerpool0 asks for accelerator-count=0.25: "
+        "a fraction of a GPU needs --executor=ray (the local executor gives each replica whole GPUs)"]
 
 
 def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp_path: Path) -> None:

@@ -160,12 +160,11 @@ POOL_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 class Vertex:
     """What `vcli.codec` needs to know about a field beyond its name and type hint.
 
-    The rule (`vcli.codec.schema`): field `foo_bar` is Vertex's `fooBar`; `str`, `int`
-    (int32), `float` (double), `bool`, an Enum (by value), `tuple[X, ...]` (a list),
-    `X | None` (optional), a dataclass (a message) and a Union of dataclasses (a oneof, each
-    member named after its class) map without help. Only the exceptions carry a `Vertex`, via
-    `field(metadata=vertex(...))` or, for a field vcli accepts but does not model (see
-    `VERTEX_UNMODELED`), `Annotated[type, Vertex(...)]`.
+    The rule (`vcli.codec.schema`): field `foo_bar` is Vertex's `fooBar`; `str`, `int` (int32),
+    `float` (double), `bool`, an Enum (by value), `tuple[X, ...]` (a list), `X | None`, a
+    dataclass (a message) and a Union of dataclasses (a oneof, each member named after its class)
+    map without help. Only the exceptions carry a `Vertex`, via `field(metadata=vertex(...))`
+    or, for a field vcli accepts but does not model (`VERTEX_UNMODELED`), `Annotated[type, Vertex(...)]`.
     """
 
     #: Vertex's name when it is not the camelCase of the field's.
@@ -174,6 +173,8 @@ class Vertex:
     int64: bool = False
     #: A google.protobuf.Duration (`8000s`) held as seconds.
     duration: bool = False
+    #: vcli: an int32 that may be a fraction on the ray executor (`accelerator-count=0.25`: a share of a GPU).
+    fractional: bool = False
     #: A str that Vertex types as an enum: the accepted names, in Vertex's order.
     choices: tuple[str, ...] = ()
     #: The value sits alone in a message: "Message.field" (e.g. GcsDestination.outputUriPrefix).
@@ -214,7 +215,7 @@ class MachineSpec:
     accelerator_type: str | None = field(
         default=None, metadata=vertex(choices=("ACCELERATOR_TYPE_UNSPECIFIED",) + ACCELERATOR_TYPES)
     )
-    accelerator_count: int = 0
+    accelerator_count: float = field(default=0, metadata=vertex(fractional=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,8 +246,7 @@ class LocalPackage:
     """vcli's record of gcloud's autopackaging keys (`local-package-path`, `script`, ...).
 
     gcloud turns these into a built image; vcli keeps them so the process executor can run
-    the code in place and the Docker executor can build the image itself.
-    """
+    the code in place and the Docker executor can build the image itself."""
 
     path: str
     executor_image_uri: str | None = None

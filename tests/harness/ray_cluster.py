@@ -135,9 +135,17 @@ class RayCluster:
 
     def placement_groups(self) -> dict[str, str]:
         """Placement group name -> state (CREATED, PENDING, REMOVED, ...) of every group known."""
+        return {name: g["state"] for name, g in self._placement_group_table().items()}
+
+    def bundles(self) -> dict[str, list[dict[str, float]]]:
+        """Placement group name -> its bundles' resources, in bundle order."""
+        return {name: [g["bundles"][i] for i in sorted(g["bundles"], key=int)]
+                for name, g in self._placement_group_table().items()}
+
+    def _placement_group_table(self) -> dict[str, dict]:
         code = ("import ray,sys,json;ray.init(address=sys.argv[1],log_to_driver=False,logging_level='ERROR');"
                 "from ray.util import placement_group_table as t;"
-                "print(json.dumps({g['name']: g['state'] for g in t().values()}))")
+                "print(json.dumps({g['name']: g for g in t().values()}, default=str))")
         got = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
                              env=self.driver_env(), check=True)
         return json.loads(got.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

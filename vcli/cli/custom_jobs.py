@@ -312,7 +312,7 @@ def print_env(
     from vcli.store import Store
 
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_)
-    execution = open_execution(executor_kind(o.executor_flag(executor)))
+    execution = open_execution(executor_kind(o.executor_flag(executor), spec))
     try:
         ex = execution.executor
         plan = plan_job(spec, job_id="JOB_ID", job_dir=Store().home / "jobs" / "JOB_ID", executor=ex, trial_id=trial_id,

@@ -91,7 +91,16 @@ def parse_worker_pool_spec(value: str) -> dict[str, Any]:
     raw = parse_dict_arg(value, flag=WPS_FLAG, valid_keys=WORKER_POOL_SPEC_KEYS)
     spec: dict[str, Any] = {}
     for key, val in raw.items():
-        if key in _INT_KEYS:
+        if key == "accelerator-count":  # vcli: a fraction (0.5) shares a GPU on the ray executor
+            try:
+                number = float(val)
+            except ValueError:
+                number = float("nan")
+            if number != number or number in (float("inf"), float("-inf")):
+                raise UsageError(f"argument {WPS_FLAG}: Invalid value [{val}] for key [{key}]: expected an integer "
+                                 "(or, with --executor=ray, a fraction such as 0.5)")
+            spec[key] = int(number) if number.is_integer() else number
+        elif key in _INT_KEYS:
             try:
                 spec[key] = int(val)
             except ValueError:
@@ -133,7 +142,7 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]]) -> None:
         if acc is not None and acc not in ACCELERATOR_TYPES:
             raise bad(f"Found invalid value of [accelerator-type]: {acc}. Available values are [{', '.join(sorted(ACCELERATOR_TYPES))}].")
         for key in _INT_KEYS:
-            if key in spec and spec[key] < 1:
+            if key in spec and spec[key] < 1 and (key != "accelerator-count" or spec[key] <= 0):
                 raise bad(f"Key [{key}] must be a positive integer, received: {spec[key]}.")
         if i == 0 and spec.get("replica-count", 1) != 1:
             raise bad(f"The first `--worker-pool-spec` is the chief and must have replica-count=1, received: {spec['replica-count']}.")

@@ -155,7 +155,7 @@ def _kind(typ: Any, facts: Vertex) -> Kind:
     if typ is int:
         return "int64" if facts.int64 else "int32"
     if typ is float:
-        return "duration" if facts.duration else "double"
+        return "duration" if facts.duration else "count" if facts.fractional else "double"
     if typ is str:
         return "str"
     raise TypeError(f"vcli.codec.schema: no Vertex wire type for {typ!r}")
@@ -218,6 +218,11 @@ class Decoder:
             if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
                 return int(value)
             raise self.error(path, f"expected an integer, found [{value}]")
+        if typ == "count":  # an integer, or (vcli) a positive fraction: kept an int when whole
+            number = self.decode_scalar(value, "double", path)
+            if number < 0:
+                raise self.error(path, f"expected a non-negative number, found [{value}]")
+            return int(number) if number.is_integer() else number
         if typ == "double":
             if isinstance(value, bool):
                 raise self.error(path, f"expected a number, found [{value}]")

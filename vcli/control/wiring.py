@@ -54,10 +54,19 @@ def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
     if not name:
         name = ExecutorKind.DOCKER.value if spec is not None and needs_containers(spec) else ExecutorKind.LOCAL.value
     try:
-        return ExecutorKind(name)
+        kind = ExecutorKind(name)
     except ValueError:
         choices = ", ".join(k.value for k in ExecutorKind)
         raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {choices})") from None
+    if spec is not None and kind is not ExecutorKind.RAY:
+        for i, pool in enumerate(spec.worker_pool_specs):
+            count = pool.machine_spec.accelerator_count
+            if count and not float(count).is_integer():
+                # Only Ray accounts for shares of a GPU; elsewhere a replica's GPUs are its own.
+                raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count}: "
+                                 f"a fraction of a GPU needs --executor=ray (the {kind.value} executor gives "
+                                 "each replica whole GPUs)")
+    return kind
 
 
 _LOCAL_PLACER: Any = None

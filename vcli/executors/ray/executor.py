@@ -2,7 +2,7 @@
 
 Placement: `RayPlacer` (what `plan_job` calls) turns a job's replicas into one Ray placement
 group, one bundle per replica (CPUs from the machine type, capped at the largest node as the
-SSH scheduler does; GPUs from `accelerator-count`), strategy SPREAD (distinct nodes when they
+SSH scheduler does, memory likewise; GPUs from `accelerator-count`, a fraction too), strategy SPREAD (distinct nodes when they
 have room, as on Vertex where each replica is its own VM). All bundles are reserved at once or
 none: a job that no empty cluster could hold fails at once (`PlacementError`), one that does
 not fit now raises `NoCapacityError` (a study keeps the trial queued). A replica's
@@ -115,8 +115,8 @@ class RayExecutor(ExecutorBase):
         from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        max_cpus = max((n["Resources"].get("CPU", 0.0) for n in nodes), default=0.0)
-        bundles = [self._bundle(r, spec, max_cpus) for r in replicas]
+        largest = {k: max((n["Resources"].get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "memory")}
+        bundles = [self._bundle(r, spec, largest) for r in replicas]
         why = _never_fits(bundles, nodes, [r.task_name for r in replicas])
         if why:
             raise PlacementError(f"Job {job_id} can never fit on the Ray cluster at {self.address}: {why}")
@@ -134,15 +134,19 @@ class RayExecutor(ExecutorBase):
         return [Placement(host=by_bundle[i], address=ips.get(by_bundle[i], "127.0.0.1")) for i in range(len(replicas))]
 
     @staticmethod
-    def _bundle(replica: Any, spec: Any, max_cpus: float) -> dict[str, float]:
+    def _bundle(replica: Any, spec: Any, largest: dict[str, float]) -> dict[str, float]:
+        """CPUs and memory from the machine type, GPUs (a fraction too) from accelerator-count.
+        A machine type larger than any node means "a whole node" (as the SSH scheduler caps it):
+        CPUs and memory are capped at the largest node's."""
         from vcli.placement import machine_resources
 
         if spec is None:
             return {"CPU": 1.0}
         ms = spec.worker_pool_specs[replica.pool_index].machine_spec
-        cpus, _memory = machine_resources(ms.machine_type)
-        # A machine type larger than any node means "a whole node" (as the SSH scheduler caps it).
-        bundle = {"CPU": max(1.0, min(cpus, max_cpus) if cpus else 1.0)}
+        cpus, memory_gib = machine_resources(ms.machine_type)
+        bundle = {"CPU": max(1.0, min(cpus, largest["CPU"]) if cpus else 1.0)}
+        if memory_gib and largest["memory"]:
+            bundle["memory"] = float(int(min(memory_gib * 2**30, largest["memory"])))
         if ms.accelerator_count:
             bundle["GPU"] = float(ms.accelerator_count)
         return bundle
@@ -420,12 +424,14 @@ def _never_fits(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], na
         need = sum(b.get(key, 0.0) for b in bundles)
         have = sum(n["Resources"].get(key, 0.0) for n in nodes)
         if need > have:
-            return f"its replicas ask for {need:g} {key} in all; the cluster has {have:g}"
+            if key == "memory":
+                need, have, key = need / 2**30, have / 2**30, "GiB of memory"
+            return f"its replicas ask for {need:.4g} {key} in all; the cluster has {have:.4g}"
     return None
 
 
 def _show(bundle: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k}" for k, v in bundle.items())
+    return ", ".join(f"{v / 2**30:.3g} GiB memory" if k == "memory" else f"{v:g} {k}" for k, v in bundle.items())
 
 
 def _actor_name(launch: ReplicaLaunch) -> str:
