@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn", "ray")
+HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn", "ray", "matplotlib", "tensorboard")
 MARKER = "@@vcli-heavy-modules@@"
 
 PROBE = f"""

@@ -154,12 +154,20 @@ class ReplicaRow:
 
 
 class Store:
-    """All persistent state. Thread-safe; one instance per process is enough."""
+    """All persistent state. Thread-safe; one instance per process is enough.
 
-    def __init__(self, home: Path | str | None = None) -> None:
+    `readonly=True` opens an existing store for reading only (the dashboard): nothing is
+    created, migrated or reserved, SQLite refuses every write (`mode=ro`, `query_only`), and a
+    missing store, or one an older vcli wrote and no command has upgraded yet, is a `StoreError`.
+    """
+
+    def __init__(self, home: Path | str | None = None, *, readonly: bool = False) -> None:
         self.home = Path(home) if home is not None else default_home()
         self.db_path = self.home / "vcli.db"
         self._lock = threading.RLock()
+        if readonly:
+            self._open_readonly()
+            return
         with _store_errors(self.home):
             self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.home, 0o700)
@@ -186,6 +194,22 @@ class Store:
                 if p.exists():
                     os.chmod(p, 0o600)
         self._keep_ballast()
+
+    def _open_readonly(self) -> None:
+        if not self.db_path.exists():
+            raise StoreError(f"There is no vcli store in {self.home} (VCLI_HOME) yet: no job has run with this home.")
+        with _store_errors(self.home):
+            self._conn = sqlite3.connect(f"{self.db_path.as_uri()}?mode=ro", uri=True, timeout=30,
+                                         isolation_level=None, check_same_thread=False)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute("PRAGMA query_only=1")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            self._conn.close()
+            raise StoreError(f"The vcli store in {self.home} (VCLI_HOME) has schema version {version}, not "
+                             f"{SCHEMA_VERSION}: run any vcli command that uses it (e.g. `vcli custom-jobs list`) "
+                             "to bring it up to date.")
 
     # ------------------------------------------------------------------ a full disk
 

@@ -21,8 +21,8 @@ from typing import Annotated
 import typer
 
 from vcli import __version__
-from vcli.cli import config, custom_jobs, hosts, hp_tuning_jobs
-from vcli.cli.gcloud_flags import RootGroup
+from vcli.cli import config, custom_jobs, dashboard, hosts, hp_tuning_jobs
+from vcli.cli.gcloud_flags import GcloudCommand, RootGroup
 
 app = typer.Typer(
     name="vcli",
@@ -37,6 +37,7 @@ app.add_typer(custom_jobs.app, name="custom-jobs")
 app.add_typer(hp_tuning_jobs.app, name="hp-tuning-jobs")
 app.add_typer(config.app, name="config")
 app.add_typer(hosts.hosts_app, name="hosts")
+app.command("dashboard", cls=GcloudCommand)(dashboard.dashboard)
 
 
 def _version(value: bool) -> None:

@@ -1,4 +1,4 @@
-"""`vcli hp-tuning-jobs create | list | describe | cancel | stream-logs`.
+"""`vcli hp-tuning-jobs create | list | describe | export | tensorboard | cancel | stream-logs`.
 
 `create` turns --config and the study flags into a spec (`study_from_flags`), plans it with
 `vcli.control.runner`, and runs it here with a live table of trials (`vcli.view`).
@@ -327,6 +327,61 @@ def export(
     else:
         raise UsageError(f"argument --to: [{to}] is neither a .csv or .parquet file nor a storage URL such as sqlite:///optuna.db")
     err(f"Exported {len(trials)} trial(s) of [{row.id}] to {to}.")
+
+
+@app.command("plot", cls=GcloudCommand)
+@command("hp-tuning-jobs.plot")
+def plot(
+    job: o.StudyRef,
+    output: Annotated[Optional[str], typer.Option("--output", help="vcli: report.html (the default is <study id>.html here), or name.svg / name.png for one file per figure (name-history.png, ...).")] = None,
+    region: o.Region = None,
+) -> None:
+    """vcli: draw a study's report: optimisation history, parallel coordinates, slices,
+    intermediate values, importances and the Pareto front, as one self-contained HTML page
+    (no network needed to view it) or as SVG/PNG files. Needs `pip install 'vcli[plot]'`."""
+    from vcli import codec, plots
+    from vcli.codec.trial import trial_from_dict
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    spec = codec.study_spec_from_stored(row.record["studySpec"])
+    trials = [trial_from_dict(d) for d in store.trials(row.id)]
+    title = f"{row.display_name} ({row.id})" if row.display_name else row.id
+    for path in plots.write_report(output or f"{row.id}.html", title, spec, codec.iter_parameters(spec.parameters), trials):
+        err(f"Wrote {path}.")
+
+
+@app.command("tensorboard", cls=GcloudCommand)
+@command("hp-tuning-jobs.tensorboard")
+def tensorboard(
+    job: o.StudyRef,
+    port: Annotated[int, typer.Option("--port", help="vcli: TensorBoard's port (0: any free port).")] = 6006,
+    host: Annotated[str, typer.Option("--host", help="vcli: the address TensorBoard binds (it has no authentication).")] = "127.0.0.1",
+    region: o.Region = None,
+) -> None:
+    """vcli: serve TensorBoard over every trial's AIP_TENSORBOARD_LOG_DIR, one run per trial named
+    by its id and parameters. Runs in the foreground until Ctrl-C."""
+    import os
+
+    from vcli import tensorboard as tb
+    from vcli.codec.gcs import local_path
+    from vcli.codec.trial import trial_from_dict
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    params = {t.id: t.parameters for t in (trial_from_dict(d) for d in store.trials(row.id))}
+    outputs = [(c.trial_id, params.get(c.trial_id, {}), c.record["outputDirectory"])
+               for c in store.child_jobs(row.id) if c.trial_id and c.record.get("outputDirectory")]
+    runs = tb.runs(outputs, local_path)
+    argv = tb.tensorboard_argv(runs, host=host, port=port)
+    for r in runs:
+        err(f"{r.name}: {r.log_dir}" + ("" if r.present else " (not on this machine: not served)"))
+    sys.stderr.flush()
+    sys.stdout.flush()
+    # exec: TensorBoard takes this process's place, so Ctrl-C or a kill stops it and nothing is left.
+    os.execv(argv[0], argv)
 
 
 @app.command("cancel", cls=GcloudCommand)

@@ -1,0 +1,269 @@
+"""`vcli dashboard`: the real server (`vcli dashboard --port=0` in a subprocess) over a store
+filled by the real CLI, read with real HTTP requests.
+
+Covers the index, the study page (trial rows, the plots when `vcli.plots` is there), a job's
+replicas and a replica's log, escaping of user input, read-only methods, 404s, the loopback
+rule, a clean stop on Ctrl-C and SIGTERM, and the live update of a running study.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.helpers import REPO, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
+
+PRINTER = """
+import sys
+print("hello from the trainer: 7f3a", flush=True)
+print("a warning on stderr", file=sys.stderr, flush=True)
+"""
+
+SCORER = """
+import sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+for step in (1, 2):
+    print(f"score={-(float(args['x']) - 0.3) ** 2 - 0.1 * (2 - step):.6f} step={step}", flush=True)
+"""
+
+#: A trial that ends only when the test creates `<gate>/go-<trial id>`.
+GATED = """
+import os, sys, time
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+gate = os.path.join(args["gate"], "go-" + os.environ["CLOUD_ML_TRIAL_ID"])
+while not os.path.exists(gate):
+    time.sleep(0.05)
+print(f"score={float(args['x']):.6f} step=1", flush=True)
+"""
+
+JOB_NAME = "<i>digits & co</i>"
+LINE = re.compile(r"Serving the vcli dashboard at (http://\S+/) \(read-only; Ctrl-C stops it\)")
+
+
+def _package(tmp: Path, name: str, source: str) -> Path:
+    pkg = tmp / name
+    pkg.mkdir()
+    (pkg / "t.py").write_text(source)
+    return pkg
+
+
+def _pool(pkg: Path) -> str:
+    return f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A home with one finished custom job and one finished three-trial study."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    home = tmp / "home"
+    r = vcli(home, "custom-jobs", "create", f"--display-name={JOB_NAME}", _pool(_package(tmp, "printer", PRINTER)))
+    assert r.returncode == 0, r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=dash-study", "--metric=metric-id=score,goal=maximize",
+             "--parameter-spec=parameter-id=x,type=double,min=0,max=1", _pool(_package(tmp, "scorer", SCORER)),
+             "--algorithm=random-search", "--max-trial-count=3", "--parallel-trial-count=3", "--seed=1", "--format=json")
+    assert r.returncode == 0, r.stderr
+    study = json.loads(r.stdout)
+    return {"home": home, "job": job_id, "study": study["name"].rsplit("/", 1)[1], "trials": study["trials"]}
+
+
+@contextlib.contextmanager
+def dashboard(home: Path, *flags: str, stop: int = signal.SIGINT, **env: str) -> Iterator[str]:
+    """A running `vcli dashboard --port=0 FLAGS`: yields its base URL; stopped with `stop` after,
+    which must end it with exit code 0 and nothing more on stderr."""
+    proc = spawn(home, "dashboard", "--port=0", *flags, **env)
+    try:
+        first = read_stderr_until(proc, "Serving the vcli dashboard", timeout=30)
+        match = LINE.search(first)
+        assert match and first.count("\n") == 1, first
+        url = match.group(1)
+        if "0.0.0.0" in url:
+            url = url.replace("0.0.0.0", "127.0.0.1")
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(stop)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "ERROR" not in err and "Traceback" not in err, err
+
+
+def get(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str, Any]:
+    """(status, body, headers) of one request; error statuses are returned, not raised."""
+    req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"x" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode(), resp.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), e.headers
+
+
+def get_json(url: str) -> Any:
+    status, body, headers = get(url)
+    assert status == 200 and headers["Content-Type"].startswith("application/json"), (status, body)
+    return json.loads(body)
+
+
+def test_index_lists_the_study_and_the_custom_job_escaped(store) -> None:
+    with dashboard(store["home"]) as base:
+        status, body, headers = get(base)
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert f'href="/studies/{store["study"]}"' in body and "dash-study" in body
+    assert re.search(r"SUCCEEDED</span></td><td>[^<]+</td><td>3 / 3</td>", body), "trials done/total of the study"
+    assert f'href="/jobs/{store["job"]}"' in body
+    # A display name is user input: shown as text, never as markup.
+    assert "&lt;i&gt;digits &amp; co&lt;/i&gt;" in body and JOB_NAME not in body
+    # Nothing is loaded from elsewhere.
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", body)
+
+
+def test_study_page_has_the_trial_rows_and_the_plots(store) -> None:
+    with dashboard(store["home"]) as base:
+        status, body, _ = get(f"{base}studies/{store['study']}")
+        version = get_json(f"{base}api/studies/{store['study']}/version")["version"]
+        again = get_json(f"{base}api/studies/{store['study']}/version")["version"]
+        trials = get_json(f"{base}api/studies/{store['study']}/parts/trials")["html"]
+    assert status == 200 and "dash-study" in body
+    for t in store["trials"]:
+        row = re.search(rf'<tr id="trial-{t["id"]}"[^>]*>(.*?)</tr>', body)
+        assert row, f"no row for trial {t['id']}"
+        x = next(p["value"] for p in t["parameters"] if p["parameterId"] == "x")
+        score = t["finalMeasurement"]["metrics"][0]["value"]
+        assert "SUCCEEDED" in row.group(1) and f"{x:.6g}" in row.group(1) and f"{score:.6g}" in row.group(1)
+        assert re.search(r'href="/jobs/\d+">replicas</a>', row.group(1))
+    assert f'data-version="{version}"' in body and again == version  # nothing ran: the version holds
+    assert trials in body
+    # The plots (vcli.plots), inline SVG: history, one slice per parameter, intermediate values.
+    keys = re.findall(r'<figure data-key="([^"]+)" title="[^"]+">\s*<svg', body)
+    assert {"history", "slice-x", "intermediate"} <= set(keys), keys
+    assert "vcli[plot]" not in body
+
+
+def test_without_matplotlib_the_study_page_says_how_to_get_the_plots(store, tmp_path: Path) -> None:
+    """A Python where `import matplotlib` fails, as without the plot extra (a package of that
+    name first on the path that raises ImportError): one hint line, the rest of the page works."""
+    shadow = tmp_path / "no-matplotlib" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    with dashboard(store["home"], PYTHONPATH=f"{shadow.parent}{os.pathsep}{REPO}") as base:
+        status, body, _ = get(f"{base}studies/{store['study']}")
+    assert status == 200 and "<svg" not in body
+    assert body.count("pip install &#x27;vcli[plot]&#x27;") == 1
+    assert all(f'<tr id="trial-{t["id"]}"' in body for t in store["trials"])
+
+
+def test_job_page_links_the_replica_log_and_the_log_shows_what_the_trainer_printed(store) -> None:
+    job = store["job"]
+    with dashboard(store["home"], stop=signal.SIGTERM) as base:
+        status, body, _ = get(f"{base}jobs/{job}")
+        assert status == 200 and "&lt;i&gt;digits &amp; co&lt;/i&gt;" in body
+        links = re.findall(rf'href="(/jobs/{job}/logs/[^"]+)"', body)
+        assert links == [f"/jobs/{job}/logs/workerpool0-0"]
+        status, log, _ = get(base + links[0][1:])
+        api = get_json(f"{base}api/jobs/{job}/logs/workerpool0-0")
+        rest = get_json(f"{base}api/jobs/{job}/logs/workerpool0-0?offset={api['offset']}")
+        # A trial's job has its replicas too, reached from the study page.
+        trial_job = re.search(r'href="/jobs/(\d+)">replicas', get(f"{base}studies/{store['study']}")[1]).group(1)
+        trial_page = get(f"{base}jobs/{trial_job}")[1]
+    assert status == 200 and "INFO  hello from the trainer: 7f3a" in log
+    assert "ERROR  a warning on stderr" in log and 'data-ended="1"' in log
+    assert ["INFO", "hello from the trainer: 7f3a"] in [[sev, msg] for sev, _, msg in api["lines"]]
+    assert api["ended"] and rest == {"lines": [], "offset": api["offset"], "start": api["offset"], "ended": True}
+    assert f'href="/studies/{store["study"]}"' in trial_page and "/logs/workerpool0-0" in trial_page
+
+
+def test_only_get_and_head_unknown_ids_are_404_and_a_foreign_host_is_refused(store) -> None:
+    with dashboard(store["home"]) as base:
+        for method in ("POST", "PUT", "DELETE"):
+            status, _, headers = get(f"{base}jobs/{store['job']}", method=method)
+            assert status == 405 and headers["Allow"] == "GET, HEAD", method
+        status, body, headers = get(base, method="HEAD")
+        assert status == 200 and body == "" and int(headers["Content-Length"]) > 0
+        for path in ("studies/123", f"studies/{store['job']}", "jobs/123", f"jobs/{store['job']}/logs/nope",
+                     "api/studies/123/version", f"api/studies/{store['study']}/parts/nope", "nothing/here"):
+            status, body, _ = get(base + path)
+            assert status == 404 and "<h1>404</h1>" in body, path
+        status, _, _ = get(base, headers={"Host": "attacker.example:80"})
+        assert status == 403
+        assert get(base)[0] == 200  # still serving
+
+
+def test_a_non_loopback_host_needs_allow_remote(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = vcli(home, "dashboard", "--host=0.0.0.0", "--port=0", timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--host" in r.stderr and "--allow-remote" in r.stderr and "Serving" not in r.stderr
+    with dashboard(home, "--host=0.0.0.0", "--allow-remote") as base:
+        status, body, _ = get(base)  # an empty home: no store yet, empty lists
+        taken = vcli(home, "dashboard", f"--port={urllib.parse.urlsplit(base).port}", timeout=60)
+    assert taken.returncode == 1 and taken.stderr.count("\n") == 1 and "[--port]" in taken.stderr, taken.stderr
+    assert status == 200 and "No custom job yet." in body
+    assert not (home / "vcli.db").exists()  # the dashboard created no store
+
+
+def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
+    home, gate = tmp_path / "home", tmp_path / "gate"
+    gate.mkdir()
+    study = spawn(home, "hp-tuning-jobs", "create", "--display-name=live", "--metric=metric-id=score,goal=maximize",
+                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", _pool(_package(tmp_path, "gated", GATED)),
+                  f"--args=--gate={gate}", "--algorithm=random-search", "--max-trial-count=2",
+                  "--parallel-trial-count=1", "--seed=3")
+    try:
+        sid = job_id_from_stderr(read_stderr_until(study, "submitted successfully", timeout=60))
+        with dashboard(home) as base:
+            api = f"{base}api/studies/{sid}"
+
+            def trial_state(trial: str) -> str | None:
+                found = re.search(rf'<tr id="trial-{trial}"[^>]*><td>{trial}</td><td><span[^>]*>(\w+)<',
+                                  get_json(f"{api}/parts/trials")["html"])
+                return found.group(1) if found else None
+
+            wait_for(lambda: trial_state("1") == "ACTIVE", 30, "trial 1 running")
+            before = get_json(f"{api}/version")["version"]
+            assert 'data-key="history"' not in get_json(f"{api}/parts/figures")["html"]  # nothing finished yet
+            time.sleep(1)
+            assert get_json(f"{api}/version")["version"] == before  # nothing changed, nor does the version
+            (gate / "go-1").touch()
+            after = wait_for(lambda: (v := get_json(f"{api}/version")["version"]) != before and v, 10, "a new version")
+            wait_for(lambda: trial_state("1") == "SUCCEEDED", 5, "trial 1 SUCCEEDED in the table")
+            assert after != before
+            assert 'data-key="history"' in get_json(f"{api}/parts/figures")["html"]  # drawn again, with trial 1
+            (gate / "go-2").touch()
+            assert study.wait(timeout=60) == 0
+            assert trial_state("2") == "SUCCEEDED" and get_json(f"{api}/version")["version"] != after
+    finally:
+        if study.poll() is None:
+            study.send_signal(signal.SIGINT)
+        study.communicate(timeout=30)
+
+
+def test_the_read_only_store_refuses_writes_and_creates_nothing(tmp_path: Path) -> None:
+    from vcli.errors import StoreError
+    from vcli.store import Store
+
+    with pytest.raises(StoreError, match="no vcli store"):
+        Store(tmp_path / "none", readonly=True)
+    assert not (tmp_path / "none").exists()
+    writer = Store(tmp_path / "home")
+    job = writer.create_job(kind="customJob", display_name="j", record={}, state="JOB_STATE_RUNNING")
+    reader = Store(tmp_path / "home", readonly=True)
+    with pytest.raises(StoreError):
+        reader.update_job(job.id, display_name="changed")
+    with pytest.raises(StoreError):
+        reader.create_job(kind="customJob", display_name="k", record={}, state="JOB_STATE_RUNNING")
+    writer.set_state(job.id, "JOB_STATE_SUCCEEDED")  # the reader sees what writers commit
+    assert [(j.display_name, j.state) for j in reader.list_jobs("customJob")] == [("j", "JOB_STATE_SUCCEEDED")]
+    reader.close()
+    writer.close()

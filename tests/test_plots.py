@@ -1,0 +1,239 @@
+"""`hp-tuning-jobs plot`: the report of real finished studies, as HTML, SVG and PNG files.
+
+Three studies run through the CLI once per module (the local executor, a script trainer):
+one objective and three parameters (every figure but the Pareto front), two objectives (the
+Pareto front), and one under the median early-stopping rule (the stopped trials' marks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, vcli, vcli_env
+
+TRAINER = """
+import sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+x = float(args["x"]); n = int(args["n"]); bonus = 0.5 if args["kind"] == "b" else 0.0
+for step in (1, 2, 3):
+    print(f"score={-(x - 0.3) ** 2 - (n - 2) ** 2 / 10 + bonus - (3 - step) * 0.1:.6f} step={step}", flush=True)
+"""
+
+TWO_METRICS = """
+import sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+x = float(args["x"]); y = float(args["y"])
+for step in (1, 2):
+    print(f"error={x * x + y / step:.6f} step={step}", flush=True)
+    print(f"speed={(1 - x) ** 2 + y:.6f} step={step}", flush=True)
+"""
+
+# The worse the larger x; grid search runs x in increasing order, so the median rule has
+# five better completed trials by the time the last ones run.
+CURVE = """
+import sys, time
+x = float(dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)["x"])
+for step in range(1, 5):
+    time.sleep(0.25)
+    print(f"accuracy={(1 - x) * (1 - 0.5 ** step):.6f} step={step}", flush=True)
+"""
+
+SINGLE_FIGURES = {"history", "parallel", "slice-x", "slice-n", "slice-kind", "intermediate", "importance"}
+# The only URIs a report may name: the SVG and XLink namespaces (identifiers, never fetched).
+NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+def _create(home: Path, tmp: Path, script: str, *flags: str) -> tuple[str, dict, str]:
+    pkg = tmp / f"pkg-{home.name}"
+    pkg.mkdir()
+    (pkg / "t.py").write_text(script)
+    r = vcli(home, "hp-tuning-jobs", "create", f"--display-name={home.name}",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
+             "--format=json", *flags)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    return study["name"].rsplit("/", 1)[1], study, r.stderr
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
+    tmp = tmp_path_factory.mktemp("plots")
+    home = tmp / "single"
+    sid, study, _ = _create(home, tmp, TRAINER, "--metric=metric-id=score,goal=maximize",
+                            "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
+                            "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                            "--parameter-spec=parameter-id=kind,values=a;b",
+                            "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=3", "--seed=3")
+    return home, sid, study
+
+
+@pytest.fixture(scope="module")
+def two_metrics(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    tmp = tmp_path_factory.mktemp("plots")
+    home = tmp / "pareto"
+    sid, _, stderr = _create(home, tmp, TWO_METRICS, "--metric=metric-id=error,goal=minimize",
+                             "--metric=metric-id=speed,goal=minimize",
+                             "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                             "--parameter-spec=parameter-id=y,type=double,min=0,max=0.2",
+                             "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=3", "--seed=5")
+    return home, sid, stderr
+
+
+def _plot(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`vcli hp-tuning-jobs plot ARGS` run in `cwd` (where the default report goes)."""
+    return subprocess.run([sys.executable, "-m", "vcli", "hp-tuning-jobs", "plot", *args], cwd=cwd,
+                          env=vcli_env(home, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _figure_ids(html: str) -> set[str]:
+    return set(re.findall(r'<svg id="fig-([^"]+)"', html))
+
+
+def _figure_svg(html: str, key: str) -> str:
+    start = html.index(f'<svg id="fig-{key}"')
+    return html[start:html.index("</svg>", start)]
+
+
+def test_the_default_report_is_one_self_contained_page(single, tmp_path: Path) -> None:
+    home, sid, study = single
+    r = _plot(home, tmp_path, sid)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"Wrote {sid}.html.\n"
+    html = (tmp_path / f"{sid}.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert _figure_ids(html) == SINGLE_FIGURES
+    assert html.count('<figure class="vcli-figure"') == len(SINGLE_FIGURES)
+    # Nothing to fetch: no scripts, stylesheets, fonts or images by URL; only namespace URIs.
+    assert set(re.findall(r"https?://[^\"'\s)<>]+", html)) <= NAMESPACES
+    assert not re.search(r"<script|<link|<img|@import|url\((?!#)", html)
+    # The figures' ids were made unique, so every reference inside an SVG finds its own target.
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+    assert set(re.findall(r'href="#([^"]+)"', html)) <= set(ids)
+    # The summary names the study's best trial; every finished trial has a tooltip in the history.
+    best = next(t for t in study["trials"] if t["id"] == study["bestTrialId"])
+    assert f"trial {best['id']}: score={best['finalMeasurement']['metrics'][0]['value']:.6g}" in html
+    history = _figure_svg(html, "history")
+    for t in study["trials"]:
+        assert f"<title>trial {t['id']}: score=" in history
+    assert "stopped early" not in html and "Pareto" not in html
+
+
+def test_svg_output_writes_one_standalone_svg_per_figure(single, tmp_path: Path) -> None:
+    home, sid, _ = single
+    (tmp_path / "out").mkdir()
+    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'out' / 'fig.svg'}")
+    assert r.returncode == 0, r.stderr
+    written = [line.removeprefix("Wrote ").removesuffix(".") for line in r.stderr.splitlines()]
+    assert sorted(written) == sorted(str(tmp_path / "out" / f"fig-{k}.svg") for k in SINGLE_FIGURES)
+    for path in written:
+        root = ET.fromstring(Path(path).read_text())  # well-formed XML, no prolog needed
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert root.get("id") == "fig-" + Path(path).stem.removeprefix("fig-")
+
+
+def test_png_output_writes_real_pngs(single, tmp_path: Path) -> None:
+    from PIL import Image
+
+    home, sid, _ = single
+    r = _plot(home, tmp_path, sid, "--output=study.png")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [f"Wrote study-{k}.png." for k in
+                                     ["history", "parallel", "slice-x", "slice-n", "slice-kind", "intermediate", "importance"]]
+    for k in SINGLE_FIGURES:
+        path = tmp_path / f"study-{k}.png"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(path) as img:
+            assert img.format == "PNG" and img.size[0] >= 600 and img.size[1] >= 300
+
+
+def test_a_multi_objective_report_shows_the_pareto_front(two_metrics, tmp_path: Path) -> None:
+    home, sid, create_stderr = two_metrics
+    r = _plot(home, tmp_path, sid, "--output=report.html")
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "report.html").read_text()
+    assert "pareto" in _figure_ids(html)
+    # The trials highlighted are the ones `create` reported as the front.
+    reported = set(re.findall(r"^  trial (\d+): error=", create_stderr, re.M))
+    assert reported
+    assert set(re.findall(r"<title>on the front: trial (\d+):", _figure_svg(html, "pareto"))) == reported
+    assert "Pareto front</th><td>" + ", ".join(f"trial {t}" for t in sorted(reported, key=int)) in html
+
+
+def test_trials_stopped_early_are_marked(tmp_path: Path) -> None:
+    home = tmp_path / "median"
+    sid, study, _ = _create(home, tmp_path, CURVE, "--metric=metric-id=accuracy,goal=maximize",
+                            "--parameter-spec=parameter-id=x,type=discrete,values=0.05;0.15;0.25;0.35;0.45;0.85;0.95",
+                            "--algorithm=grid-search", "--max-trial-count=7", "--parallel-trial-count=2",
+                            "--early-stopping=median")
+    r = _plot(home, tmp_path, sid, "--output=report.html")
+    assert r.returncode == 0, r.stderr
+    intermediate = _figure_svg((tmp_path / "report.html").read_text(), "intermediate")
+    stopped = {t["id"] for t in study["trials"] if t.get("earlyStoppingRule") == "median"}
+    assert stopped, "the median rule stopped no trial: nothing to mark"
+    marked = set(re.findall(r"<title>trial (\d+): accuracy=[^<]*, stopped early \(median\)</title>", intermediate))
+    assert marked == stopped
+
+
+def test_an_unknown_output_extension_is_one_line(single, tmp_path: Path) -> None:
+    home, sid, _ = single
+    r = _plot(home, tmp_path, sid, "--output=x.txt")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--output" in r.stderr and ".html" in r.stderr and ".png" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_matplotlib_it_says_what_to_install(single, tmp_path: Path) -> None:
+    home, sid, _ = single
+    # A `matplotlib` that fails to import, first on the path: as if it were not installed.
+    (tmp_path / "shadow" / "matplotlib").mkdir(parents=True)
+    (tmp_path / "shadow" / "matplotlib" / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    r = subprocess.run([sys.executable, "-m", "vcli", "hp-tuning-jobs", "plot", sid, "--output=r.html"], cwd=tmp_path,
+                       env=vcli_env(home, PYTHONPATH=f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "pip install 'vcli[plot]'" in r.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_study_without_finished_trials_still_has_a_report() -> None:
+    from vcli.plots import report_html, study_figures
+    from vcli.spec import DoubleValueSpec, Goal, MetricSpec, ParameterSpec, StudySpec, Trial, TrialState
+
+    params = [ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0, max_value=1))]
+    spec = StudySpec(metrics=(MetricSpec(metric_id="score", goal=Goal.MAXIMIZE),), parameters=tuple(params))
+    trials = [Trial(id="1", parameters={"x": 0.5}, state=TrialState.ACTIVE),
+              Trial(id="2", parameters={"x": 0.1}, state=TrialState.INFEASIBLE, infeasible_reason="no metric")]
+    assert study_figures(spec, params, trials) == []
+    html = report_html("empty (7)", spec, params, trials)
+    assert "no finished trials yet" in html and "<svg" not in html
+    assert "ACTIVE 1, INFEASIBLE 1" in html
+
+
+PROBE = """
+import json, sys
+sys.argv = ["vcli", *json.loads(sys.argv[1])]
+from vcli.cli import app
+try:
+    app()
+except SystemExit:
+    pass
+print("@@" + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("matplotlib", "sklearn", "numpy"))))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["hp-tuning-jobs", "plot", "--help"]], ids=" ".join)
+def test_help_imports_no_plotting_library(tmp_path: Path, argv: list[str]) -> None:
+    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], env=vcli_env(tmp_path), capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    (line,) = [line for line in r.stdout.splitlines() if line.startswith("@@")]
+    assert json.loads(line[2:]) == [], r.stderr

@@ -1,0 +1,165 @@
+"""A study's report: its figures as SVG, one self-contained HTML page, or PNG/SVG files.
+
+The figures (keys in report order; each left out when the study has no data for it):
+
+* ``history``: the objective (first metric; one panel per metric) of every finished trial in
+  trial order, with the best-so-far line for the metric's goal.
+* ``parallel``: parallel coordinates of every parameter and the objective, lines coloured by it.
+* ``slice-<parameter_id>``: one per parameter, the objective against its value (categories as
+  categories, a log axis for UNIT_LOG_SCALE).
+* ``intermediate``: every trial's measurements of the objective by step; trials stopped early by
+  a rule marked with an x, those stopped by the study with a square, PBT exploits with a
+  triangle at the step they start from.
+* ``importance``: hyperparameter importances (`vcli.plots.importance`: a random forest); needs
+  2 parameters and 4 finished trials, else a note says why.
+* ``pareto``: with several metrics, the first two plotted with the non-dominated trials
+  highlighted (`vcli.pareto`).
+
+"Finished" is SUCCEEDED with a finite final value of the first metric. A study with none still
+gets a report, which says so. Nothing here loads anything from a network: the HTML has inline
+CSS and inline SVG (text drawn as paths), no scripts and no links.
+
+matplotlib (and scikit-learn for importances) are imported only when figures are drawn;
+without matplotlib, drawing raises a one-line UsageError saying `pip install 'vcli[plot]'`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from html import escape
+from typing import Sequence
+
+from vcli.errors import UsageError
+from vcli.plots import data as d
+from vcli.spec import Algorithm, ParameterSpec, StudySpec, Trial
+
+__all__ = ["Figure", "study_figures", "report_html", "write_report", "OUTPUT_EXTENSIONS"]
+
+#: What `write_report` can write, by the output path's extension.
+OUTPUT_EXTENSIONS = (".html", ".svg", ".png")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the report: `key` (module docstring), a human title, and `svg`, a
+    standalone `<svg id="fig-<key>" ...>` element (no XML prolog or DOCTYPE) that can be
+    inlined in HTML next to the others (its ids are prefixed, so they do not clash)."""
+
+    key: str
+    title: str
+    svg: str
+
+
+def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> list[Figure]:
+    """Every figure the study has data for, in report order. `params` is every parameter,
+    conditional ones included (`codec.iter_parameters`); `trials` in trial order."""
+    return _figures(spec, params, trials)[0]
+
+
+def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> str:
+    """The report as one self-contained HTML5 document: a summary table (the study, its
+    algorithm and goals, trials by state, the best trial or the Pareto front), a line for
+    each figure left out, and the figures inline."""
+    figures, notes = _figures(spec, params, trials)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        "<main>",
+        f"<h1>{escape(title)}</h1>",
+        _summary(title, spec, params, trials),
+        *[f'<p class="note">{escape(n)}</p>' for n in notes],
+        '<section class="figures">',
+        *[f'<figure class="vcli-figure" data-key="{escape(f.key)}">\n{f.svg}\n</figure>' for f in figures],
+        "</section>",
+        "</main>",
+        "</body>",
+        "</html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(path: str, title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> list[str]:
+    """Write the report by `path`'s extension and return the files written: `.html` one page
+    (`report_html`); `.svg` or `.png` one file per figure, `<stem>-<key>.<ext>`. Any other
+    extension is a UsageError naming --output, raised before anything is drawn."""
+    stem, ext = os.path.splitext(path)
+    if ext.lower() not in OUTPUT_EXTENSIONS:
+        raise UsageError(f"argument --output: [{path}] must end in {', '.join(OUTPUT_EXTENSIONS[:-1])} "
+                         f"or {OUTPUT_EXTENSIONS[-1]}")
+    if ext.lower() == ".html":
+        page = report_html(title, spec, params, trials)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(page)
+        return [path]
+    from vcli.plots import render
+
+    drawn, _ = render.draw(spec, params, trials)
+    written = []
+    for fig in drawn:
+        target = f"{stem}-{re.sub(r'[^A-Za-z0-9_.-]', '_', fig.key)}{ext}"
+        render.save(fig, target, ext.lower()[1:])
+        written.append(target)
+    return written
+
+
+def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> tuple[list[Figure], list[str]]:
+    from vcli.plots import render
+
+    drawn, notes = render.draw(spec, params, trials)
+    return [Figure(f.key, f.title, render.svg_element(f)) for f in drawn], notes
+
+
+def _summary(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> str:
+    algorithm = spec.algorithm.value
+    if spec.algorithm == Algorithm.ALGORITHM_UNSPECIFIED:
+        algorithm += " (Bayesian optimisation)"
+    if spec.automated_stopping_spec is not None:
+        algorithm += f", early stopping: {type(spec.automated_stopping_spec).__name__}"
+    counts = d.counts_by_state(trials)
+    rows = [
+        ("Study", escape(title)),
+        ("Algorithm", escape(algorithm)),
+        ("Goal", escape(", ".join(f"{m.metric_id}: {m.goal.value}" for m in spec.metrics))),
+        ("Trials", escape(f"{len(trials)}" + (f" ({', '.join(f'{k} {n}' for k, n in counts.items())})" if counts else ""))),
+    ]
+    if len(spec.metrics) > 1:
+        from vcli.pareto import pareto_front
+
+        front = pareto_front(trials, spec.metrics)
+        rows.append(("Pareto front", escape(", ".join(f"trial {t.id}" for t in front) or "none yet")))
+    else:
+        top = d.best(spec.metrics[0], trials)
+        if top is None:
+            rows.append(("Best trial", "none yet"))
+        else:
+            rows.append(("Best trial", escape(f"trial {top.trial.id}: {spec.metrics[0].metric_id}={d.fmt(top.value)}")))
+            rows.append(("Its parameters", escape(" ".join(
+                f"{p.parameter_id}={d.fmt(top.trial.parameters[p.parameter_id])}" for p in params if p.parameter_id in top.trial.parameters))))
+    body = "\n".join(f"<tr><th scope=\"row\">{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="summary">\n{body}\n</table>'
+
+
+# System fonts only: nothing to download, and the figures' text is drawn as paths anyway.
+_CSS = (
+    "body{margin:0;background:#f6f7f9;color:#1d2330;"
+    "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;font-size:15px}"
+    "main{max-width:1100px;margin:0 auto;padding:1.5rem}"
+    "h1{font-size:1.4rem;margin:0 0 1rem}"
+    "table.summary{border-collapse:collapse;background:#fff;margin-bottom:1rem}"
+    "table.summary th,table.summary td{border:1px solid #d8dce3;padding:.35rem .7rem;text-align:left;vertical-align:top}"
+    "table.summary th{background:#eef1f5;font-weight:600}"
+    "p.note{margin:.4rem 0;color:#5a6270}"
+    # figures at their own size (slices side by side), shrunk to fit a narrow window
+    ".figures{display:flex;flex-wrap:wrap;gap:1rem;margin-top:1rem}"
+    "figure.vcli-figure{flex:1 1 auto;margin:0;background:#fff;border:1px solid #d8dce3;border-radius:6px;padding:.5rem}"
+    "figure.vcli-figure svg{display:block;max-width:100%;height:auto;margin:0 auto}"
+)
