@@ -267,3 +267,42 @@ def test_the_read_only_store_refuses_writes_and_creates_nothing(tmp_path: Path) 
     assert [(j.display_name, j.state) for j in reader.list_jobs("customJob")] == [("j", "JOB_STATE_SUCCEEDED")]
     reader.close()
     writer.close()
+
+
+def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None:
+    """The page's own script, in headless Chromium: while a study runs, a trial's row turns
+    SUCCEEDED and the figures appear without a reload; no console error; every request goes to
+    the dashboard itself. A screenshot is kept as a CI artifact."""
+    from tests.harness.browser import Browser
+
+    home, gate = tmp_path / "home", tmp_path / "gate"
+    gate.mkdir()
+    study = spawn(home, "hp-tuning-jobs", "create", "--display-name=live-browser", "--metric=metric-id=score,goal=maximize",
+                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", _pool(_package(tmp_path, "gated", GATED)),
+                  f"--args=--gate={gate}", "--algorithm=random-search", "--max-trial-count=2",
+                  "--parallel-trial-count=1", "--seed=3")
+    try:
+        sid = job_id_from_stderr(read_stderr_until(study, "submitted successfully", timeout=60))
+        with dashboard(home) as base, Browser(offline=False, timeout=30) as browser:
+            row_state = "(document.querySelector('#trial-{0} td:nth-child(2)') || {{}}).textContent"
+            browser.open(f"{base}studies/{sid}", wait_for=f"{row_state.format(1)} === 'ACTIVE'", timeout=30)
+            browser.evaluate("window.__sameDocument = true")  # gone if the page reloads itself
+            assert browser.evaluate("document.querySelectorAll('figure[data-key=\"history\"] svg').length") == 0
+            (gate / "go-1").touch()
+            deadline = time.monotonic() + 20
+            while not browser.evaluate(f"{row_state.format(1)} === 'SUCCEEDED' && "
+                                       "document.querySelectorAll('figure[data-key=\"history\"] svg').length > 0"):
+                assert time.monotonic() < deadline, browser.evaluate("document.body.innerText")[-2000:]
+                time.sleep(0.2)
+            assert browser.evaluate("window.__sameDocument") is True
+            artifacts = Path(os.environ.get("VCLI_ARTIFACTS_DIR") or tmp_path)
+            artifacts.mkdir(parents=True, exist_ok=True)
+            assert browser.screenshot(artifacts / "dashboard-study.png").stat().st_size > 10_000
+            assert browser.console_errors == []
+            assert browser.requests and all(u.startswith((base, "data:")) for u in browser.requests), browser.requests
+            (gate / "go-2").touch()
+            assert study.wait(timeout=60) == 0
+    finally:
+        if study.poll() is None:
+            study.send_signal(signal.SIGINT)
+        study.communicate(timeout=30)

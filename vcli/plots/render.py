@@ -192,6 +192,16 @@ def _x_of(trials: Sequence[Trial]) -> dict[str, float]:
     return {t.id: float(i + 1) for i, t in enumerate(trials)}
 
 
+def _integer_x(ax, locator: type) -> None:
+    """Whole-number ticks on x (trials, steps), even with one point: matplotlib's automatic
+    limits around a single x span less than one unit and would get fractional ticks."""
+    lo, hi = ax.get_xlim()
+    if hi - lo < 2:
+        mid = round((lo + hi) / 2)
+        ax.set_xlim(mid - 1, mid + 1)
+    ax.xaxis.set_major_locator(locator(integer=True))
+
+
 def _history(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> Drawn:
     from matplotlib.ticker import MaxNLocator
 
@@ -210,7 +220,7 @@ def _history(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[
                     lw=1.5, label="best so far")
             ax.legend(loc="best", fontsize=8)
         ax.set_ylabel(_goal(m))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _integer_x(ax, MaxNLocator)
     axes[-1].set_xlabel("trial")
     return out
 
@@ -347,7 +357,7 @@ def _intermediate(metric: MetricSpec, trials: Sequence[Trial]) -> Drawn:
                        label=once("PBT exploit: starts from a parent's checkpoint"),
                        gid=out.tip(f"trial {t.id} starts at step {lin.start_step} from trial {lin.parent_trial_id}'s checkpoint"))
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _integer_x(ax, MaxNLocator)
     ax.set_ylabel(_goal(metric))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=7, ncol=2 if few and len(curves) > 5 else 1)
