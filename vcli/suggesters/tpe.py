@@ -51,7 +51,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from vcli.spec import Goal, ParameterValue, StudySpec, Trial
+from vcli.pareto import metric_values
+from vcli.spec import ParameterValue, StudySpec
 from vcli.suggesters._space import (
     CATEGORICAL,
     DOUBLE,
@@ -59,7 +60,6 @@ from vcli.suggesters._space import (
     INACTIVE_NUMERIC,
     ParamKey,
     SuggesterBase,
-    metric_value,
 )
 
 if TYPE_CHECKING:
@@ -108,7 +108,6 @@ class TPESuggester(SuggesterBase):
         self.n_startup = n_startup
         self.n_ei_candidates = n_ei_candidates
         self.prior_weight = prior_weight
-        self._signs = [-1.0 if m.goal == Goal.MAXIMIZE else 1.0 for m in study_spec.metrics]
         self._groups = _groups(self.space)
 
     # ------------------------------------------------------------------ trials
@@ -122,17 +121,17 @@ class TPESuggester(SuggesterBase):
         for t in self._trials.values():
             if not t.state.is_final():
                 continue  # pending: self.pending() below
-            vals = objective_values(t, self.study_spec)
+            vals = metric_values(t, self.metric_ids)
             if vals is None:
                 other.append(sp.encode(t.parameters))
             else:
                 obs_rows.append(sp.encode(t.parameters))
-                obs_vals.append([s * v for s, v in zip(self._signs, vals)])
+                obs_vals.append([s * v for s, v in zip(self.signs, vals)])
         other.extend(sp.encode(p) for p in self.pending())
         d = sp.dim
         return (
             np.array(obs_rows, dtype=float).reshape(-1, d),
-            np.array(obs_vals, dtype=float).reshape(-1, len(self._signs)),
+            np.array(obs_vals, dtype=float).reshape(-1, len(self.signs)),
             np.array(other, dtype=float).reshape(-1, d),
         )
 
@@ -493,9 +492,3 @@ def _select_multiobjective(Y, n_below: int) -> np.ndarray:
         chosen.extend(int(idx[j]) for j in picked)
         break
     return np.array(chosen, dtype=int)
-
-
-def objective_values(trial: Trial, study_spec: StudySpec) -> list[float] | None:
-    """The trial's metric values (spec order), or None when any is missing or non-finite."""
-    vals = [metric_value(trial, m.metric_id) for m in study_spec.metrics]
-    return None if any(v is None for v in vals) else vals  # type: ignore[return-value]
