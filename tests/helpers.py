@@ -159,3 +159,19 @@ def clusters_from_stdout(stdout: str) -> dict[str, dict[str, list[str]]]:
             task = line.split("]", 1)[0].lstrip("[")
             clusters[task] = json.loads(line.split("cluster=", 1)[1].split(" task=", 1)[0])
     return clusters
+
+
+def script_study(home: Path, root: Path, script: str, *flags: str) -> tuple[str, dict[str, Any], str]:
+    """Run a study of a one-file trainer to its end: `script` becomes `<root>/pkg-<home name>/t.py`,
+    the pool `machine-type=n1-standard-4,local-package-path=...,script=t.py`, the display name
+    the home's name; `flags` add the metrics, parameters and algorithm. Returns (study id, the
+    study as `--format=json` printed it, stderr); asserts `create` exited 0."""
+    pkg = root / f"pkg-{home.name}"
+    pkg.mkdir(parents=True)
+    (pkg / "t.py").write_text(script)
+    r = vcli(home, "hp-tuning-jobs", "create", f"--display-name={home.name}",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
+             "--format=json", *flags)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    return study["name"].rsplit("/", 1)[1], study, r.stderr

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import vcli
+from tests.helpers import script_study, vcli
 
 TRAINER = """
 import sys
@@ -22,18 +21,13 @@ for step in (1, 2):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("export")
-    pkg = tmp / "pkg"
-    pkg.mkdir()
-    (pkg / "t.py").write_text(TRAINER)
-    home = tmp / "home"
-    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=exp", "--metric=metric-id=score,goal=maximize",
-             "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
-             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
-             "--parameter-spec=parameter-id=kind,values=a;b",
-             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
-             "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=2", "--seed=2", "--format=json")
-    assert r.returncode == 0, r.stderr
-    return home, json.loads(r.stdout)
+    home = tmp / "exp"
+    _, study, _ = script_study(home, tmp, TRAINER, "--metric=metric-id=score,goal=maximize",
+                               "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                               "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                               "--parameter-spec=parameter-id=kind,values=a;b",
+                               "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=2", "--seed=2")
+    return home, study
 
 
 def _id(study: dict) -> str:

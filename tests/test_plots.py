@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, vcli, vcli_env
+from tests.helpers import REPO, script_study, vcli_env
 
 TRAINER = """
 import sys
@@ -51,23 +51,11 @@ SINGLE_FIGURES = {"history", "parallel", "slice-x", "slice-n", "slice-kind", "in
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 
 
-def _create(home: Path, tmp: Path, script: str, *flags: str) -> tuple[str, dict, str]:
-    pkg = tmp / f"pkg-{home.name}"
-    pkg.mkdir()
-    (pkg / "t.py").write_text(script)
-    r = vcli(home, "hp-tuning-jobs", "create", f"--display-name={home.name}",
-             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
-             "--format=json", *flags)
-    assert r.returncode == 0, r.stderr[-3000:]
-    study = json.loads(r.stdout)
-    return study["name"].rsplit("/", 1)[1], study, r.stderr
-
-
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
     tmp = tmp_path_factory.mktemp("plots")
     home = tmp / "single"
-    sid, study, _ = _create(home, tmp, TRAINER, "--metric=metric-id=score,goal=maximize",
+    sid, study, _ = script_study(home, tmp, TRAINER, "--metric=metric-id=score,goal=maximize",
                             "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
                             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
                             "--parameter-spec=parameter-id=kind,values=a;b",
@@ -79,7 +67,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
 def two_metrics(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     tmp = tmp_path_factory.mktemp("plots")
     home = tmp / "pareto"
-    sid, _, stderr = _create(home, tmp, TWO_METRICS, "--metric=metric-id=error,goal=minimize",
+    sid, _, stderr = script_study(home, tmp, TWO_METRICS, "--metric=metric-id=error,goal=minimize",
                              "--metric=metric-id=speed,goal=minimize",
                              "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
                              "--parameter-spec=parameter-id=y,type=double,min=0,max=0.2",
@@ -171,7 +159,7 @@ def test_a_multi_objective_report_shows_the_pareto_front(two_metrics, tmp_path: 
 
 def test_trials_stopped_early_are_marked(tmp_path: Path) -> None:
     home = tmp_path / "median"
-    sid, study, _ = _create(home, tmp_path, CURVE, "--metric=metric-id=accuracy,goal=maximize",
+    sid, study, _ = script_study(home, tmp_path, CURVE, "--metric=metric-id=accuracy,goal=maximize",
                             "--parameter-spec=parameter-id=x,type=discrete,values=0.05;0.15;0.25;0.35;0.45;0.85;0.95",
                             "--algorithm=grid-search", "--max-trial-count=7", "--parallel-trial-count=2",
                             "--early-stopping=median")

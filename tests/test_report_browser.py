@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.browser import Browser
-from tests.helpers import vcli
+from tests.helpers import script_study, vcli
 
 TRAINER = """
 import sys
@@ -61,17 +61,11 @@ def _assert_not_blank(png: Path) -> None:
 
 
 def test_the_report_of_a_finished_study_renders_offline_with_every_figure(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "t.py").write_text(TRAINER)
-    home = tmp_path / "home"
-    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=seen", "--metric=metric-id=score,goal=maximize",
-             "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
-             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
-             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
-             "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=2", "--seed=3", "--format=json")
-    assert r.returncode == 0, r.stderr
-    study = json.loads(r.stdout)
+    home = tmp_path / "seen"
+    _, study, _ = script_study(home, tmp_path, TRAINER, "--metric=metric-id=score,goal=maximize",
+                               "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                               "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                               "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=2", "--seed=3")
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 6
     report = tmp_path / "report.html"
     r = vcli(home, "hp-tuning-jobs", "plot", study["name"].rsplit("/", 1)[1], f"--output={report}")

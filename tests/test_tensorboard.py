@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, spawn, vcli
+from tests.helpers import REPO, script_study, spawn, vcli
 
 # Writes TensorBoard scalars with TensorBoard's own event writer (no TensorFlow import: fast).
 TRAINER = """
@@ -35,17 +35,12 @@ writer.close()
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("tb")
-    pkg = tmp / "pkg"
-    pkg.mkdir()
-    (pkg / "t.py").write_text(TRAINER)
     home = tmp / "home"
-    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=tb", "--metric=metric-id=score,goal=maximize",
-             "--parameter-spec=parameter-id=x,type=double,min=0.1,max=1",
-             "--parameter-spec=parameter-id=opt,values=adam:v2;sgd",  # a ':' TensorBoard's spec cannot take
-             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
-             "--algorithm=random-search", "--max-trial-count=3", "--parallel-trial-count=3", "--seed=4", "--format=json")
-    assert r.returncode == 0, r.stderr
-    return home, json.loads(r.stdout)
+    _, study, _ = script_study(home, tmp, TRAINER, "--metric=metric-id=score,goal=maximize",
+                               "--parameter-spec=parameter-id=x,type=double,min=0.1,max=1",
+                               "--parameter-spec=parameter-id=opt,values=adam:v2;sgd",  # a ':' TensorBoard's spec cannot take
+                               "--algorithm=random-search", "--max-trial-count=3", "--parallel-trial-count=3", "--seed=4")
+    return home, study
 
 
 def _get(url: str) -> object:
