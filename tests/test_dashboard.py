@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -213,15 +214,27 @@ def test_a_non_loopback_host_needs_allow_remote(tmp_path: Path) -> None:
     assert not (home / "vcli.db").exists()  # the dashboard created no store
 
 
-def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def gated_study(tmp_path: Path, name: str) -> Iterator[tuple[Path, Path, str, subprocess.Popen[str]]]:
+    """A running two-trial study (one at a time) whose trial N ends when the test creates
+    `<gate>/go-N`: yields (home, gate, study id, the `create` process); Ctrl-C'd after if still
+    running."""
     home, gate = tmp_path / "home", tmp_path / "gate"
     gate.mkdir()
-    study = spawn(home, "hp-tuning-jobs", "create", "--display-name=live", "--metric=metric-id=score,goal=maximize",
+    study = spawn(home, "hp-tuning-jobs", "create", f"--display-name={name}", "--metric=metric-id=score,goal=maximize",
                   "--parameter-spec=parameter-id=x,type=double,min=0,max=1", _pool(_package(tmp_path, "gated", GATED)),
                   f"--args=--gate={gate}", "--algorithm=random-search", "--max-trial-count=2",
                   "--parallel-trial-count=1", "--seed=3")
     try:
-        sid = job_id_from_stderr(read_stderr_until(study, "submitted successfully", timeout=60))
+        yield home, gate, job_id_from_stderr(read_stderr_until(study, "submitted successfully", timeout=60)), study
+    finally:
+        if study.poll() is None:
+            study.send_signal(signal.SIGINT)
+        study.communicate(timeout=30)
+
+
+def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
+    with gated_study(tmp_path, "live") as (home, gate, sid, study):
         with dashboard(home) as base:
             api = f"{base}api/studies/{sid}"
 
@@ -243,10 +256,6 @@ def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
             (gate / "go-2").touch()
             assert study.wait(timeout=60) == 0
             assert trial_state("2") == "SUCCEEDED" and get_json(f"{api}/version")["version"] != after
-    finally:
-        if study.poll() is None:
-            study.send_signal(signal.SIGINT)
-        study.communicate(timeout=30)
 
 
 def test_the_read_only_store_refuses_writes_and_creates_nothing(tmp_path: Path) -> None:
@@ -275,14 +284,7 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
     the dashboard itself. A screenshot is kept as a CI artifact."""
     from tests.harness.browser import Browser
 
-    home, gate = tmp_path / "home", tmp_path / "gate"
-    gate.mkdir()
-    study = spawn(home, "hp-tuning-jobs", "create", "--display-name=live-browser", "--metric=metric-id=score,goal=maximize",
-                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", _pool(_package(tmp_path, "gated", GATED)),
-                  f"--args=--gate={gate}", "--algorithm=random-search", "--max-trial-count=2",
-                  "--parallel-trial-count=1", "--seed=3")
-    try:
-        sid = job_id_from_stderr(read_stderr_until(study, "submitted successfully", timeout=60))
+    with gated_study(tmp_path, "live-browser") as (home, gate, sid, study):
         with dashboard(home) as base, Browser(offline=False, timeout=30) as browser:
             row_state = "(document.querySelector('#trial-{0} td:nth-child(2)') || {{}}).textContent"
             browser.open(f"{base}studies/{sid}", wait_for=f"{row_state.format(1)} === 'ACTIVE'", timeout=30)
@@ -302,7 +304,3 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
             assert browser.requests and all(u.startswith((base, "data:")) for u in browser.requests), browser.requests
             (gate / "go-2").touch()
             assert study.wait(timeout=60) == 0
-    finally:
-        if study.poll() is None:
-            study.send_signal(signal.SIGINT)
-        study.communicate(timeout=30)
