@@ -281,8 +281,12 @@ def test_non_integer_replica_count_is_a_usage_error():
         cfg.parse_worker_pool_spec(f"machine-type=n1,replica-count=two,container-image-uri={IMG}")
     assert info.value.exit_code == ExitCode.USAGE
     assert "replica-count" in str(info.value) and "two" in str(info.value)
-    with pytest.raises(UsageError):
-        cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=1.5")
+    with pytest.raises(UsageError) as info:
+        cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=one")
+    assert "accelerator-count" in str(info.value) and "--executor=ray" in str(info.value)
+    # A fraction parses (a share of a GPU on the ray executor; the others refuse it, tests/test_ray.py).
+    assert cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=1.5")["accelerator-count"] == 1.5
+    assert type(cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=2")["accelerator-count"]) is int
 
 
 @pytest.mark.parametrize("key,value", [("replica-count", "0"), ("replica-count", "-1"), ("accelerator-count", "0"), ("accelerator-count", "-2")])
