@@ -107,6 +107,11 @@ class ReplicaSupervisor:
                 time.sleep(0.02)
             if self.popen.poll() is None and self._status() is None:
                 self._signal(signal.SIGUSR1)  # the supervisor SIGKILLs every descendant
+        self._await_supervisor()
+
+    def _await_supervisor(self) -> None:
+        """Wait (bounded) for the supervisor to finish sweeping the trainer's tree, SIGKILL it
+        if it does not, then kill whatever still carries the replica's tag."""
         try:
             self.popen.wait(timeout=_LEFTOVER_GRACE + 10)
         except subprocess.TimeoutExpired:
@@ -137,12 +142,7 @@ class ReplicaSupervisor:
         behind (it sweeps its tree a moment after the trainer's exit; bounded), kill anything
         that still carries the replica's tag, then remove the node-local files."""
         if self.popen is not None:
-            try:
-                self.popen.wait(timeout=_LEFTOVER_GRACE + 10)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.popen.wait()
-            self._sweep()
+            self._await_supervisor()
         if self.work:
             shutil.rmtree(self.work, ignore_errors=True)
 
