@@ -97,6 +97,63 @@ def test_a_job_that_can_never_fit_fails_at_once(cluster: RayCluster, tmp_path: P
     assert time.monotonic() - began < 60  # no waiting for room that will never come
 
 
+#: A driver that fills every GPU with a group of its own, asks the executor to place a one-GPU
+#: job (no room), frees the GPUs and asks again (room). Prints what happened as JSON.
+FULL_CLUSTER_DRIVER = """
+import json, sys, time
+from types import SimpleNamespace as NS
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from vcli.executors.ray.executor import RayExecutor
+from vcli.placement import NoCapacityError
+
+ex = RayExecutor(sys.argv[1])
+ray_ = ex._ray()
+filler = placement_group([{"GPU": 1.0}] * 3, strategy="STRICT_SPREAD", name="filler")
+ray_.get(filler.ready(), timeout=60)
+spec = NS(worker_pool_specs=[NS(machine_spec=NS(machine_type="n1-standard-4", accelerator_count=1))])
+replicas = [NS(task_name="workerpool0-0", pool_index=0)]
+out = {}
+time.sleep(2)  # the GCS's view of free resources follows the raylets' reports
+began = time.monotonic()
+try:
+    ex.place(replicas, spec, "full")
+    out["full"] = "placed"
+except NoCapacityError as e:
+    out["full"] = str(e)
+out["full_seconds"] = time.monotonic() - began
+remove_placement_group(filler)
+deadline = time.monotonic() + 30
+while True:
+    try:
+        out["free"] = [p.host for p in ex.place(replicas, spec, "free")]
+        break
+    except NoCapacityError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.5)
+ex.release_group("free")
+print(json.dumps(out))
+"""
+
+
+def test_a_full_cluster_is_answered_without_creating_a_placement_group(cluster: RayCluster, tmp_path: Path) -> None:
+    # A queued trial asks on every controller tick; on a cluster whose free GPUs fall short
+    # the answer must come from the GCS's view, not from creating a group and waiting for it
+    # (which cost a second per tick).
+    got = subprocess.run([sys.executable, "-c", FULL_CLUSTER_DRIVER, cluster.address], capture_output=True, text=True,
+                         env={**cluster.driver_env(), "PYTHONPATH": str(REPO)}, timeout=180)
+    assert got.returncode == 0, got.stderr[-3000:]
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert out["full"].startswith("The Ray cluster has no room for job full now (workerpool0-0: 4 CPU, "), out
+    assert "1 GPU" in out["full"]
+    groups = cluster.placement_groups()
+    assert "vcli-full" not in groups, groups  # not even created and removed
+    assert groups["vcli-free"] == "REMOVED" and groups["filler"] == "REMOVED"
+    assert len(out["free"]) == 1
+    print(f"no-room answer in {out['full_seconds'] * 1000:.0f} ms")
+
+
 def test_container_images_are_refused(cluster: RayCluster, tmp_path: Path) -> None:
     r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=image", "--validate-only",
              f"--worker-pool-spec={POOL},container-image-uri=python:3.11", "--command=python,-c,print(1)",

@@ -121,11 +121,18 @@ class RayExecutor(ExecutorBase):
         if why:
             raise PlacementError(f"Job {job_id} can never fit on the Ray cluster at {self.address}: {why}")
         self.release_group(job_id)  # planned again (print-env, then create): start afresh
+        asks = ", ".join(f"{r.task_name}: {_show(b)}" for r, b in zip(replicas, bundles))
+        # A queued trial asks again on every controller tick: when the cluster's free total
+        # already falls short, say so from the GCS's view (a millisecond) rather than create a
+        # group and wait PLACE_WAIT_SECONDS for it. The view may lag; either way a stale answer
+        # costs one tick, or falls through to the wait below.
+        free = ray.available_resources()
+        if any(sum(b.get(k, 0.0) for b in bundles) > free.get(k, 0.0) + 1e-9 for k in {k for b in bundles for k in b}):
+            raise NoCapacityError(f"The Ray cluster has no room for job {job_id} now ({asks}).")
         pg = placement_group(bundles, strategy="SPREAD", name=f"vcli-{job_id}", lifetime="detached")
         ready, _ = ray.wait([pg.ready()], timeout=PLACE_WAIT_SECONDS)
         if not ready:
             remove_placement_group(pg)
-            asks = ", ".join(f"{r.task_name}: {_show(b)}" for r, b in zip(replicas, bundles))
             raise NoCapacityError(f"The Ray cluster has no room for job {job_id} now ({asks}).")
         by_bundle = placement_group_table(pg)["bundles_to_node_id"]
         ips = {n["NodeID"]: n["NodeManagerAddress"] for n in nodes}
