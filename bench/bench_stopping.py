@@ -19,6 +19,7 @@ all 62,208 configurations.
     python bench/bench_stopping.py                 # 20 seeds, 100 trials, 4 in parallel
     python bench/bench_stopping.py --quick         # 3 seeds, 40 trials
     python bench/bench_stopping.py --diagnostics   # plus the arms that explain the gaps (below)
+    python bench/bench_stopping.py --first-seed=20 --dataset=parkinsons_telemonitoring  # held out
 
 Optuna's HyperbandPruner picks a trial's bracket from a CRC-32 of the study name and the trial
 number; each seed's study is named "fcnet-<seed>" so the Optuna arms are reproducible (an
@@ -287,6 +288,7 @@ def sign_test(wins: int, losses: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--dataset", default="protein_structure")
@@ -300,7 +302,7 @@ def main() -> None:
     best_mean = min(statistics.fmean(v) for v in data.values())
     results: dict[str, list[tuple[float, int, float]]] = {a: [] for a in arms}
     same_budget: dict[str, list[float]] = {a: [] for a in arms}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         trials = draw_trials(data, seed, args.trials)
         for arm in arms:
             t0 = time.process_time()

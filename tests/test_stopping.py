@@ -202,6 +202,30 @@ def test_decay_curve_keeps_a_slow_starter_that_ends_best():
 
 
 @pytest.mark.parametrize("metric", [ACC, LOSS], ids=["maximize", "minimize"])
+def test_decay_curve_does_not_extrapolate_to_a_curve_unlike_any_completed_one(metric):
+    # Only fast risers have completed; the line fitted to them says a low score at step 5
+    # means a low end. A slow starter below all of them but rising faster than any of them
+    # is outside what they span: it must run on (it ends best), while the same completed
+    # curves do stop a late trial that is below all of them on every count.
+    fast = [saturating(0.5 + 0.05 * i, rate=2.0) for i in range(6)]
+    slow_winner = saturating(0.97, rate=0.1)
+    low_plateau = saturating(0.4, rate=2.0)
+    out = simulate(lambda: stopping_rule(DecayCurveAutomatedStoppingSpec(), metric), fast + [slow_winner, low_plateau],
+                   max_steps=30, metric=metric)
+    assert out.steps["7"] == 30, out.reasons
+    assert out.steps["8"] < 30 and "predicts at best" in out.reasons["8"]
+
+
+def test_decay_curve_stops_a_diverging_trial():
+    # Worse than every completed curve and getting worse: below them on every count, so the
+    # extrapolation guard does not shield it.
+    done = [saturating(0.6 + 0.05 * i, rate=0.3) for i in range(6)]
+    diverging: Curve = lambda step: max(0.0, 0.3 - 0.02 * step)
+    out = simulate(lambda: stopping_rule(DecayCurveAutomatedStoppingSpec(), ACC), done + [diverging], max_steps=30)
+    assert out.steps["7"] < 30, out.steps
+
+
+@pytest.mark.parametrize("metric", [ACC, LOSS], ids=["maximize", "minimize"])
 def test_convex_stops_plateaued_trials(metric):
     curves, good, bad = mixed_curves(18, seed=2)
     spec = ConvexAutomatedStoppingSpec(max_step_count=20, min_step_count=4, min_measurement_count=3)
