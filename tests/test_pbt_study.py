@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import vcli
+from tests.helpers import describe, read_stderr_until, spawn, vcli, wait_for
 
 TOY = """
 import json, os, sys, time
@@ -147,6 +150,61 @@ def test_pbt_exploits_copy_checkpoints_and_explore(tmp_path: Path) -> None:
     for leg in legs[1:]:
         assert trials[leg["trialId"]]["populationBasedTraining"]["startStep"] == str(leg["fromStep"])
     assert "its schedule (PBT lineage):" in r.stderr
+
+
+def _check_lineage(trials: dict[str, dict], by_task: dict[str, list[str]]) -> None:
+    """Every exploited trial resumed from its parent's checkpoint at its start step; no trial
+    was started twice (a restart would restore its own checkpoint: a second `restored`)."""
+    for t in trials.values():
+        lin = t["populationBasedTraining"]
+        restored = [m for m in by_task.get(f"trial-{t['id']}/workerpool0-0", []) if m.startswith("restored ")]
+        if "parentTrialId" not in lin:
+            assert restored == [], (t["id"], restored)
+            continue
+        start = int(lin["startStep"])
+        assert start in _steps(trials[lin["parentTrialId"]]) and _steps(t)[0] == start + 1, (t["id"], lin)
+        assert len(restored) == 1 and restored[0].startswith(f"restored step={start} "), (t["id"], restored)
+
+
+def test_a_pbt_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
+    # kill -9 of the controller after the first exploit: the members go on training (replicas
+    # outlive their controller), `resume` re-attaches them, judges them from their latest
+    # step, and every member still trains to maxStepCount with its lineage intact.
+    script = tmp_path / "toy.py"
+    script.write_text(TOY)
+    config = tmp_path / "pbt.yaml"
+    config.write_text(PBT_STUDY.format(max_trials=16, population=4, python=sys.executable, script=script,
+                                       extra=", --pause=1.0"))
+    home = tmp_path / "home"
+    proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=11", "--format=json")
+    try:
+        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        read_stderr_until(proc, "is replaced", 120)
+        wait_for(lambda: any("parentTrialId" in t["populationBasedTraining"]
+                             for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])), 30, "an exploit")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = describe(home, "hp-tuning-jobs", study_id)
+    assert before["state"] == "JOB_STATE_RUNNING" and any(t["state"] == "ACTIVE" for t in before["trials"])
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, "--format=json", timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    assert {t["state"] for t in trials.values()} == {"SUCCEEDED"}
+    finals = [t for t in trials.values() if t["finalMeasurement"]["stepCount"] == "8"]
+    assert {t["populationBasedTraining"]["member"] for t in finals} == {0, 1, 2, 3}
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study_id, "--task-name=workerpool0-0")
+    by_task: dict[str, list[str]] = {}
+    for line in logs.stdout.splitlines():
+        _severity, _ts, task, message = line.split("\t", 3)
+        by_task.setdefault(task, []).append(message)
+    _check_lineage(trials, by_task)
+    legs = study["pbtSchedule"]
+    assert legs[-1]["trialId"] == study["bestTrialId"] and legs[0]["fromStep"] == 0 and legs[-1]["toStep"] == 8
 
 
 def test_a_trainer_without_checkpoints_skips_exploits_and_the_study_goes_on(tmp_path: Path) -> None:
