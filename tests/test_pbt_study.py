@@ -207,6 +207,48 @@ def test_a_pbt_study_survives_its_controller_and_resumes(tmp_path: Path) -> None
     assert legs[-1]["trialId"] == study["bestTrialId"] and legs[0]["fromStep"] == 0 and legs[-1]["toStep"] == 8
 
 
+@pytest.mark.docker
+def test_pbt_study_in_containers_copies_checkpoints_between_bind_mounts(tmp_path: Path) -> None:
+    # Every member a container on the real engine: an exploit copies the donor's checkpoint
+    # out of its bind-mounted AIP_CHECKPOINT_DIR into the new container's.
+    from tests.harness.docker_env import ensure_docker
+
+    client = ensure_docker()
+    study_spec = {
+        "displayName": "pbt-docker", "maxTrialCount": 12, "parallelTrialCount": 4,
+        "studySpec": {
+            "metrics": [{"metricId": "score", "goal": "MAXIMIZE"}], "algorithm": "POPULATION_BASED_TRAINING",
+            "populationBasedTrainingSpec": {"populationSize": 4, "perturbationIntervalSteps": 2, "maxStepCount": 8},
+            "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.2},
+                            "scaleType": "UNIT_LOG_SCALE"}]},
+        "trialJobSpec": {"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": "vcli-trainer:latest", "command": ["python3", "-c", TOY],
+                              "args": ["--steps=8", "--pause=0.6"]}}]},
+    }
+    config = tmp_path / "pbt.json"
+    config.write_text(json.dumps(study_spec))
+    home = tmp_path / "home"
+    r = vcli(home, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--seed=11",
+             "--format=json", timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    assert any("parentTrialId" in t["populationBasedTraining"] for t in trials.values()), "no exploit happened"
+    finals = [t for t in trials.values() if t["finalMeasurement"]["stepCount"] == "8"]
+    assert {t["populationBasedTraining"]["member"] for t in finals} == {0, 1, 2, 3}
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], "--task-name=workerpool0-0")
+    by_task: dict[str, list[str]] = {}
+    for line in logs.stdout.splitlines():
+        _severity, _ts, task, message = line.split("\t", 3)
+        by_task.setdefault(task, []).append(message)
+    _check_lineage(trials, by_task)
+    for t in trials.values():
+        job_id = t["customJob"].rsplit("/", 1)[-1]
+        assert not client.containers.list(all=True, filters={"label": f"vcli.job={job_id}"})
+
+
 def test_a_trainer_without_checkpoints_skips_exploits_and_the_study_goes_on(tmp_path: Path) -> None:
     r = _study(tmp_path, extra=",--mode=no-checkpoint")
     assert r.returncode == 0, r.stderr[-3000:]
