@@ -174,6 +174,19 @@ def test_several_metrics_refuse_what_needs_one(tmp_path: Path) -> None:
     assert r.returncode == 1 and "listed twice" in r.stderr
 
 
+def test_convex_fields_vcli_does_not_use_are_named_in_one_note(tmp_path: Path) -> None:
+    base = ["hp-tuning-jobs", "create", "--display-name=cv", "--metric=metric-id=acc,goal=maximize",
+            "--parameter-spec=parameter-id=lr,type=double,min=0.001,max=0.1,scale=log",
+            "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=img", "--command=python3,-c,pass",
+            "--validate-only"]
+    r = vcli(tmp_path / "home", *base, "--early-stopping=convex,max-step-count=10,learning-rate-parameter-name=lr")
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if line.startswith("Note:")]
+    assert len(notes) == 1 and "learningRateParameterName has no effect" in notes[0], r.stderr
+    r = vcli(tmp_path / "home", *base, "--early-stopping=convex,max-step-count=10")
+    assert r.returncode == 0 and "Note:" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize(
     "flag, message",
     [
