@@ -272,6 +272,37 @@ def test_the_notice_names_flags_from_a_flags_file(files: Path) -> None:
     assert _notes(r.stderr) == ["Note: --billing-project, --network have no effect on local runs."]
 
 
+def test_the_notice_names_config_fields_without_local_effect(files: Path) -> None:
+    # Vertex fields vcli accepts but does not model, and recorded cloud-only ones, are named
+    # by their path in one line; fields that do something, false booleans and UNSPECIFIED
+    # enums are not.
+    (files / "cloud-job.yaml").write_text(textwrap.dedent(f"""
+        workerPoolSpecs:
+        - machineSpec: {{machineType: n1-standard-4, tpuTopology: 2x2}}
+          replicaCount: 1
+          nfsMounts: [{{server: s, path: /p, mountPoint: m}}]
+          pythonPackageSpec: {{executorImageUri: {EXE}, pythonModule: trainer.task}}
+        serviceAccount: sa@p.iam.gserviceaccount.com
+        enableWebAccess: false
+        """))
+    r = run("custom-jobs", "create", "--display-name=j", f"--config={files}/cloud-job.yaml", "--validate-only")
+    assert r.exit_code == 0, r.stderr
+    assert _notes(r.stderr) == ["Note: [--config] workerPoolSpecs[0].machineSpec.tpuTopology, workerPoolSpecs[0].nfsMounts, "
+                                "serviceAccount have no effect on local runs."]
+    study = STUDY.replace("studySpec:\n", "studySpec:\n  observationNoise: HIGH\n", 1)
+    assert study != STUDY
+    (files / "noisy.yaml").write_text(study + "encryptionSpec: {kmsKeyName: k}\nlabels: {team: ml}\n")
+    r = run("hp-tuning-jobs", "create", f"--config={files}/noisy.yaml", "--validate-only")
+    assert r.exit_code == 0, r.stderr
+    assert _notes(r.stderr) == ["Note: [--config] studySpec.observationNoise, encryptionSpec have no effect on local runs."]
+    (files / "quiet.yaml").write_text(STUDY.replace("studySpec:\n", "studySpec:\n  observationNoise: OBSERVATION_NOISE_UNSPECIFIED\n", 1))
+    for argv in ([f"--config={files}/quiet.yaml"], [f"--config={files}/noisy.yaml", "--verbosity=error"]):
+        r = run("hp-tuning-jobs", "create", *argv, "--validate-only")
+        assert r.exit_code == 0 and _notes(r.stderr) == [], r.stderr
+    r = run("custom-jobs", "create", "--display-name=j", f"--config={files}/job.yaml", "--validate-only")
+    assert r.exit_code == 0 and _notes(r.stderr) == [], r.stderr
+
+
 def test_verbosity_after_the_command_shows_tracebacks(files: Path) -> None:
     r = run("custom-jobs", "describe", UNKNOWN, "--verbosity=debug")
     assert r.exit_code == 4 and "Traceback" in r.stderr

@@ -13,7 +13,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vcli.cli import options as o
-from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
     LogPrinter,
     check_format,
@@ -39,8 +39,10 @@ def custom_job_spec_from_flags(
     python_package_uris: Optional[str] = None,
     service_account: Optional[str] = None,
     network: Optional[str] = None,
+    no_effect: Optional[List[str]] = None,
 ) -> Any:
-    """The CustomJobSpec of --config (if any) with the flags applied over it."""
+    """The CustomJobSpec of --config (if any) with the flags applied over it; the config's
+    fields that change nothing locally are appended to `no_effect`."""
     from dataclasses import replace
 
     from vcli import codec
@@ -49,7 +51,7 @@ def custom_job_spec_from_flags(
 
     if not worker_pool_spec and not config:
         raise UsageError("At least one of (--config | --worker-pool-spec) must be specified.")
-    spec = codec.load_custom_job_spec(config) if config else CustomJobSpec(worker_pool_specs=())
+    spec = codec.load_custom_job_spec(config, no_effect) if config else CustomJobSpec(worker_pool_specs=())
     if worker_pool_spec:
         pools = codec.worker_pools_from_flags([codec.parse_worker_pool_spec(v) for v in worker_pool_spec])
         spec = replace(spec, worker_pool_specs=pools)
@@ -123,13 +125,16 @@ def create(
     o.use_ray_address(ray_address)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
-    spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network)
+    no_effect: list[str] = []
+    spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network,
+                                      no_effect)
     spec = with_cloud_settings(spec, persistent_resource_id=persistent_resource_id, enable_web_access=enable_web_access,
                                enable_dashboard_access=enable_dashboard_access)
     label_map = codec.parse_labels(labels)
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project)
     job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
                                  ready=not validate_only)
+    note_no_effect(no_effect, "[--config] ")  # once the job is known to be valid
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:

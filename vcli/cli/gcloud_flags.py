@@ -220,10 +220,16 @@ def _publish(ctx: Any) -> None:
         state["project"] = values["project"]
     if ctx.params.get("region"):
         state["region"] = ctx.params["region"]
-    if given.cloud_only and state["verbosity"] not in ("error", "critical", "none"):
-        names = list(dict.fromkeys(given.cloud_only.values()))
+    note_no_effect(list(given.cloud_only.values()))
+
+
+def note_no_effect(names: list[str], where: str = "") -> None:
+    """One `Note:` line naming the settings given that change nothing on a local run (none
+    when `names` is empty or --verbosity is error or quieter)."""
+    names = list(dict.fromkeys(names))
+    if names and state["verbosity"] not in ("error", "critical", "none"):
         verb = "has" if len(names) == 1 else "have"
-        err(f"Note: {', '.join(names)} {verb} no effect on local runs.")
+        err(f"Note: {where}{', '.join(names)} {verb} no effect on local runs.")
 
 
 # --------------------------------------------------------------------------- --flags-file

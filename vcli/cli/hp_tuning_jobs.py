@@ -15,7 +15,7 @@ import typer
 
 from vcli.cli import options as o
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
-from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup
+from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
 from vcli.cli.support import command, err, interrupt_on_signals
 from vcli.spec import ConvexAutomatedStoppingSpec, JobKind, JobState
@@ -137,8 +137,9 @@ def create(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
         algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
     )
+    no_effect: list[str] = []
     try:
-        spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source)
+        spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source, no_effect)
     except ConfigError as e:
         stopping_key = next((k for k in codec.STOPPING_KEYS if f"studySpec.{k}" in str(e)), None)
         if early_stopping is None or stopping_key is None:
@@ -157,6 +158,7 @@ def create(
     study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
                               bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
                               shm_size=shm_size)
+    note_no_effect(no_effect, "[--config] ")  # once the study is known to be valid
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
     if kms:
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here

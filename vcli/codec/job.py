@@ -102,12 +102,16 @@ def resolve_output_uri(uri: str, error: Callable[[str], Exception]) -> str:
     return os.path.abspath(os.path.expanduser(uri))
 
 
-def load_custom_job_spec(path: str) -> CustomJobSpec:
-    """A `--config` file (`-` = stdin) holding a CustomJobSpec -> the spec."""
+def load_custom_job_spec(path: str, no_effect: list[str] | None = None) -> CustomJobSpec:
+    """A `--config` file (`-` = stdin) holding a CustomJobSpec -> the spec. The paths of the
+    fields it sets that change nothing locally are appended to `no_effect`."""
     doc, source = load_document(path)
     decoder = Decoder(source)
     data = decoder.decode_message(doc, CustomJobSpec, "")
-    return custom_job_spec_from_dict(data, decoder)
+    spec = custom_job_spec_from_dict(data, decoder)
+    if no_effect is not None:
+        no_effect.extend(decoder.no_effect)
+    return spec
 
 
 def custom_job_spec_from_stored(data: Mapping[str, Any]) -> CustomJobSpec:

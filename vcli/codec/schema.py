@@ -164,6 +164,19 @@ def _kind(typ: Any, facts: Vertex) -> Kind:
 # =========================================================================== decoding
 
 
+#: Modelled (recorded, shown by `describe`) but meaningless on a local run.
+NO_LOCAL_EFFECT = frozenset(("CustomJobSpec", f) for f in (
+    "serviceAccount", "network", "persistentResourceId", "tensorboard", "experiment", "experimentRun",
+    "enableWebAccess", "enableDashboardAccess"))
+
+
+def _set(value: Any) -> bool:
+    """Whether a decoded value says anything (not empty, false, or an enum's UNSPECIFIED)."""
+    if isinstance(value, str) and value.endswith("_UNSPECIFIED"):
+        return False
+    return value not in (None, "", [], {}, False)
+
+
 class Decoder:
     """Checks a parsed document against the schema the way gcloud's message decoder does.
 
@@ -172,6 +185,9 @@ class Decoder:
 
     def __init__(self, source: str) -> None:
         self.source = source
+        #: Paths of the fields set in the document that change nothing on a local run: those
+        #: vcli accepts without modelling, and `NO_LOCAL_EFFECT`'s (the CLI names them once).
+        self.no_effect: list[str] = []
 
     def error(self, path: str, message: str) -> ConfigError:
         where = f" at [{path}]" if path else ""
@@ -270,6 +286,9 @@ class Decoder:
                 extra = f"; did you mean [{hint[0]}]?" if hint else "."
                 raise self.error(sub, f"unknown field of {msg.name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
             out[key] = self.decode(val, schema[key].kind, sub)
+            unmodelled = schema[key].attr is None and msg.cls is not None  # not a wrapper's inner field
+            if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT) and _set(out[key]):
+                self.no_effect.append(sub)
         return out
 
 

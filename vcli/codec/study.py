@@ -243,8 +243,10 @@ def iter_parameters(params: Sequence[ParameterSpec]) -> list[ParameterSpec]:
     return out
 
 
-def hp_tuning_job_from_document(doc: Any, source: str) -> tuple[HyperparameterTuningJobSpec, str | None, dict[str, str]]:
-    """A `HyperparameterTuningJob` document -> (spec, displayName, labels)."""
+def hp_tuning_job_from_document(doc: Any, source: str, no_effect: list[str] | None = None,
+                                ) -> tuple[HyperparameterTuningJobSpec, str | None, dict[str, str]]:
+    """A `HyperparameterTuningJob` document -> (spec, displayName, labels). The paths of the
+    fields it sets that change nothing locally are appended to `no_effect`."""
     decoder = Decoder(source)
     data = decoder.decode_message(doc, HyperparameterTuningJobSpec, "")
     if "studySpec" not in data:
@@ -266,6 +268,8 @@ def hp_tuning_job_from_document(doc: Any, source: str) -> tuple[HyperparameterTu
                             "so give room for them (e.g. 4 x populationSize)")
     if data.get("maxFailedTrialCount", 0) < 0:
         raise decoder.error("maxFailedTrialCount", "must not be negative")
+    if no_effect is not None:  # displayName and labels are returned, so they are used
+        no_effect.extend(p for p in decoder.no_effect if p not in ("displayName", "labels"))
     return spec, data.get("displayName"), data.get("labels", {})
 
 
