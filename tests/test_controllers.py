@@ -705,3 +705,56 @@ def test_a_trial_that_waits_longer_than_max_wait_duration_fails_the_study(store:
     assert run.run() == JobState.JOB_STATE_FAILED
     assert "no capacity within scheduling.maxWaitDuration (60s)" in run.error["message"]
     assert 60 <= world.clock.now() - 1000 < 62
+
+
+@pytest.mark.parametrize("crash_at", [30, 60])  # both are crashes after which the trial on GPU 1 ends first
+def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(store: Store, world: FakeWorld,
+                                                                            crash_at: int) -> None:
+    """One host with 2 GPUs, one GPU per trial, 2 at a time. The replacement controller's
+    placer is a fresh one (a new process): the re-attached trials' GPUs must count as held, so
+    the next trial waits for one to end rather than share its GPU."""
+    from dataclasses import replace as _replace
+
+    from vcli.placement import JobPlacer
+    from vcli.placement.scheduler import HostCapacity, Scheduler
+
+    def gpu_placer() -> JobPlacer:
+        inner = JobPlacer(Scheduler([HostCapacity(name="box", address="127.0.0.1", gpu_indices=(0, 1))]))
+
+        class Checked(JobPlacer):
+            def __call__(self, replicas: Sequence[Any], **kw: Any) -> list[Placement]:
+                got = inner(replicas, **kw)
+                busy = {world.replicas[ref].launch.placement.gpu_indices for ref in world.running()}
+                assert all(p.gpu_indices not in busy for p in got), (got, busy)
+                return got
+
+            def release(self, job_id: str) -> None:
+                inner.release(job_id)
+
+            def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Placement]) -> None:
+                inner.hold(job_id, replicas, spec, placements)
+
+        return Checked(inner.scheduler)
+
+    # Durations vary with x, so re-attached trials end in either order.
+    actions = ("sleep:%x", "sleep:%x", "metric:acc=%x@1", "sleep:%x", "sleep:%x", "metric:acc=%x@2", "exit:0")
+    first, _ = study(store, world, *actions, max_trials=10, parallel=2, placer=gpu_placer())
+    gpu_pool = _replace(first.spec.trial_job_spec.worker_pool_specs[0], machine_spec=MachineSpec(
+        machine_type="n1-standard-4", accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1))
+    first.spec = _replace(first.spec, trial_job_spec=job_spec(gpu_pool))
+    crash_after_sleeps(world, crash_at)
+    with pytest.raises(Crash):
+        first.run()
+    assert len(world.running()) == 2
+    for active in first._active.values():
+        if active.run._worker is not None:
+            active.run._worker.join()
+    second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
+                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock,
+                      placer=gpu_placer())
+    second.resume()
+    assert second.placer.scheduler.gpus.free("box") == ()  # held by the two re-attached trials
+    assert second.run() == JobState.JOB_STATE_SUCCEEDED
+    assert second.placer.scheduler.gpus.free("box") == (0, 1)
+    assert states(second) == ["SUCCEEDED"] * 10 and len(world.started) == 10
+    assert {world.replicas[ref].launch.placement.gpu_indices for ref in world.started} == {(0,), (1,)}

@@ -162,6 +162,17 @@ class GpuAllocator:
                     )
                 self._cond.wait(remaining)
 
+    def take(self, host: str, indices: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+        """Mark the given indices of `host` held (a replica already uses them); returns those
+        that are declared and were free (only they are to be released later)."""
+        with self._cond:
+            gpus = self._hosts.get(host)
+            if gpus is None:
+                return ()
+            taken = tuple(i for i in indices if i in gpus.indices and i not in self._in_use[host])
+            self._in_use[host].update(taken)
+            return taken
+
     def release(self, host: str, indices: tuple[int, ...] | list[int]) -> None:
         """Give GPUs back (idempotent: releasing a free index is a no-op)."""
         with self._cond:

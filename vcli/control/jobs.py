@@ -45,6 +45,12 @@ class Placer(Protocol):
 
     def release(self, job_id: str) -> None: ...
 
+    def hold(self, job_id: str, replicas: Sequence[ReplicaId], spec: CustomJobSpec,
+             placements: Sequence[Placement]) -> None:
+        """Count a job that already runs at `placements` (a resumed controller's) as placed, so
+        that new jobs are not given its GPUs; `release(job_id)` gives them back."""
+        ...
+
 
 class _Here:
     """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
@@ -54,6 +60,10 @@ class _Here:
         return [Placement() for _ in replicas]
 
     def release(self, job_id: str) -> None:
+        return None
+
+    def hold(self, job_id: str, replicas: Sequence[ReplicaId], spec: CustomJobSpec,
+             placements: Sequence[Placement]) -> None:
         return None
 
 
@@ -267,6 +277,9 @@ class JobRun:
             self.state, self.error = final
             self._final = final[0]
             return
+        # Its GPUs are still in use: the placer must not hand them to the next trial.
+        self.plan.placer.hold(self.job_id, [launch.replica for launch in self.plan.launches], self.plan.spec,
+                              [launch.placement for launch in self.plan.launches])
         if any(r.handle is None for r in self._replicas):
             try:
                 make_dirs(self.plan)

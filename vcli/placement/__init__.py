@@ -119,3 +119,7 @@ class JobPlacer:
     def release(self, job_id: str) -> None:
         self.scheduler.release(job_id)
 
+    def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Placement]) -> None:
+        request = request_for_job(job_id, spec, replicas, with_machine=self.scheduler.enforce_cpu_memory)
+        self.scheduler.hold(request, placements)
+

@@ -238,6 +238,26 @@ class Scheduler:
                     raise NoCapacityError(self.why_not_now(request))
                 self._cond.wait(0.5 if remaining is None else min(0.5, remaining))
 
+    def hold(self, request: PlacementRequest, placements: Sequence[Placement]) -> None:
+        """Record `request` as placed at `placements` (its replicas already run there: a resumed
+        controller re-attached them), holding their GPU indices, CPUs and memory until
+        `release`. A host this scheduler does not know holds nothing here."""
+        with self._cond:
+            self.release(request.job_id)
+            allocs = []
+            for r, p in zip(request.replicas, placements):
+                st = self._hosts.get(p.host)
+                if st is None:
+                    continue
+                taken = self.gpus.take(p.host, p.gpu_indices)
+                cpus, mem = self._demand(st, r)
+                allocs.append(_Allocation(p.host, taken, cpus, mem))
+                st.free_gpus -= len(taken)
+                st.cpus_used += cpus
+                st.mem_used += mem
+                st.replicas += 1
+            self._jobs[request.job_id] = allocs
+
     def release(self, job_id: str) -> None:
         """Give back everything job `job_id` holds (idempotent); wakes waiters."""
         with self._cond:

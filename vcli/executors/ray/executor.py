@@ -418,6 +418,10 @@ class RayPlacer:
     def release(self, job_id: str) -> None:
         self.executor.release_group(job_id)
 
+    def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Any]) -> None:
+        """Nothing to do: the job's placement group is detached, so Ray still holds it for the
+        job after its controller died; `release` finds it by name."""
+
 
 def _never_fits(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], names: list[str]) -> str | None:
     """Why no empty cluster of these nodes could hold the bundles; None if one could."""
