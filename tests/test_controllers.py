@@ -9,7 +9,9 @@ test_custom_jobs.py / test_hp_tuning.py.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -713,8 +715,6 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     """One host with 2 GPUs, one GPU per trial, 2 at a time. The replacement controller's
     placer is a fresh one (a new process): the re-attached trials' GPUs must count as held, so
     the next trial waits for one to end rather than share its GPU."""
-    from dataclasses import replace as _replace
-
     from vcli.placement import JobPlacer
     from vcli.placement.scheduler import HostCapacity, Scheduler
 
@@ -739,9 +739,9 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     # Durations vary with x, so re-attached trials end in either order.
     actions = ("sleep:%x", "sleep:%x", "metric:acc=%x@1", "sleep:%x", "sleep:%x", "metric:acc=%x@2", "exit:0")
     first, _ = study(store, world, *actions, max_trials=10, parallel=2, placer=gpu_placer())
-    gpu_pool = _replace(first.spec.trial_job_spec.worker_pool_specs[0], machine_spec=MachineSpec(
+    gpu_pool = replace(first.spec.trial_job_spec.worker_pool_specs[0], machine_spec=MachineSpec(
         machine_type="n1-standard-4", accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1))
-    first.spec = _replace(first.spec, trial_job_spec=job_spec(gpu_pool))
+    first.spec = replace(first.spec, trial_job_spec=job_spec(gpu_pool))
     crash_after_sleeps(world, crash_at)
     with pytest.raises(Crash):
         first.run()
@@ -758,3 +758,26 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     assert second.placer.scheduler.gpus.free("box") == (0, 1)
     assert states(second) == ["SUCCEEDED"] * 10 and len(world.started) == 10
     assert {world.replicas[ref].launch.placement.gpu_indices for ref in world.started} == {(0,), (1,)}
+
+
+def test_a_resumed_study_keeps_its_time_budget_from_its_start(store: Store, world: FakeWorld) -> None:
+    """--study-timeout is the study's budget, not each controller's: a study that ran 50 s of
+    a 60 s budget before its controller died has 10 s left after `resume`."""
+    first, _ = study(store, world, "sleep:5", "metric:acc=%x@1", "sleep:1000", max_trials=10, parallel=2,
+                     study_timeout_seconds=60)
+    crash_after_sleeps(world, 3)
+    with pytest.raises(Crash):
+        first.run()
+    with sqlite3.connect(store.db_path) as db:  # as if the study had started 50 s ago
+        db.execute("UPDATE jobs SET start_time = ? WHERE id = ?",
+                   (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 50)), first.study_id))
+    for active in first._active.values():
+        if active.run._worker is not None:
+            active.run._worker.join()
+    second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
+                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock)
+    second.resume()
+    began = world.clock.now()
+    assert second.run() == JobState.JOB_STATE_SUCCEEDED
+    assert "time budget" in store.get_job(first.study_id).record["stopReason"]
+    assert 8 <= world.clock.now() - began < 20

@@ -126,17 +126,14 @@ class StudyRun:
             self.population = Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id, self.base_output,
                                          on_progress=self.on_progress)
             self.parallel = self.population.size  # every member trains at once (queued when capacity is short)
-        stop_spec = self.spec.study_spec.automated_stopping_spec
-        if stop_spec is not None:
+        self.stopping = None
+        if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
             from vcli.stopping import stopping_rule
 
             self.stopping = stopping_rule(stop_spec, self.metric)
-        else:
-            self.stopping = None
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
-        self._deadline = (
-            self.clock.now() + self.spec.study_timeout_seconds if self.spec.study_timeout_seconds else None
-        )
+        timeout = self.spec.study_timeout_seconds
+        self._deadline = self.clock.now() + timeout if timeout else None
 
     # ------------------------------------------------------------------ main loop
 
@@ -229,6 +226,8 @@ class StudyRun:
         from vcli.codec import custom_job_spec_from_stored
         from vcli.store import parse_job_ref
 
+        if self._deadline is not None and (row := self.store.get_job(self.study_id)) is not None:
+            self._deadline -= _seconds_since(row.start_time)  # the budget counts from the study's start
         for data in self.store.trials(self.study_id):
             trial = trial_from_dict(data)
             self.trials[trial.id] = trial
