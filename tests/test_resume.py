@@ -159,3 +159,60 @@ def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
     for tid in active:  # re-attached, not restarted: one start each
         assert logs.count(f"trial-{tid}/workerpool0-0\tpid ") == 1, logs
     assert logs.count("\tdone") == 8
+
+
+SECRET_TRAINER = """
+    import os, sys, time
+    if os.environ.get("API_TOKEN") != "s3cret-value":
+        print("bad token", flush=True)
+        sys.exit(3)
+    x = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--x=")][0]
+    time.sleep(1.5)
+    print(f"acc={x} step=1", flush=True)
+"""
+
+
+def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_ones(tmp_path: Path) -> None:
+    # The store holds secrets redacted, so trials started after `resume` need the values from
+    # the resuming shell: without them resume is one error line (and can be run again), with
+    # them every later trial gets the real token.
+    home = tmp_path / "home"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SECRET_TRAINER))
+    config = tmp_path / "study.yaml"
+    config.write_text(textwrap.dedent(f"""
+        displayName: secret-study
+        maxTrialCount: 6
+        parallelTrialCount: 2
+        studySpec:
+          algorithm: RANDOM_SEARCH
+          metrics: [{{metricId: acc, goal: MAXIMIZE}}]
+          parameters: [{{parameterId: x, doubleValueSpec: {{minValue: 0, maxValue: 1}}}}]
+        trialJobSpec:
+          workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4}}
+            replicaCount: 1
+            containerSpec:
+              imageUri: x
+              command: [python3, {script}]
+              env: [{{name: API_TOKEN, value: s3cret-value}}]
+        """))
+    proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3")
+    try:
+        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        wait_for(lambda: sum(t["state"] == "SUCCEEDED" for t in describe(home, "hp-tuning-jobs", study_id).get("trials", []))
+                 >= 2, 120, "two trials done")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stored = [f for f in home.rglob("*") if f.is_file() and b"s3cret-value" in f.read_bytes()]
+    assert stored == [], stored  # never written anywhere under the vcli home
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "[API_TOKEN]" in r.stderr and "export API_TOKEN=" in r.stderr
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=300, API_TOKEN="s3cret-value")
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = describe(home, "hp-tuning-jobs", study_id)
+    assert after["state"] == "JOB_STATE_SUCCEEDED"
+    assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"] * 6, after["trials"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vcli.control.wiring import Execution, executor_kind, open_execution
@@ -117,12 +117,18 @@ def plan_resumed_custom_job(store: Store, row: JobRow) -> PlannedJob:
     Replicas the old controller started keep their recorded placement, address and handle;
     a job that never got as far as starting replicas is planned afresh.
     """
-    planned = plan_stored_custom_job(store, row)
-    rows = {r.task_name: r for r in store.replicas(row.id)}
-    if not any(r.handle for r in rows.values()):
-        return planned
+    from vcli import codec
+    from vcli.cluster import replica_ids
     from vcli.control.jobs import plan_job
 
+    rows = {r.task_name: r for r in store.replicas(row.id)}
+    stored = codec.custom_job_spec_from_stored(row.record["jobSpec"])
+    secrets = None
+    if {r.task_name for r in replica_ids(stored)} - {name for name, r in rows.items() if r.handle}:  # replicas to start
+        secrets = secret_values(secrets_from_environment(stored, f"Resuming job {row.id}"))
+    planned = plan_stored_custom_job(store, row, secrets=secrets)
+    if not any(r.handle for r in rows.values()):
+        return planned
     planned.plan = plan_job(planned.spec, job_id=row.id, job_dir=store.home / "jobs" / row.id,
                             executor=planned.execution.executor, shm_size=row.record.get("shmSize"),
                             placer=planned.execution.placer, base_output_directory=row.record.get("outputDirectory"),
@@ -156,9 +162,25 @@ def secret_values(spec: CustomJobSpec) -> dict[str, str]:
     return out
 
 
+def secrets_from_environment(spec: CustomJobSpec, resumed: str) -> CustomJobSpec:
+    """`spec` as stored (secret values redacted) with the values of its secret variables taken
+    from this process's environment, for a controller that takes `resumed` over and will start
+    replicas: the store never holds those values, so a name this shell lacks is one error line
+    (exit 2), never a replica started with `<redacted>` as its token."""
+    import os
+
+    from vcli.errors import UsageError
+
+    names = sorted(secret_values(spec))
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise UsageError(f"{resumed} will start replicas that need the secret variable(s) [{', '.join(missing)}], whose "
+                         f"values vcli never stores: set them in this shell (export {missing[0]}=...) and resume again.")
+    return with_secret_values(spec, {n: os.environ[n] for n in names})
+
+
 def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> CustomJobSpec:
     """`spec` with the redacted values of its secret variables put back."""
-    from dataclasses import replace
 
     def fill(holder: Any) -> Any:
         if holder is None:
@@ -320,6 +342,8 @@ def plan_stored_study(store: Store, row: JobRow) -> PlannedStudy:
         study_timeout_seconds=float(rec["studyTimeout"].rstrip("s")) if rec.get("studyTimeout") else None,
         goal_value=rec.get("goalValue"),
     )
+    if len(store.trials(row.id)) < spec.max_trial_count:  # trials will start
+        spec = replace(spec, trial_job_spec=secrets_from_environment(spec.trial_job_spec, f"Resuming study {row.id}"))
     execution = _open(rec.get("executor") or "local", rec.get("hosts"))
     try:
         suggester = _suggester(spec, int(rec["seed"]), rec.get("bayesianBackend") or "gp")
