@@ -150,6 +150,27 @@ def test_parallel_trials_get_private_working_directories(tmp_path: Path) -> None
         assert (work / "trainer" / "task.py").read_text() == TASK
 
 
+def test_an_image_module_is_imported_from_where_vcli_runs_but_works_in_its_own_directory(tmp_path: Path) -> None:
+    # pythonPackageSpec {executorImageUri, pythonModule} with no package: on Vertex the image
+    # holds the code; here it is the directory vcli runs in (the README's examples/hp_tuning.yaml).
+    src = _package_source(tmp_path / "src")
+    before = _tree(src)
+    home = tmp_path / "home"
+    r = _run(
+        home, src, "hp-tuning-jobs", "create", "--display-name=image-module",
+        "--metric=metric-id=accuracy,goal=maximize",
+        "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,"
+        "executor-image-uri=us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest,python-module=trainer.task",
+        "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
+        "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json",
+    )
+    assert r.returncode == 0, r.stderr
+    assert [t["state"] for t in json.loads(r.stdout)["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    assert _tree(src) == before  # data.csv went to each replica's own directory
+    written = sorted(p.read_text().strip() for p in (home / "jobs").glob("*/replicas/*/work/data.csv"))
+    assert len(written) == 2 and len(set(written)) == 2
+
+
 def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_path: Path) -> None:
     pkg = _package_source(tmp_path / "pkg")
     r = _run(

@@ -94,7 +94,10 @@ class LocalExecutor(ExecutorBase):
         A replica with code (a local package, or a python module from packageUris) runs in
         `<replica dir>/work`, a private copy of the job's snapshot of the package
         (`vcli.packages`), never in the source tree; one with only an explicit command keeps
-        running where vcli runs (its command may name files there). Whatever the replica needs
+        running where vcli runs (its command may name files there). A python module with no
+        package at all (an executor image's module, e.g. the README's `trainer.task`) is
+        imported from where vcli runs, on PYTHONPATH, while the replica works in its own
+        empty directory. Whatever the replica needs
         installed (packageUris, `requirements=`, the package's requirements.txt, extra
         packages) goes into a cached environment whose python runs the replica.
         """
@@ -146,6 +149,11 @@ class LocalExecutor(ExecutorBase):
                 packages.populate(snapshots[key], private)
             else:
                 packages.populate_empty(private)
+                if not installs:  # nothing else could provide the module: the image's code is here
+                    env = changes.get("env", launch.env)
+                    inherited = env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")  # type: ignore[union-attr]
+                    changes["env"] = {**env, "PYTHONPATH": os.pathsep.join(  # type: ignore[dict-item]
+                        p for p in (os.getcwd(), inherited) if p)}
             changes["workdir"] = private
         return replace(launch, **changes) if changes else launch  # type: ignore[arg-type]
 
