@@ -24,3 +24,14 @@ def test_an_example_validates_cleanly(config: Path, tmp_path: Path) -> None:
     assert r.stderr.strip().splitlines() == ["The study is valid; nothing was launched (--validate-only)."], r.stderr
     study = json.loads(r.stdout)
     assert study["displayName"] and study["executor"] == "local"
+
+
+def test_the_readme_study_runs_from_the_repository_root(tmp_path: Path) -> None:
+    # The README's `vcli hp-tuning-jobs create --config=examples/hp_tuning.yaml ...`, with two
+    # trials: the example trainer's module comes from the directory vcli runs in.
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--config=examples/hp_tuning.yaml", "--display-name=digits-hpt",
+             "--max-trial-count=2", "--format=json", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    assert all(t["finalMeasurement"]["stepCount"] == "3" for t in study["trials"])
