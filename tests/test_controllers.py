@@ -597,14 +597,15 @@ def crash_after_sleeps(world: FakeWorld, n: int) -> Any:
 ACTIONS = ("sleep:10", "metric:acc=%x@1", "sleep:10", "metric:acc=%x@2", "exit:0")
 
 
-def resumed(store: Store, world: FakeWorld, first: StudyRun) -> StudyRun:
+def resumed(store: Store, world: FakeWorld, first: StudyRun, placer: Any = local_placer) -> StudyRun:
     """A new controller for `first`'s study: fresh suggester with the same seed, then resume."""
     # A dead process's threads die with it; here they must be let finish what they started.
     for active in first._active.values():
         if active.run._worker is not None:
             active.run._worker.join()
     second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
-                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock)
+                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock,
+                      placer=placer)
     second.resume()
     return second
 
@@ -746,13 +747,7 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     with pytest.raises(Crash):
         first.run()
     assert len(world.running()) == 2
-    for active in first._active.values():
-        if active.run._worker is not None:
-            active.run._worker.join()
-    second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
-                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock,
-                      placer=gpu_placer())
-    second.resume()
+    second = resumed(store, world, first, gpu_placer())
     assert second.placer.scheduler.gpus.free("box") == ()  # held by the two re-attached trials
     assert second.run() == JobState.JOB_STATE_SUCCEEDED
     assert second.placer.scheduler.gpus.free("box") == (0, 1)
@@ -771,12 +766,7 @@ def test_a_resumed_study_keeps_its_time_budget_from_its_start(store: Store, worl
     with sqlite3.connect(store.db_path) as db:  # as if the study had started 50 s ago
         db.execute("UPDATE jobs SET start_time = ? WHERE id = ?",
                    (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 50)), first.study_id))
-    for active in first._active.values():
-        if active.run._worker is not None:
-            active.run._worker.join()
-    second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
-                      display_name="s", suggester=get_suggester(first.spec.study_spec, seed=7), clock=world.clock)
-    second.resume()
+    second = resumed(store, world, first)
     began = world.clock.now()
     assert second.run() == JobState.JOB_STATE_SUCCEEDED
     assert "time budget" in store.get_job(first.study_id).record["stopReason"]

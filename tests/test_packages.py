@@ -127,26 +127,30 @@ def test_notebook_study_installs_package_uris_once_and_isolates_trials(tmp_path:
     assert not list(empty.iterdir())
 
 
-def test_parallel_trials_get_private_working_directories(tmp_path: Path) -> None:
-    pkg = _package_source(tmp_path / "pkg")
-    before = _tree(pkg)
-    home = tmp_path / "home"
+def _two_parallel_trials_keep_to_their_own_directories(home: Path, cwd: Path, src: Path, pool: str) -> None:
+    """A grid study of 2 trials at once of TASK (which fails if its working directory is
+    shared) with this pool, run from `cwd`: both succeed, `src` is untouched, and each replica
+    wrote its own data.csv in its own working directory."""
+    before = _tree(src)
     r = _run(
-        home, tmp_path, "hp-tuning-jobs", "create", "--display-name=isolated",
-        "--metric=metric-id=accuracy,goal=maximize",
-        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
-        "python-module=trainer.task",
+        home, cwd, "hp-tuning-jobs", "create", "--display-name=isolated", "--metric=metric-id=accuracy,goal=maximize",
+        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,{pool}",
         "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
         "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json",
     )
     assert r.returncode == 0, r.stderr
-    trials = json.loads(r.stdout)["trials"]
-    assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
-    assert _tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source
-    # Each trial's replica wrote its own data.csv in its own copy of the package.
+    assert [t["state"] for t in json.loads(r.stdout)["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    assert _tree(src) == before  # no data.csv, no __pycache__, nothing changed in the source
     written = sorted(p.read_text().strip() for p in (home / "jobs").glob("*/replicas/*/work/data.csv"))
     assert len(written) == 2 and len(set(written)) == 2
-    for work in (home / "jobs").glob("*/replicas/*/work"):
+
+
+def test_parallel_trials_get_private_working_directories(tmp_path: Path) -> None:
+    pkg = _package_source(tmp_path / "pkg")
+    home = tmp_path / "home"
+    _two_parallel_trials_keep_to_their_own_directories(home, tmp_path, pkg,
+                                                       f"local-package-path={pkg},python-module=trainer.task")
+    for work in (home / "jobs").glob("*/replicas/*/work"):  # each a copy of the package
         assert (work / "trainer" / "task.py").read_text() == TASK
 
 
@@ -154,21 +158,9 @@ def test_an_image_module_is_imported_from_where_vcli_runs_but_works_in_its_own_d
     # pythonPackageSpec {executorImageUri, pythonModule} with no package: on Vertex the image
     # holds the code; here it is the directory vcli runs in (the README's examples/hp_tuning.yaml).
     src = _package_source(tmp_path / "src")
-    before = _tree(src)
-    home = tmp_path / "home"
-    r = _run(
-        home, src, "hp-tuning-jobs", "create", "--display-name=image-module",
-        "--metric=metric-id=accuracy,goal=maximize",
-        "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,"
-        "executor-image-uri=us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest,python-module=trainer.task",
-        "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
-        "--algorithm=grid-search", "--max-trial-count=2", "--parallel-trial-count=2", "--format=json",
-    )
-    assert r.returncode == 0, r.stderr
-    assert [t["state"] for t in json.loads(r.stdout)["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
-    assert _tree(src) == before  # data.csv went to each replica's own directory
-    written = sorted(p.read_text().strip() for p in (home / "jobs").glob("*/replicas/*/work/data.csv"))
-    assert len(written) == 2 and len(set(written)) == 2
+    _two_parallel_trials_keep_to_their_own_directories(
+        tmp_path / "home", src, src,
+        "executor-image-uri=us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest,python-module=trainer.task")
 
 
 def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_path: Path) -> None:
