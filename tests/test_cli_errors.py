@@ -7,9 +7,12 @@ Also: --validate-only launches nothing, `list` on an empty home, and print-env.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
+
+from tests.helpers import REPO as REPO_ROOT
 
 IMG = "us-docker.pkg.dev/p/r/trainer:1"
 EXE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-4:latest"
@@ -217,6 +220,22 @@ def test_validate_only_judges_the_job_and_reports_readiness_apart(run_vcli, vcli
     assert r.returncode == 3
     assert "Cannot connect to the Docker engine" in one_error_line(r)
     assert json.loads(run_vcli("custom-jobs", "list", "--format=json").stdout) == []
+
+
+def test_without_the_docker_sdk_a_container_job_is_one_line_naming_the_extra(run_vcli, vcli_home, tmp_path):
+    """The README's demo installs `.[trainer]` only: a container pool then needs `vcli[docker]`,
+    said in one line (a warning at --validate-only, exit 3 at create), never a traceback."""
+    shadow = tmp_path / "shadow" / "docker"
+    shadow.mkdir(parents=True)  # a `docker` that fails to import, first on the path: as if not installed
+    (shadow / "__init__.py").write_text("raise ImportError('No module named docker')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(REPO_ROOT)])}
+    pool = "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=vcli-trainer:latest"
+    r = run_vcli("custom-jobs", "create", "--display-name=j", pool, "--validate-only", env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "WARNING: the docker executor cannot run it now" in r.stderr and "pip install 'vcli[docker]'" in r.stderr
+    r = run_vcli("custom-jobs", "create", "--display-name=j", pool, env=env)
+    assert r.returncode == 3, r.stderr
+    assert "pip install 'vcli[docker]'" in one_error_line(r)
 
 
 def test_an_accelerator_this_machine_lacks_is_never_silent(run_vcli, vcli_home):

@@ -66,3 +66,17 @@ def test_the_probe_detects_an_import(vcli_home):
     )
     (line,) = [l for l in r.stdout.splitlines() if l.startswith(MARKER)]
     assert "docker" in json.loads(line[len(MARKER):])["heavy"]
+
+
+def test_help_does_not_build_the_data_model(vcli_home):
+    """`vcli --help` needs the enums for its option types, not the dozens of spec dataclasses
+    (about a third of its start-up when it imported them)."""
+    probe = PROBE.replace("heavy = sorted(m for m in sys.modules if m.split(\".\")[0] in",
+                          "heavy = sorted(m for m in sys.modules if m in {'vcli.spec', 'vcli.enums'} or m.split(\".\")[0] in")
+    assert probe != PROBE
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(["--help"])], env=env, capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    (line,) = [l for l in r.stdout.splitlines() if l.startswith(MARKER)]
+    assert json.loads(line[len(MARKER):])["heavy"] == ["vcli.enums"], r.stderr

@@ -204,3 +204,21 @@ def test_bad_early_stopping_flags_are_one_line(tmp_path: Path, flag: str, messag
              "--validate-only", flag)
     assert r.returncode in (1, 2) and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr and "--early-stopping" in r.stderr
+
+
+def test_plain_output_holds_trial_lines_and_status_goes_to_stderr(tmp_path: Path) -> None:
+    # Without --format, stdout (not a terminal) is one line per trial event; status messages
+    # (a trial stopped early, its replicas stopping) are stderr's, as every status line is.
+    pkg = tmp_path / "curve"
+    pkg.mkdir()
+    (pkg / "curve.py").write_text(CURVE)
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=plain",
+             "--metric=metric-id=accuracy,goal=maximize", "--parameter-spec=parameter-id=x,type=discrete,values=0.05;0.5;0.9;0.95",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=curve.py",
+             "--args=--steps=4,--pause=0.3", "--algorithm=grid-search", "--max-trial-count=4", "--parallel-trial-count=2",
+             "--early-stopping=asha,reduction-factor=2,min-step-count=1", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines and all(line.startswith("trial ") for line in lines), r.stdout
+    assert any(" STOPPING at step " in line for line in lines), r.stdout
+    assert "stopped early" in r.stderr and "Stopping 1 replica(s)" in r.stderr, r.stderr

@@ -8,6 +8,7 @@ Both take the same events from the study controller.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
@@ -175,7 +176,9 @@ class StudyView:
 
 
 class PlainStudyView(StudyView):
-    """One line per trial event: for pipes and CI logs."""
+    """One line per trial event on `stream`: for pipes and CI logs. Status messages (a trial
+    stopped early, replicas stopping, waiting for capacity) go to stderr, as every status
+    line does, so that `stream` holds the trial lines alone."""
 
     def __init__(self, stream: IO[str], *args: Any) -> None:
         super().__init__(*args)
@@ -212,8 +215,8 @@ class PlainStudyView(StudyView):
         self.stream.flush()
 
     def message(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 class LiveStudyView(StudyView):

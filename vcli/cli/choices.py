@@ -17,8 +17,8 @@ from typing import IO, Any
 import typer
 from typer.core import TyperGroup
 
+from vcli.enums import ExecutorKind, MeasurementSelectionType
 from vcli.errors import ExitCode
-from vcli.spec import ExecutorKind, MeasurementSelectionType
 
 
 class AlgorithmFlag(str, Enum):

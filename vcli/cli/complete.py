@@ -8,7 +8,7 @@ Choice flags (--executor, --algorithm, ...) complete from their Enum without hel
 
 from __future__ import annotations
 
-from vcli.spec import JobKind
+from vcli.enums import JobKind
 
 
 def _jobs(kind: JobKind, incomplete: str) -> list[tuple[str, str]]:

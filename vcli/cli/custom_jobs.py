@@ -26,7 +26,7 @@ from vcli.cli.output import (
     warn_orphaned,
 )
 from vcli.cli.support import command, err, interrupt_on_signals, shown
-from vcli.spec import JobKind, JobState
+from vcli.enums import JobKind, JobState
 
 app = typer.Typer(cls=GcloudGroup, help="Create and manage custom training jobs.", no_args_is_help=True)
 

@@ -18,7 +18,7 @@ from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelectio
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
 from vcli.cli.support import command, err, interrupt_on_signals
-from vcli.spec import ConvexAutomatedStoppingSpec, JobKind, JobState
+from vcli.enums import JobKind, JobState
 
 app = typer.Typer(cls=GcloudGroup, help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
 
@@ -75,6 +75,8 @@ def study_from_flags(spec: Any, flags: StudyFlags) -> Any:
         err(f"WARNING: parallelTrialCount ({spec.parallel_trial_count}) is greater than maxTrialCount "
             f"({spec.max_trial_count}); running at most {spec.max_trial_count} trials at once.")
         spec = replace(spec, parallel_trial_count=spec.max_trial_count)
+    from vcli.spec import ConvexAutomatedStoppingSpec
+
     stop = spec.study_spec.automated_stopping_spec
     unused = [name for name, value in (("learningRateParameterName", stop.learning_rate_parameter_name),
                                        ("updateAllStoppedTrials", stop.update_all_stopped_trials)) if value

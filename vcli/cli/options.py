@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from vcli.cli import complete
-from vcli.spec import ExecutorKind
+from vcli.enums import ExecutorKind
 
 FORMAT_HELP = "json|yaml|value(...)|table(...)|csv(...)|none"
 

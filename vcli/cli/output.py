@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import IO, Any, Optional
 
 from vcli.cli.support import err, shown
-from vcli.spec import JobKind, JobState
+from vcli.enums import JobKind, JobState
 
 
 def emit(resources: Any, fmt: Optional[str], *, is_list: bool, default: str = "yaml") -> None:

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors.docker.engine import docker_name, engine_url, ensure_image, wrap_error
+from vcli.executors.docker.engine import docker_name, engine_url, ensure_image, sdk, wrap_error
 from vcli.spec import LocalPackage
 
 __all__ = [
@@ -254,7 +254,7 @@ def build_package(
     is pulled if absent and it names a registry host. Problems (missing files, engine or build
     errors) raise a one-line InvalidValueError or ExecutorError.
     """
-    import docker
+    docker = sdk()
 
     url = engine_url(base_url)
     root = _validate_package(pkg)
@@ -311,7 +311,7 @@ def run_build(
     """Stream a legacy-builder build of `context` (a tar whose Dockerfile is
     `.vcli-build/Dockerfile`), tagged `tag` and labelled `LABEL_PACKAGE_HASH=digest`; False if
     cancelled (its container is removed)."""
-    import docker
+    docker = sdk()
 
     class _BuildAPI(docker.APIClient):  # records the streaming response, to abort it
         response: Any = None

@@ -21,6 +21,16 @@ TRAINER_IMAGE = "vcli-trainer:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
+def sdk() -> Any:
+    """The Docker SDK module (`import docker`); without the `docker` extra, one clear line
+    (exit 3) instead of a traceback."""
+    try:
+        import docker
+    except ImportError:
+        raise ExecutorError("The docker executor needs the Docker SDK for Python: pip install 'vcli[docker]'.") from None
+    return docker
+
+
 def docker_name(text: str, *, lower: bool = False) -> str:
     """`text` with every run of characters Docker rejects in names and tags replaced by `-`."""
     out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
@@ -41,7 +51,7 @@ def engine_down(url: str) -> ExecutorError:
 
 def connect(base_url: str | None, timeout: float) -> docker_sdk.DockerClient:
     """A pinged SDK client of `base_url`'s engine; ExecutorError (one line) if it does not answer."""
-    import docker
+    docker = sdk()
 
     url = engine_url(base_url)
     try:
@@ -59,7 +69,7 @@ def connect(base_url: str | None, timeout: float) -> docker_sdk.DockerClient:
 
 def wrap_error(error: Exception, what: str, url: str) -> ExecutorError:
     """A one-line ExecutorError for an SDK/HTTP failure during `what` on the engine at `url`."""
-    import docker
+    docker = sdk()
     import requests
 
     if isinstance(error, (requests.exceptions.ConnectionError, ConnectionError)):
@@ -108,7 +118,7 @@ def ensure_image(
 
     ExecutorError if it is absent and cannot be pulled; "" if `cancelled` is set mid-pull.
     """
-    import docker
+    docker = sdk()
 
     try:
         return str(client.images.get(image).id)

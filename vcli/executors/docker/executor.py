@@ -38,6 +38,7 @@ from vcli.executors.docker.engine import (
     ensure_image,
     has_registry_host,
     image_missing_message,
+    sdk,
     wrap_error,
 )
 from vcli.executors.docker.installs import build_installs
@@ -260,7 +261,7 @@ class DockerExecutor(ExecutorBase):
     def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
         """The engine answers and every image that will not be built is present locally (or
         names a registry to pull from)."""
-        import docker
+        docker = sdk()
 
         client = self.client()
         for launch in launches:
@@ -352,7 +353,7 @@ class DockerExecutor(ExecutorBase):
             return int(s.getsockname()[1])
 
     def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
-        import docker
+        docker = sdk()
 
         client = self.client()
         kwargs = container_create_kwargs(launch, mem_limit=self.mem_limit)
@@ -398,7 +399,7 @@ class DockerExecutor(ExecutorBase):
         return ReplicaHandle(executor=self.name, host=launch.placement.host, ref=container.id, task_name=launch.task_name)
 
     def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        import docker
+        docker = sdk()
 
         try:
             return client.containers.create(**kwargs)
@@ -434,7 +435,7 @@ class DockerExecutor(ExecutorBase):
             t.start()
         for t in streams:
             t.join()
-        import docker
+        docker = sdk()
 
         try:
             api = self.client().api
@@ -483,7 +484,7 @@ class DockerExecutor(ExecutorBase):
                 yield frame
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
-        import docker
+        docker = sdk()
 
         watch = self._watches.get(handle.ref)
         if watch is not None and watch.final is not None:
@@ -510,7 +511,7 @@ class DockerExecutor(ExecutorBase):
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
         """SIGTERM, `grace_seconds`, SIGKILL (docker stop), all containers at once."""
-        import docker
+        docker = sdk()
 
         grace = max(0, math.ceil(grace_seconds))
         api = self.client().api
@@ -541,7 +542,7 @@ class DockerExecutor(ExecutorBase):
             return None
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
-        import docker
+        docker = sdk()
 
         api = self.client().api
         errors: list[Exception] = []

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from vcli import packages
 from vcli.executors.docker.autopackage import LABEL_PACKAGE_HASH, build_ca_file, run_build
-from vcli.executors.docker.engine import docker_name, engine_url, ensure_image, wrap_error
+from vcli.executors.docker.engine import docker_name, engine_url, ensure_image, sdk, wrap_error
 
 __all__ = ["ENV_REPOSITORY", "VENV_IN_IMAGE", "build_installs", "installs_dockerfile"]
 
@@ -108,7 +108,7 @@ def build_installs(
 ) -> str | None:
     """The tag of `base` with `installs` installed, built unless an image of that key exists;
     None if cancelled. A failed install raises ExecutorError `Cannot install ...: <pip's line>`."""
-    import docker
+    docker = sdk()
 
     from vcli.errors import ExecutorError
 
