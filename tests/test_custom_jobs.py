@@ -335,3 +335,20 @@ def test_async_jobs_get_their_secret_values_and_logs_mask_them(tmp_path: Path) -
     assert "key <redacted>" in logs.stdout and "k3y-v4lue-0042" not in logs.stdout
     assert "k3y-v4lue-0042" not in (home / "vcli.db").read_bytes().decode(errors="replace")
     assert "k3y-v4lue-0042" not in r.stdout + r.stderr + json.dumps(job)
+
+
+def test_a_secret_a_local_replica_inherits_from_the_shell_is_masked_too(tmp_path: Path) -> None:
+    """An exported token reaches a local trainer through vcli's own environment; its value
+    never reaches the replica's log, `stream-logs` or the job's output."""
+    home = tmp_path / "home"
+    script = tmp_path / "show.py"
+    script.write_text("import os\ntoken = os.environ['MY_API_TOKEN']\nprint('tok', token, len(token))\n")
+    r = vcli(home, "custom-jobs", "create", "--display-name=inherited",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=recorded-only:latest",
+             f"--command=python3,{script}", "--executor=local", timeout=60, MY_API_TOKEN="supersecret123")
+    assert r.returncode == 0, r.stderr
+    assert "tok <redacted> 14" in r.stdout and "supersecret123" not in r.stdout + r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
+    assert "tok <redacted> 14" in logs.stdout and "supersecret123" not in logs.stdout
+    assert not [f for f in home.rglob("*") if f.is_file() and b"supersecret123" in f.read_bytes()]

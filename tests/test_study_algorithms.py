@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import vcli
+from tests.helpers import REPO, vcli
 
 # accuracy(step) = q * (1 - 0.5**step) with q = 1 - x: a config's quality is visible after a
 # step or two, and a larger x is a worse config. One `accuracy=V step=S` line per step.
@@ -190,8 +190,8 @@ def test_convex_fields_vcli_does_not_use_are_named_in_one_note(tmp_path: Path) -
 @pytest.mark.parametrize(
     "flag, message",
     [
-        ("--early-stopping=asha,reduction-factor=1", "reductionFactor"),
-        ("--early-stopping=hyperband", "maxStepCount"),
+        ("--early-stopping=asha,reduction-factor=1", "reduction-factor: must be an integer of at least 2"),
+        ("--early-stopping=hyperband", "max-step-count: Hyperband needs maxStepCount"),
         ("--early-stopping=sometimes", "valid rules are [none, median, decay-curve, convex, asha, hyperband]"),
         ("--early-stopping=asha,bogus=1", "valid keys are"),
         ("--early-stopping=asha,min-step-count=x", "must be an integer"),
@@ -204,6 +204,15 @@ def test_bad_early_stopping_flags_are_one_line(tmp_path: Path, flag: str, messag
              "--validate-only", flag)
     assert r.returncode in (1, 2) and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr and "--early-stopping" in r.stderr
+
+
+@pytest.mark.parametrize("flag, named", [("--algorithm=grid-search", "--algorithm"),
+                                         ("--early-stopping=hyperband", "--early-stopping")])
+def test_a_flag_that_makes_a_config_invalid_is_named_instead_of_the_file(tmp_path: Path, flag: str, named: str) -> None:
+    config = REPO / "examples" / "hp_tuning.yaml"  # valid as it is; the flag makes it invalid
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", flag, "--validate-only")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"Invalid value for [{named}]: " in r.stderr and "hp_tuning.yaml" not in r.stderr, r.stderr
 
 
 def test_plain_output_holds_trial_lines_and_status_goes_to_stderr(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def create(
     seed: Annotated[Optional[int], typer.Option("--seed", help="vcli: makes the suggestions reproducible.")] = None,
     study_timeout: Annotated[Optional[str], typer.Option("--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends.")] = None,
     goal_value: Annotated[Optional[float], typer.Option("--goal-value", help="vcli: end the study once a trial's metric reaches this value.")] = None,
-    early_stopping: Annotated[Optional[str], typer.Option("--early-stopping", help="vcli: stop unpromising trials early: none|median|decay-curve|convex|asha|hyperband[,KEY=VALUE...] (keys: reduction-factor, min-step-count, max-step-count, min-measurement-count, use-elapsed-duration).")] = None,
+    early_stopping: Annotated[Optional[str], typer.Option("--early-stopping", help="vcli: stop unpromising trials early: none|median|decay-curve|convex|asha|hyperband[,KEY=VALUE...] (keys: reduction-factor, min-step-count, max-step-count, min-measurement-count, learning-rate-parameter-name, use-elapsed-duration).")] = None,
     bayesian_backend: Annotated[BayesianBackend, typer.Option("--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize).")] = BayesianBackend.GP,
     labels: o.Labels = None,
     service_account: o.ServiceAccount = None,
@@ -143,11 +143,15 @@ def create(
     try:
         spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source, no_effect)
     except ConfigError as e:
-        stopping_key = next((k for k in codec.STOPPING_KEYS if f"studySpec.{k}" in str(e)), None)
-        if early_stopping is None or stopping_key is None:
-            raise
-        # The flag wrote that part of the document: name the flag, not the file.
-        raise InvalidValueError("--early-stopping", str(e).split("]: ", 1)[-1]) from None
+        # Where a flag wrote that part of the document, name the flag, not the file.
+        path, _, message = str(e).partition(" at [")[2].partition("]: ")
+        if early_stopping is not None and any(path.startswith(f"studySpec.{k}") for k in codec.STOPPING_KEYS):
+            key = path.split(".")[2] if path.count(".") >= 2 else ""
+            key = "".join(f"-{c.lower()}" if c.isupper() else c for c in key)  # the flag's spelling
+            raise InvalidValueError("--early-stopping", f"{key}: {message}" if key else message) from None
+        if algorithm is not None and path == "studySpec.algorithm":
+            raise InvalidValueError("--algorithm", message) from None
+        raise
     name = display_name or file_name
     if not name:
         raise UsageError("argument --display-name: Must be specified.")

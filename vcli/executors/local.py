@@ -40,6 +40,7 @@ from vcli.errors import ExecutorError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
 from vcli.executors import supervisor as _supervisor
 from vcli.logs import LogWriter
+from vcli.spec import is_secret
 
 SUPERVISOR = os.path.abspath(_supervisor.__file__)
 #: How long release() waits for a supervisor to finish cleaning up after its trainer ended.
@@ -189,7 +190,10 @@ class LocalExecutor(ExecutorBase):
             os.unlink(status_path)
         except FileNotFoundError:
             pass
-        masks = [arg for name in launch.secret_env for arg in ("--mask", name)]
+        # The spec's secrets, and those the replica inherits from vcli's own environment (an
+        # exported API token reaches a local trainer too, and must not reach its log).
+        names = dict.fromkeys([*launch.secret_env, *(n for n in os.environ if is_secret(n))])
+        masks = [arg for name in names for arg in ("--mask", name)]
         command = [sys.executable, "-S", SUPERVISOR, *masks, status_path, launch.log_path, "--", *argv]
         try:
             popen = subprocess.Popen(
