@@ -103,6 +103,23 @@ def test_job_succeeds_when_every_replica_exits_zero(store: Store, world: FakeWor
     assert world.running() == []
 
 
+def test_a_replica_that_ends_at_once_is_never_left_running_in_the_store(store: Store, world: FakeWorld) -> None:
+    """The start thread records a replica RUNNING; poll() records its end. A replica that ends
+    before its RUNNING row is written must still end SUCCEEDED in the store (CI once saw a
+    finished trial's replica left RUNNING)."""
+
+    class SlowStartRecord(Store):
+        def upsert_replica(self, job_id: str, task_name: str, **fields: Any) -> None:
+            if fields.get("state") == ReplicaState.RUNNING.value:
+                time.sleep(0.3)  # poll() runs meanwhile, and sees the replica exit
+            super().upsert_replica(job_id, task_name, **fields)
+
+    slow = SlowStartRecord(store.home)
+    run = job_run(slow, FakeExecutor(world), job_spec(pool("exit:0")))
+    assert drive(run) == JobState.JOB_STATE_SUCCEEDED
+    assert replica_states(slow, run) == {"workerpool0-0": "SUCCEEDED"}
+
+
 def test_a_failing_replica_fails_the_job_and_stops_its_siblings(store: Store, world: FakeWorld) -> None:
     run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:100"), pool("sleep:2", "exit:3")))
     assert drive(run) == JobState.JOB_STATE_FAILED

@@ -299,10 +299,16 @@ class JobRun:
             for r in todo:
                 if self._cancel.is_set():
                     return
-                r.handle = self.executor.start(r.launch)
-                self.store.upsert_replica(
-                    self.job_id, r.launch.task_name, handle=r.handle.to_json(), state=ReplicaState.RUNNING.value, start_time=now_iso()
-                )
+                handle = self.executor.start(r.launch)
+                try:
+                    self.store.upsert_replica(
+                        self.job_id, r.launch.task_name, handle=handle.to_json(), state=ReplicaState.RUNNING.value,
+                        start_time=now_iso(),
+                    )
+                finally:
+                    # Published to poll() only now: a replica that ends at once must have its
+                    # RUNNING row before poll() records its end (never after, overwriting it).
+                    r.handle = handle
         except BaseException as e:
             self._worker_error = e
 
