@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ def client():
 
 
 def _containers(client, job_id: str) -> list:
+    """The job's containers, running or not. docker-py lists, then inspects each one: a
+    container removed in between (a replica replaced or cleaned up just then) raises NotFound,
+    so the listing is simply taken again."""
+    import docker
+
+    for _ in range(10):
+        try:
+            return client.containers.list(all=True, filters={"label": f"vcli.job={job_id}"})
+        except docker.errors.NotFound:
+            time.sleep(0.1)
     return client.containers.list(all=True, filters={"label": f"vcli.job={job_id}"})
 
 
