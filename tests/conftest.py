@@ -103,3 +103,17 @@ def no_process_left_behind(tmp_path):
         except OSError:
             pass
     pytest.fail("processes left behind by the test:\n" + "\n".join(described), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def gpu_lease_dir(tmp_path_factory, monkeypatch):
+    """A host-wide GPU lease directory of the test's own (`vcli.gpulease`): tests that declare
+    GPUs never meet another test's (or a real user's) leases. Returns its path."""
+    path = tmp_path_factory.mktemp("gpu-leases")
+    monkeypatch.setenv("VCLI_GPU_LEASE_DIR", str(path))
+    import sys as _sys
+
+    wiring = _sys.modules.get("vcli.control.wiring")
+    if wiring is not None:
+        wiring._LOCAL_PLACERS.clear()  # placers cached by an earlier test use its directory
+    return path

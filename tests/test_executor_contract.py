@@ -575,3 +575,100 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
     assert copies, "no copy was ever taken"
     hd.executor.stop([handle], grace_seconds=2)
     hd.wait(handle)  # a container's log may still be draining
+
+
+# --------------------------------------------------------------------------- host-wide GPU leases
+
+#: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.gpulease`): the
+#: replica's lease must live exactly as long as the replica. (The ssh executor does not lease the
+#: GPUs of SSH hosts yet.)
+LEASING = ["local", "docker"]
+
+
+@pytest.fixture(params=LEASING)
+def hl(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandle:
+    """Start `launch` as a replica placed on GPU `index`, its lease taken first (as the placer
+    does). Docker: the engine here has no GPU runtime, so the container runs without a device
+    request and the executor's lease keeper is given the GPU placement of the same container."""
+    from vcli.gpulease import base_record, local_leases
+
+    leases = local_leases()
+    leases.acquire([index], base_record(job=launch.job_id, replica=launch.task_name))
+    gpu = replace(launch, placement=replace(launch.placement, gpu_indices=(index,)))
+    if h.kind == "docker":
+        handle = h.start(launch)
+        h.executor._keep_leases(gpu, handle.ref)  # type: ignore[attr-defined]
+        return handle
+    return h.start(gpu)
+
+
+def _holder(index: int) -> dict[str, Any] | None:
+    from vcli.gpulease import LeaseDir, local_leases
+
+    return LeaseDir(local_leases().path).probe([index])[index]  # as another process sees it
+
+
+def test_a_replica_holds_its_gpu_lease_exactly_while_it_runs(hl: Harness) -> None:
+    from vcli.gpulease import LeaseBusy, LeaseDir, local_leases
+
+    launch = hl.launch("sleep:1.5", "out:done")
+    handle = _start_on_gpu(hl, launch, 1)
+    assert local_leases().held_here(1) is None  # handed to the replica's holder process
+    rec = _holder(1)
+    assert rec is not None and rec["job"] == launch.job_id and rec["replica"] == "workerpool0-0"
+    with pytest.raises(LeaseBusy):
+        LeaseDir(local_leases().path).acquire([1], {"job": "another"})
+    assert hl.wait(handle).exit_code == 0
+    _wait_until(lambda: _holder(1) is None, 5, "the lease to end with the replica")
+
+
+def test_a_stopped_replica_frees_its_gpu_lease(hl: Harness) -> None:
+    handle = _start_on_gpu(hl, hl.launch("sleep:60"), 0)
+    assert _holder(0) is not None
+    hl.executor.stop([handle], grace_seconds=0.5)
+    hl.executor.release([handle])
+    _wait_until(lambda: _holder(0) is None, 5, "the lease to end with the stopped replica")
+
+
+def test_kill_9_of_the_lease_holder_frees_the_gpu_within_a_second(hl: Harness) -> None:
+    import signal
+
+    handle = _start_on_gpu(hl, hl.launch("sleep:60"), 0)
+    rec = _holder(0)
+    assert rec is not None
+    os.kill(int(rec["pid"]), signal.SIGKILL)
+    t0 = time.monotonic()
+    _wait_until(lambda: _holder(0) is None, 1.0, "the lease to be free after kill -9 of its holder")
+    assert time.monotonic() - t0 < 1.0
+    hl.executor.stop([handle], grace_seconds=0.5)
+
+
+def test_a_replica_never_starts_on_a_gpu_another_replica_leases(hl: Harness) -> None:
+    from vcli.gpulease import LeaseDir, local_leases
+
+    other = LeaseDir(local_leases().path)
+    other.acquire([0], {"job": "someone-else", "user": "bob"})
+    try:
+        launch = hl.launch("out:never")
+        gpu = replace(launch, placement=replace(launch.placement, gpu_indices=(0,)))
+        with pytest.raises(ExecutorError, match="held by job someone-else started by bob"):
+            hl.start(gpu)  # docker: asked before the container runs, which is removed again
+        if hl.kind == "docker":
+            from tests.harness.docker_env import job_containers
+
+            assert job_containers(hl.executor.client(), launch.job_id) == []  # type: ignore[attr-defined]
+    finally:
+        other.release([0])
+
+
+def _wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

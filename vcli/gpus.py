@@ -6,8 +6,12 @@ host that no other running replica holds; it gives them back with `release` when
 Executors turn the indices into `--gpus device=...`, NVIDIA_VISIBLE_DEVICES and
 CUDA_VISIBLE_DEVICES.
 
-The allocator is in-memory and thread-safe: it guarantees disjoint GPUs among the replicas of
-one vcli process (a job or a study running trials in parallel). Standard library only.
+The allocator is thread-safe and guarantees disjoint GPUs among the replicas of one vcli
+process (a job or a study running trials in parallel) in memory. For hosts given a lease
+directory (`leases={"local": vcli.gpulease.local_leases()}`), it also takes a host-wide lease of
+every GPU it hands out (`vcli.gpulease`), so several vcli processes, users and controllers on
+one host never share a GPU either: an index leased by anyone else is not free. Standard
+library only.
 
     alloc = GpuAllocator()
     alloc.declare("local", count=4, accelerator_type="NVIDIA_TESLA_T4")
@@ -26,6 +30,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from vcli.errors import ExitCode, VcliError
 
@@ -61,10 +66,15 @@ class HostGpus:
 class GpuAllocator:
     """Hands out disjoint GPU indices per host; safe to share between threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, leases: Mapping[str, Any] | None = None, *, nvidia_check: bool = False) -> None:
         self._cond = threading.Condition()
         self._hosts: dict[str, HostGpus] = {}
         self._in_use: dict[str, set[int]] = {}
+        #: host -> `vcli.gpulease.LeaseDir`: hosts whose GPUs are leased host-wide.
+        self.leases: dict[str, Any] = dict(leases or {})
+        #: Treat a GPU whose memory a non-vcli process holds as busy (hosts with nvidia-smi).
+        self.nvidia_check = nvidia_check
+        self._nvidia: tuple[float, dict[int, str]] = (float("-inf"), {})
 
     def declare(
         self,
@@ -94,12 +104,47 @@ class GpuAllocator:
             return dict(self._hosts)
 
     def free(self, host: str) -> tuple[int, ...]:
-        """Indices of `host` that nobody holds now."""
+        """Indices of `host` that nobody holds now (here, or host-wide for a leased host)."""
         with self._cond:
             gpus = self._hosts.get(host)
             if gpus is None:
                 return ()
-            return tuple(i for i in gpus.indices if i not in self._in_use[host])
+            free = tuple(i for i in gpus.indices if i not in self._in_use[host])
+        busy = self.busy_elsewhere(host, free)
+        return tuple(i for i in free if i not in busy)
+
+    def busy_elsewhere(self, host: str, indices: tuple[int, ...] | list[int] | None = None) -> dict[int, str]:
+        """Index -> who holds it, for GPUs of `host` (all declared ones, or `indices`) held by
+        another process's lease or used by a process vcli did not start. {} for hosts without
+        a lease directory."""
+        leases = self.leases.get(host)
+        if leases is None:
+            return {}
+        if indices is None:
+            with self._cond:
+                gpus = self._hosts.get(host)
+                indices = gpus.indices if gpus else ()
+        from vcli.gpulease import describe_holder
+
+        out = {}
+        held = leases.probe(indices)
+        for i, rec in held.items():
+            if rec is not None and leases.held_here(i) is None:
+                out[i] = "held by " + describe_holder(rec)
+        if self.nvidia_check:
+            for i, why in self._nvidia_busy(leases, [i for i, rec in held.items() if rec is not None]).items():
+                if i in indices and i not in out:
+                    out[i] = why
+        return out
+
+    def _nvidia_busy(self, leases: Any, leased: list[int]) -> dict[int, str]:
+        at, busy = self._nvidia
+        if time.monotonic() - at > 2.0:  # nvidia-smi takes tens of ms: asked at most every 2 s
+            from vcli.gpulease import nvidia_busy
+
+            busy = nvidia_busy()
+            self._nvidia = (time.monotonic(), busy)
+        return {i: why for i, why in busy.items() if i not in leased}
 
     def check(self, host: str, count: int, accelerator_type: str | None = None) -> None:
         """Raise GpuAllocationError if `count` GPUs of that type can never be had on `host`."""
@@ -136,12 +181,16 @@ class GpuAllocator:
         *,
         accelerator_type: str | None = None,
         timeout: float | None = 0,
+        record: Mapping[str, Any] | None = None,
     ) -> tuple[int, ...]:
         """`count` GPU indices of `host` held by nobody else, lowest first.
 
         `timeout=0` (default) raises GpusBusyError at once when they are taken; a number waits
         up to that many seconds for releases; None waits forever. A request that can never fit
         raises GpuAllocationError immediately. `count=0` returns ().
+
+        On a leased host the indices are leased host-wide too, all or none, with `record`
+        (who holds them) in the lease; an index another process leased is skipped.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -150,17 +199,52 @@ class GpuAllocator:
                 if count == 0:
                     return ()
                 free = [i for i in gpus.indices if i not in self._in_use[host]]
-                if len(free) >= count:
+                elsewhere: dict[int, str] = {}
+                if len(free) >= count and host in self.leases:
+                    chosen, elsewhere = self._lease(host, free, count, record or {})
+                    if chosen is not None:
+                        self._in_use[host].update(chosen)
+                        return chosen
+                    free = [i for i in free if i not in elsewhere]
+                elif len(free) >= count:
                     chosen = tuple(free[:count])
                     self._in_use[host].update(chosen)
                     return chosen
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
+                    held = "".join(f"; GPU {i} {why}" for i, why in sorted(elsewhere.items()))
                     raise GpusBusyError(
                         f"host {host}: {count} GPU{'s' if count != 1 else ''} requested, "
-                        f"{len(free)} of {len(gpus.indices)} free (the others are held by running replicas)"
+                        f"{len(free)} of {len(gpus.indices)} free (the others are held by running replicas{held})"
                     )
-                self._cond.wait(remaining)
+                self._cond.wait(remaining if remaining is None or host not in self.leases else min(remaining, 0.25))
+
+    def _lease(self, host: str, free: list[int], count: int,
+               record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
+        """Lease `count` of `free` host-wide, one index at a time (skipping held ones), all or
+        none: (indices, {}) or (None, index -> who holds it)."""
+        from vcli.gpulease import LeaseBusy, base_record, describe_holder
+
+        leases = self.leases[host]
+        record = base_record(**record)
+        busy = self._nvidia_busy(leases, []) if self.nvidia_check else {}
+        got: list[int] = []
+        elsewhere: dict[int, str] = {i: why for i, why in busy.items() if i in free}
+        for i in free:
+            if len(got) == count:
+                break
+            if i in elsewhere:
+                continue
+            try:
+                leases.acquire([i], record)
+            except LeaseBusy as e:
+                elsewhere[i] = "held by " + describe_holder(e.holder)
+                continue
+            got.append(i)
+        if len(got) == count:
+            return tuple(got), {}
+        leases.release(got)
+        return None, elsewhere
 
     def take(self, host: str, indices: tuple[int, ...] | list[int]) -> tuple[int, ...]:
         """Mark the given indices of `host` held (a replica already uses them); returns those
@@ -174,11 +258,14 @@ class GpuAllocator:
             return taken
 
     def release(self, host: str, indices: tuple[int, ...] | list[int]) -> None:
-        """Give GPUs back (idempotent: releasing a free index is a no-op)."""
+        """Give GPUs back (idempotent: releasing a free index is a no-op). A host-wide lease
+        this process still holds is closed; one handed to a supervisor ends with it."""
         with self._cond:
             held = self._in_use.get(host)
             if held is not None:
                 held.difference_update(indices)
+            if host in self.leases:
+                self.leases[host].release(indices)
             self._cond.notify_all()
 
 

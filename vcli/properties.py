@@ -4,7 +4,10 @@ Known properties: `executor` (local|docker|ssh|ray: the default for --executor),
 --hosts), `ray/address` (the Ray cluster of --executor=ray: `ray://HOST:10001`, `HOST:PORT` or
 `auto`; default $RAY_ADDRESS, else `auto`), `python` (interpreter for the process runtime), `storage/gcs-root` (the local
 directory that stands for Cloud Storage: gs://BUCKET/PATH is DIR/BUCKET/PATH; default
-`<vcli home>/gcs`; see `vcli.codec.gcs`). Path: $VCLI_CONFIG_DIR/properties.json,
+`<vcli home>/gcs`; see `vcli.codec.gcs`), `gpu/lease-dir` (this machine's host-wide GPU lease
+directory; $VCLI_GPU_LEASE_DIR wins; default /tmp/vcli-gpu-leases; every vcli user of the machine
+must use the same one), `gpu/exclude-busy` (true|false, default true: a GPU whose memory a
+process vcli did not start holds is busy, on machines with nvidia-smi). Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 """
 
@@ -24,11 +27,14 @@ KNOWN = {
     "python": None,
     "ray/address": None,
     "storage/gcs-root": None,
+    "gpu/lease-dir": None,
+    "gpu/exclude-busy": ("true", "false"),
 }
 
 #: property -> how a value is stored: a directory is made absolute when set, so that it does
 #: not depend on where later commands run.
-_NORMALIZE = {"storage/gcs-root": lambda v: os.path.abspath(os.path.expanduser(v))}
+_NORMALIZE = {"storage/gcs-root": lambda v: os.path.abspath(os.path.expanduser(v)),
+              "gpu/lease-dir": lambda v: os.path.abspath(os.path.expanduser(v))}
 
 
 def config_dir() -> Path:
@@ -92,3 +98,11 @@ def _write(data: dict[str, str]) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=True)
     os.replace(tmp, path)
+
+
+def gpu_lease_dir() -> str:
+    """This machine's GPU lease directory: $VCLI_GPU_LEASE_DIR, else `gpu/lease-dir`, else
+    `/tmp/vcli-gpu-leases` (see `vcli.gpulease`)."""
+    from vcli.gpulease import DEFAULT_DIR, ENV_DIR
+
+    return os.environ.get(ENV_DIR) or get("gpu/lease-dir") or DEFAULT_DIR

@@ -132,8 +132,10 @@ def create(
                                enable_dashboard_access=enable_dashboard_access)
     label_map = codec.parse_labels(labels)
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project)
+    # Only a job that runs here takes (and waits for) host-wide GPU leases; --async's runner does.
+    runs_here = not (validate_only or async_)
     job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
-                                 ready=not validate_only)
+                                 ready=not validate_only, leases=runs_here, on_wait=err if runs_here else None)
     note_no_effect(no_effect, "[--config] ")  # once the job is known to be valid
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
@@ -261,7 +263,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         err(f"CustomJob [{shown(row.name)}] has already ended ({row.state}); nothing to resume.")
         return
     claim_controller(store, row.id)
-    planned = runner.plan_resumed_custom_job(store, row)
+    planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     try:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
     finally:
@@ -283,7 +285,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
         return
-    planned = runner.plan_stored_custom_job(store, row, secrets=_secrets_from_stdin())
+    planned = runner.plan_stored_custom_job(store, row, secrets=_secrets_from_stdin(), on_wait=err)
     try:
         interrupt_on_signals()
         try:
@@ -317,7 +319,7 @@ def print_env(
     from vcli.store import Store
 
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_)
-    execution = open_execution(executor_kind(o.executor_flag(executor), spec))
+    execution = open_execution(executor_kind(o.executor_flag(executor), spec), leases=False)
     try:
         ex = execution.executor
         plan = plan_job(spec, job_id="JOB_ID", job_dir=Store().home / "jobs" / "JOB_ID", executor=ex, trial_id=trial_id,

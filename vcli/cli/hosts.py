@@ -210,3 +210,70 @@ def hosts_check(
         bad = any(r.get("status") in ("UNREACHABLE", "TIMEOUT", "ERROR") for r in rows)
         raise typer.Exit(int(ExitCode.EXECUTOR_UNAVAILABLE if bad else ExitCode.INVALID))
     _err(f"All {len(rows)} host(s) OK.")
+
+
+_GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, pid, since, gpus, reason)"
+
+
+@hosts_app.command("gpus", cls=GcloudCommand)
+@_command("hosts.gpus")
+def hosts_gpus(
+    names: Annotated[Optional[List[str]], typer.Argument(help="Hosts to show (default: local).", autocompletion=host_names)] = None,
+    fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_GPUS_FORMAT}; also json, yaml, value(...), csv(...)."),
+    filter_: Optional[str] = typer.Option(None, "--filter", help="e.g. state=HELD, user=alice"),
+    sort_by: Optional[str] = typer.Option(None, "--sort-by"),
+) -> None:
+    """Who holds each GPU of this machine (host-wide leases), and who waits for one.
+
+    One row per GPU index: FREE, HELD (by which job, study, trial and replica, user, pid,
+    since when) or BUSY (memory held by a process vcli did not start, by nvidia-smi); then one
+    WAITING row per job or trial that waits for GPUs (oldest first). Leases of SSH hosts are
+    not read yet: naming one is refused."""
+    from vcli import hosts as H
+    from vcli import properties
+    from vcli.errors import InvalidValueError
+    from vcli.formats import apply_filter, apply_sort
+    from vcli.gpulease import local_leases, nvidia_busy
+
+    wanted = list(dict.fromkeys(names or [H.LOCAL]))
+    others = [n for n in wanted if n != H.LOCAL]
+    if others:
+        raise InvalidValueError("HOST", f"GPU leases are shown for `local` (this machine) only; the leases of SSH "
+                                        f"hosts ({', '.join(others)}) are not read yet.")
+    host = H.local_host()
+    indices, _ = host.gpus()
+    leases = local_leases(properties.gpu_lease_dir())
+    held = leases.probe(indices)
+    exclude = (properties.get("gpu/exclude-busy") or "true") != "false"
+    busy = nvidia_busy([i for i, r in held.items() if r]) if exclude else {}
+    rows: list[dict[str, Any]] = []
+    for i in indices:
+        rec = held.get(i)
+        if rec is not None:
+            rows.append(_gpu_row(H.LOCAL, i, "HELD", rec))
+        elif i in busy:
+            rows.append(_gpu_row(H.LOCAL, i, "BUSY", {}, reason=busy[i]))
+        else:
+            rows.append(_gpu_row(H.LOCAL, i, "FREE", {}))
+    for rec in leases.waiters():
+        rows.append(_gpu_row(H.LOCAL, None, "WAITING", rec))
+    rows = apply_sort(apply_filter(rows, filter_), sort_by)
+    if not rows:
+        _err("Listed 0 items. This machine declares no GPUs ($VCLI_LOCAL_GPUS, an inventory host `local`, or "
+             "nvidia-smi)." if not indices else "Listed 0 items.")
+        if (fmt or "").startswith("json"):
+            print("[]")
+        return
+    _emit(rows, fmt, _GPUS_FORMAT)
+
+
+def _gpu_row(host: str, gpu: Optional[int], state: str, rec: Any, *, reason: Optional[str] = None) -> dict[str, Any]:
+    """One stable row of `hosts gpus` (every key always present; null when unknown)."""
+    import datetime
+
+    since = rec.get("since")
+    when = (datetime.datetime.fromtimestamp(float(since), datetime.UTC).isoformat(timespec="seconds")
+            .replace("+00:00", "Z") if isinstance(since, (int, float)) else None)
+    return {"host": host, "gpu": gpu, "state": state, "user": rec.get("user"), "job": rec.get("job"),
+            "study": rec.get("study"), "trial": rec.get("trial"), "replica": rec.get("replica"),
+            "pid": rec.get("pid"), "since": when, "gpus": rec.get("gpus"), "reason": reason}

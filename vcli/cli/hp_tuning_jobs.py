@@ -163,7 +163,7 @@ def create(
         enable_dashboard_access=enable_dashboard_access))
     study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
                               bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
-                              shm_size=shm_size)
+                              shm_size=shm_size, leases=not validate_only)
     note_no_effect(no_effect, "[--config] ")  # once the study is known to be valid
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
     if kms:

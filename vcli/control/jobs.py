@@ -41,7 +41,10 @@ class Placer(Protocol):
     """
 
     def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
-                 job_id: str | None = None) -> Sequence[Placement]: ...
+                 job_id: str | None = None, holder: Mapping[str, Any] | None = None) -> Sequence[Placement]:
+        """`holder` (study, trial, ...) names who holds the placed GPUs, for the host-wide
+        leases other vcli processes see (`vcli hosts gpus`, their waiting messages)."""
+        ...
 
     def release(self, job_id: str) -> None: ...
 
@@ -56,7 +59,7 @@ class _Here:
     """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
 
     def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
-                 job_id: str | None = None) -> list[Placement]:
+                 job_id: str | None = None, holder: Mapping[str, Any] | None = None) -> list[Placement]:
         return [Placement() for _ in replicas]
 
     def release(self, job_id: str) -> None:
@@ -94,12 +97,13 @@ def plan_job(
     placer: Placer = local_placer,
     shm_size: str | None = None,
     restore: Mapping[str, tuple[Placement, str]] | None = None,
+    holder: Mapping[str, Any] | None = None,
 ) -> JobPlan:
     """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts).
 
     `restore` (task name -> (placement, "host:port")) plans a job that already ran, for a
     controller that resumes it: the placements and addresses are the recorded ones, nothing is
-    placed or reserved again.
+    placed or reserved again. `holder` (e.g. the study and trial) goes into the GPUs' leases.
 
     Each replica's `output_dir` is `<job_dir>/replicas/<task name>`; `workdir` is the local
     package's source directory (never run in: executors give each replica a private copy, the
@@ -110,7 +114,8 @@ def plan_job(
         placements = [restore[r.task_name][0] if r.task_name in restore else Placement() for r in replicas]
         addresses = {r.task_name: restore[r.task_name][1] if r.task_name in restore else "" for r in replicas}
     else:
-        placements = list(placer(replicas, spec=spec, job_id=job_id))
+        who = {"trial": trial_id, **(holder or {})}
+        placements = list(placer(replicas, spec=spec, job_id=job_id, holder={k: v for k, v in who.items() if v}))
         try:
             addresses = {
                 r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)

@@ -41,29 +41,64 @@ class PlannedJob:
         self.execution.close()
 
 
-def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None) -> Execution:
-    return open_execution(executor_kind(executor, spec), hosts)
+def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None, *,
+          leases: bool = True) -> Execution:
+    return open_execution(executor_kind(executor, spec), hosts, leases=leases)
+
+
+#: How often a job that waits for GPUs held by other vcli processes tries again.
+WAIT_RETRY_SECONDS = 0.25
+
+
+def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None) -> Any:
+    """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli
+    processes, users or controllers): says once what it waits for through `on_wait`, and
+    waits at most `scheduling.maxWaitDuration` (unset: until they are free). Without
+    `on_wait` a busy GPU raises `NoCapacityError` at once."""
+    import time
+
+    from vcli.placement import NoCapacityError
+
+    limit = spec.scheduling.max_wait_seconds if spec.scheduling else None
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            return make_plan()
+        except NoCapacityError as e:
+            if on_wait is None:
+                raise
+            if limit is not None and time.monotonic() - started >= limit:
+                raise NoCapacityError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
+                                      f"{e}") from None
+            if not said:
+                on_wait(f"Waiting for GPUs: {e}")
+                said = True
+            time.sleep(WAIT_RETRY_SECONDS)
 
 
 def plan_custom_job(
     spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str],
-    ready: bool = True,
+    ready: bool = True, on_wait: Callable[[str], None] | None = None, leases: bool = True,
 ) -> PlannedJob:
     """Plan every replica of `spec` and check it with the executor (`--executor`/`--hosts`).
 
     Raises the executor's or planner's `VcliError` for a job that cannot run; the execution is
     closed then. `ready=False` skips asking whether the executor can run it now (engine up,
-    images present): `--validate-only` judges the job, not the machine.
+    images present): `--validate-only` judges the job, not the machine. `leases=False` places
+    without taking host-wide GPU leases (a job that is only validated, or run by another
+    process); with them, a job whose GPUs other replicas hold waits (`plan_waiting`).
     """
     from vcli import codec
     from vcli.control.jobs import plan_job
 
-    execution = _open(executor, hosts, spec)
+    execution = _open(executor, hosts, spec, leases=leases)
     try:
         store = Store()
         job_id = new_id()
-        plan = plan_job(spec, job_id=job_id, job_dir=store.home / "jobs" / job_id, executor=execution.executor,
-                        shm_size=shm_size, placer=execution.placer)
+        plan = plan_waiting(lambda: plan_job(spec, job_id=job_id, job_dir=store.home / "jobs" / job_id,
+                                             executor=execution.executor, shm_size=shm_size, placer=execution.placer),
+                            spec, on_wait)
         record = {
             "jobSpec": codec.custom_job_spec_to_dict(spec),
             "labels": dict(labels),
@@ -111,7 +146,7 @@ def run_custom_job(
     return JobOutcome(state, run.startup_error)
 
 
-def plan_resumed_custom_job(store: Store, row: JobRow) -> PlannedJob:
+def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str], None] | None = None) -> PlannedJob:
     """Plan a job whose controller died, for a new controller that takes it over (`resume`).
 
     Replicas the old controller started keep their recorded placement, address and handle;
@@ -119,20 +154,16 @@ def plan_resumed_custom_job(store: Store, row: JobRow) -> PlannedJob:
     """
     from vcli import codec
     from vcli.cluster import replica_ids
-    from vcli.control.jobs import plan_job
 
     rows = {r.task_name: r for r in store.replicas(row.id)}
     stored = codec.custom_job_spec_from_stored(row.record["jobSpec"])
     secrets = None
     if {r.task_name for r in replica_ids(stored)} - {name for name, r in rows.items() if r.handle}:  # replicas to start
         secrets = secret_values(secrets_from_environment(stored, f"Resuming job {row.id}"))
-    planned = plan_stored_custom_job(store, row, secrets=secrets)
     if not any(r.handle for r in rows.values()):
-        return planned
-    planned.plan = plan_job(planned.spec, job_id=row.id, job_dir=store.home / "jobs" / row.id,
-                            executor=planned.execution.executor, shm_size=row.record.get("shmSize"),
-                            placer=planned.execution.placer, base_output_directory=row.record.get("outputDirectory"),
-                            restore=restore_of(rows.values()))
+        return plan_stored_custom_job(store, row, secrets=secrets, on_wait=on_wait)
+    # Its replicas still hold their GPUs (their supervisors hold the leases): nothing is placed again.
+    planned = plan_stored_custom_job(store, row, secrets=secrets, restore=restore_of(rows.values()))
     planned.resume = rows
     return planned
 
@@ -193,11 +224,14 @@ def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> Custom
     return replace(spec, worker_pool_specs=pools)
 
 
-def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None) -> PlannedJob:
+def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None,
+                           on_wait: Callable[[str], None] | None = None,
+                           restore: Mapping[str, Any] | None = None) -> PlannedJob:
     """Plan a recorded job again from its record (the detached runner of `create --async`).
 
     The record holds secret values redacted; `secrets` (handed over by the process that
-    submitted the job, never stored) puts them back.
+    submitted the job, never stored) puts them back. GPUs other replicas hold are waited for
+    as `plan_waiting` says, when `on_wait` is given.
     """
     from vcli import codec
     from vcli.control.jobs import plan_job
@@ -206,9 +240,10 @@ def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, s
     spec = with_secret_values(codec.custom_job_spec_from_stored(rec["jobSpec"]), secrets or {})
     execution = _open(rec.get("executor") or "local", rec.get("hosts"))
     try:
-        plan = plan_job(spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
-                        shm_size=rec.get("shmSize"), placer=execution.placer,
-                        base_output_directory=rec.get("outputDirectory"))
+        plan = plan_waiting(lambda: plan_job(
+            spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
+            shm_size=rec.get("shmSize"), placer=execution.placer, base_output_directory=rec.get("outputDirectory"),
+            restore=restore), spec, on_wait)
     except BaseException:
         execution.close()
         raise
@@ -275,6 +310,7 @@ def plan_study(
     executor: str | None,
     hosts: str | None,
     shm_size: str | None,
+    leases: bool = True,
 ) -> PlannedStudy:
     """Build the study's executor and suggester (a random seed unless given).
 
@@ -287,7 +323,7 @@ def plan_study(
         import secrets
 
         seed = secrets.randbelow(2**31)
-    execution = _open(executor, hosts, spec.trial_job_spec)
+    execution = _open(executor, hosts, spec.trial_job_spec, leases=leases)
     try:
         store = Store()
         study_id = new_id()
@@ -360,6 +396,7 @@ def check_study(study: PlannedStudy) -> None:
 
     plan = plan_job(study.spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=study.store.home / "jobs" / "validate-only",
                     executor=study.execution.executor, trial_id="1", placer=study.execution.placer)
+    plan.release_placement()
     study.execution.executor.check(plan.launches)
 
 

@@ -319,6 +319,7 @@ class StudyRun:
                 base_output_directory=self.base_output,
                 placer=self.placer,
                 shm_size=self.shm_size,
+                holder={"study": self.study_id, "displayName": self.display_name},
             )
         except NoCapacityError as e:
             if not self._waiting_logged:

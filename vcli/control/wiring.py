@@ -69,27 +69,27 @@ def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
     return kind
 
 
-_LOCAL_PLACER: Any = None
+_LOCAL_PLACERS: dict[bool, Any] = {}
 
 
-def _local_placer() -> Any:
+def _local_placer(leases: bool = True) -> Any:
     """This machine's placer: GPU-aware when it declares or has GPUs, else everything here.
 
     When this machine declares or has GPUs (inventory host `local`, $VCLI_LOCAL_GPUS or
-    nvidia-smi), local replicas get specific GPUs from the same scheduler the SSH hosts use.
+    nvidia-smi), local replicas get specific GPUs from the same scheduler the SSH hosts use,
+    leased host-wide (`vcli.gpulease`) unless `leases` is False (what only validates a job).
     """
-    global _LOCAL_PLACER
-    if _LOCAL_PLACER is None:
+    if leases not in _LOCAL_PLACERS:
         from vcli.control.jobs import local_placer
         from vcli.hosts import local_host
 
         if local_host().gpus()[0]:
             from vcli.placement import local_placer as gpu_placer
 
-            _LOCAL_PLACER = gpu_placer()
+            _LOCAL_PLACERS[leases] = gpu_placer(leases=leases)
         else:
-            _LOCAL_PLACER = local_placer
-    return _LOCAL_PLACER
+            _LOCAL_PLACERS[leases] = local_placer
+    return _LOCAL_PLACERS[leases]
 
 
 def ssh_hosts(names: str | Sequence[str] | None) -> list[Host]:
@@ -151,8 +151,12 @@ def executor_for_handles(name: str) -> Executor:
     return get_executor(name)
 
 
-def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: str | None = None) -> Execution:
+def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: str | None = None, *,
+                   leases: bool = True) -> Execution:
     """The executor for `kind` (`--hosts` implies ssh) with its placer.
+
+    `leases=False`: this machine's GPUs are placed without host-wide leases (`--validate-only`,
+    `print-env`, the half of `create --async` that only submits).
 
     For ray, the cluster places replicas itself: the placer reserves a placement group per job
     (`vcli.executors.ray.RayPlacer`); `ray_address` is `--ray-address` (None: the defaults).
@@ -170,7 +174,7 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
     if kind == ExecutorKind.RAY:
         executor = ray_executor(ray_address)
         return Execution(kind=kind, executor=executor, placer=executor.placer())
-    return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer())
+    return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer(leases))
 
 
 def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:

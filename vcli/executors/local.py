@@ -194,7 +194,10 @@ class LocalExecutor(ExecutorBase):
         # exported API token reaches a local trainer too, and must not reach its log).
         names = dict.fromkeys([*launch.secret_env, *(n for n in os.environ if is_secret(n))])
         masks = [arg for name in names for arg in ("--mask", name)]
-        command = [sys.executable, "-S", SUPERVISOR, *masks, status_path, launch.log_path, "--", *argv]
+        leases = held_leases(launch)
+        fds = [lease.fd for lease in leases]
+        lease_args = [arg for fd in fds for arg in ("--lease-fd", str(fd))]
+        command = [sys.executable, "-S", SUPERVISOR, *masks, *lease_args, status_path, launch.log_path, "--", *argv]
         try:
             popen = subprocess.Popen(
                 command,
@@ -205,10 +208,12 @@ class LocalExecutor(ExecutorBase):
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=fds,
             )
         except OSError as e:
             _log_vcli(launch.log_path, f"failed to start the replica's supervisor: {e.strerror}")
             raise ExecutorError(f"Cannot start replica {launch.task_name}: {e.strerror}.") from None
+        hand_over(launch, leases, popen.pid)
         ref = f"{popen.pid}@{launch.job_id}@{status_path}"
         with self._lock:
             self._running[ref] = popen
@@ -298,6 +303,43 @@ class LocalExecutor(ExecutorBase):
                 for p in left:
                     _kill(p, signal.SIGKILL)
                 time.sleep(0.02)
+
+
+def held_leases(launch: ReplicaLaunch) -> list:
+    """The host-wide leases (`vcli.gpulease.Lease`) of the GPUs of a replica placed on this
+    machine: what its supervisor (or container keeper) must hold. The placer took them; those
+    it did not (a resumed job's replica that never started) are taken now, and one another
+    replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of."""
+    if not launch.placement.gpu_indices or launch.placement.host != "local":
+        return []
+    from vcli.gpulease import LeaseBusy, base_record, local_leases
+    from vcli.properties import gpu_lease_dir
+
+    leases = local_leases(gpu_lease_dir())
+    missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
+    if missing:
+        try:
+            leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
+        except LeaseBusy as e:
+            raise ExecutorError(f"Cannot start replica {launch.task_name}: {e}.") from None
+        except OSError as e:
+            raise ExecutorError(f"Cannot lease GPU(s) {missing} for replica {launch.task_name} in "
+                                f"{leases.path}: {e.strerror or e}.") from None
+    return [lease for lease in (leases.held_here(i) for i in launch.placement.gpu_indices) if lease is not None]
+
+
+def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:
+    """The process `pid` now holds `leases` (it inherited their descriptors): record it as
+    the holder and close this process's copies, so that the lease ends with it."""
+    if not leases:
+        return
+    from vcli.gpulease import local_leases
+    from vcli.properties import gpu_lease_dir
+
+    for lease in leases:
+        lease.write({**lease.record(), "job": launch.job_id, "trial": launch.trial_id, "replica": launch.task_name,
+                     "pid": pid, "controllerPid": os.getpid(), "gpu": lease.index})
+    local_leases(gpu_lease_dir()).release([lease.index for lease in leases])
 
 
 def _log_vcli(path: str, message: str) -> None:

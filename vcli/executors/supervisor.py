@@ -1,6 +1,6 @@
 """The per-replica supervisor: one small process that owns a replica's whole process tree.
 
-    python -S supervisor.py [--stop-with-parent] [--mask NAME]... STATUS_FILE LOG_FILE -- ARGV...
+    python -S supervisor.py [--stop-with-parent] [--mask NAME]... [--lease-fd FD]... STATUS_FILE LOG_FILE -- ARGV...
 
 It is started by an executor in a session of its own, runs ARGV (the trainer) as its child in
 a new process group, and:
@@ -20,6 +20,13 @@ a new process group, and:
 - on SIGTERM (a stop request): SIGTERM to every descendant, and keeps waiting for the trainer;
   on SIGUSR1 (the grace period is over): SIGKILL to every descendant. An exit caused this way
   is recorded like any other (the trainer's own status: 143 for SIGTERM, 137 for SIGKILL).
+
+- holds the replica's host-wide GPU leases (`--lease-fd`: locked descriptors of
+  `vcli.gpulease` lock files, inherited from the executor) for exactly as long as it lives: the
+  trainer does not inherit them, and the kernel drops them when the supervisor exits or is
+  killed. The trainer dies with the supervisor (`PR_SET_PDEATHSIG` = SIGKILL), so a killed
+  supervisor never leaves a trainer running on a GPU whose lease is free. Every
+  `TOUCH_SECONDS` the lock files' times are refreshed (so /tmp cleaners never remove a held one).
 
 It dies with its parent (`PR_SET_PDEATHSIG` = SIGTERM, set by the executor in the child) only
 when the executor asks for it with `--stop-with-parent`; then a dead controller's replicas are
@@ -47,6 +54,8 @@ LEFTOVER_GRACE_SECONDS = 1.0
 ORPHAN_GRACE_SECONDS = 3.0
 #: Exit status of the supervisor when the trainer could not be started at all.
 EXIT_CANNOT_START = 127
+#: How often held lease files get their times refreshed (see `vcli.gpulease.TOUCH_SECONDS`).
+TOUCH_SECONDS = 3600.0
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -159,8 +168,21 @@ def _status_of(wait_status: int) -> dict[str, object]:
     return {"exitCode": os.WEXITSTATUS(wait_status), "signal": None, "endTime": time.time()}
 
 
+def _touch(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        try:
+            os.utime(fd)
+        except OSError:
+            pass
+
+
 def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False,
-        mask: tuple[str, ...] = ()) -> int:
+        mask: tuple[str, ...] = (), lease_fds: tuple[int, ...] = ()) -> int:
+    for fd in lease_fds:
+        try:
+            os.set_inheritable(fd, False)  # the trainer and its children never hold a lease
+        except OSError:
+            pass
     if stop_with_parent:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -176,6 +198,7 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
     signal.signal(signal.SIGUSR1, on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The trainer must not inherit our handlers' dispositions (SIG_IGN would be inherited).
+    me = os.getpid()
     try:
         pid = os.fork()
     except OSError as e:
@@ -185,6 +208,10 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
     if pid == 0:  # the trainer
         try:
             os.setpgid(0, 0)
+            if lease_fds:
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # its GPUs are only leased while we live
+                if os.getppid() != me:  # we died before the line above took effect
+                    os._exit(EXIT_CANNOT_START)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGUSR1, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -192,9 +219,12 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
             os.dup2(err_w, 2)
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
-            for fd in (out_r, out_w, err_r, err_w, log_fd, devnull):
+            for fd in (out_r, out_w, err_r, err_w, log_fd, devnull, *lease_fds):
                 if fd > 2:
-                    os.close(fd)
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
             os.execvp(argv[0], argv)
         except OSError as e:
             os.write(2, f"vcli: cannot run {argv[0]}: {e.strerror}\n".encode())
@@ -213,7 +243,11 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
     killed = False
     parent = os.getppid()
     orphan_kill_at: float | None = None
+    touched = time.monotonic()
     while True:
+        if lease_fds and time.monotonic() - touched > TOUCH_SECONDS:
+            touched = time.monotonic()
+            _touch(lease_fds)
         for key, _ in sel.select(timeout=0.05):
             fd = key.fd
             try:
@@ -272,6 +306,7 @@ def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: b
 def main(args: list[str]) -> int:
     stop_with_parent = False
     mask: list[str] = []
+    lease_fds: list[int] = []
     while args and args[0].startswith("--") and args[0] != "--":
         if args[0] == "--stop-with-parent":
             stop_with_parent = True
@@ -279,13 +314,17 @@ def main(args: list[str]) -> int:
         elif args[0] == "--mask" and len(args) > 1:
             mask.append(args[1])
             args = args[2:]
+        elif args[0] == "--lease-fd" and len(args) > 1 and args[1].isdigit():
+            lease_fds.append(int(args[1]))
+            args = args[2:]
         else:
             break
     if len(args) < 4 or args[2] != "--":
-        print("usage: supervisor.py [--stop-with-parent] [--mask NAME]... STATUS_FILE LOG_FILE -- ARGV...",
-              file=sys.stderr)
+        print("usage: supervisor.py [--stop-with-parent] [--mask NAME]... [--lease-fd FD]... STATUS_FILE LOG_FILE "
+              "-- ARGV...", file=sys.stderr)
         return 2
-    return run(args[0], args[1], args[3:], stop_with_parent=stop_with_parent, mask=tuple(mask))
+    return run(args[0], args[1], args[3:], stop_with_parent=stop_with_parent, mask=tuple(mask),
+               lease_fds=tuple(lease_fds))
 
 
 if __name__ == "__main__":

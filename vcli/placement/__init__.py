@@ -20,8 +20,10 @@ accelerator type and count. `try_place` places every replica at once or nothing:
 - Hosts marked unhealthy (`mark_unhealthy`, e.g. after an SSH connection died) get nothing new
   until `mark_healthy`.
 
-Thread-safe; one lock. State is in memory: it spans one vcli process (a job, a study), not
-several vcli processes started separately.
+Thread-safe; one lock. The bookkeeping is in memory (one vcli process: a job, a study); what
+spans vcli processes, users and controllers is the host-wide GPU lease (`vcli.gpulease`) the
+allocator takes for every GPU it places on a host that has a lease directory (this machine's,
+for the local and docker executors): a GPU another process leased is not free here.
 
     machines.py    the Vertex machine-type catalogue (`machine_resources`)
     scheduler.py   requests, host capacity and the `Scheduler`
@@ -68,15 +70,25 @@ def scheduler_for_hosts(hosts: Sequence[Any], **kwargs: Any) -> Scheduler:
     return Scheduler([HostCapacity.from_host(h) for h in hosts], **kwargs)
 
 
-def local_placer(*, enforce_cpu_memory: bool = False) -> Any:
+def local_placer(*, enforce_cpu_memory: bool = False, leases: bool = True) -> Any:
     """A `plan_job` placer for this machine alone that assigns GPUs (local executors).
 
     GPUs come from an inventory entry `local`, $VCLI_LOCAL_GPUS, $VCLI_GPUS or nvidia-smi. CPU
     and memory are not enforced by default (a workstation runs what it is given, as before).
+    With `leases` (what runs replicas), every placed GPU is leased host-wide
+    (`vcli.gpulease.local_leases()`), and GPUs that other vcli processes lease are busy; without
+    (`--validate-only`, `print-env`), placement only says where the job would go.
     """
-    from vcli.hosts import local_host
+    from vcli import properties
+    from vcli.gpulease import local_leases
+    from vcli.gpus import GpuAllocator
+    from vcli.hosts import LOCAL, local_host
 
-    return JobPlacer(scheduler_for_hosts([local_host()], enforce_cpu_memory=enforce_cpu_memory))
+    nvidia = (properties.get("gpu/exclude-busy") or "true").lower() not in ("false", "0", "no", "off")
+    allocator = GpuAllocator({LOCAL: local_leases(properties.gpu_lease_dir())} if leases else None,
+                             nvidia_check=leases and nvidia)
+    return JobPlacer(scheduler_for_hosts([local_host()], enforce_cpu_memory=enforce_cpu_memory,
+                                         gpu_allocator=allocator))
 
 
 class JobPlacer:
@@ -93,28 +105,67 @@ class JobPlacer:
         self.wait_seconds = wait_seconds
         self._anon = 0
         self._lock = threading.Lock()
+        #: Entries in the hosts' waiting queues (`vcli hosts gpus`), per waiting job or trial.
+        self._waiting: dict[tuple[Any, ...], list[Any]] = {}
 
     def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
-                 **_: Any) -> list[Placement]:
+                 holder: Any = None, **_: Any) -> list[Placement]:
+        """`holder` (job, trial, study, ...) is recorded in the host-wide leases of the GPUs."""
         if job_id is None:
             with self._lock:
                 self._anon += 1
                 job_id = f"anonymous-{self._anon}"
         if spec is not None:
-            request = request_for_job(job_id, spec, replicas, with_machine=self.scheduler.enforce_cpu_memory)
+            request = request_for_job(job_id, spec, replicas, with_machine=self.scheduler.enforce_cpu_memory,
+                                      holder=holder)
         else:
             request = PlacementRequest(job_id=job_id, replicas=tuple(ReplicaRequest(r.task_name) for r in replicas))
         if self.scheduler.placed(job_id):  # planned again (e.g. print-env, then create): start afresh
             self.scheduler.release(job_id)
-        if self.wait_seconds:
-            got = self.scheduler.place(request, timeout=self.wait_seconds)
-        else:
-            got = self.scheduler.try_place(request)
-            if got is None:
-                raise NoCapacityError(self.scheduler.why_not_now(request))
+        key = tuple(sorted((holder or {}).items())) or (job_id,)
+        try:
+            if self.wait_seconds:
+                got = self.scheduler.place(request, timeout=self.wait_seconds)
+            else:
+                got = self.scheduler.try_place(request)
+                if got is None:
+                    raise NoCapacityError(self.scheduler.why_not_now(request))
+        except NoCapacityError:
+            self._queue(key, request)
+            raise
+        self._unqueue(key)
         if spec is None:  # nothing is held, so nothing must be released later
             self.scheduler.release(job_id)
         return got
+
+    def _queue(self, key: tuple[Any, ...], request: PlacementRequest) -> None:
+        """Enter the request in the waiting queue of the leased hosts it may use (once)."""
+        gpus = sum(r.accelerator_count for r in request.replicas)
+        leases = self.scheduler.gpus.leases
+        if not gpus or not leases:
+            return
+        with self._lock:
+            if key in self._waiting:
+                return
+            from vcli.gpulease import Waiting, base_record
+
+            record = base_record(job=request.job_id, gpus=gpus, **dict(request.holder))
+            self._waiting[key] = [Waiting(d, record) for h, d in leases.items()
+                                  if request.hosts is None or h in request.hosts]
+
+    def _unqueue(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            entries = self._waiting.pop(key, [])
+        for entry in entries:
+            entry.close()
+
+    def stop_waiting(self) -> None:
+        """Leave every waiting queue (the study or job gave up)."""
+        with self._lock:
+            entries = [e for es in self._waiting.values() for e in es]
+            self._waiting.clear()
+        for entry in entries:
+            entry.close()
 
     def release(self, job_id: str) -> None:
         self.scheduler.release(job_id)

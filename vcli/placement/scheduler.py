@@ -63,13 +63,16 @@ class PlacementRequest:
     replicas: tuple[ReplicaRequest, ...]
     #: Restrict to these hosts (None: any host of the scheduler).
     hosts: tuple[str, ...] | None = None
+    #: Who holds the GPUs once placed (job, trial, study, ...): written into host-wide leases.
+    holder: tuple[tuple[str, Any], ...] = ()
 
     def shape(self) -> tuple[Any, ...]:
         return (self.hosts, tuple(r.shape() for r in self.replicas))
 
 
 def request_for_job(job_id: str, spec: Any, replicas: Sequence[Any] | None = None,
-                    *, hosts: Sequence[str] | None = None, with_machine: bool = True) -> PlacementRequest:
+                    *, hosts: Sequence[str] | None = None, with_machine: bool = True,
+                    holder: Any = None) -> PlacementRequest:
     """A request for every replica of a `CustomJobSpec` (or the given `ReplicaId`s of it)."""
     if replicas is None:
         from vcli.cluster import replica_ids
@@ -85,7 +88,8 @@ def request_for_job(job_id: str, spec: Any, replicas: Sequence[Any] | None = Non
             accelerator_type=ms.accelerator_type or None,
             cpus=cpus, memory_gb=mem, machine_type=ms.machine_type,
         ))
-    return PlacementRequest(job_id=job_id, replicas=tuple(reqs), hosts=tuple(hosts) if hosts else None)
+    return PlacementRequest(job_id=job_id, replicas=tuple(reqs), hosts=tuple(hosts) if hosts else None,
+                            holder=tuple(sorted((holder or {}).items())))
 
 
 @dataclass(frozen=True)
@@ -196,13 +200,17 @@ class Scheduler:
         with self._cond:
             if request.job_id in self._jobs:
                 raise ValueError(f"job {request.job_id} is already placed; release it first")
+            if self.gpus.leases and any(r.accelerator_count for r in request.replicas):
+                self._resync_free()  # other processes' leases come and go
             plan = self._plan(request, current=True)
             if plan is None:
                 return None
             allocs: list[_Allocation] = []
+            record = {"job": request.job_id, **dict(request.holder)}
             try:
-                for host, n, cpus, mem in plan:
-                    indices = self.gpus.allocate(host, n, accelerator_type=None, timeout=0) if n else ()
+                for (host, n, cpus, mem), r in zip(plan, request.replicas):
+                    indices = self.gpus.allocate(host, n, accelerator_type=None, timeout=0,
+                                                 record={**record, "replica": r.task_name}) if n else ()
                     allocs.append(_Allocation(host, tuple(indices), cpus, mem))
             except VcliError:  # taken by another user of a shared allocator: not now
                 for a in allocs:
@@ -281,11 +289,18 @@ class Scheduler:
     def why_not_now(self, request: PlacementRequest) -> str:
         with self._cond:
             sick = {n: st.reason for n, st in self._hosts.items() if not st.healthy and _allowed(request, n)}
+            elsewhere = self.waiting_for(request)
+            if elsewhere and not sick:
+                return "waiting for " + "; ".join(elsewhere)
             parts = [f"job {request.job_id} does not fit on the hosts right now"]
+            if self.gpus.leases:
+                self._resync_free()
             busy = [f"{n}: {len(st.cap.gpu_indices) - st.free_gpus}/{len(st.cap.gpu_indices)} GPUs in use"
                     for n, st in self._hosts.items() if st.healthy and _allowed(request, n) and st.cap.gpu_indices]
             if busy:
                 parts.append("; ".join(busy))
+            if elsewhere:
+                parts.append("waiting for " + "; ".join(elsewhere))
             if sick:
                 parts.append("unhealthy: " + "; ".join(f"{n} ({r})" for n, r in sick.items()))
             return " - ".join(parts)
@@ -295,6 +310,22 @@ class Scheduler:
     def _resync_free(self) -> None:
         for n, st in self._hosts.items():
             st.free_gpus = len(self.gpus.free(n))
+
+    def waiting_for(self, request: PlacementRequest) -> list[str]:
+        """For each host the request may use: the GPUs another process holds (and by whom), as
+        `GPU 1 on local (held by trial 4 of study 179556… started by alice 3m ago)`."""
+        if not any(r.accelerator_count for r in request.replicas):
+            return []
+        with self._cond:
+            hosts = [n for n, st in self._hosts.items() if _allowed(request, n) and st.cap.gpu_indices]
+        out = []
+        for host in hosts:
+            by_why: dict[str, list[int]] = {}
+            for i, why in sorted(self.gpus.busy_elsewhere(host).items()):
+                by_why.setdefault(why, []).append(i)
+            for why, indices in by_why.items():
+                out.append(f"GPU{'s' if len(indices) > 1 else ''} {','.join(map(str, indices))} on {host} ({why})")
+        return out
 
     def _demand(self, st: _HostState, r: ReplicaRequest) -> tuple[float, float]:
         """CPU/memory the replica takes on that host: capped at the host's size; 0 if unknown."""

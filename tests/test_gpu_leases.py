@@ -1,0 +1,369 @@
+"""Host-wide GPU leases (`vcli.gpulease`): a GPU is never shared by two replicas, whichever vcli
+process, Unix user or controller started them. Real vcli processes on a host that declares GPUs
+(`VCLI_LOCAL_GPUS`); each trainer appends `<CUDA_VISIBLE_DEVICES> <start> <end>` to a shared
+file, and the tests check that no two intervals of one GPU index overlap."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, describe, job_id_from_stderr, read_stderr_until, spawn, vcli, vcli_env, wait_for
+from vcli.gpulease import LeaseBusy, LeaseDir
+
+#: A trainer that holds its GPUs for SECONDS and records which, and when (one line, appended
+#: atomically with O_APPEND).
+TRAINER = textwrap.dedent("""
+    import os, sys, time
+    start = time.time()
+    time.sleep(float(sys.argv[2]))
+    line = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')} {start:.6f} {time.time():.6f} {os.environ.get('VCLI_JOB_ID', '')}\\n"
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.write(fd, line.encode())
+    os.close(fd)
+    if os.environ.get("CLOUD_ML_HP_METRIC_FILE"):
+        with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "a") as f:
+            f.write('{"loss": "0.5", "global_step": "1"}\\n')
+""")
+
+#: The study flags of the tests' studies (one parameter, the metric the trainer reports).
+STUDY = ("--parameter-spec=parameter-id=lr,type=double,min=0.1,max=1.0", "--metric=metric-id=loss,goal=minimize",
+         "--algorithm=random-search")
+
+
+def _trainer(root: Path) -> Path:
+    path = root / "gpu_trainer.py"
+    path.write_text(TRAINER)
+    path.chmod(0o755)
+    return path
+
+
+def _pool(trainer: Path, log: Path, seconds: float, gpus: int, replicas: int = 1) -> str:
+    return (f"--worker-pool-spec=machine-type=n1-standard-4,replica-count={replicas},accelerator-type=NVIDIA_TESLA_T4,"
+            f"accelerator-count={gpus},container-image-uri=unused")
+
+
+def _job_args(trainer: Path, log: Path, seconds: float, gpus: int, name: str) -> list[str]:
+    return ["custom-jobs", "create", f"--display-name={name}", _pool(trainer, log, seconds, gpus),
+            f"--command={sys.executable},{trainer}", f"--args={log},{seconds}"]
+
+
+def _intervals(log: Path) -> list[tuple[tuple[int, ...], float, float, str]]:
+    out = []
+    for line in log.read_text().splitlines():
+        gpus, start, end, job = (line.split(" ") + [""])[:4]
+        out.append((tuple(int(g) for g in gpus.split(",") if g), float(start), float(end), job))
+    return out
+
+
+def _assert_disjoint(intervals: list[tuple[tuple[int, ...], float, float, str]]) -> None:
+    by_gpu: dict[int, list[tuple[float, float, str]]] = {}
+    for gpus, start, end, job in intervals:
+        assert gpus, f"a trainer ran without CUDA_VISIBLE_DEVICES: {intervals}"
+        for g in gpus:
+            by_gpu.setdefault(g, []).append((start, end, job))
+    for g, spans in by_gpu.items():
+        spans.sort()
+        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
+            assert s2 >= e1, f"GPU {g} was held by {j1} ({s1:.3f}-{e1:.3f}) and {j2} ({s2:.3f}-{e2:.3f}) at once"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"VCLI_LOCAL_GPUS": "2", **extra}
+
+
+# ----------------------------------------------------------------------------- the lease itself
+
+
+def test_acquire_is_all_or_nothing_and_dies_with_its_holder(tmp_path: Path) -> None:
+    """Two lease directories objects stand for two processes; a holder process that is killed
+    frees its GPU at once (the kernel drops the lock), no stale lease is left."""
+    d = tmp_path / "leases"
+    mine = LeaseDir(str(d))
+    mine.acquire([1], {"job": "A", "user": "alice", "since": time.time()})
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from vcli.gpulease import LeaseDir
+        LeaseDir({str(d)!r}).acquire([2], {{"job": "B", "trial": "4", "study": "179556123", "user": "bob"}})
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        other = LeaseDir(str(d))
+        with pytest.raises(LeaseBusy) as e:
+            other.acquire([0, 1], {"job": "C"})  # 0 is free, 1 is not: neither is taken
+        assert e.value.index == 1 and e.value.holder["job"] == "A"
+        assert other.probe([0, 1, 2]) == {0: None, 1: mine.probe([1])[1], 2: other.probe([2])[2]}
+        with pytest.raises(LeaseBusy, match=r"trial 4 of study 179556123 started by bob"):
+            other.acquire([2], {"job": "C"})
+        holder.kill()
+        holder.wait()
+        t0 = time.monotonic()
+        assert other.probe([2]) == {2: None}
+        other.acquire([0, 2], {"job": "C"})
+        assert time.monotonic() - t0 < 1.0
+        mine.release([1])
+        assert other.probe([1]) == {1: None}
+    finally:
+        holder.kill()
+        holder.wait()
+    mode = os.stat(d).st_mode
+    assert mode & 0o1777 == 0o1777, oct(mode)  # sticky and world-writable, like /tmp
+
+
+# ----------------------------------------------------------------------------- concurrent vcli processes
+
+
+@pytest.mark.parametrize("count", [2, 5])
+def test_concurrent_jobs_never_share_a_gpu(tmp_path: Path, count: int) -> None:
+    """`count` vcli processes (separate homes, as separate terminals or users would have), each
+    asking for both GPUs of a 2-GPU host, started together: they run one after another, never
+    two on one index, and every job succeeds; the later ones say what they wait for."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    procs = [spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 1.0, 2, f"job{i}"), **_env()) for i in range(count)]
+    outs = [p.communicate(timeout=60 + 10 * count) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "JOB_STATE_SUCCEEDED" in err, err[-3000:]
+    spans = _intervals(log)
+    assert len(spans) == count
+    _assert_disjoint(spans)
+    waited = [err for _, err in outs if "Waiting for GPUs" in err]
+    assert waited, "no job said that it waited"
+    assert all("held by job" in err and "started by" in err for err in waited), waited[0]
+
+
+def test_jobs_and_studies_share_free_gpus_without_overlap(tmp_path: Path) -> None:
+    """A study (2 parallel 1-GPU trials) and two 1-GPU jobs on a 2-GPU host, all at once: 6
+    trainers, never two on one GPU, everything finishes."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    study = spawn(tmp_path / "study", "hp-tuning-jobs", "create", "--display-name=s",
+                  _pool(trainer, log, 0.8, 1), f"--command={sys.executable},{trainer}", f"--args={log},0.8",
+                  "--max-trial-count=4", "--parallel-trial-count=2", *STUDY, **_env())
+    jobs = [spawn(tmp_path / f"j{i}", *_job_args(trainer, log, 0.8, 1, f"j{i}"), **_env()) for i in range(2)]
+    for p in [study, *jobs]:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    spans = _intervals(log)
+    assert len(spans) == 6, spans
+    _assert_disjoint(spans)
+
+
+def test_two_studies_of_two_replica_trials_never_deadlock(tmp_path: Path) -> None:
+    """Gang: two studies whose trials are 2 replicas x 1 GPU each, on a 3-GPU host, both with 2
+    parallel trials: a trial never holds one GPU while it waits for its second, so neither
+    study starves the other of half a trial; both finish, no GPU is shared."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    studies = [spawn(tmp_path / f"s{i}", "hp-tuning-jobs", "create", f"--display-name=s{i}",
+                     _pool(trainer, log, 0.6, 1), _pool(trainer, log, 0.6, 1), f"--command={sys.executable},{trainer}",
+                     f"--args={log},0.6", *STUDY, "--max-trial-count=2", "--parallel-trial-count=2",
+                     **_env(VCLI_LOCAL_GPUS="3"))
+               for i in range(2)]
+    for p in studies:
+        out, err = p.communicate(timeout=150)
+        assert p.returncode == 0, err[-3000:]
+    spans = _intervals(log)
+    assert len(spans) == 8, spans  # 2 studies x 2 trials x 2 replicas
+    _assert_disjoint(spans)
+
+
+# ----------------------------------------------------------------------------- kill -9
+
+
+def _lease_holder(lease_dir: Path, index: int) -> dict:
+    """The holder record of a GPU; `controllerPid` is in it once the replica's supervisor holds
+    the lease (before, its controller does)."""
+    return LeaseDir(str(lease_dir)).probe([index])[index] or {}
+
+
+def test_kill_9_of_the_supervisor_frees_the_lease_within_a_second(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    proc = spawn(tmp_path / "h", *_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
+    try:
+        rec = wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid") and _lease_holder(gpu_lease_dir, 0),
+                       30, "the replica's lease")
+        supervisor = int(rec["pid"])
+        assert rec["user"] == pwd.getpwuid(os.geteuid()).pw_name and rec["replica"] == "workerpool0-0"
+        os.kill(supervisor, signal.SIGKILL)
+        t0 = time.monotonic()
+        wait_for(lambda: LeaseDir(str(gpu_lease_dir)).probe([0])[0] is None, 1.0, "the lease to be free", interval=0.01)
+        assert time.monotonic() - t0 < 1.0
+        out, err = proc.communicate(timeout=30)  # the controller sees its replica gone
+        assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_kill_9_of_the_whole_tree_frees_the_lease(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    proc = spawn(tmp_path / "h", *_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
+    rec = wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid") and _lease_holder(gpu_lease_dir, 0),
+                   30, "the replica's lease")
+    job = rec["job"]
+    from tests.helpers import processes_with_env
+
+    tree = [proc.pid, *processes_with_env("VCLI_JOB_ID", job)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    t0 = time.monotonic()
+    wait_for(lambda: LeaseDir(str(gpu_lease_dir)).probe([0])[0] is None, 1.0, "the lease to be free", interval=0.01)
+    assert time.monotonic() - t0 < 1.0
+    proc.wait()
+
+
+def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends(tmp_path: Path,
+                                                                                  gpu_lease_dir: Path) -> None:
+    """The replica keeps its GPU while its controller is dead; a second job waits for it (and
+    names who holds it); `resume` re-attaches without leasing again; once the replica ends the
+    GPU is free and the waiting job runs."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    home = tmp_path / "h"
+    first = spawn(home, *_job_args(trainer, log, 6, 1, "first"), **_env(VCLI_LOCAL_GPUS="1"))
+    job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
+    wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the replica's supervisor's lease")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    time.sleep(0.5)
+    held = _lease_holder(gpu_lease_dir, 0)
+    assert held.get("job") == job, held
+    second = spawn(tmp_path / "h2", *_job_args(trainer, log, 0.5, 1, "second"), **_env(VCLI_LOCAL_GPUS="1"))
+    try:
+        seen = read_stderr_until(second, "Waiting for GPUs", 30)
+        assert f"GPU 0 on local (held by job {job}" in seen, seen
+        r = vcli(home, "custom-jobs", "resume", job, timeout=60, **_env(VCLI_LOCAL_GPUS="1"))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "re-attached" in r.stderr
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 0, err[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+    assert describe(home, "custom-jobs", job)["state"] == "JOB_STATE_SUCCEEDED"
+    spans = _intervals(log)
+    assert len(spans) == 2
+    _assert_disjoint(spans)
+    assert LeaseDir(str(gpu_lease_dir)).probe([0]) == {0: None}
+
+
+# ----------------------------------------------------------------------------- two Unix users
+
+
+TEST_USER = "vcli-lease-test"
+
+
+def _system_python() -> str:
+    """An interpreter the second user may run (the suite's own may live under /root, which is
+    private): the system's python of the same version, which imports vcli's dependencies from
+    the suite's environment (same version, same ABI)."""
+    candidate = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.access(candidate, os.X_OK):
+        pytest.fail(f"the two-user test needs {candidate} (Debian's python3 of the suite's version)")
+    return candidate
+
+
+def _ensure_user() -> None:
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        if shutil.which("useradd") is None or os.geteuid() != 0:
+            pytest.fail("the two-user test needs root and useradd (CI runs as root)")
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
+                       check=True)
+
+
+def test_two_unix_users_never_share_a_gpu(tmp_path: Path) -> None:
+    """root and a second user each run jobs asking for both GPUs at once: no index is shared,
+    and the second user can read neither root's job data nor its leases' holders' files."""
+    _ensure_user()
+    import tempfile
+
+    # Outside pytest's private temp root (mode 0700), so that the second user reaches it.
+    shared = Path(tempfile.mkdtemp(prefix="vcli-two-users-", dir="/tmp"))
+    try:
+        _two_users(shared, tmp_path)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _two_users(shared: Path, tmp_path: Path) -> None:
+    os.chmod(shared, 0o777)
+    leases = shared / "leases"  # both users' host-wide lease directory, created by vcli (1777)
+    trainer, log = _trainer(shared), shared / "gpus.log"
+    log.touch()
+    os.chmod(log, 0o666)
+    other_home = shared / "other-home"
+    root_home = tmp_path / "root-home"
+    python = _system_python()
+    import site
+
+    paths = os.pathsep.join([str(REPO), *site.getsitepackages()])
+    args = _job_args(trainer, log, 1.5, 2, "other")
+    args = [a.replace(f"--command={sys.executable},", f"--command={python},") for a in args]
+    other = subprocess.Popen(
+        ["runuser", "-u", TEST_USER, "--", python, "-m", "vcli", *args],
+        env=vcli_env(other_home, HOME=str(shared), VCLI_LOCAL_GPUS="2", PYTHONPATH=paths,
+                     VCLI_GPU_LEASE_DIR=str(leases)), cwd=shared,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    mine = spawn(root_home, *_job_args(trainer, log, 1.5, 2, "mine"), **_env(VCLI_GPU_LEASE_DIR=str(leases)))
+    for p in (other, mine):
+        out, err = p.communicate(timeout=90)
+        assert p.returncode == 0, err[-3000:]
+    spans = _intervals(log)
+    assert len(spans) == 2
+    _assert_disjoint(spans)
+    # Job data is private: the other user cannot list root's home.
+    r = subprocess.run(["runuser", "-u", TEST_USER, "--", "ls", str(root_home)], capture_output=True, text=True)
+    assert r.returncode != 0, r.stdout
+
+
+# ----------------------------------------------------------------------------- the view
+
+
+def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    first = spawn(tmp_path / "a", *_job_args(trainer, log, 20, 1, "first"), **_env())
+    job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
+    wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the replica's supervisor's lease")
+    second = spawn(tmp_path / "b", *_job_args(trainer, log, 20, 2, "second"), **_env())
+    try:
+        read_stderr_until(second, "Waiting for GPUs", 30)
+
+        def rows() -> list[dict]:
+            r = vcli(tmp_path / "viewer", "hosts", "gpus", "--format=json", timeout=60, **_env())
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)
+
+        got = wait_for(lambda: (x := rows()) and len(x) == 3 and x, 20, "the waiting row")
+        keys = {"host", "gpu", "state", "user", "job", "study", "trial", "replica", "pid", "since", "gpus", "reason"}
+        assert all(set(row) == keys for row in got)
+        states = [(row["gpu"], row["state"]) for row in got]
+        assert states == [(0, "HELD"), (1, "FREE"), (None, "WAITING")], got
+        assert got[0]["job"] == job and got[0]["replica"] == "workerpool0-0" and got[2]["gpus"] == 2
+        table = vcli(tmp_path / "viewer", "hosts", "gpus", timeout=60, **_env())
+        assert "HELD" in table.stdout and "WAITING" in table.stdout
+        assert describe(tmp_path / "a", "custom-jobs", job)["replicas"][0]["gpus"] == "0"
+        refused = vcli(tmp_path / "viewer", "hosts", "gpus", "gpu9", timeout=60, **_env())
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "gpu9" in refused.stderr
+    finally:
+        for p in (first, second):
+            os.killpg(p.pid, signal.SIGINT)
+        for p in (first, second):
+            p.communicate(timeout=60)
