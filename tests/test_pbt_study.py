@@ -293,7 +293,7 @@ maxTrialCount: 6
 studySpec:
   metrics: [{metricId: accuracy, goal: MAXIMIZE}]
   algorithm: POPULATION_BASED_TRAINING
-  populationBasedTrainingSpec: {populationSize: 2, perturbationIntervalSteps: 3, quantileFraction: 0.5, maxStepCount: 6}
+  populationBasedTrainingSpec: {populationSize: 2, perturbationIntervalSteps: 4, quantileFraction: 0.5, maxStepCount: 12}
   parameters:
   - parameterId: learning_rate
     doubleValueSpec: {minValue: 0.0005, maxValue: 0.3}
@@ -310,8 +310,11 @@ def test_pbt_with_the_real_tensorflow_trainer(tmp_path: Path) -> None:
              # Small batches make an epoch last a second or more: PBT reads reports while the
              # trainer runs, so an epoch must outlast the controller's tick to be judged at it.
              # A wide interval keeps both members in one step window although one of them
-             # starts TensorFlow seconds later than the other on a loaded machine.
-             "--args=--epochs=6,--batch_size=8", timeout=900)
+             # starts TensorFlow seconds later than the other on a loaded machine, and two
+             # boundaries (4, 8) before the last step leave the later member a donor that has
+             # not finished: with one boundary (3 of 6) CI saw the earlier member finish before
+             # the later one reached it, so nothing was exploited.
+             "--args=--epochs=12,--batch_size=8", timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     study = json.loads(r.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"
