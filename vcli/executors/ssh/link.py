@@ -256,7 +256,12 @@ class HostLink:
             raise AssertionError("unreachable")
 
     def sftp(self) -> Any:
-        sftp = self.conn().client.open_sftp()
+        """A fresh SFTP session (30 s per operation); raises `ExecutorError` if none opens."""
+        pm = paramiko()
+        try:
+            sftp = self.conn().client.open_sftp()
+        except (pm.SSHException, EOFError, OSError) as e:
+            raise ExecutorError(f"Host {self.host.name}: cannot open an SFTP session: {e or type(e).__name__}") from None
         sftp.get_channel().settimeout(30)
         return sftp
 
@@ -264,21 +269,26 @@ class HostLink:
         """A remote file's text over a cached SFTP session (None if absent); bounded by 10 s."""
         with self._sftp_lock:
             for attempt in (0, 1):
-                if self._sftp is None or self._sftp_conn is None or not self._sftp_conn.alive():
-                    conn = self.conn()
-                    self._sftp = conn.client.open_sftp()
-                    self._sftp.get_channel().settimeout(10)
-                    self._sftp_conn = conn
                 try:
+                    if self._sftp is None or self._sftp_conn is None or not self._sftp_conn.alive():
+                        # opening the session sits inside the guard: a link that just went down
+                        # raises paramiko's "Timeout opening channel" here (CI saw it escape)
+                        conn = self.conn()
+                        self._sftp = conn.client.open_sftp()
+                        self._sftp.get_channel().settimeout(10)
+                        self._sftp_conn = conn
                     with self._sftp.open(remote, "r") as f:
                         data = f.read()
                     self._sftp_conn.touch()
                     return data.decode("utf-8", "replace")
                 except (FileNotFoundError, IsADirectoryError):
                     return None
+                except ExecutorError:  # no connection at all: the caller knows what that means
+                    raise
                 except Exception:  # a broken session: open a fresh one once
                     try:
-                        self._sftp.close()
+                        if self._sftp is not None:
+                            self._sftp.close()
                     except Exception:
                         pass
                     self._sftp = None
