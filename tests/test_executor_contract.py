@@ -155,8 +155,11 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
             from tests.harness.docker_env import ensure_docker
 
             ensure_docker([BASE_IMAGE])
+        from vcli.gpulease import local_leases
+
         host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
-                    workdir=str(tmp / "remote"), python=sys.executable, runtime="docker" if docker else "process")
+                    workdir=str(tmp / "remote"), python=sys.executable, runtime="docker" if docker else "process",
+                    gpu_lease_dir=local_leases().path)  # the host is this machine: one lease directory
         build = lambda: _ssh_executor(host)
         return Harness("ssh", build(), home, "python3" if docker else sys.executable,
                        Placement(host="lo", address="127.0.0.1", runtime=host.runtime), another=build,
@@ -580,9 +583,11 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 # --------------------------------------------------------------------------- host-wide GPU leases
 
 #: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.gpulease`): the
-#: replica's lease must live exactly as long as the replica. (The ssh executor does not lease the
-#: GPUs of SSH hosts yet.)
-LEASING = ["local", "docker"]
+#: replica's lease must live exactly as long as the replica. The ssh case's host is this machine
+#: over loopback sshd, its lease directory the test's own, so the test sees its leases here.
+#: (Containers on SSH hosts are not in it: their leases are held by the controller's lease
+#: server for the job's life in that controller, not by a keeper on the host.)
+LEASING = ["local", "docker", "ssh"]
 
 
 @pytest.fixture(params=LEASING)
@@ -596,7 +601,7 @@ def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandl
     request and the executor's lease keeper is given the GPU placement of the same container."""
     from vcli.gpulease import base_record, local_leases
 
-    leases = local_leases()
+    leases = h.executor.gpu_leases("lo") if h.kind == "ssh" else local_leases()  # type: ignore[attr-defined]
     leases.acquire([index], base_record(job=launch.job_id, replica=launch.task_name))
     gpu = replace(launch, placement=replace(launch.placement, gpu_indices=(index,)))
     if h.kind == "docker":
@@ -617,7 +622,8 @@ def test_a_replica_holds_its_gpu_lease_exactly_while_it_runs(hl: Harness) -> Non
 
     launch = hl.launch("sleep:1.5", "out:done")
     handle = _start_on_gpu(hl, launch, 1)
-    assert local_leases().held_here(1) is None  # handed to the replica's holder process
+    placer_side = hl.executor.gpu_leases("lo") if hl.kind == "ssh" else local_leases()  # type: ignore[attr-defined]
+    assert placer_side.held_here(1) is None  # handed to the replica's holder process
     rec = _holder(1)
     assert rec is not None and rec["job"] == launch.job_id and rec["replica"] == "workerpool0-0"
     with pytest.raises(LeaseBusy):

@@ -360,10 +360,32 @@ def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Pat
         table = vcli(tmp_path / "viewer", "hosts", "gpus", timeout=60, **_env())
         assert "HELD" in table.stdout and "WAITING" in table.stdout
         assert describe(tmp_path / "a", "custom-jobs", job)["replicas"][0]["gpus"] == "0"
-        refused = vcli(tmp_path / "viewer", "hosts", "gpus", "gpu9", timeout=60, **_env())
-        assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "gpu9" in refused.stderr
+        unknown = vcli(tmp_path / "viewer", "hosts", "gpus", "gpu9", timeout=60, **_env())
+        assert unknown.returncode == 4 and unknown.stderr.count("\n") == 1 and "gpu9" in unknown.stderr
     finally:
         for p in (first, second):
             os.killpg(p.pid, signal.SIGINT)
         for p in (first, second):
             p.communicate(timeout=60)
+
+
+def test_the_gpus_of_an_unreachable_ssh_host_are_an_error_never_free(tmp_path: Path) -> None:
+    """`hosts gpus HOST` reads an SSH host's leases on the host: one it cannot reach is exit 3
+    in one line (never rows of FREE GPUs), a name not in the inventory exit 4."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"VCLI_HOSTS_FILE": str(tmp_path / "hosts.yaml")}
+    added = vcli(tmp_path, "hosts", "add", "gone", "--address=127.0.0.1", f"--port={port}", "--gpus=2",
+                 "--gpu-lease-dir=/tmp/vcli-gpu-leases-gone", "--no-connect", timeout=60, **env)
+    assert added.returncode == 0, added.stderr
+    assert "gpu_lease_dir: /tmp/vcli-gpu-leases-gone" in (tmp_path / "hosts.yaml").read_text()
+    r = vcli(tmp_path, "hosts", "gpus", "gone", "--format=json", timeout=120, **env)
+    assert r.returncode == 3 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    assert "gone" in r.stderr and "/tmp/vcli-gpu-leases-gone" in r.stderr
+    r = vcli(tmp_path, "hosts", "gpus", "local", "nowhere", timeout=60, **env)
+    assert r.returncode == 4 and "nowhere" in r.stderr and r.stderr.count("\n") == 1, r
+    bad = vcli(tmp_path, "hosts", "add", "gone", "--gpu-lease-dir=relative/dir", "--no-connect", timeout=60, **env)
+    assert bad.returncode == 1 and "--gpu-lease-dir" in bad.stderr and bad.stderr.count("\n") == 1, bad

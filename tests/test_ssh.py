@@ -601,6 +601,73 @@ def test_study_over_two_one_gpu_hosts(cluster: netns.NetnsCluster, tmp_path: Pat
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 
+def test_two_controllers_never_share_a_gpu_of_one_ssh_host(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    """Two people (two vcli homes, two controller processes) drive the same 2-GPU SSH host: the
+    leases live on the host, so a job that wants a GPU another controller's replica holds waits,
+    says for whom, and starts once it is free; at no instant do two replicas hold one index."""
+    records = tmp_path / "records"
+    records.mkdir()
+    gpus = {"h1": {"gpus": {"count": 2, "type": "NVIDIA_TESLA_T4"}}}
+    envs = {}
+    for who in ("alice", "bob"):
+        (tmp_path / who).mkdir()
+        envs[who] = Env(cluster, tmp_path / who, extra=gpus)
+    pkg = _package(tmp_path, {"trial.py": f"""
+        import json, os, sys, time, uuid
+        rec = {{"name": sys.argv[1], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time()}}
+        open(os.path.join({str(records)!r}, sys.argv[1] + ".started"), "w").close()
+        time.sleep(float(sys.argv[2]))
+        rec["end"] = time.time()
+        with open(os.path.join({str(records)!r}, uuid.uuid4().hex + ".json"), "w") as f:
+            json.dump(rec, f)
+    """})
+
+    def job(env: Env, name: str, count: int, seconds: float) -> subprocess.Popen[str]:
+        pool = (f"machine-type=n1-standard-4,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,"
+                f"accelerator-count={count},local-package-path={pkg},script=trial.py")
+        return env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", f"--display-name={name}",
+                         f"--worker-pool-spec={pool}", f"--args={name},{seconds}")
+
+    def leases_on_h1() -> list[dict[str, Any]]:
+        res = envs["bob"].hosts("gpus", "h1", "--format=json")
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    procs = {"both": job(envs["alice"], "both", 2, 8)}
+    try:
+        deadline = time.monotonic() + 120
+        while not (records / "both.started").exists():
+            assert time.monotonic() < deadline, "alice's 2-GPU job never started"
+            assert procs["both"].poll() is None, procs["both"].communicate()
+            time.sleep(0.1)
+        # kill -9 of alice's controller: her replica goes on on the host and keeps both GPUs
+        os.killpg(procs["both"].pid, signal.SIGKILL)
+        procs.pop("both").communicate()
+        held = leases_on_h1()
+        assert [(r["gpu"], r["state"], r["replica"]) for r in held] == [(0, "HELD", "workerpool0-0"),
+                                                                       (1, "HELD", "workerpool0-0")], held
+        assert held[0]["job"] and held[0]["job"] == held[1]["job"] and held[0]["pid"]
+        procs["one"] = job(envs["bob"], "one", 1, 2)  # bob's controller: both GPUs are alice's
+        procs["two"] = job(envs["alice"], "two", 1, 2)  # alice's second controller process
+        outs = {k: p.communicate(timeout=240) for k, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+    for k, p in procs.items():
+        assert p.returncode == 0, f"{k}: {outs[k]}"
+        assert "Waiting for GPUs" in outs[k][1] and f"held by job {held[0]['job']}" in outs[k][1], outs[k][1]
+    recs = [json.loads(p.read_text()) for p in records.glob("*.json")]
+    assert sorted(r["name"] for r in recs) == ["both", "one", "two"]  # alice's orphan finished too
+    assert next(r for r in recs if r["name"] == "both")["cuda"] == "0,1"
+    assert sorted(r["cuda"] for r in recs if r["name"] != "both") == ["0", "1"]
+    for index in ("0", "1"):  # never two replicas on one index at once
+        spans = sorted((r["start"], r["end"]) for r in recs if index in r["cuda"].split(","))
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (index, spans)
+    assert [(r["gpu"], r["state"]) for r in leases_on_h1()] == [(0, "FREE"), (1, "FREE")]
+
+
 def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": LOST_HOST_ORPHAN_TIMEOUT})
     h2 = cluster.host("h2").address

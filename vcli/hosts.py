@@ -16,6 +16,7 @@ dir is `vcli.properties.config_dir()`: `$VCLI_CONFIG_DIR`, else `~/.config/vcli`
         cpus: 16
         memory_gb: 64
         internal_address: 192.168.1.5      # optional: address other hosts use (TF_CONFIG)
+        gpu_lease_dir: /tmp/vcli-gpu-leases   # on the host: where every vcli user of it leases GPUs
         detected: {...}            # written by `vcli hosts check`, never needed
 
 Declared values win over detected ones. The host `local` (this machine) is implicit; an
@@ -78,6 +79,9 @@ class Host:
     cpus: float | None = None
     memory_gb: float | None = None
     internal_address: str | None = None
+    #: The host's GPU lease directory (`vcli.gpulease`); every vcli user of the host must agree.
+    #: None: `vcli.gpulease.DEFAULT_DIR` there.
+    gpu_lease_dir: str | None = None
     #: What `vcli hosts check` found (gpus: {count, type, indices}, cpus, memory_gb, ...).
     detected: Mapping[str, Any] = field(default_factory=dict)
 
@@ -151,6 +155,8 @@ class Host:
             out["memory_gb"] = self.memory_gb
         if self.internal_address:
             out["internal_address"] = self.internal_address
+        if self.gpu_lease_dir:
+            out["gpu_lease_dir"] = self.gpu_lease_dir
         if self.detected:
             out["detected"] = dict(self.detected)
         return out
@@ -175,6 +181,8 @@ class Host:
         }
         if self.internal_address:
             out["internalAddress"] = self.internal_address
+        if self.gpu_lease_dir:
+            out["gpuLeaseDir"] = self.gpu_lease_dir
         if self.detected:
             out["detected"] = dict(self.detected)
         if self.is_local:  # no SSH settings: it is this machine
@@ -194,7 +202,7 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of host settings")
     known = {"address", "port", "user", "identity_file", "runtime", "workdir", "python", "gpus", "cpus",
-             "memory_gb", "internal_address", "detected"}
+             "memory_gb", "internal_address", "gpu_lease_dir", "detected"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -225,6 +233,7 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
             cpus=float(data["cpus"]) if data.get("cpus") is not None else None,
             memory_gb=float(data["memory_gb"]) if data.get("memory_gb") is not None else None,
             internal_address=data.get("internal_address") or None,
+            gpu_lease_dir=str(data["gpu_lease_dir"]) if data.get("gpu_lease_dir") else None,
             detected=dict(data.get("detected") or {}),
         ))
     except (TypeError, ValueError) as e:
@@ -251,6 +260,9 @@ def validate(host: Host) -> Host:
             raise InvalidValueError(flag, "must be > 0")
     if any(c in host.address for c in " \t\n'\"`$;") or host.address.startswith("-"):
         raise InvalidValueError("--address", f"[{host.address}] is not a host name or IP address")
+    if host.gpu_lease_dir is not None and (not host.gpu_lease_dir.startswith(("/", "~"))
+                                           or any(c in host.gpu_lease_dir for c in "\n\r\0")):
+        raise InvalidValueError("--gpu-lease-dir", f"[{host.gpu_lease_dir}] must be an absolute path on the host")
     if host.user and (host.user.startswith("-") or any(c in host.user for c in " \t\n@:'\"`$;")):
         raise InvalidValueError("--user", f"[{host.user}] is not a user name")
     return host

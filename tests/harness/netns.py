@@ -303,6 +303,9 @@ class NetnsCluster:
             entry: dict[str, object] = {
                 "address": h.address, "port": 22, "user": "root", "identity_file": str(self.client_key),
                 "runtime": "process", "workdir": str(workdirs[h.name]), "python": python,
+                # The namespaces share this machine's /tmp: each host gets a lease directory of
+                # its own, shared by every controller (Env) that drives it, as on real hosts.
+                "gpu_lease_dir": str(self.tmp / f"{h.name}-gpu-leases"),
             }
             entry.update((extra or {}).get(h.name, {}))
             hosts[h.name] = entry

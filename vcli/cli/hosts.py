@@ -51,6 +51,7 @@ def hosts_add(
     cpus: Optional[float] = typer.Option(None, "--cpus", help="vCPUs to offer (machine types are matched against it)."),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory to offer, GB."),
     internal_address: Optional[str] = typer.Option(None, "--internal-address", help="Address other hosts use to reach this one (TF_CONFIG), if not --address."),
+    gpu_lease_dir: Optional[str] = typer.Option(None, "--gpu-lease-dir", help="GPU lease directory on the host (default /tmp/vcli-gpu-leases); every vcli user of the host must use the same."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="Record the host's key in vcli's known_hosts if it is not known yet (never replaces a changed key)."),
     no_connect: bool = typer.Option(False, "--no-connect", help="Only write the inventory; do not connect to verify the host key."),
 ) -> None:
@@ -71,7 +72,7 @@ def hosts_add(
     for key, value in (("address", address), ("port", port), ("user", user), ("identity_file", identity_file),
                        ("runtime", runtime), ("workdir", workdir), ("python", python), ("gpu_count", gpus),
                        ("gpu_type", gpu_type), ("cpus", cpus), ("memory_gb", memory_gb),
-                       ("internal_address", internal_address)):
+                       ("internal_address", internal_address), ("gpu_lease_dir", gpu_lease_dir)):
         if value is not None:
             changes[key] = value
     if "gpu_count" in changes:
@@ -218,53 +219,85 @@ _GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, pid, s
 @hosts_app.command("gpus", cls=GcloudCommand)
 @_command("hosts.gpus")
 def hosts_gpus(
-    names: Annotated[Optional[List[str]], typer.Argument(help="Hosts to show (default: local).", autocompletion=host_names)] = None,
+    names: Annotated[Optional[List[str]], typer.Argument(help="Hosts to show: `local` (this machine, the default) or inventory hosts.", autocompletion=host_names)] = None,
     fmt: Optional[str] = typer.Option(None, "--format", help=f"Default: {_GPUS_FORMAT}; also json, yaml, value(...), csv(...)."),
     filter_: Optional[str] = typer.Option(None, "--filter", help="e.g. state=HELD, user=alice"),
     sort_by: Optional[str] = typer.Option(None, "--sort-by"),
 ) -> None:
-    """Who holds each GPU of this machine (host-wide leases), and who waits for one.
+    """Who holds each GPU of a host (host-wide leases), and who waits for one.
 
-    One row per GPU index: FREE, HELD (by which job, study, trial and replica, user, pid,
-    since when) or BUSY (memory held by a process vcli did not start, by nvidia-smi); then one
-    WAITING row per job or trial that waits for GPUs (oldest first). Leases of SSH hosts are
-    not read yet: naming one is refused."""
+    One row per host and GPU index: FREE, HELD (by which job, study, trial and replica, user,
+    pid, since when) or BUSY (memory held by a process vcli did not start, by nvidia-smi on
+    this machine); then one WAITING row per job or trial that waits for GPUs (oldest first).
+    An SSH host's leases are read on the host, in its `gpu_lease_dir`; a host that cannot be
+    reached is an error, never shown as free."""
     from vcli import hosts as H
-    from vcli import properties
-    from vcli.errors import InvalidValueError
+    from vcli.errors import NotFoundError
     from vcli.formats import apply_filter, apply_sort
-    from vcli.gpulease import local_leases, nvidia_busy
 
     wanted = list(dict.fromkeys(names or [H.LOCAL]))
-    others = [n for n in wanted if n != H.LOCAL]
-    if others:
-        raise InvalidValueError("HOST", f"GPU leases are shown for `local` (this machine) only; the leases of SSH "
-                                        f"hosts ({', '.join(others)}) are not read yet.")
-    host = H.local_host()
-    indices, _ = host.gpus()
-    leases = local_leases(properties.gpu_lease_dir())
-    held = leases.probe(indices)
-    exclude = (properties.get("gpu/exclude-busy") or "true") != "false"
-    busy = nvidia_busy([i for i, r in held.items() if r]) if exclude else {}
+    inventory = H.load_inventory() if any(n != H.LOCAL for n in wanted) else {}
+    for n in wanted:
+        if n != H.LOCAL and n not in inventory:
+            raise NotFoundError(f"Host [{n}] is not in the inventory ({H.hosts_file()}); see `vcli hosts list`.")
     rows: list[dict[str, Any]] = []
-    for i in indices:
-        rec = held.get(i)
-        if rec is not None:
-            rows.append(_gpu_row(H.LOCAL, i, "HELD", rec))
-        elif i in busy:
-            rows.append(_gpu_row(H.LOCAL, i, "BUSY", {}, reason=busy[i]))
-        else:
-            rows.append(_gpu_row(H.LOCAL, i, "FREE", {}))
-    for rec in leases.waiters():
-        rows.append(_gpu_row(H.LOCAL, None, "WAITING", rec))
+    remote = [inventory[n] for n in wanted if n != H.LOCAL]
+    executor = None
+    try:
+        if remote:
+            from vcli.control.wiring import ssh_executor
+
+            executor = ssh_executor(remote)
+        for n in wanted:
+            rows += _local_gpu_rows() if n == H.LOCAL else _remote_gpu_rows(executor, inventory[n])
+    finally:
+        if executor is not None:
+            executor.close()
+    indices = [r for r in rows if r["gpu"] is not None]
     rows = apply_sort(apply_filter(rows, filter_), sort_by)
     if not rows:
-        _err("Listed 0 items. This machine declares no GPUs ($VCLI_LOCAL_GPUS, an inventory host `local`, or "
-             "nvidia-smi)." if not indices else "Listed 0 items.")
+        _err("Listed 0 items. No GPUs are declared there ($VCLI_LOCAL_GPUS or an inventory host `local` for this "
+             "machine, `vcli hosts add NAME --gpus` for an SSH host, or nvidia-smi)." if not indices
+             else "Listed 0 items.")
         if (fmt or "").startswith("json"):
             print("[]")
         return
     _emit(rows, fmt, _GPUS_FORMAT)
+
+
+def _local_gpu_rows() -> list[dict[str, Any]]:
+    from vcli import hosts as H
+    from vcli import properties
+    from vcli.gpulease import local_leases, nvidia_busy
+
+    indices, _ = H.local_host().gpus()
+    leases = local_leases(properties.gpu_lease_dir())
+    held = leases.probe(indices)
+    exclude = (properties.get("gpu/exclude-busy") or "true") != "false"
+    busy = nvidia_busy([i for i, r in held.items() if r]) if exclude else {}
+    return _lease_rows(H.LOCAL, indices, held, busy, leases.waiters())
+
+
+def _remote_gpu_rows(executor: Any, host: Any) -> list[dict[str, Any]]:
+    indices, _ = host.gpus()
+    if not indices:
+        return []
+    leases = executor.gpu_leases(host.name)
+    held = leases.probe(indices, strict=True)  # an unreachable host is an error, not FREE GPUs
+    return _lease_rows(host.name, indices, held, {}, leases.waiters())
+
+
+def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> list[dict[str, Any]]:
+    rows = []
+    for i in indices:
+        rec = held.get(i)
+        if rec is not None:
+            rows.append(_gpu_row(host, i, "HELD", rec))
+        elif i in busy:
+            rows.append(_gpu_row(host, i, "BUSY", {}, reason=busy[i]))
+        else:
+            rows.append(_gpu_row(host, i, "FREE", {}))
+    return rows + [_gpu_row(host, None, "WAITING", rec) for rec in waiters]
 
 
 def _gpu_row(host: str, gpu: Optional[int], state: str, rec: Any, *, reason: Optional[str] = None) -> dict[str, Any]:

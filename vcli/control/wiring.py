@@ -155,8 +155,8 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
                    leases: bool = True) -> Execution:
     """The executor for `kind` (`--hosts` implies ssh) with its placer.
 
-    `leases=False`: this machine's GPUs are placed without host-wide leases (`--validate-only`,
-    `print-env`, the half of `create --async` that only submits).
+    `leases=False`: GPUs are placed without host-wide leases (`--validate-only`, `print-env`,
+    the half of `create --async` that only submits), on this machine or on SSH hosts.
 
     For ray, the cluster places replicas itself: the placer reserves a placement group per job
     (`vcli.executors.ray.RayPlacer`); `ray_address` is `--ray-address` (None: the defaults).
@@ -165,12 +165,16 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
     hears from the executor which hosts died or came back (`HostHealth`).
     """
     if kind == ExecutorKind.SSH or hosts:
+        from vcli.gpus import GpuAllocator
         from vcli.placement import HostCapacity, JobPlacer, Scheduler
 
         chosen = ssh_hosts(hosts)
-        scheduler = Scheduler([HostCapacity.from_host(h) for h in chosen])
-        return Execution(kind=ExecutorKind.SSH, executor=ssh_executor(chosen, health=scheduler),
-                         placer=JobPlacer(scheduler))
+        allocator = GpuAllocator({})
+        scheduler = Scheduler([HostCapacity.from_host(h) for h in chosen], gpu_allocator=allocator)
+        executor = ssh_executor(chosen, health=scheduler)
+        if leases:  # each host's GPUs are leased on the host itself, through the executor's links
+            allocator.leases.update({h.name: executor.gpu_leases(h.name) for h in chosen if h.gpus()[0]})
+        return Execution(kind=ExecutorKind.SSH, executor=executor, placer=JobPlacer(scheduler))
     if kind == ExecutorKind.RAY:
         executor = ray_executor(ray_address)
         return Execution(kind=kind, executor=executor, placer=executor.placer())

@@ -39,6 +39,7 @@ from vcli import packages
 from vcli.errors import ExecutorError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
 from vcli.executors import supervisor as _supervisor
+from vcli.executors.leases import hand_over, held_leases
 from vcli.logs import LogWriter
 from vcli.spec import is_secret
 
@@ -303,43 +304,6 @@ class LocalExecutor(ExecutorBase):
                 for p in left:
                     _kill(p, signal.SIGKILL)
                 time.sleep(0.02)
-
-
-def held_leases(launch: ReplicaLaunch) -> list:
-    """The host-wide leases (`vcli.gpulease.Lease`) of the GPUs of a replica placed on this
-    machine: what its supervisor (or container keeper) must hold. The placer took them; those
-    it did not (a resumed job's replica that never started) are taken now, and one another
-    replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of."""
-    if not launch.placement.gpu_indices or launch.placement.host != "local":
-        return []
-    from vcli.gpulease import LeaseBusy, base_record, local_leases
-    from vcli.properties import gpu_lease_dir
-
-    leases = local_leases(gpu_lease_dir())
-    missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
-    if missing:
-        try:
-            leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
-        except LeaseBusy as e:
-            raise ExecutorError(f"Cannot start replica {launch.task_name}: {e}.") from None
-        except OSError as e:
-            raise ExecutorError(f"Cannot lease GPU(s) {missing} for replica {launch.task_name} in "
-                                f"{leases.path}: {e.strerror or e}.") from None
-    return [lease for lease in (leases.held_here(i) for i in launch.placement.gpu_indices) if lease is not None]
-
-
-def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:
-    """The process `pid` now holds `leases` (it inherited their descriptors): record it as
-    the holder and close this process's copies, so that the lease ends with it."""
-    if not leases:
-        return
-    from vcli.gpulease import local_leases
-    from vcli.properties import gpu_lease_dir
-
-    for lease in leases:
-        lease.write({**lease.record(), "job": launch.job_id, "trial": launch.trial_id, "replica": launch.task_name,
-                     "pid": pid, "controllerPid": os.getpid(), "gpu": lease.index})
-    local_leases(gpu_lease_dir()).release([lease.index for lease in leases])
 
 
 def _log_vcli(path: str, message: str) -> None:

@@ -147,10 +147,10 @@ class JobPlacer:
         with self._lock:
             if key in self._waiting:
                 return
-            from vcli.gpulease import Waiting, base_record
+            from vcli.gpulease import base_record
 
             record = base_record(job=request.job_id, gpus=gpus, **dict(request.holder))
-            self._waiting[key] = [Waiting(d, record) for h, d in leases.items()
+            self._waiting[key] = [d.queue(record) for h, d in leases.items()
                                   if request.hosts is None or h in request.hosts]
 
     def _unqueue(self, key: tuple[Any, ...]) -> None:

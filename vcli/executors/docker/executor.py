@@ -43,6 +43,7 @@ from vcli.executors.docker.engine import (
 )
 from vcli.executors.docker.installs import build_installs
 from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
+from vcli.executors.leases import held_leases, keep_container_leases
 from vcli.executors.supervisor import REDACTED
 from vcli.gpus import visible_devices_env
 from vcli.logs import LogWriter, last_times
@@ -372,8 +373,6 @@ class DockerExecutor(ExecutorBase):
             raise self._wrap(e, f"creating the container of replica {launch.task_name}") from e
         except OSError as e:
             raise engine_down(self.url) from e
-        from vcli.executors.local import held_leases
-
         try:
             leases = held_leases(launch)  # before it runs: a GPU leased by another replica is refused
         except ExecutorError:
@@ -410,33 +409,9 @@ class DockerExecutor(ExecutorBase):
         return ReplicaHandle(executor=self.name, host=launch.placement.host, ref=container.id, task_name=launch.task_name)
 
     def _keep_leases(self, launch: ReplicaLaunch, cid: str, leases: Sequence[Any] | None = None) -> None:
-        """Hand the container's host-wide GPU leases to a keeper process that lives until the
-        container stops (`lease_keeper.py` under the replica supervisor, in a session of its
-        own): the GPUs stay leased while the container runs, even after this vcli process died,
-        and are free the moment it stops or is removed."""
-        import subprocess
-        import sys
-
-        from vcli.executors.local import SUPERVISOR, hand_over, held_leases
-
-        if leases is None:
-            leases = held_leases(launch)
-        if not leases:
-            return
-        fds = [lease.fd for lease in leases]
-        keeper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lease_keeper.py")
-        base = os.path.join(launch.output_dir, "lease-keeper")
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-S", SUPERVISOR, *[a for fd in fds for a in ("--lease-fd", str(fd))],
-                 f"{base}.status", f"{base}.log", "--", sys.executable, "-S", keeper, self.url, cid],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True, pass_fds=fds,
-                env={**os.environ, "VCLI_JOB_ID": launch.job_id})
-        except OSError as e:
-            raise ExecutorError(f"Cannot start the GPU lease keeper of replica {launch.task_name}: {e.strerror}.") from None
-        hand_over(launch, leases, popen.pid)
-        threading.Thread(target=popen.wait, name="vcli-lease-keeper-reaper", daemon=True).start()
+        """Hand the container's GPU leases to a keeper that lives until it stops (see
+        `vcli.executors.leases.keep_container_leases`)."""
+        keep_container_leases(launch, cid, self.url, leases)
 
     def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
         docker = sdk()

@@ -20,6 +20,7 @@ from vcli.errors import ExecutorError, NotFoundError
 from vcli.executors import ExecutorBase, HostHealth, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
 from vcli.executors.ssh.code import RemoteEnv, has_code, populate, private_workdir, python_env, with_env
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
+from vcli.executors.ssh.leases import RemoteLeases, lease_dir_of
 from vcli.executors.ssh.link import HostLink, q
 from vcli.executors.ssh.remote import (
     ALIVE_SCRIPT,
@@ -47,6 +48,7 @@ from vcli.executors.ssh.remote import (
 from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
+from vcli.gpulease import LeaseBusy, base_record
 from vcli.hosts import Host, KnownHosts
 from vcli.logs import LogWriter, last_times
 
@@ -83,6 +85,7 @@ class SSHExecutor(ExecutorBase):
         self._known_hosts = known_hosts
         self._health = health
         self._links: dict[str, HostLink] = {}
+        self._leases: dict[str, RemoteLeases] = {}
         self._replicas: dict[str, Replica] = {}
         self._lock = threading.RLock()
         #: host -> why it is down (declared dead here, not yet answering again).
@@ -110,6 +113,35 @@ class SSHExecutor(ExecutorBase):
             if link is None:
                 link = self._links[name] = HostLink(self._host(name), self._known_hosts, self._host_dead)
             return link
+
+    def gpu_leases(self, name: str) -> RemoteLeases:
+        """The host-wide GPU leases of host `name` (`vcli.executors.ssh.leases`): what the
+        placer leases a placed replica's GPUs with, and what `start` hands to its supervisor.
+        Its lease server on the host starts on first use."""
+        with self._lock:
+            leases = self._leases.get(name)
+            if leases is None:
+                leases = self._leases[name] = RemoteLeases(self._link(name), lease_dir_of(self._host(name)))
+            return leases
+
+    def _replica_leases(self, launch: ReplicaLaunch, host: Host) -> tuple[RemoteLeases, tuple[int, ...]] | None:
+        """The leases a process replica's supervisor is to hold: those the placer took (the
+        rest are taken now). One another replica holds is an ExecutorError: a replica never
+        starts on a GPU it has no lease of."""
+        indices = tuple(launch.placement.gpu_indices or ())
+        if not indices:
+            return None
+        leases = self.gpu_leases(host.name)
+        missing = [i for i in indices if leases.held_here(i) is None]
+        if missing:
+            try:
+                leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
+            except LeaseBusy as e:
+                raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {e}.") from None
+        if leases.socket is None:
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: its GPU lease "
+                                f"server is gone.")
+        return leases, indices
 
     def _host_dead(self, host: Host, reason: str) -> None:
         with self._lock:
@@ -259,14 +291,18 @@ class SSHExecutor(ExecutorBase):
         argv = process_argv(launch, host.python)
         # The host keeps its own replica.log (the supervisor writes it; the wrapper streams it here).
         paths = remote_paths(launch, view, self._home)
+        gpus = self._replica_leases(launch, host)
         command = build_remote_command(argv, env, cwd=cwd, python=host.python, tools=install_tools(link),
                                        status=paths.status, log=paths.log, tag=tag, lease=paths.lease,
                                        timeout=self._orphan_timeout,
-                                       mkdirs=(*mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets))
+                                       mkdirs=(*mkdirs, posixpath.dirname(paths.log)), secrets=tuple(secrets),
+                                       gpu_leases=(str(gpus[0].socket), gpus[1]) if gpus else None)
         os.makedirs(launch.output_dir, exist_ok=True)
         upload_seed_dirs(link, launch, self._home)  # e.g. the checkpoint a PBT trial resumes from
         stdin = "".join(f"{k}={v}\n" for k, v in secrets.items()).encode() + b"\n" if secrets else b""
         rep = self._open(launch, link, view, command, stdin, "start")
+        if gpus:  # its supervisor holds them now (a wrapper that failed took none, or lost them)
+            gpus[0].handed_over(gpus[1])
         where = f"{host.name} ({host.login}@{host.address}:{host.port})"
         rep.writer.write("vcli", f"Started on {where} under supervisor {rep.supervisor} in {cwd}; outputs under "
                                  f"{posixpath.dirname(posixpath.dirname(remote_out))} on {host.name}.")

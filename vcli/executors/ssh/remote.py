@@ -52,6 +52,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from vcli import gpulease as _gpulease
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ReplicaLaunch, ReplicaStatus
 from vcli.executors import supervisor as _supervisor
@@ -134,14 +135,16 @@ def replica_tag(job_id: str, task_name: str) -> str:
 
 @dataclass(frozen=True)
 class Tools:
-    """Where the supervisor and the wrapper are on one host."""
+    """Where the supervisor, the wrapper and the GPU lease server are on one host."""
 
     supervisor: str
     wrapper: str
+    gpulease: str
 
 
 def install_tools(link: HostLink) -> Tools:
-    """Ship the supervisor and the wrapper to `<workdir>/bin/` once per host and version.
+    """Ship the supervisor, the wrapper and the lease server (`vcli.gpulease`) to
+    `<workdir>/bin/` once per host and version.
 
     Each file is named after a hash of its source and written under a temporary name, then
     renamed into place, so concurrent vcli processes (or hosts sharing a workdir) never run a
@@ -156,7 +159,7 @@ def install_tools(link: HostLink) -> Tools:
             paths = []
             sftp = link.sftp()
             try:
-                for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper")):
+                for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper"), (_gpulease, "gpulease")):
                     with open(module.__file__ or "", "rb") as f:
                         source = f.read()
                     path = f"{bin_dir}/vcli-{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
@@ -172,20 +175,21 @@ def install_tools(link: HostLink) -> Tools:
                 raise ExecutorError(f"Host {link.host.name}: cannot install vcli's supervisor in {bin_dir}: {e}") from None
             finally:
                 sftp.close()
-            link.tools = Tools(supervisor=paths[0], wrapper=paths[1])
+            link.tools = Tools(supervisor=paths[0], wrapper=paths[1], gpulease=paths[2])
         return link.tools
 
 
 def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: str, python: str, tools: Tools,
                          status: str, log: str, tag: str, lease: str, timeout: float = DEFAULT_ORPHAN_TIMEOUT,
                          mkdirs: Sequence[str] = (), secrets: Sequence[str] = (),
-                         grace: float = ORPHAN_GRACE_SECONDS) -> str:
+                         grace: float = ORPHAN_GRACE_SECONDS, gpu_leases: tuple[str, Sequence[int]] | None = None) -> str:
     """The command string for a replica: every piece is quoted; env goes as NAME=VALUE arguments.
 
     `secrets` are the names of the variables the executor sends on stdin after starting the
     command (`NAME=VALUE` lines, then an empty line); their values are masked in the log.
     `lease` is the replica's lease file and `timeout` how stale it may get before the host
-    stops the replica.
+    stops the replica. `gpu_leases` is (the host's lease server socket, GPU indices): the
+    wrapper takes those leases over from the server and its supervisor holds them.
     """
     if not argv:
         raise ExecutorError("nothing to run: empty command")
@@ -198,6 +202,8 @@ def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: st
     parts.append(f"cd -- {q(cwd)}")
     wrapper = [python, "-S", tools.wrapper, "run", tools.supervisor, status, log, tag, f"{grace:g}", lease,
                f"{timeout:g}"]
+    if gpu_leases is not None:
+        wrapper += ["--lease-from", gpu_leases[0], "--lease-gpus", ",".join(str(int(i)) for i in gpu_leases[1])]
     if secrets:
         wrapper.append("--secrets")
     for name in secrets:

@@ -1,12 +1,18 @@
 """The remote end of a replica's SSH channel, shipped to each host with the supervisor.
 
-    python -S wrapper.py run SUPERVISOR STATUS LOG TAG GRACE LEASE ORPHAN_TIMEOUT [--secrets] [--mask NAME]...
+    python -S wrapper.py run SUPERVISOR STATUS LOG TAG GRACE LEASE ORPHAN_TIMEOUT
+                             [--lease-from SOCKET --lease-gpus I,J...] [--secrets] [--mask NAME]...
                              [NAME=VALUE...] -- ARGV...
     python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
 
+0. with `--lease-from`, takes the host-wide GPU leases of GPUs I,J... over from the
+   controller's lease server on this host (`vcli.gpulease.serve`, abstract Unix socket SOCKET,
+   descriptors by SCM_RIGHTS), passes them to the supervisor (`--lease-fd`), records the
+   supervisor as their holder and closes its own copies: the leases end with the supervisor.
+   If they cannot be taken, nothing starts (`vcli: cannot take over ...` on stderr, exit 127);
 1. with `--secrets`, reads `NAME=VALUE` lines from stdin up to an empty line, so secret values
    never appear in a command line, a process list or a log;
 2. starts `python -S SUPERVISOR --stop-with-parent [--mask NAME]... STATUS LOG -- ARGV` (the
@@ -48,10 +54,12 @@ no vcli installed.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -266,8 +274,58 @@ def _note(log: str, text: str) -> None:
         pass
 
 
+def take_over(socket_name: str, gpus: list[int]) -> list[int]:
+    """The lock descriptors of `gpus`, from the lease server listening on `socket_name`
+    (inheritable, for the supervisor). Raises OSError with the server's reason."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fds = array.array("i")
+    try:
+        s.settimeout(10)
+        s.connect("\0" + socket_name)
+        s.sendall(json.dumps({"gpus": gpus}).encode() + b"\n")
+        msg, ancdata, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(len(gpus) * fds.itemsize))
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    finally:
+        s.close()
+    try:
+        reply = json.loads(msg.decode("utf-8", "replace") or "{}")
+    except ValueError:
+        reply = {}
+    if len(fds) != len(gpus) or not reply.get("ok"):
+        for fd in fds:
+            os.close(fd)
+        raise OSError(reply.get("error") or "the lease server sent no leases")
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    return list(fds)
+
+
+def _record_holder(fds: list[int], updates: dict) -> None:
+    """Add `updates` (the supervisor's pid, the replica) to each lease's holder record."""
+    for fd in fds:
+        try:
+            data = os.pread(fd, 65536, 0)
+            rec = json.loads(data.decode("utf-8", "replace")) if data else {}
+            rec = rec if isinstance(rec, dict) else {}
+            rec.update(updates)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(rec, sort_keys=True).encode(), 0)
+        except (OSError, ValueError):
+            pass  # the record is informative only
+
+
 def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: str, orphan_timeout: float,
-        secrets: bool, mask: list[str], assignments: list[str], argv: list[str]) -> int:
+        secrets: bool, mask: list[str], assignments: list[str], argv: list[str],
+        gpu_leases: tuple[str, list[int]] | None = None) -> int:
+    lease_fds: list[int] = []
+    if gpu_leases is not None:
+        try:
+            lease_fds = take_over(*gpu_leases)
+        except OSError as e:
+            os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpu_leases[1]}: {e.strerror or e}\n".encode())
+            return 127
     env = dict(os.environ)
     for a in assignments:
         name, _, value = a.partition("=")
@@ -293,12 +351,17 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
             os.dup2(devnull, 0)
             os.dup2(devnull, 1)  # the supervisor writes nothing; a crash of it goes to stderr
             masks = [arg for name in mask for arg in ("--mask", name)]
-            os.execve(sys.executable,
-                      [sys.executable, "-S", supervisor, "--stop-with-parent", *masks, status, log, "--", *argv], env)
+            held = [arg for fd in lease_fds for arg in ("--lease-fd", str(fd))]
+            os.execve(sys.executable, [sys.executable, "-S", supervisor, "--stop-with-parent", *masks, *held, status,
+                                       log, "--", *argv], env)
         except OSError as e:
             os.write(2, f"vcli: cannot start the supervisor: {e.strerror}\n".encode())
         finally:
             os._exit(127)
+    if lease_fds:  # the supervisor holds them now; this process must not outlive it holding them
+        _record_holder(lease_fds, {"pid": pid, "replica": tag.partition("/")[2], "wrapperPid": os.getpid()})
+        for fd in lease_fds:
+            os.close(fd)
     out.write(f"VCLI-SUPERVISOR {pid}\n".encode())
     relay = _Relay(out, status, log, offset)
     stdin_open = True
@@ -403,6 +466,10 @@ def main(args: list[str]) -> int:
         head, argv = args[1:sep], args[sep + 1:]
         supervisor, status, log, tag, grace, lease, orphan_timeout = head[:7]
         rest = head[7:]
+        gpu_leases = None
+        if len(rest) >= 4 and rest[0] == "--lease-from" and rest[2] == "--lease-gpus":
+            gpu_leases = (rest[1], [int(i) for i in rest[3].split(",") if i])
+            rest = rest[4:]
         secrets = bool(rest) and rest[0] == "--secrets"
         rest = rest[1:] if secrets else rest
         mask = []
@@ -410,7 +477,7 @@ def main(args: list[str]) -> int:
             mask.append(rest[1])
             rest = rest[2:]
         return run(supervisor, status, log, tag, float(grace), lease, float(orphan_timeout), secrets, mask, rest,
-                   argv)
+                   argv, gpu_leases)
     if len(args) == 8 and args[0] == "attach":
         job_id, pid, status, log, tag, lease, after = args[1:]
         return attach(job_id, int(pid), status, log, tag, lease, {k: float(v) for k, v in json.loads(after).items()})

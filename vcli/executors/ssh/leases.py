@@ -1,0 +1,212 @@
+"""Host-wide GPU leases on an SSH host, from the controller's side.
+
+The leases of an SSH host live on the host, in its lease directory (the inventory's
+`gpu_lease_dir`, default `vcli.gpulease.DEFAULT_DIR`), so controllers on different machines
+that drive one GPU host see each other's replicas. A controller reaches them through one lease
+server per host (`python -S gpulease.py serve DIR`, shipped with the supervisor and started on
+its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
+`vcli.gpulease.LeaseDir` that `vcli.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
+(`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`), each call one JSON line there
+and back.
+
+A placed replica's leases go from the server to the replica's wrapper and supervisor on the
+host (`build_remote_command(gpu_leases=(socket, indices))`); from then on they end with the
+supervisor. Leases the server holds for a replica that never started end with the server, that
+is with this controller's channel: a controller that dies leaks no lease.
+
+A host that cannot be reached holds no lease for anyone: `acquire` raises `LeaseBusy` with an
+`unavailable` reason (placement skips the GPU and says why), `probe` reports nothing held.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from typing import Any, Iterable, Mapping
+
+from vcli.errors import ExecutorError
+from vcli.executors.ssh.link import HostLink, qargv
+from vcli.gpulease import DEFAULT_DIR, HANDSHAKE, LeaseBusy
+
+__all__ = ["RemoteLeases"]
+
+#: How long one request may take before the server counts as lost (seconds).
+REPLY_TIMEOUT = 30.0
+
+
+class RemoteLeases:
+    """The lease directory of one SSH host, through a lease server there. Thread-safe."""
+
+    def __init__(self, link: HostLink, path: str | None = None) -> None:
+        self.link = link
+        self.path = path or DEFAULT_DIR
+        self._lock = threading.Lock()
+        self._chan: Any = None
+        self._conn: Any = None
+        self._reader: Any = None
+        #: The server's hand-off socket (abstract Unix socket name on the host).
+        self.socket: str | None = None
+        #: Indices the server holds for this controller (not yet handed to a replica).
+        self._held: set[int] = set()
+        self._keys = itertools.count()
+
+    # ------------------------------------------------------------------ the server
+
+    def _start(self) -> None:
+        from vcli.executors.ssh.remote import install_tools
+
+        tools = install_tools(self.link)
+        conn, chan = self.link.open_session()
+        try:
+            chan.settimeout(REPLY_TIMEOUT)
+            chan.exec_command(qargv([self.link.host.python, "-S", tools.gpulease, "serve", self.path]))
+            reader = chan.makefile("rb")
+            for _ in range(200):  # skip what the login shell's rc files print
+                line = reader.readline()
+                if not line:
+                    err = chan.recv_stderr(4096).decode("utf-8", "replace").strip() if chan.recv_stderr_ready() else ""
+                    raise ExecutorError(f"the lease server exited{': ' + err if err else ''}")
+                text = line.decode("utf-8", "replace").strip()
+                if text.startswith(HANDSHAKE + " "):
+                    hello = json.loads(text[len(HANDSHAKE) + 1:])
+                    break
+            else:
+                raise ExecutorError("no handshake from the lease server")
+        except Exception:
+            chan.close()
+            conn.channels = max(0, conn.channels - 1)
+            raise
+        self._conn, self._chan, self._reader, self.socket = conn, chan, reader, str(hello["socket"])
+
+    def _call(self, req: Mapping[str, Any], *, start: bool = True) -> dict[str, Any]:
+        """One request and its answer. Raises ExecutorError (the server is then given up; the
+        leases it held end with it). `start=False`: no server is started for this request."""
+        with self._lock:
+            try:
+                if self._chan is None or self._chan.closed:
+                    self._drop()  # whatever a lost server held ended with it
+                    if not start:
+                        return {"ok": True}
+                    self._start()
+                self._chan.sendall(json.dumps(dict(req)).encode() + b"\n")
+                line = self._reader.readline()
+                if not line:
+                    raise ExecutorError("the lease server closed its channel")
+                reply = json.loads(line)
+            except ExecutorError as e:
+                self._drop()
+                raise ExecutorError(f"Host {self.link.host.name}: GPU leases in {self.path}: {e}") from None
+            except Exception as e:  # a broken channel, a timeout, garbage
+                self._drop()
+                raise ExecutorError(f"Host {self.link.host.name}: GPU leases in {self.path}: "
+                                    f"{e or type(e).__name__}") from None
+            if not isinstance(reply, dict):
+                raise ExecutorError(f"Host {self.link.host.name}: the lease server answered {reply!r}")
+            return reply
+
+    def _drop(self) -> None:
+        if self._chan is not None:
+            try:
+                self._chan.close()
+            except Exception:
+                pass
+            if self._conn is not None:
+                self._conn.channels = max(0, self._conn.channels - 1)
+        self._conn = self._chan = self._reader = self.socket = None
+        self._held.clear()
+
+    def close(self) -> None:
+        """Stop the server: leases not handed to a replica end."""
+        with self._lock:
+            self._drop()
+
+    # ------------------------------------------------------------------ LeaseDir's interface
+
+    def acquire(self, indices: Iterable[int], record: Mapping[str, Any]) -> list[int]:
+        """Lease every index or none; raises `LeaseBusy` (also when the host cannot be asked)."""
+        wanted = sorted(set(int(i) for i in indices))
+        try:
+            reply = self._call({"op": "acquire", "indices": wanted, "record": dict(record)})
+        except ExecutorError as e:
+            raise LeaseBusy(wanted[0] if wanted else -1, {"unavailable": str(e)}) from None
+        if "busy" in reply:
+            holder = reply.get("holder")
+            raise LeaseBusy(int(reply["busy"]), holder if isinstance(holder, dict) else {})
+        if not reply.get("ok"):
+            raise LeaseBusy(wanted[0] if wanted else -1, {"unavailable": str(reply.get("error") or reply)})
+        with self._lock:
+            self._held.update(wanted)
+        return wanted
+
+    def held_here(self, index: int) -> bool | None:
+        """True while the server holds `index` for this controller (None otherwise)."""
+        with self._lock:
+            return True if int(index) in self._held else None
+
+    def handed_over(self, indices: Iterable[int]) -> None:
+        """A replica's wrapper took these leases: the server no longer holds them."""
+        with self._lock:
+            self._held.difference_update(int(i) for i in indices)
+
+    def release(self, indices: Iterable[int]) -> None:
+        """Give back what the server still holds of `indices` (idempotent, never raises)."""
+        with self._lock:
+            mine = sorted(set(int(i) for i in indices) & self._held)
+            self._held.difference_update(mine)
+        if mine:
+            try:
+                self._call({"op": "release", "indices": mine}, start=False)
+            except ExecutorError:
+                pass  # a lost server held nothing any more
+
+    def probe(self, indices: Iterable[int], *, strict: bool = False) -> dict[int, dict[str, Any] | None]:
+        """index -> holder record while leased (by anyone), None while free or unknown (the
+        host cannot be asked: `acquire` then says why). `strict`: raise ExecutorError instead."""
+        wanted = [int(i) for i in indices]
+        out: dict[int, dict[str, Any] | None] = {i: None for i in wanted}
+        if not wanted:
+            return out
+        try:
+            reply = self._call({"op": "probe", "indices": wanted})
+        except ExecutorError:
+            if strict:
+                raise
+            return out
+        for pair in reply.get("held") or []:
+            if isinstance(pair, list) and len(pair) == 2 and int(pair[0]) in out:
+                out[int(pair[0])] = pair[1] if isinstance(pair[1], dict) else None
+        return out
+
+    def waiters(self) -> list[dict[str, Any]]:
+        try:
+            reply = self._call({"op": "waiters"})
+        except ExecutorError:
+            return []
+        return [w for w in reply.get("waiters") or [] if isinstance(w, dict)]
+
+    def queue(self, record: Mapping[str, Any]) -> _Entry:
+        """Enter `record` in the host's waiting queue until the entry is closed (best effort)."""
+        key = f"w{next(self._keys)}"
+        try:
+            self._call({"op": "queue", "key": key, "record": dict(record)})
+        except ExecutorError:
+            pass
+        return _Entry(self, key)
+
+
+class _Entry:
+    def __init__(self, leases: RemoteLeases, key: str) -> None:
+        self.leases, self.key = leases, key
+
+    def close(self) -> None:
+        try:
+            self.leases._call({"op": "unqueue", "key": self.key}, start=False)
+        except ExecutorError:
+            pass
+
+
+def lease_dir_of(host: Any) -> str:
+    """The host's lease directory (inventory `gpu_lease_dir`, else the default)."""
+    return getattr(host, "gpu_lease_dir", None) or DEFAULT_DIR
+
