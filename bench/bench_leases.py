@@ -1,4 +1,4 @@
-"""Host-wide GPU leases (`vcli.gpulease`): how fast they are taken and given back, how fast a
+"""Host-wide GPU leases (`vcli.placement.gpulease`): how fast they are taken and given back, how fast a
 waiting job starts after a holder is killed, and how many GPU-seconds stay idle while work waits.
 
     .venv/bin/python bench/bench_leases.py [--studies 5] [--parallel 4] [--gpus 8] [--trial-seconds 2]
@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vcli.gpulease import LeaseDir  # noqa: E402
+from vcli.placement.gpulease import LeaseDir  # noqa: E402
 
 TRAINER = """
 import os, sys, time

@@ -41,7 +41,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vcli.pareto import hypervolume, non_dominated_sort  # noqa: E402
+from vcli.tuning.pareto import hypervolume, non_dominated_sort  # noqa: E402
 
 # ---------------------------------------------------------------------------- problems
 # A parameter: (name, kind, lo, hi, log, choices); kind in float / int / cat.
@@ -130,7 +130,7 @@ def _vcli_spec(space, metrics, algorithm):
 
 def run_vcli(kind, fn, space, metrics, n, q, seed):
     from vcli.spec import Algorithm, Measurement, Trial, TrialState
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     algo = Algorithm.RANDOM_SEARCH if kind == "random" else Algorithm.ALGORITHM_UNSPECIFIED
     backend = "skopt" if kind == "skopt" else "gp"
@@ -274,7 +274,7 @@ def summarise(results, problems, opts, seeds, n):
 
 
 def _check_against_optuna(results):
-    """vcli.pareto.hypervolume agrees with Optuna's on the benchmark's own fronts."""
+    """vcli.tuning.pareto.hypervolume agrees with Optuna's on the benchmark's own fronts."""
     try:
         import numpy as np
         from optuna._hypervolume import compute_hypervolume

@@ -14,7 +14,7 @@ in [1e-4, 2e-2] on a log scale.
 
 Arms, at an equal total budget of POPULATION x MAX_STEPS training steps per seed:
 
-* vcli PBT: `vcli.pbt.PbtScheduler` driving a simulated population in-process (members step
+* vcli PBT: `vcli.tuning.pbt.PbtScheduler` driving a simulated population in-process (members step
   round-robin, `review` after every report, exploits restart from the donor's state at its
   step, as the study controller does with checkpoints);
 * the same population without exploits (the initial draws trained to the end);
@@ -52,7 +52,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vcli.pbt import PbtScheduler
 from vcli.spec import (
     Algorithm,
     DoubleValueSpec,
@@ -67,6 +66,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
+from vcli.tuning.pbt import PbtScheduler
 
 MIDPOINT = 10.0
 TOLERANCE = 3.0
@@ -172,7 +172,7 @@ def simulate_pbt(seed: int, population: int, interval: int, max_steps: int, *, e
 
 def run_suggester(algorithm: Algorithm, seed: int, n_trials: int, max_steps: int) -> float:
     """n_trials fixed-lr trials of max_steps each, one at a time; best final accuracy."""
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     spec = study_spec(algorithm, 0, 1, max_steps)
     sug = get_suggester(spec, seed=seed)

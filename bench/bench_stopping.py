@@ -1,6 +1,6 @@
 """Early stopping on FCNet (HPOLib protein_structure): regret vs epochs consumed.
 
-Arms: no stopping, vcli's five rules (vcli.stopping, called directly: no processes) and
+Arms: no stopping, vcli's five rules (vcli.tuning.stopping, called directly: no processes) and
 Optuna's MedianPruner and HyperbandPruner, all on the same random-search configurations, so
 only the stopping differs. Each seed draws `--trials` configurations from FCNet's grid and runs
 them `--parallel` at a time, interleaved one epoch at a time (asynchronous, as a study).
@@ -60,7 +60,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.stopping import MEDIAN_MIN_MEASUREMENTS, MEDIAN_MIN_TRIALS, HyperbandRule, MedianRule, stopping_rule
+from vcli.tuning.stopping import MEDIAN_MIN_MEASUREMENTS, MEDIAN_MIN_TRIALS, HyperbandRule, MedianRule, stopping_rule
 
 EPOCHS = 100
 METRIC = MetricSpec(metric_id="val_loss", goal=Goal.MINIMIZE)
@@ -155,7 +155,7 @@ def run_study(trials: list[tuple[str, list[float]]], parallel: int, judge) -> tu
 
 
 def vcli_judge(rule):
-    """A judge asking `rule` (a vcli.stopping rule) after every epoch but the last."""
+    """A judge asking `rule` (a vcli.tuning.stopping rule) after every epoch but the last."""
     state: list[Trial] = []
     index: dict[int, int] = {}
 

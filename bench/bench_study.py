@@ -71,7 +71,7 @@ def bench_vcli(trials: int, parallel: int) -> tuple[float, float]:
         WorkerPoolSpec,
     )
     from vcli.store import Store, new_id
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     tmp = Path(tempfile.mkdtemp())
     (tmp / "trainer.py").write_text(TRAINER)

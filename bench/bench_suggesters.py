@@ -128,7 +128,7 @@ def _vcli_spec(space, algorithm):
 
 def run_vcli(kind, fn, space, n, q, seed):
     from vcli.spec import Algorithm, Measurement, Trial, TrialState
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     algo = {"random": Algorithm.RANDOM_SEARCH, "tpe": Algorithm.TPE}.get(kind, Algorithm.ALGORITHM_UNSPECIFIED)
     backend = "skopt" if kind == "skopt" else "gp"
@@ -283,7 +283,7 @@ def latency(n_hist_list=(50, 200, 500), reps=3, algorithm="ALGORITHM_UNSPECIFIED
     import numpy as np
 
     from vcli.spec import Algorithm, Measurement, Trial, TrialState
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     rows = []
     for problem in ("hartmann6", "mixed5"):

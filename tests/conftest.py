@@ -107,7 +107,7 @@ def no_process_left_behind(tmp_path):
 
 @pytest.fixture(autouse=True)
 def gpu_lease_dir(tmp_path_factory, monkeypatch):
-    """A host-wide GPU lease directory of the test's own (`vcli.gpulease`): tests that declare
+    """A host-wide GPU lease directory of the test's own (`vcli.placement.gpulease`): tests that declare
     GPUs never meet another test's (or a real user's) leases. Returns its path."""
     path = tmp_path_factory.mktemp("gpu-leases")
     monkeypatch.setenv("VCLI_GPU_LEASE_DIR", str(path))

@@ -48,7 +48,7 @@ from vcli.spec import (
     WorkerPoolSpec,
 )
 from vcli.store import Store
-from vcli.suggesters import get_suggester
+from vcli.tuning.suggesters import get_suggester
 
 
 @pytest.fixture

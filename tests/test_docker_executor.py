@@ -27,8 +27,8 @@ from vcli.executors.docker import (
     container_create_kwargs,
     iter_log_lines,
 )
-from vcli.gpus import GpuAllocationError, GpuAllocator, GpusBusyError
 from vcli.logs import read_records
+from vcli.placement.gpus import GpuAllocationError, GpuAllocator, GpusBusyError
 from vcli.spec import LocalPackage, MachineSpec, ReplicaId
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

@@ -155,7 +155,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
             from tests.harness.docker_env import ensure_docker
 
             ensure_docker([BASE_IMAGE])
-        from vcli.gpulease import local_leases
+        from vcli.placement.gpulease import local_leases
 
         host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
                     workdir=str(tmp / "remote"), python=sys.executable, runtime="docker" if docker else "process",
@@ -582,7 +582,7 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 
 # --------------------------------------------------------------------------- host-wide GPU leases
 
-#: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.gpulease`): the
+#: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.placement.gpulease`): the
 #: replica's lease must live exactly as long as the replica. The ssh case's host is this machine
 #: over loopback sshd, its lease directory the test's own, so the test sees its leases here.
 #: (Containers on SSH hosts are not in it: their leases are held by the controller's lease
@@ -599,7 +599,7 @@ def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandl
     """Start `launch` as a replica placed on GPU `index`, its lease taken first (as the placer
     does). Docker: the engine here has no GPU runtime, so the container runs without a device
     request and the executor's lease keeper is given the GPU placement of the same container."""
-    from vcli.gpulease import base_record, local_leases
+    from vcli.placement.gpulease import base_record, local_leases
 
     leases = h.executor.gpu_leases("lo") if h.kind == "ssh" else local_leases()  # type: ignore[attr-defined]
     leases.acquire([index], base_record(job=launch.job_id, replica=launch.task_name))
@@ -612,13 +612,13 @@ def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandl
 
 
 def _holder(index: int) -> dict[str, Any] | None:
-    from vcli.gpulease import LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseDir, local_leases
 
     return LeaseDir(local_leases().path).probe([index])[index]  # as another process sees it
 
 
 def test_a_replica_holds_its_gpu_lease_exactly_while_it_runs(hl: Harness) -> None:
-    from vcli.gpulease import LeaseBusy, LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseBusy, LeaseDir, local_leases
 
     launch = hl.launch("sleep:1.5", "out:done")
     handle = _start_on_gpu(hl, launch, 1)
@@ -654,7 +654,7 @@ def test_kill_9_of_the_lease_holder_frees_the_gpu_within_a_second(hl: Harness) -
 
 
 def test_a_replica_never_starts_on_a_gpu_another_replica_leases(hl: Harness) -> None:
-    from vcli.gpulease import LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseDir, local_leases
 
     other = LeaseDir(local_leases().path)
     other.acquire([0], {"job": "someone-else", "user": "bob"})

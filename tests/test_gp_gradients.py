@@ -1,4 +1,4 @@
-"""Finite-difference checks of every hand-written derivative in vcli/suggesters/_gp.py.
+"""Finite-difference checks of every hand-written derivative in vcli/tuning/suggesters/_gp.py.
 
 The GP's hyperparameters are fitted, and the log-EI acquisition is maximised, by L-BFGS-B
 with these analytic gradients: a wrong one does not crash, it just makes the optimiser stop
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from vcli.suggesters import _gp
+from vcli.tuning.suggesters import _gp
 
 RTOL = 5e-6  # |analytic - finite difference| <= RTOL * max(|gradient|, 1); observed <= 6e-7
 

@@ -1,4 +1,4 @@
-"""Host-wide GPU leases (`vcli.gpulease`): a GPU is never shared by two replicas, whichever vcli
+"""Host-wide GPU leases (`vcli.placement.gpulease`): a GPU is never shared by two replicas, whichever vcli
 process, Unix user or controller started them. Real vcli processes on a host that declares GPUs
 (`VCLI_LOCAL_GPUS`); each trainer appends `<CUDA_VISIBLE_DEVICES> <start> <end>` to a shared
 file, and the tests check that no two intervals of one GPU index overlap."""
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, describe, job_id_from_stderr, read_stderr_until, spawn, vcli, vcli_env, wait_for
-from vcli.gpulease import LeaseBusy, LeaseDir
+from vcli.placement.gpulease import LeaseBusy, LeaseDir
 
 #: A trainer that holds its GPUs for SECONDS and records which, and when (one line, appended
 #: atomically with O_APPEND).
@@ -94,7 +94,7 @@ def test_acquire_is_all_or_nothing_and_dies_with_its_holder(tmp_path: Path) -> N
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from vcli.gpulease import LeaseDir
+        from vcli.placement.gpulease import LeaseDir
         LeaseDir({str(d)!r}).acquire([2], {{"job": "B", "trial": "4", "study": "179556123", "user": "bob"}})
         print("held", flush=True)
         time.sleep(60)

@@ -24,7 +24,7 @@ from tests.helpers import (
 from vcli import codec as cfg
 from vcli.control.study import replay
 from vcli.store import Store
-from vcli.suggesters import get_suggester
+from vcli.tuning.suggesters import get_suggester
 
 DIGITS_STUDY = """
 displayName: digits-hpt

@@ -7,7 +7,6 @@ import statistics
 
 import pytest
 
-from vcli.pareto import dominates, hypervolume, pareto_front
 from vcli.spec import (
     Algorithm,
     CategoricalValueSpec,
@@ -21,7 +20,8 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.suggesters import get_suggester
+from vcli.tuning.pareto import dominates, hypervolume, pareto_front
+from vcli.tuning.suggesters import get_suggester
 
 # ZDT1 on 3 parameters, the second objective reported as a score to MAXIMIZE (= -f2), so the
 # suggesters must honour a mix of goals.

@@ -1,4 +1,4 @@
-"""vcli.pareto: dominance, fronts, non-dominated sorting, hypervolume, reference points."""
+"""vcli.tuning.pareto: dominance, fronts, non-dominated sorting, hypervolume, reference points."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from vcli.pareto import (
+from vcli.spec import Goal, Measurement, MetricSpec, Trial, TrialState
+from vcli.tuning.pareto import (
     default_reference,
     dominates,
     hypervolume,
@@ -16,7 +17,6 @@ from vcli.pareto import (
     non_dominated_sort,
     pareto_front,
 )
-from vcli.spec import Goal, Measurement, MetricSpec, Trial, TrialState
 
 MIN, MAX = Goal.MINIMIZE, Goal.MAXIMIZE
 

@@ -1,4 +1,4 @@
-"""Population Based Training's decisions (`vcli.pbt`): checks, explore, review, a toy population."""
+"""Population Based Training's decisions (`vcli.tuning.pbt`): checks, explore, review, a toy population."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from vcli.pbt import Exploit, PbtScheduler, check_pbt, quantile_count
 from vcli.spec import (
     Algorithm,
     CategoricalValueSpec,
@@ -28,6 +27,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
+from vcli.tuning.pbt import Exploit, PbtScheduler, check_pbt, quantile_count
 
 LOG, REV, LIN = ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE, ScaleType.UNIT_LINEAR_SCALE
 

@@ -1,4 +1,4 @@
-"""Early-stopping rules (vcli.stopping) on simulated studies: synthetic learning curves run step
+"""Early-stopping rules (vcli.tuning.stopping) on simulated studies: synthetic learning curves run step
 by step, `review` after every step, stopped trials ended SUCCEEDED as the controller does."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.stopping import RULE_NAMES, describe_rule, stopping_rule
+from vcli.tuning.stopping import RULE_NAMES, describe_rule, stopping_rule
 
 ACC = MetricSpec(metric_id="accuracy", goal=Goal.MAXIMIZE)
 LOSS = MetricSpec(metric_id="loss", goal=Goal.MINIMIZE)

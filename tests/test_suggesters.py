@@ -1,4 +1,4 @@
-"""Contract tests for vcli.suggesters (random, grid, bayesian gp / skopt)."""
+"""Contract tests for vcli.tuning.suggesters (random, grid, bayesian gp / skopt)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.suggesters import Suggester, get_suggester
+from vcli.tuning.suggesters import Suggester, get_suggester
 
 # ---------------------------------------------------------------------------- fixtures
 
@@ -384,7 +384,7 @@ def test_skopt_backend_handles_reverse_log_and_converts_numpy():
 def test_unknown_backend_and_no_heavy_import():
     with pytest.raises(ValueError, match="backend"):
         get_suggester(_study(_quadratic_params()), bayesian_backend="nope")
-    code = "import sys, vcli.suggesters; assert 'numpy' not in sys.modules, 'numpy imported'"
+    code = "import sys, vcli.tuning.suggesters; assert 'numpy' not in sys.modules, 'numpy imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -400,7 +400,7 @@ def test_prng_is_numpys_default_rng():
 
     import numpy as np
 
-    from vcli.suggesters._prng import uniforms
+    from vcli.tuning.suggesters._prng import uniforms
 
     r = random.Random(0)
     keys = [[0, 0], [0], [5, 3, 1], [2**32 - 1, 7], [2**63 + 5, 2], [1, 2, 3, 4, 5, 6]]
@@ -412,7 +412,7 @@ def test_prng_is_numpys_default_rng():
 def test_sample_row_is_sample_unit_row_by_row():
     import numpy as np
 
-    from vcli.suggesters._space import Space
+    from vcli.tuning.space import Space
 
     wide = (  # a log-scale INTEGER (nearest in warped space) and one too wide for a choice list
         ParameterSpec(parameter_id="units", value_spec=IntegerValueSpec(min_value=1, max_value=1000),
@@ -431,7 +431,7 @@ def _numpy_random_search(params, seed: int, trials_per_ask: list[int]) -> list[l
     """What RANDOM_SEARCH proposed when it drew with numpy (its code before the pure port)."""
     import numpy as np
 
-    from vcli.suggesters._space import Space
+    from vcli.tuning.space import Space
 
     space = Space(params)
     known: set = set()
@@ -487,7 +487,7 @@ def test_random_and_grid_run_without_numpy_and_bayesian_names_the_missing_packag
 import json
 from vcli.spec import (Algorithm, CategoricalValueSpec, DoubleValueSpec, Goal, IntegerValueSpec, MetricSpec,
                        ParameterSpec, StudySpec)
-from vcli.suggesters import get_suggester
+from vcli.tuning.suggesters import get_suggester
 params = (ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)),
           ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=3)))
 grid = (ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=2)),

@@ -1,4 +1,4 @@
-"""TPE (vcli/suggesters/tpe.py): the Suggester contract, search quality on a conditional space
+"""TPE (vcli/tuning/suggesters/tpe.py): the Suggester contract, search quality on a conditional space
 measured against random search on the same seeds, multi-objective fronts, and the estimator's
 own arithmetic (densities that integrate to 1, Pareto ranks, hypervolume)."""
 
@@ -28,9 +28,9 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.suggesters import get_suggester
-from vcli.suggesters._space import Space
-from vcli.suggesters.tpe import (
+from vcli.tuning.space import Space
+from vcli.tuning.suggesters import get_suggester
+from vcli.tuning.suggesters.tpe import (
     TPESuggester,
     _hypervolume,
     _nondominated_ranks,

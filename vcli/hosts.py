@@ -79,8 +79,8 @@ class Host:
     cpus: float | None = None
     memory_gb: float | None = None
     internal_address: str | None = None
-    #: The host's GPU lease directory (`vcli.gpulease`); every vcli user of the host must agree.
-    #: None: `vcli.gpulease.DEFAULT_DIR` there.
+    #: The host's GPU lease directory (`vcli.placement.gpulease`); every vcli user of the host must agree.
+    #: None: `vcli.placement.gpulease.DEFAULT_DIR` there.
     gpu_lease_dir: str | None = None
     #: What `vcli hosts check` found (gpus: {count, type, indices}, cpus, memory_gb, ...).
     detected: Mapping[str, Any] = field(default_factory=dict)
@@ -366,7 +366,7 @@ def remove_host(name: str) -> Host:
 
 def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
     """This machine: GPUs from an inventory entry `local`, else $VCLI_LOCAL_GPUS, else
-    `vcli.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi); CPUs/memory from the OS."""
+    `vcli.placement.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi); CPUs/memory from the OS."""
     inv = load_inventory() if inventory is None else inventory
     base = inv.get(LOCAL) or Host(name=LOCAL, address="127.0.0.1")
     base = replace(base, address="127.0.0.1" if not base.internal_address else base.address)
@@ -379,7 +379,7 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
                 int(p) for p in declared.split(",") if p.strip())
         else:
             try:
-                from vcli.gpus import detect_local_gpus
+                from vcli.placement.gpus import detect_local_gpus
 
                 indices = detect_local_gpus()
             except Exception:  # no GPUs is the safe answer

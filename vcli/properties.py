@@ -102,7 +102,7 @@ def _write(data: dict[str, str]) -> None:
 
 def gpu_lease_dir() -> str:
     """This machine's GPU lease directory: $VCLI_GPU_LEASE_DIR, else `gpu/lease-dir`, else
-    `/tmp/vcli-gpu-leases` (see `vcli.gpulease`)."""
-    from vcli.gpulease import DEFAULT_DIR, ENV_DIR
+    `/tmp/vcli-gpu-leases` (see `vcli.placement.gpulease`)."""
+    from vcli.placement.gpulease import DEFAULT_DIR, ENV_DIR
 
     return os.environ.get(ENV_DIR) or get("gpu/lease-dir") or DEFAULT_DIR

@@ -120,8 +120,8 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
 def optimal_trial_ids(trials: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> list[str]:
     """The ids of the Pareto-optimal SUCCEEDED trials of stored `trials` (Vertex dicts)."""
     from vcli.codec.trial import trial_from_dict
-    from vcli.pareto import pareto_front
     from vcli.spec import Goal, MetricSpec
+    from vcli.tuning.pareto import pareto_front
 
     specs = [MetricSpec(metric_id=m["metricId"], goal=Goal.MINIMIZE if m.get("goal") == "MINIMIZE" else Goal.MAXIMIZE)
              for m in metrics]

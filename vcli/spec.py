@@ -312,7 +312,7 @@ class ParameterSpec:
     conditional_parameter_specs: tuple[ConditionalParameterSpec, ...] = ()
 
 
-# Automated early stopping (Vertex's oneof, plus vcli's ASHA and Hyperband; rules in `vcli.stopping`).
+# Automated early stopping (Vertex's oneof, plus vcli's ASHA and Hyperband; rules in `vcli.tuning.stopping`).
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,7 +58,7 @@ class StudySnapshot:
         if len(self.metrics) == 1:
             best = self.best()
             return {best.id} if best is not None else set()
-        from vcli.pareto import pareto_front
+        from vcli.tuning.pareto import pareto_front
 
         return {t.id for t in pareto_front(list(self.trials.values()), list(self.metrics))}
 

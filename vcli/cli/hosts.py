@@ -82,29 +82,24 @@ def hosts_add(
         H.put_host(host)
         _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()} (not connected; its key is checked on first use).")
         return
-    from vcli.executors.ssh import HostKeyError, UnknownHostKeyError, accept_host_key, connect
+    from vcli.control.hosts import is_host_key_error, verify_host_key
 
     try:
-        if accept_new_host_key:
-            key_type, fp, new = accept_host_key(host)
-            if new:
-                _err(f"Accepted {key_type} key {fp} for {name} ({host.address}:{host.port}) into {H.known_hosts_file()}.")
-            else:
-                _err(f"Host key of {name} is already known ({key_type} {fp}).")
-        else:
-            client, _ = connect(host)
-            client.close()
-    except UnknownHostKeyError as e:
-        if existing is not None:
-            raise  # `vcli hosts add NAME --accept-new-host-key` is enough: the entry exists
-        raise UnknownHostKeyError(e.host, e.key_type, e.fingerprint, accept_hint=_rerun_hint()) from None
-    except HostKeyError:
-        raise  # changed: nothing is written
+        # An entry that exists needs only `--accept-new-host-key`; a new one the whole command again.
+        got = verify_host_key(host, accept_new=accept_new_host_key, accept_hint=None if existing else _rerun_hint())
     except ExecutorError as e:
+        if is_host_key_error(e):
+            raise  # unknown or changed: nothing is written
         H.put_host(host)
         _err(f"WARNING: {e}")
         _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()}, but could not verify it now.")
         return
+    if got is not None:
+        key_type, fp, new = got
+        if new:
+            _err(f"Accepted {key_type} key {fp} for {name} ({host.address}:{host.port}) into {H.known_hosts_file()}.")
+        else:
+            _err(f"Host key of {name} is already known ({key_type} {fp}).")
     H.put_host(host)
     _err(f"{'Updated' if existing else 'Added'} host [{name}] in {H.hosts_file()}. Check it with `vcli hosts check {name}`.")
 
@@ -168,8 +163,8 @@ def hosts_check(
     from dataclasses import replace
 
     from vcli import hosts as H
+    from vcli.control.hosts import check_hosts
     from vcli.errors import ExitCode, VcliError
-    from vcli.executors.ssh import check_hosts
 
     inv = H.load_inventory()
     targets = H.resolve_hosts(",".join(names) if names else None, inv)
@@ -268,7 +263,7 @@ def hosts_gpus(
 def _local_gpu_rows() -> list[dict[str, Any]]:
     from vcli import hosts as H
     from vcli import properties
-    from vcli.gpulease import local_leases, nvidia_busy
+    from vcli.placement.gpulease import local_leases, nvidia_busy
 
     indices, _ = H.local_host().gpus()
     leases = local_leases(properties.gpu_lease_dir())

@@ -321,9 +321,9 @@ def export(
     """vcli: write a study's trials to a CSV or Parquet table (one row per trial), or into an
     Optuna storage as an Optuna study (for optuna-dashboard or `optuna.load_study`)."""
     from vcli import codec
-    from vcli import export as ex
     from vcli.codec.trial import trial_from_dict
     from vcli.errors import UsageError
+    from vcli.plots import export as ex
     from vcli.store import Store
 
     store = Store()
@@ -380,9 +380,9 @@ def tensorboard(
     by its id and parameters. Runs in the foreground until Ctrl-C."""
     import os
 
-    from vcli import tensorboard as tb
     from vcli.codec.gcs import local_path
     from vcli.codec.trial import trial_from_dict
+    from vcli.plots import tensorboard as tb
     from vcli.store import Store
 
     store = Store()

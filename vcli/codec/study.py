@@ -169,7 +169,7 @@ def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "st
     spec = build(StudySpec, d, metrics=tuple(metrics), parameters=tuple(params))
     check_algorithm(spec, lambda msg: decoder.error(f"{path}.algorithm", msg))
     if spec.algorithm == Algorithm.POPULATION_BASED_TRAINING or spec.population_based_training_spec is not None:
-        from vcli.pbt import check_pbt
+        from vcli.tuning.pbt import check_pbt
 
         check_pbt(spec, lambda field, msg: decoder.error(f"{path}.{'populationBasedTrainingSpec.' + field if field else 'algorithm'}", msg))
         if len(spec.metrics) > 1:

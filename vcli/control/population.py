@@ -1,6 +1,6 @@
 """Population Based Training in the study controller: members, exploits and checkpoints.
 
-`vcli.pbt.PbtScheduler` decides (which member is in the bottom quantile, whose checkpoint it
+`vcli.tuning.pbt.PbtScheduler` decides (which member is in the bottom quantile, whose checkpoint it
 takes, which hyperparameters it explores); this module carries the decisions out for
 `StudyRun`:
 
@@ -52,7 +52,7 @@ class Population:
     _skipped: set[tuple[str, int]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        from vcli.pbt import PbtScheduler
+        from vcli.tuning.pbt import PbtScheduler
 
         self.pbt_spec = self.spec.study_spec.population_based_training_spec
         assert self.pbt_spec is not None

@@ -291,7 +291,7 @@ class PlannedStudy:
     display_name: str
     spec: HyperparameterTuningJobSpec
     execution: Execution
-    suggester: Any  # vcli.suggesters.Suggester
+    suggester: Any  # vcli.tuning.suggesters.Suggester
     seed: int
     shm_size: str | None
     record: dict[str, Any]
@@ -353,7 +353,7 @@ def plan_study(
 
 def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: str) -> Any:
     from vcli.errors import InvalidValueError, UsageError
-    from vcli.suggesters import get_suggester
+    from vcli.tuning.suggesters import get_suggester
 
     try:
         return get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)

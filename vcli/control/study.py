@@ -13,7 +13,7 @@ while it runs, and tells the suggester the outcome. It ends when:
   Both stop launching AND stop the running trials (like Hyperopt SparkTrials' `timeout`);
   a stopped trial with measurements ends SUCCEEDED with its last/best one, else INFEASIBLE.
 
-Automated early stopping (`studySpec.*StoppingSpec`, `vcli.stopping`): each time a running
+Automated early stopping (`studySpec.*StoppingSpec`, `vcli.tuning.stopping`): each time a running
 trial reports, the rule reviews it against the study's trials; a trial it stops goes
 STOPPING (SIGTERM, then the executor's grace period) and ends SUCCEEDED with its selected
 measurement, as on Vertex. Its slot is free at once: the next trial starts while it winds down.
@@ -51,7 +51,7 @@ from vcli.spec import (
     TrialState,
 )
 from vcli.store import Store, new_id, now_iso, resource_name
-from vcli.suggesters import Suggester
+from vcli.tuning.suggesters import Suggester
 
 
 def default_failure_budget(max_trial_count: int) -> int:
@@ -128,7 +128,7 @@ class StudyRun:
             self.parallel = self.population.size  # every member trains at once (queued when capacity is short)
         self.stopping = None
         if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
-            from vcli.stopping import stopping_rule
+            from vcli.tuning.stopping import stopping_rule
 
             self.stopping = stopping_rule(stop_spec, self.metric)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
@@ -540,7 +540,7 @@ class StudyRun:
         if len(self.metrics) == 1:
             best = self.best_trial()
             return [best] if best is not None else []
-        from vcli.pareto import pareto_front
+        from vcli.tuning.pareto import pareto_front
 
         return pareto_front(list(self.trials.values()), self.metrics)
 

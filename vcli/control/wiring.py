@@ -77,7 +77,7 @@ def _local_placer(leases: bool = True) -> Any:
 
     When this machine declares or has GPUs (inventory host `local`, $VCLI_LOCAL_GPUS or
     nvidia-smi), local replicas get specific GPUs from the same scheduler the SSH hosts use,
-    leased host-wide (`vcli.gpulease`) unless `leases` is False (what only validates a job).
+    leased host-wide (`vcli.placement.gpulease`) unless `leases` is False (what only validates a job).
     """
     if leases not in _LOCAL_PLACERS:
         from vcli.control.jobs import local_placer
@@ -165,8 +165,8 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
     hears from the executor which hosts died or came back (`HostHealth`).
     """
     if kind == ExecutorKind.SSH or hosts:
-        from vcli.gpus import GpuAllocator
         from vcli.placement import HostCapacity, JobPlacer, Scheduler
+        from vcli.placement.gpus import GpuAllocator
 
         chosen = ssh_hosts(hosts)
         allocator = GpuAllocator({})

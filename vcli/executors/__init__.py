@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from vcli.placement.types import Placement
 from vcli.spec import ExecutorKind, LocalPackage, MachineSpec, ReplicaId
 
 __all__ = [
@@ -34,21 +35,6 @@ __all__ = [
 ]
 
 EXECUTOR_NAMES = tuple(k.value for k in ExecutorKind)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """Where a replica runs: a host of the inventory (`local` is this machine).
-
-    `address` is how other replicas reach this host (it goes into TF_CONFIG/CLUSTER_SPEC);
-    `gpu_indices` are the host's GPUs given to this replica alone.
-    """
-
-    host: str = "local"
-    address: str = "127.0.0.1"
-    gpu_indices: tuple[int, ...] = ()
-    #: "process" or "docker": the runtime on that host (ssh hosts choose per host).
-    runtime: str = "process"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
-"""Host-wide GPU leases (`vcli.gpulease`) from the executors' side, on this machine: the
+"""Host-wide GPU leases (`vcli.placement.gpulease`) from the executors' side, on this machine: the
 leases a placed replica's holder process must hold, and handing them to it.
 
-The placer took a job's leases in this process (`vcli.gpulease.local_leases`); the executor
+The placer took a job's leases in this process (`vcli.placement.gpulease.local_leases`); the executor
 that starts a replica passes the locked descriptors to the process that lives exactly as long
 as the replica (its supervisor, or for a container a keeper that waits for it to stop), records
 that process as the holder, and closes its own copies. SSH hosts have their own path
@@ -24,13 +24,13 @@ __all__ = ["hand_over", "held_leases", "keep_container_leases"]
 
 
 def held_leases(launch: ReplicaLaunch) -> list:
-    """The host-wide leases (`vcli.gpulease.Lease`) of the GPUs of a replica placed on this
+    """The host-wide leases (`vcli.placement.gpulease.Lease`) of the GPUs of a replica placed on this
     machine: what its supervisor (or container keeper) must hold. The placer took them; those
     it did not (a resumed job's replica that never started) are taken now, and one another
     replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of."""
     if not launch.placement.gpu_indices or launch.placement.host != "local":
         return []
-    from vcli.gpulease import LeaseBusy, base_record, local_leases
+    from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
     from vcli.properties import gpu_lease_dir
 
     leases = local_leases(gpu_lease_dir())
@@ -51,7 +51,7 @@ def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:
     the holder and close this process's copies, so that the lease ends with it."""
     if not leases:
         return
-    from vcli.gpulease import local_leases
+    from vcli.placement.gpulease import local_leases
     from vcli.properties import gpu_lease_dir
 
     for lease in leases:

@@ -22,7 +22,7 @@ a new process group, and:
   is recorded like any other (the trainer's own status: 143 for SIGTERM, 137 for SIGKILL).
 
 - holds the replica's host-wide GPU leases (`--lease-fd`: locked descriptors of
-  `vcli.gpulease` lock files, inherited from the executor) for exactly as long as it lives: the
+  `vcli.placement.gpulease` lock files, inherited from the executor) for exactly as long as it lives: the
   trainer does not inherit them, and the kernel drops them when the supervisor exits or is
   killed. The trainer dies with the supervisor (`PR_SET_PDEATHSIG` = SIGKILL), so a killed
   supervisor never leaves a trainer running on a GPU whose lease is free. Every
@@ -54,7 +54,7 @@ LEFTOVER_GRACE_SECONDS = 1.0
 ORPHAN_GRACE_SECONDS = 3.0
 #: Exit status of the supervisor when the trainer could not be started at all.
 EXIT_CANNOT_START = 127
-#: How often held lease files get their times refreshed (see `vcli.gpulease.TOUCH_SECONDS`).
+#: How often held lease files get their times refreshed (see `vcli.placement.gpulease.TOUCH_SECONDS`).
 TOUCH_SECONDS = 3600.0
 
 

@@ -1,6 +1,6 @@
 """Capacity-aware placement of a job's replicas onto hosts (all or nothing). Standard library only.
 
-The scheduler knows every host's capacity: GPUs by index and type (through `vcli.gpus.
+The scheduler knows every host's capacity: GPUs by index and type (through `vcli.placement.gpus.
 GpuAllocator`), CPUs and memory. A request is one job's (or trial's) replicas, each with a
 Vertex machine type (mapped to vCPUs/memory by `machine_resources`) and an optional
 accelerator type and count. `try_place` places every replica at once or nothing:
@@ -21,7 +21,7 @@ accelerator type and count. `try_place` places every replica at once or nothing:
   until `mark_healthy`.
 
 Thread-safe; one lock. The bookkeeping is in memory (one vcli process: a job, a study); what
-spans vcli processes, users and controllers is the host-wide GPU lease (`vcli.gpulease`) the
+spans vcli processes, users and controllers is the host-wide GPU lease (`vcli.placement.gpulease`) the
 allocator takes for every GPU it places on a host that has a lease directory (this machine's,
 for the local and docker executors): a GPU another process leased is not free here.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from vcli.executors import Placement
 from vcli.placement.machines import machine_resources
 from vcli.placement.scheduler import (
     HostCapacity,
@@ -49,6 +48,7 @@ from vcli.placement.scheduler import (
     Scheduler,
     request_for_job,
 )
+from vcli.placement.types import Placement
 
 __all__ = [
     "HostCapacity",
@@ -76,13 +76,13 @@ def local_placer(*, enforce_cpu_memory: bool = False, leases: bool = True) -> An
     GPUs come from an inventory entry `local`, $VCLI_LOCAL_GPUS, $VCLI_GPUS or nvidia-smi. CPU
     and memory are not enforced by default (a workstation runs what it is given, as before).
     With `leases` (what runs replicas), every placed GPU is leased host-wide
-    (`vcli.gpulease.local_leases()`), and GPUs that other vcli processes lease are busy; without
+    (`vcli.placement.gpulease.local_leases()`), and GPUs that other vcli processes lease are busy; without
     (`--validate-only`, `print-env`), placement only says where the job would go.
     """
     from vcli import properties
-    from vcli.gpulease import local_leases
-    from vcli.gpus import GpuAllocator
     from vcli.hosts import LOCAL, local_host
+    from vcli.placement.gpulease import local_leases
+    from vcli.placement.gpus import GpuAllocator
 
     nvidia = (properties.get("gpu/exclude-busy") or "true").lower() not in ("false", "0", "no", "off")
     allocator = GpuAllocator({LOCAL: local_leases(properties.gpu_lease_dir())} if leases else None,
@@ -147,7 +147,7 @@ class JobPlacer:
         with self._lock:
             if key in self._waiting:
                 return
-            from vcli.gpulease import base_record
+            from vcli.placement.gpulease import base_record
 
             record = base_record(job=request.job_id, gpus=gpus, **dict(request.holder))
             self._waiting[key] = [d.queue(record) for h, d in leases.items()

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from vcli.errors import ExitCode, VcliError
-from vcli.executors import Placement
 from vcli.placement.machines import machine_resources
+from vcli.placement.types import Placement
 
 __all__ = [
     "HostCapacity",
@@ -142,7 +142,7 @@ class Scheduler:
 
     def __init__(self, hosts: Iterable[HostCapacity], *, gpu_allocator: Any = None,
                  enforce_cpu_memory: bool = True) -> None:
-        from vcli.gpus import GpuAllocator
+        from vcli.placement.gpus import GpuAllocator
 
         self._cond = threading.Condition(threading.RLock())
         self.gpus = gpu_allocator if gpu_allocator is not None else GpuAllocator()

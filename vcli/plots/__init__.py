@@ -1,4 +1,6 @@
-"""A study's report: its figures as SVG, one self-contained HTML page, or PNG/SVG files.
+"""A study's report: its figures as SVG, one self-contained HTML page, or PNG/SVG files. (The
+package also holds a study's other ways out: `export`, a table or an Optuna study, and
+`tensorboard`, its trials as TensorBoard runs.)
 
 The figures (keys in report order; each left out when the study has no data for it):
 
@@ -13,7 +15,7 @@ The figures (keys in report order; each left out when the study has no data for 
 * ``importance``: hyperparameter importances (`vcli.plots.importance`: a random forest); needs
   2 parameters and 4 finished trials, else a note says why.
 * ``pareto``: with several metrics, the first two plotted with the non-dominated trials
-  highlighted (`vcli.pareto`).
+  highlighted (`vcli.tuning.pareto`).
 
 "Finished" is SUCCEEDED with a finite final value of the first metric. A study with none still
 gets a report, which says so. Nothing here loads anything from a network: the HTML has inline
@@ -132,7 +134,7 @@ def _summary(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trial
         ("Trials", escape(f"{len(trials)}" + (f" ({', '.join(f'{k} {n}' for k, n in counts.items())})" if counts else ""))),
     ]
     if len(spec.metrics) > 1:
-        from vcli.pareto import pareto_front
+        from vcli.tuning.pareto import pareto_front
 
         front = pareto_front(trials, spec.metrics)
         rows.append(("Pareto front", escape(", ".join(f"trial {t.id}" for t in front) or "none yet")))

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
-from vcli import pareto
 from vcli.errors import UsageError
 from vcli.plots import data as d
 from vcli.plots.importance import METHOD, importances
 from vcli.spec import Goal, MetricSpec, ParameterSpec, StudySpec, Trial
+from vcli.tuning import pareto
 
 RC = {
     "svg.fonttype": "path",

@@ -45,8 +45,8 @@ from vcli.executors.docker.installs import build_installs
 from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
 from vcli.executors.leases import held_leases, keep_container_leases
 from vcli.executors.supervisor import REDACTED
-from vcli.gpus import visible_devices_env
 from vcli.logs import LogWriter, last_times
+from vcli.placement.gpus import visible_devices_env
 
 if TYPE_CHECKING:  # pragma: no cover
     import docker as docker_sdk

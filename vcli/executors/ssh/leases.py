@@ -1,11 +1,11 @@
 """Host-wide GPU leases on an SSH host, from the controller's side.
 
 The leases of an SSH host live on the host, in its lease directory (the inventory's
-`gpu_lease_dir`, default `vcli.gpulease.DEFAULT_DIR`), so controllers on different machines
+`gpu_lease_dir`, default `vcli.placement.gpulease.DEFAULT_DIR`), so controllers on different machines
 that drive one GPU host see each other's replicas. A controller reaches them through one lease
 server per host (`python -S gpulease.py serve DIR`, shipped with the supervisor and started on
 its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
-`vcli.gpulease.LeaseDir` that `vcli.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
+`vcli.placement.gpulease.LeaseDir` that `vcli.placement.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
 (`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`), each call one JSON line there
 and back.
 
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from vcli.errors import ExecutorError
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.gpulease import DEFAULT_DIR, HANDSHAKE, LeaseBusy
+from vcli.placement.gpulease import DEFAULT_DIR, HANDSHAKE, LeaseBusy
 
 __all__ = ["RemoteLeases"]
 

@@ -52,13 +52,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from vcli import gpulease as _gpulease
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ReplicaLaunch, ReplicaStatus
 from vcli.executors import supervisor as _supervisor
 from vcli.executors.ssh import wrapper as _wrapper
 from vcli.executors.ssh.link import Conn, HostLink, q, qargv
 from vcli.logs import LogWriter
+from vcli.placement import gpulease as _gpulease
 
 __all__ = [
     "ALIVE_SCRIPT",
@@ -143,7 +143,7 @@ class Tools:
 
 
 def install_tools(link: HostLink) -> Tools:
-    """Ship the supervisor, the wrapper and the lease server (`vcli.gpulease`) to
+    """Ship the supervisor, the wrapper and the lease server (`vcli.placement.gpulease`) to
     `<workdir>/bin/` once per host and version.
 
     Each file is named after a hash of its source and written under a temporary name, then

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vcli.spec import ParameterValue, StudySpec
-from vcli.suggesters._space import SuggesterBase
+from vcli.tuning.space import SuggesterBase
 
 
 class GridSearchSuggester(SuggesterBase):

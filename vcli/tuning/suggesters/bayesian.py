@@ -39,7 +39,7 @@ import math
 from typing import Mapping, Sequence
 
 from vcli.spec import ParameterValue, StudySpec
-from vcli.suggesters._space import (
+from vcli.tuning.space import (
     CATEGORICAL,
     DISCRETE,
     DOUBLE,
@@ -103,7 +103,7 @@ class GPSuggester(SuggesterBase):
         super().__init__(study_spec, seed=seed)
         import numpy as np
 
-        from vcli.suggesters import _gp  # noqa: F401  (imports scipy)
+        from vcli.tuning.suggesters import _gp  # noqa: F401  (imports scipy)
 
         self._np = np
         self.n_startup = n_startup
@@ -150,7 +150,7 @@ class GPSuggester(SuggesterBase):
         for its trial number) and a GP fitted to it."""
         np = self._np
         sp = self.space
-        from vcli.suggesters import _gp
+        from vcli.tuning.suggesters import _gp
 
         X = np.array([sp.encode(p) for p, _ in obs])
         Y = np.array([v for _, v in obs], dtype=float)  # (n,) one objective, (n, m) several
@@ -181,7 +181,7 @@ class GPSuggester(SuggesterBase):
         """(GP on outputs y with the valueless points V believed, its hyperparameters, the
         incumbent value, the incumbent's row)."""
         np = self._np
-        from vcli.suggesters import _gp
+        from vcli.tuning.suggesters import _gp
 
         theta = self._fit(X, y)
         gp = _gp.GP(X, y, self._is_cat, theta, self.min_noise)
@@ -192,7 +192,7 @@ class GPSuggester(SuggesterBase):
     def _believe(self, gp, F, theta, fy=None):
         """`gp` conditioned on fantasies at F valued at its own posterior mean."""
         np = self._np
-        from vcli.suggesters import _gp
+        from vcli.tuning.suggesters import _gp
 
         if fy is None:
             fy, _ = gp.predict(F)
@@ -225,7 +225,7 @@ class GPSuggester(SuggesterBase):
 
     def _fit(self, X, y):
         np = self._np
-        from vcli.suggesters import _gp
+        from vcli.tuning.suggesters import _gp
 
         n = len(y)
         if n > self.max_fit_points:

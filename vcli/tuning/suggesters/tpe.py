@@ -51,9 +51,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from vcli.pareto import metric_values
 from vcli.spec import ParameterValue, StudySpec
-from vcli.suggesters._space import (
+from vcli.tuning.pareto import metric_values
+from vcli.tuning.space import (
     CATEGORICAL,
     DOUBLE,
     INACTIVE_CATEGORICAL,

@@ -41,7 +41,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-from vcli.suggesters._space import CATEGORICAL, DISCRETE, DOUBLE, Space
+from vcli.tuning.space import CATEGORICAL, DISCRETE, DOUBLE, Space
 
 __all__ = ["check_pbt", "Exploit", "PbtScheduler", "quantile_count"]
 
@@ -126,7 +126,7 @@ class PbtScheduler:
     same answer as the original for any review the original had not answered yet. A trial
     the original judged "continue" at boundary b and that has not reached the next boundary
     may be judged once more at b by a fresh scheduler, against the trials stored by then (as
-    `vcli.stopping.AshaRule` does for its last rung).
+    `vcli.tuning.stopping.AshaRule` does for its last rung).
     """
 
     def __init__(self, study_spec: StudySpec, *, seed: int) -> None:

@@ -8,8 +8,8 @@ CUDA_VISIBLE_DEVICES.
 
 The allocator is thread-safe and guarantees disjoint GPUs among the replicas of one vcli
 process (a job or a study running trials in parallel) in memory. For hosts given a lease
-directory (`leases={"local": vcli.gpulease.local_leases()}`), it also takes a host-wide lease of
-every GPU it hands out (`vcli.gpulease`), so several vcli processes, users and controllers on
+directory (`leases={"local": vcli.placement.gpulease.local_leases()}`), it also takes a host-wide lease of
+every GPU it hands out (`vcli.placement.gpulease`), so several vcli processes, users and controllers on
 one host never share a GPU either: an index leased by anyone else is not free. Standard
 library only.
 
@@ -70,7 +70,7 @@ class GpuAllocator:
         self._cond = threading.Condition()
         self._hosts: dict[str, HostGpus] = {}
         self._in_use: dict[str, set[int]] = {}
-        #: host -> `vcli.gpulease.LeaseDir`: hosts whose GPUs are leased host-wide.
+        #: host -> `vcli.placement.gpulease.LeaseDir`: hosts whose GPUs are leased host-wide.
         self.leases: dict[str, Any] = dict(leases or {})
         #: Treat a GPU whose memory a non-vcli process holds as busy (hosts with nvidia-smi).
         self.nvidia_check = nvidia_check
@@ -124,7 +124,7 @@ class GpuAllocator:
             with self._cond:
                 gpus = self._hosts.get(host)
                 indices = gpus.indices if gpus else ()
-        from vcli.gpulease import describe_holder
+        from vcli.placement.gpulease import describe_holder
 
         out = {}
         held = leases.probe(indices)
@@ -140,7 +140,7 @@ class GpuAllocator:
     def _nvidia_busy(self, leases: Any, leased: list[int]) -> dict[int, str]:
         at, busy = self._nvidia
         if time.monotonic() - at > 2.0:  # nvidia-smi takes tens of ms: asked at most every 2 s
-            from vcli.gpulease import nvidia_busy
+            from vcli.placement.gpulease import nvidia_busy
 
             busy = nvidia_busy()
             self._nvidia = (time.monotonic(), busy)
@@ -223,7 +223,7 @@ class GpuAllocator:
                record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
         """Lease `count` of `free` host-wide, one index at a time (skipping held ones), all or
         none: (indices, {}) or (None, index -> who holds it)."""
-        from vcli.gpulease import LeaseBusy, base_record, describe_holder
+        from vcli.placement.gpulease import LeaseBusy, base_record, describe_holder
 
         leases = self.leases[host]
         record = base_record(**record)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vcli.spec import ParameterValue
-from vcli.suggesters._space import SuggesterBase
+from vcli.tuning.space import SuggesterBase
 
 _MAX_RETRIES = 64
 

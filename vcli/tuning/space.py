@@ -6,7 +6,7 @@ vector. Numeric parameters (DOUBLE, INTEGER, DISCRETE) are mapped to a warped un
 An inactive conditional parameter holds a fixed marker (0.5 for numeric columns, -1 for
 categorical ones), so that a model sees one consistent vector per configuration.
 
-numpy is imported lazily inside functions: `vcli.suggesters` must stay cheap to import, and
+numpy is imported lazily inside functions: `vcli.tuning.suggesters` must stay cheap to import, and
 what RANDOM_SEARCH and GRID_SEARCH use (encode/decode, `sample_row`, `grid`, `uniforms`) is
 pure Python, so they run on a base install without the `tune` extra.
 """
@@ -19,7 +19,6 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-from vcli.pareto import metric_values
 from vcli.spec import (
     CategoricalValueSpec,
     DiscreteValueSpec,
@@ -34,6 +33,7 @@ from vcli.spec import (
     TrialState,
     TrialSuggestion,
 )
+from vcli.tuning.pareto import metric_values
 
 if TYPE_CHECKING:
     import numpy as np
@@ -474,7 +474,7 @@ class SuggesterBase:
 
     def uniforms(self, i: int, n: int, *purpose: int) -> list[float]:
         """The first `n` floats of `rng(i, *purpose).random()`, without numpy (`_prng`)."""
-        from vcli.suggesters._prng import uniforms
+        from vcli.tuning.suggesters._prng import uniforms
 
         return uniforms([self.seed, self.n_known + i, *purpose], n)
 

@@ -78,26 +78,26 @@ def get_suggester(
     """
     algorithm = study_spec.algorithm
     if algorithm == Algorithm.GRID_SEARCH:
-        from vcli.suggesters.grid_search import GridSearchSuggester
+        from vcli.tuning.suggesters.grid_search import GridSearchSuggester
 
         return GridSearchSuggester(study_spec, seed=seed)
     if algorithm in (Algorithm.RANDOM_SEARCH, Algorithm.POPULATION_BASED_TRAINING):
-        # PBT's population and explorations come from `vcli.pbt`; a random suggester stands
+        # PBT's population and explorations come from `vcli.tuning.pbt`; a random suggester stands
         # in so that every study has one (it is told the trials, never asked).
-        from vcli.suggesters.random_search import RandomSearchSuggester
+        from vcli.tuning.suggesters.random_search import RandomSearchSuggester
 
         return RandomSearchSuggester(study_spec, seed=seed)
     if algorithm == Algorithm.TPE:
-        from vcli.suggesters.tpe import TPESuggester
+        from vcli.tuning.suggesters.tpe import TPESuggester
 
         return TPESuggester(study_spec, seed=seed)
     if algorithm == Algorithm.ALGORITHM_UNSPECIFIED:
         if bayesian_backend == "gp":
-            from vcli.suggesters.bayesian import GPSuggester
+            from vcli.tuning.suggesters.bayesian import GPSuggester
 
             return GPSuggester(study_spec, seed=seed)
         if bayesian_backend == "skopt":
-            from vcli.suggesters.bayesian import SkoptSuggester
+            from vcli.tuning.suggesters.bayesian import SkoptSuggester
 
             return SkoptSuggester(study_spec, seed=seed)
         raise ValueError(

@@ -1,0 +1,106 @@
+"""The import rules of the README's layout: data flows one way (CLI -> codec/spec -> control ->
+executors + placement + tuning -> metrics -> store -> view), so no lower layer imports a
+higher one. Every import counts, the lazy ones inside functions too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: Packages or modules that may import only these (themselves always allowed).
+ONLY = {
+    "vcli.tuning": {"vcli.spec", "vcli.enums", "vcli.errors"},
+    "vcli.spec": {"vcli.enums", "vcli.errors"},
+    "vcli.enums": set(),
+    "vcli.errors": set(),
+}
+#: Packages or modules that must never import these.
+NEVER = {
+    "vcli.cli": {"vcli.executors"},
+    "vcli.view": {"vcli.executors", "vcli.control", "vcli.cli"},
+    "vcli.codec": {"vcli.executors", "vcli.control", "vcli.cli"},
+    "vcli.placement": {"vcli.executors", "vcli.control", "vcli.cli"},
+    "vcli.plots": {"vcli.executors", "vcli.control", "vcli.cli"},
+    "vcli.dashboard": {"vcli.executors", "vcli.control", "vcli.cli"},
+    "vcli.store": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.view"},
+    "vcli.executors": {"vcli.control", "vcli.cli", "vcli.view", "vcli.dashboard", "vcli.plots"},
+}
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def imports_of(module: str, source: str) -> set[str]:
+    """Every vcli module `source` imports (top level or inside functions)."""
+    package = module if module.endswith(".__init__") else module.rpartition(".")[0]
+    package = package.removesuffix(".__init__")
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing package
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            if base == "vcli":
+                out.update(f"vcli.{alias.name}" for alias in node.names)
+            elif _within(base, "vcli"):
+                out.add(base)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if _within(alias.name, "vcli"))
+    return out
+
+
+def violations(sources: dict[str, str]) -> list[str]:
+    """`importer -> imported (rule)` for each import that breaks ONLY or NEVER."""
+    found = []
+    for module, source in sorted(sources.items()):
+        for imported in sorted(imports_of(module, source)):
+            for layer, allowed in ONLY.items():
+                if (_within(module, layer) and not _within(imported, layer)
+                        and not any(_within(imported, a) for a in allowed)):
+                    found.append(f"{module} -> {imported} ({layer} may import only {sorted(allowed)})")
+            for layer, banned in NEVER.items():
+                for b in banned:
+                    if _within(module, layer) and _within(imported, b):
+                        found.append(f"{module} -> {imported} ({layer} must not import {b})")
+    return found
+
+
+def _tree() -> dict[str, str]:
+    sources = {}
+    for path in sorted((REPO / "vcli").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        sources[module] = path.read_text(encoding="utf-8")
+    return sources
+
+
+def test_the_tree_follows_the_import_rules() -> None:
+    assert violations(_tree()) == []
+
+
+def test_a_forbidden_import_is_caught_lazy_or_not() -> None:
+    """The guard itself: each kind of forbidden import, added to the real tree, is reported."""
+    tree = _tree()
+    cases = {
+        "vcli.tuning.toy": "from vcli.store import Store\n",
+        "vcli.tuning.suggesters.toy": "def f():\n    import vcli.control.study\n",
+        "vcli.spec": tree["vcli.spec"] + "\ndef _late():\n    from vcli import hosts\n",
+        "vcli.view": tree["vcli.view"] + "\ndef _late():\n    from vcli.executors import Placement\n",
+        "vcli.placement.toy": "from ..executors.local import LocalExecutor\n",
+        "vcli.executors.toy": "from vcli.cli import app\n",
+    }
+    for module, source in cases.items():
+        found = violations({**tree, module: source})
+        assert any(v.startswith(f"{module} -> ") for v in found), (module, found)
+
+
+def test_placement_is_where_executors_get_it() -> None:
+    """The one upward arrow that was (placement importing `executors.Placement`) is gone; the
+    executors re-export placement's type for their callers."""
+    from vcli.executors import Placement as FromExecutors
+    from vcli.placement.types import Placement
+
+    assert FromExecutors is Placement

@@ -1,0 +1,23 @@
+"""What placement decides for one replica, as executors receive it. Standard library only:
+executors import this, and nothing here imports an executor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Placement"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a replica runs: a host of the inventory (`local` is this machine).
+
+    `address` is how other replicas reach this host (it goes into TF_CONFIG/CLUSTER_SPEC);
+    `gpu_indices` are the host's GPUs given to this replica alone.
+    """
+
+    host: str = "local"
+    address: str = "127.0.0.1"
+    gpu_indices: tuple[int, ...] = ()
+    #: "process" or "docker": the runtime on that host (ssh hosts choose per host).
+    runtime: str = "process"
