@@ -763,6 +763,9 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     crash_after_sleeps(world, crash_at)
     with pytest.raises(Crash):
         first.run()
+    for active in first._active.values():  # replicas its start threads had begun (CI, loaded, saw 1 of 2)
+        if active.run._worker is not None:
+            active.run._worker.join()
     assert len(world.running()) == 2
     second = resumed(store, world, first, gpu_placer())
     assert second.placer.scheduler.gpus.free("box") == ()  # held by the two re-attached trials
