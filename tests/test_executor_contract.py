@@ -583,11 +583,10 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 # --------------------------------------------------------------------------- host-wide GPU leases
 
 #: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.placement.gpulease`): the
-#: replica's lease must live exactly as long as the replica. The ssh case's host is this machine
-#: over loopback sshd, its lease directory the test's own, so the test sees its leases here.
-#: (Containers on SSH hosts are not in it: their leases are held by the controller's lease
-#: server for the job's life in that controller, not by a keeper on the host.)
-LEASING = ["local", "docker", "ssh"]
+#: replica's lease must live exactly as long as the replica. The ssh cases' host is this machine
+#: over loopback sshd, its lease directory the test's own, so the test sees its leases here;
+#: "ssh-docker" is a host whose runtime is docker (the container's keeper runs on the host).
+LEASING = ["local", "docker", "ssh", "ssh-docker"]
 
 
 @pytest.fixture(params=LEASING)
@@ -597,18 +596,23 @@ def hl(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monke
 
 def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandle:
     """Start `launch` as a replica placed on GPU `index`, its lease taken first (as the placer
-    does). Docker: the engine here has no GPU runtime, so the container runs without a device
-    request and the executor's lease keeper is given the GPU placement of the same container."""
+    does). Containers: the engine here has no GPU runtime, so the container runs without a
+    device request and the executor's lease keeper is given the GPU placement of the same
+    container (on an SSH host: the keeper there, started over SSH)."""
     from vcli.placement.gpulease import base_record, local_leases
 
     leases = h.executor.gpu_leases("lo") if h.kind == "ssh" else local_leases()  # type: ignore[attr-defined]
     leases.acquire([index], base_record(job=launch.job_id, replica=launch.task_name))
     gpu = replace(launch, placement=replace(launch.placement, gpu_indices=(index,)))
+    if h.image is None:
+        return h.start(gpu)
+    handle = h.start(launch)
     if h.kind == "docker":
-        handle = h.start(launch)
         h.executor._keep_leases(gpu, handle.ref)  # type: ignore[attr-defined]
-        return handle
-    return h.start(gpu)
+    else:
+        docker_on_hosts = h.executor._docker  # type: ignore[attr-defined]
+        docker_on_hosts.keep_leases(gpu, docker_on_hosts.inner(handle).ref)
+    return handle
 
 
 def _holder(index: int) -> dict[str, Any] | None:
@@ -651,6 +655,30 @@ def test_kill_9_of_the_lease_holder_frees_the_gpu_within_a_second(hl: Harness) -
     _wait_until(lambda: _holder(0) is None, 1.0, "the lease to be free after kill -9 of its holder")
     assert time.monotonic() - t0 < 1.0
     hl.executor.stop([handle], grace_seconds=0.5)
+    hl.wait(handle)  # a container's log may still be draining
+
+
+def test_the_gpu_lease_outlives_the_controller_while_the_replica_runs(hl: Harness) -> None:
+    """The executor that started the replica closes (its controller is gone; for SSH hosts its
+    lease server ends with it): the replica keeps its lease; another executor stops it and the
+    lease ends with it."""
+    launch = hl.launch("out:up", "sleep:300")
+    handle = _start_on_gpu(hl, launch, 1)
+    hl.wait_for_log(launch, "up")
+    hl.executor.close()
+    time.sleep(0.5)
+    rec = _holder(1)
+    assert rec is not None and rec["job"] == launch.job_id, rec
+    other = hl.another()
+    stored = ReplicaHandle.from_json(handle.to_json())
+    try:
+        assert other.poll(stored).running
+        other.stop([stored], grace_seconds=1)
+        other.release([stored])
+    finally:
+        other.close()
+    _wait_until(lambda: _holder(1) is None, 10, "the lease to end with the stopped replica")
+    hl.handles.remove(handle)
 
 
 def test_a_replica_never_starts_on_a_gpu_another_replica_leases(hl: Harness) -> None:
@@ -663,10 +691,12 @@ def test_a_replica_never_starts_on_a_gpu_another_replica_leases(hl: Harness) -> 
         gpu = replace(launch, placement=replace(launch.placement, gpu_indices=(0,)))
         with pytest.raises(ExecutorError, match="held by job someone-else started by bob"):
             hl.start(gpu)  # docker: asked before the container runs, which is removed again
-        if hl.kind == "docker":
+        if hl.image is not None:
+            import docker
+
             from tests.harness.docker_env import job_containers
 
-            assert job_containers(hl.executor.client(), launch.job_id) == []  # type: ignore[attr-defined]
+            assert job_containers(docker.from_env(), launch.job_id) == []
     finally:
         other.release([0])
 

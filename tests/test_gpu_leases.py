@@ -337,6 +337,76 @@ def _two_users(shared: Path, tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- the view
 
 
+# ----------------------------------------------------------------------------- queue order
+
+
+def test_waiting_jobs_get_a_freed_gpu_first_come_first_served(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """Three vcli processes (three homes) wait, one after another, for the only GPU, which
+    someone else holds; once it is free they run in the order they asked, never together.
+    (Without an order each would win the freed GPU by chance: 1 run in 6 in the right order.)"""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    someone = LeaseDir(str(gpu_lease_dir))
+    someone.acquire([0], {"job": "someone-else", "user": "bob"})
+    procs = []
+    try:
+        for i in range(3):
+            procs.append(spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 0.3, 1, f"job{i}"),
+                               **_env(VCLI_LOCAL_GPUS="1")))
+            read_stderr_until(procs[-1], "Waiting for GPUs", 60)
+            time.sleep(0.3)  # its entry in the queue is older than the next one's
+        someone.release([0])
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        someone.release([0])
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    spans = _intervals(log)
+    _assert_disjoint(spans)
+    order = [job for _, _, _, job in sorted(spans, key=lambda span: span[1])]
+    jobs = [job_id_from_stderr(err) for _, err in outs]
+    assert order == jobs, f"ran in the order {order}, asked in the order {jobs}"
+
+
+def test_an_earlier_waiter_comes_first_a_larger_one_after_waiting_long_enough(tmp_path: Path) -> None:
+    """`first_come` over a real lease directory and its waiting queue: an earlier waiter that the
+    free GPUs fit comes first; one that needs more than is free lets later requests use them
+    (no GPU idles) until it has waited FAIR_WAIT_SECONDS; a waiter that stopped trying (a
+    suspended process) keeps no place; a request comes after itself never."""
+    from vcli.placement import gpus as G
+
+    leases = LeaseDir(str(tmp_path / "leases"))
+    now = time.time()
+    early = leases.queue({"job": "early", "gpus": 1, "user": "alice", "since": now - 5})
+    try:
+        assert G.first_come(leases, {"job": "late"}, [0, 1]) == (
+            "kept for job early of alice, which has waited 5s (first come, first served)")
+        assert G.first_come(leases, {"job": "early"}, [0, 1]) is None
+        leases.acquire([0, 1], {"job": "running"})
+        assert G.first_come(leases, {"job": "late"}, [0, 1]) is None  # nothing free it could have
+        leases.release([0, 1])
+        os.utime(early.fd, (now - 60, now - 60))  # its process stopped trying
+        assert G.first_come(leases, {"job": "late"}, [0, 1]) is None
+        early.touch()
+        assert G.first_come(leases, {"job": "late"}, [0, 1]) is not None
+    finally:
+        early.close()
+    big = leases.queue({"job": "big", "gpus": 3, "since": now - 5})
+    try:
+        assert G.first_come(leases, {"job": "small"}, [0, 1]) is None  # 3 do not fit in 2: backfill
+    finally:
+        big.close()
+    starving = leases.queue({"job": "big", "gpus": 3, "since": now - G.FAIR_WAIT_SECONDS - 1})
+    try:
+        assert "kept for job big" in (G.first_come(leases, {"job": "small"}, [0, 1]) or "")
+    finally:
+        starving.close()
+    assert leases.waiters() == []
+
+
 def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Path) -> None:
     trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
     first = spawn(tmp_path / "a", *_job_args(trainer, log, 20, 1, "first"), **_env())
@@ -389,3 +459,80 @@ def test_the_gpus_of_an_unreachable_ssh_host_are_an_error_never_free(tmp_path: P
     assert r.returncode == 4 and "nowhere" in r.stderr and r.stderr.count("\n") == 1, r
     bad = vcli(tmp_path, "hosts", "add", "gone", "--gpu-lease-dir=relative/dir", "--no-connect", timeout=60, **env)
     assert bad.returncode == 1 and "--gpu-lease-dir" in bad.stderr and bad.stderr.count("\n") == 1, bad
+
+
+# ----------------------------------------------------------------------------- GPUs something else uses
+
+#: An `nvidia-smi` that answers vcli's two queries for a 2-GPU machine where pid 4242, a
+#: process vcli did not start, holds memory on GPU 0.
+FAKE_SMI = textwrap.dedent("""\
+    #!/bin/sh
+    case "$1" in
+      --query-gpu=*) printf '0, GPU-aaaa\\n1, GPU-bbbb\\n' ;;
+      --query-compute-apps=*) printf 'GPU-aaaa, 4242, 1500\\n' ;;
+      *) exit 2 ;;
+    esac
+""")
+
+
+def _fake_smi(root: Path) -> Path:
+    bin_dir = root / "fake-bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    return bin_dir
+
+
+def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None:
+    """nvidia-smi shows a process vcli did not start on GPU 0: a 1-GPU job runs on GPU 1,
+    `hosts gpus` shows GPU 0 BUSY and why; `gpu/exclude-busy false` turns the check off."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    env = _env(PATH=f"{_fake_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    r = vcli(tmp_path / "a", *_job_args(trainer, log, 0.1, 1, "beside"), timeout=120, **env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [gpus for gpus, *_ in _intervals(log)] == [(1,)]
+    rows = json.loads(vcli(tmp_path / "a", "hosts", "gpus", "--format=json", timeout=60, **env).stdout)
+    assert [(row["gpu"], row["state"]) for row in rows] == [(0, "BUSY"), (1, "FREE")]
+    assert rows[0]["reason"] == "used by a process vcli did not start (pid 4242, 1500 MiB)"
+    assert vcli(tmp_path / "a", "config", "set", "gpu/exclude-busy", "false", **env).returncode == 0
+    rows = json.loads(vcli(tmp_path / "a", "hosts", "gpus", "--format=json", timeout=60, **env).stdout)
+    assert [(row["gpu"], row["state"]) for row in rows] == [(0, "FREE"), (1, "FREE")]
+
+
+def test_an_ssh_hosts_own_nvidia_smi_decides_what_is_busy_there(tmp_path: Path) -> None:
+    """The lease server on an SSH host asks the host's nvidia-smi (here: the host's python is a
+    script that puts a fake one on PATH), and the placer skips the GPU it reports."""
+    from tests.harness import loopback_sshd
+    from vcli.control.wiring import ssh_executor
+    from vcli.hosts import Host
+    from vcli.placement.gpus import GpuAllocator
+
+    why = loopback_sshd.available()
+    if why:
+        pytest.fail(why)
+    bin_dir = _fake_smi(tmp_path)
+    python = tmp_path / "host-python"
+    python.write_text(f"#!/bin/sh\nPATH={bin_dir}:$PATH exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    with loopback_sshd.LoopbackSSHD(tmp_path / "sshd") as sshd:
+        known = tmp_path / "known_hosts"
+        known.write_text(sshd.known_hosts_line())
+        os.environ["VCLI_SSH_USER_KNOWN_HOSTS"] = str(known)
+        try:
+            host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root",
+                        identity_file=str(sshd.client_key), workdir=str(tmp_path / "remote"), python=str(python),
+                        gpu_lease_dir=str(tmp_path / "host-leases"), gpu_count=2)
+            executor = ssh_executor([host])
+            try:
+                leases = executor.gpu_leases("lo")
+                assert leases.nvidia_busy() == {0: "used by a process vcli did not start (pid 4242, 1500 MiB)"}
+                allocator = GpuAllocator({"lo": leases}, nvidia_check=True)
+                allocator.declare("lo", count=2)
+                assert allocator.allocate("lo", 1, record={"job": "j"}) == (1,)
+                assert allocator.busy_elsewhere("lo", (0,)) == {0: leases.nvidia_busy()[0]}
+                allocator.release("lo", (1,))
+            finally:
+                executor.close()
+        finally:
+            del os.environ["VCLI_SSH_USER_KNOWN_HOSTS"]

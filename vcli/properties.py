@@ -106,3 +106,9 @@ def gpu_lease_dir() -> str:
     from vcli.placement.gpulease import DEFAULT_DIR, ENV_DIR
 
     return os.environ.get(ENV_DIR) or get("gpu/lease-dir") or DEFAULT_DIR
+
+
+def gpu_exclude_busy() -> bool:
+    """`gpu/exclude-busy` (default true): a GPU that a process vcli did not start uses (by the
+    host's nvidia-smi) is busy and not placed."""
+    return (get("gpu/exclude-busy") or "true").lower() not in ("false", "0", "no", "off")

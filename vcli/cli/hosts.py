@@ -268,8 +268,7 @@ def _local_gpu_rows() -> list[dict[str, Any]]:
     indices, _ = H.local_host().gpus()
     leases = local_leases(properties.gpu_lease_dir())
     held = leases.probe(indices)
-    exclude = (properties.get("gpu/exclude-busy") or "true") != "false"
-    busy = nvidia_busy([i for i, r in held.items() if r]) if exclude else {}
+    busy = nvidia_busy([i for i, r in held.items() if r]) if _exclude_busy() else {}
     return _lease_rows(H.LOCAL, indices, held, busy, leases.waiters())
 
 
@@ -279,7 +278,15 @@ def _remote_gpu_rows(executor: Any, host: Any) -> list[dict[str, Any]]:
         return []
     leases = executor.gpu_leases(host.name)
     held = leases.probe(indices, strict=True)  # an unreachable host is an error, not FREE GPUs
-    return _lease_rows(host.name, indices, held, {}, leases.waiters())
+    busy = leases.nvidia_busy() if _exclude_busy() else {}
+    busy = {i: why for i, why in busy.items() if held.get(i) is None}
+    return _lease_rows(host.name, indices, held, busy, leases.waiters())
+
+
+def _exclude_busy() -> bool:
+    from vcli import properties
+
+    return properties.gpu_exclude_busy()
 
 
 def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> list[dict[str, Any]]:

@@ -169,7 +169,10 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
         from vcli.placement.gpus import GpuAllocator
 
         chosen = ssh_hosts(hosts)
-        allocator = GpuAllocator({})
+        from vcli import properties
+
+        # A GPU that something else uses is busy, by the host's own nvidia-smi (its lease server).
+        allocator = GpuAllocator({}, nvidia_check=leases and properties.gpu_exclude_busy())
         scheduler = Scheduler([HostCapacity.from_host(h) for h in chosen], gpu_allocator=allocator)
         executor = ssh_executor(chosen, health=scheduler)
         if leases:  # each host's GPUs are leased on the host itself, through the executor's links

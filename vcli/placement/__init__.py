@@ -84,9 +84,8 @@ def local_placer(*, enforce_cpu_memory: bool = False, leases: bool = True) -> An
     from vcli.placement.gpulease import local_leases
     from vcli.placement.gpus import GpuAllocator
 
-    nvidia = (properties.get("gpu/exclude-busy") or "true").lower() not in ("false", "0", "no", "off")
     allocator = GpuAllocator({LOCAL: local_leases(properties.gpu_lease_dir())} if leases else None,
-                             nvidia_check=leases and nvidia)
+                             nvidia_check=leases and properties.gpu_exclude_busy())
     return JobPlacer(scheduler_for_hosts([local_host()], enforce_cpu_memory=enforce_cpu_memory,
                                          gpu_allocator=allocator))
 
@@ -143,6 +142,12 @@ class JobPlacer:
         gpus = sum(r.accelerator_count for r in request.replicas)
         leases = self.scheduler.gpus.leases
         if not gpus or not leases:
+            return
+        with self._lock:
+            entries = self._waiting.get(key)
+        if entries is not None:
+            for entry in entries:
+                entry.touch()  # still waiting: keeps its place in the queue
             return
         with self._lock:
             if key in self._waiting:

@@ -320,6 +320,10 @@ class LeaseDir:
         """Enter `record` in this host's waiting queue until the returned entry is closed."""
         return Waiting(self, record)
 
+    def nvidia_busy(self) -> dict[int, str]:
+        """`nvidia_busy()` of this host: GPUs a process vcli did not start uses."""
+        return nvidia_busy()
+
     def waiters(self) -> list[dict[str, Any]]:
         """Records of the jobs and trials that wait for GPUs on this host now (oldest first)."""
         qdir = os.path.join(self.path, "queue")
@@ -340,6 +344,8 @@ class LeaseDir:
                 except BlockingIOError:
                     rec = _read_record(fd)
                     if rec:
+                        # Seconds since the waiter last tried (`Waiting.touch`), by this host's clock.
+                        rec["idle"] = round(max(0.0, time.time() - os.fstat(fd).st_mtime), 3)
                         out.append(rec)
                 else:
                     fcntl.flock(fd, fcntl.LOCK_UN)
@@ -370,6 +376,15 @@ class Waiting:
             os.write(self.fd, json.dumps(dict(record), sort_keys=True).encode())
         except OSError:
             self.close()  # the queue is informative only: never fail a job for it
+
+    def touch(self) -> None:
+        """The waiter tried again (and is still waiting): `waiters()` shows it as `tried` now.
+        A waiter that stopped trying (a suspended process) loses its place in the queue."""
+        if self.fd >= 0:
+            try:
+                os.utime(self.fd)
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -461,8 +476,10 @@ def serve(path: str, stdin: Any = None, stdout: Any = None) -> int:
     - `{"op": "release", "indices": [...]}` -> `{"ok": true}`;
     - `{"op": "probe", "indices": [...]}` -> `{"held": [[INDEX, RECORD or null], ...]}`;
     - `{"op": "waiters"}` -> `{"waiters": [...]}`;
+    - `{"op": "busy"}` -> `{"busy": [[INDEX, WHY], ...]}`: GPUs that a process vcli did not
+      start uses, by this host's nvidia-smi (`nvidia_busy`; none without it);
     - `{"op": "queue", "key": K, "record": {...}}` / `{"op": "unqueue", "key": K}`: an entry in
-      the host's waiting queue while a job waits;
+      the host's waiting queue while a job waits (queueing K again marks another try);
     - anything that fails -> `{"error": TEXT}`.
 
     A replica's wrapper on this host takes the leases of its GPUs from the server through the
@@ -511,7 +528,9 @@ def _answer(leases: LeaseDir, waiting: dict[str, Waiting], req: Mapping[str, Any
         return {"waiters": leases.waiters()}
     if op == "queue":
         key = str(req["key"])
-        if key not in waiting:
+        if key in waiting:
+            waiting[key].touch()
+        else:
             waiting[key] = leases.queue(dict(req.get("record") or {}))
         return {"ok": True}
     if op == "unqueue":
@@ -519,6 +538,8 @@ def _answer(leases: LeaseDir, waiting: dict[str, Waiting], req: Mapping[str, Any
         if entry is not None:
             entry.close()
         return {"ok": True}
+    if op == "busy":
+        return {"busy": [[i, why] for i, why in sorted(nvidia_busy().items())]}
     if op == "ping":
         return {"ok": True}
     raise ValueError(f"unknown op {op!r}")

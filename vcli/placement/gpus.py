@@ -30,7 +30,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from vcli.errors import ExitCode, VcliError
 
@@ -74,7 +74,8 @@ class GpuAllocator:
         self.leases: dict[str, Any] = dict(leases or {})
         #: Treat a GPU whose memory a non-vcli process holds as busy (hosts with nvidia-smi).
         self.nvidia_check = nvidia_check
-        self._nvidia: tuple[float, dict[int, str]] = (float("-inf"), {})
+        #: id(lease dir) -> (when, what `nvidia_busy` said), per host.
+        self._nvidia: dict[int, tuple[float, dict[int, str]]] = {}
 
     def declare(
         self,
@@ -138,12 +139,12 @@ class GpuAllocator:
         return out
 
     def _nvidia_busy(self, leases: Any, leased: list[int]) -> dict[int, str]:
-        at, busy = self._nvidia
+        """The host's GPUs that a process vcli did not start uses (its nvidia-smi, on the host
+        itself for SSH hosts), but for those a lease accounts for (`leased`)."""
+        at, busy = self._nvidia.get(id(leases), (float("-inf"), {}))
         if time.monotonic() - at > 2.0:  # nvidia-smi takes tens of ms: asked at most every 2 s
-            from vcli.placement.gpulease import nvidia_busy
-
-            busy = nvidia_busy()
-            self._nvidia = (time.monotonic(), busy)
+            busy = leases.nvidia_busy()
+            self._nvidia[id(leases)] = (time.monotonic(), busy)
         return {i: why for i, why in busy.items() if i not in leased}
 
     def check(self, host: str, count: int, accelerator_type: str | None = None) -> None:
@@ -230,6 +231,9 @@ class GpuAllocator:
         busy = self._nvidia_busy(leases, []) if self.nvidia_check else {}
         got: list[int] = []
         elsewhere: dict[int, str] = {i: why for i, why in busy.items() if i in free}
+        ahead = first_come(leases, record, [i for i in free if i not in elsewhere])
+        if ahead is not None:
+            return None, {**elsewhere, **{i: ahead for i in free if i not in elsewhere}}
         for i in free:
             if len(got) == count:
                 break
@@ -299,3 +303,60 @@ def detect_local_gpus() -> tuple[int, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return tuple(range(sum(1 for line in out.splitlines() if line.startswith("GPU "))))
+
+
+#: A waiter that has not tried for this long (a suspended or hung process) keeps no place in
+#: the queue (seconds; waiters try every 0.25 s, studies every controller tick).
+STALE_WAITER_SECONDS = 10.0
+#: A waiter that has waited this long has the next free GPUs kept for it even when it cannot
+#: use them yet (its request is larger than what is free): younger requests no longer pass it.
+FAIR_WAIT_SECONDS = 30.0
+
+
+def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int]) -> str | None:
+    """Why a request (`record`: a job, or a study's trial) must leave the host's `free` GPUs to one that waits
+    longer, or None: first come, first served among the jobs and trials in the host's waiting
+    queue (`vcli.placement.gpulease.LeaseDir.waiters`), whatever process or user they belong to.
+
+    An earlier waiter comes first when the GPUs free now are enough for it (it takes them at its
+    next try), or once it has waited `FAIR_WAIT_SECONDS` (no large request starves behind a
+    stream of small ones). Otherwise a later request may use GPUs the earlier one cannot use yet
+    (no GPU idles for the queue's sake). A request not in the queue yet is the latest."""
+    from vcli.placement.gpulease import describe_holder
+
+    waiters = leases.waiters()
+    if not waiters:
+        return None
+    now = time.time()
+    me = _requester(record)
+    mine = next((_num(w.get("since")) for w in waiters if _requester(w) == me), now)
+    held: dict[int, Any] | None = None
+    for w in waiters:  # oldest first
+        since = _num(w.get("since"))
+        if _requester(w) == me or since >= mine:
+            return None
+        if _num(w.get("idle")) > STALE_WAITER_SECONDS:
+            continue
+        if held is None:
+            held = leases.probe(list(free))
+        available = sum(1 for i in free if held.get(i) is None)
+        wants = int(_num(w.get("gpus")))
+        if 0 < wants <= available or now - since > FAIR_WAIT_SECONDS:
+            who = describe_holder({k: v for k, v in w.items() if k not in ("user", "since")})
+            by = f" of {w['user']}" if w.get("user") else ""
+            return f"kept for {who}{by}, which has waited {now - since:.0f}s (first come, first served)"
+    return None
+
+
+def _requester(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Who asks: a study's trial (whose job id is new at each attempt to place it), or a job."""
+    if rec.get("study") and rec.get("trial"):
+        return ("trial", rec["study"], rec["trial"])
+    return ("job", rec.get("job"))
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0

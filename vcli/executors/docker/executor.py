@@ -401,7 +401,17 @@ class DockerExecutor(ExecutorBase):
             watch.final = final
             watch.done.set()
         else:
-            self._keep_leases(launch, container.id, leases)
+            try:
+                self._keep_leases(launch, container.id, leases)
+            except ExecutorError:
+                try:  # never a container running on GPUs nothing holds
+                    client.api.remove_container(container.id, force=True)
+                except docker.errors.DockerException:
+                    pass
+                with self._lock:
+                    self._watches.pop(container.id, None)
+                writer.close()
+                raise
             watch.thread = threading.Thread(
                 target=self._watch, args=(container.id, watch), name=f"vcli-docker-{launch.task_name}", daemon=True
             )

@@ -7,6 +7,10 @@ known_hosts and identity file). Output/metric/AIP_* paths are mapped to the host
 (`remote.remote_view`) and bind-mounted there; images must exist on the host's engine, be
 pullable from a registry, or be built there (autopackaging streams the build context over SSH).
 Needs the docker CLI (>= 18.09) on the host and the login user in its docker group.
+
+A container's GPU leases live on the host as a process replica's do: once it started, the
+wrapper's `keep` (`vcli.executors.ssh.wrapper`) takes them over from the controller's lease
+server and holds them in a keeper on the host that waits for the container to stop.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Callable, Sequence
 from vcli.errors import ExecutorError
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.executors.ssh.remote import map_path, parse_ref, remote_view, replica_details
+from vcli.executors.ssh.remote import install_tools, map_path, parse_ref, remote_view, replica_details
 from vcli.executors.ssh.transfer import upload_dir
 from vcli.logs import LogWriter
 
@@ -107,7 +111,7 @@ class DockerBridge:
                 pass
 
 
-def _remote_docker_executor(base_url: str) -> Any:
+def _remote_docker_executor(base_url: str, keep_leases: Callable[[ReplicaLaunch, str], None]) -> Any:
     from vcli.executors.docker import DockerExecutor
 
     class RemoteDockerExecutor(DockerExecutor):
@@ -115,7 +119,15 @@ def _remote_docker_executor(base_url: str) -> Any:
         #: DockerExecutor.start when it checks this attribute).
         create_local_dirs = False
 
+        def _keep_leases(self, launch: ReplicaLaunch, cid: str, leases: Sequence[Any] | None = None) -> None:
+            keep_leases(launch, cid)  # on the host, not by a keeper on this machine
+
     return RemoteDockerExecutor(base_url=base_url)
+
+
+#: (the host's lease server, the replica's GPU indices), or None for a replica with no GPU;
+#: `SSHExecutor._replica_leases`. Raises ExecutorError when one is held by another replica.
+LeasesOf = Callable[[ReplicaLaunch, Any], "tuple[Any, tuple[int, ...]] | None"]
 
 
 class DockerOnHosts:
@@ -126,8 +138,10 @@ class DockerOnHosts:
     answers exit code 255 for its containers (their state there is unknown) and is not asked again.
     """
 
-    def __init__(self, link: Callable[[str], HostLink], home: str, executor_name: str) -> None:
+    def __init__(self, link: Callable[[str], HostLink], home: str, executor_name: str,
+                 leases: LeasesOf | None = None) -> None:
         self._link = link
+        self._leases = leases
         self._home = home
         self._name = executor_name
         self._lock = threading.RLock()
@@ -143,7 +157,8 @@ class DockerOnHosts:
             entry = self._engines.get(host_name)
             if entry is None:
                 bridge = DockerBridge(self._link(host_name))
-                entry = self._engines[host_name] = (bridge, _remote_docker_executor(f"unix://{bridge.path}"))
+                entry = self._engines[host_name] = (
+                    bridge, _remote_docker_executor(f"unix://{bridge.path}", self.keep_leases))
             return entry[1]
 
     def _remote(self, launch: ReplicaLaunch, link: HostLink) -> tuple[ReplicaLaunch, Any]:
@@ -172,6 +187,8 @@ class DockerOnHosts:
         # creates nothing on this machine) then mounts the destinations `host_dirs` names.
         for src, dest in remote.seed_dirs:
             upload_dir(link, src, dest)
+        if self._leases is not None:
+            self._leases(launch, host)  # before the container exists: a GPU another replica holds is refused
         try:
             inner = self.engine(host.name).start(remote)
         except PermissionError as e:
@@ -188,6 +205,26 @@ class DockerOnHosts:
         w.close()
         return ReplicaHandle(executor=self._name, host=host.name, ref=ref, task_name=launch.task_name,
                              details=replica_details(host.name, ref))
+
+    def keep_leases(self, launch: ReplicaLaunch, cid: str) -> None:
+        """Hand the GPU leases of container `cid` (just started on its host) from the
+        controller's lease server to a keeper on the host that lives until the container stops
+        (`wrapper.py keep`). Raises ExecutorError (the Docker executor then removes the container)."""
+        gpus = self._leases(launch, self._link(launch.placement.host).host) if self._leases is not None else None
+        if gpus is None:
+            return
+        leases, indices = gpus
+        link = self._link(launch.placement.host)
+        host = link.host
+        command = qargv([host.python, "-S", install_tools(link).wrapper, "keep", str(leases.socket),
+                         ",".join(str(i) for i in indices), cid, launch.job_id, launch.task_name])
+        rc, out, err = link.run(command, timeout=60)
+        pid = next((line.split()[1] for line in out.splitlines() if line.startswith("VCLI-KEEPER ")), None)
+        if rc != 0 or pid is None:
+            detail = err.strip().splitlines()[-1:] or [f"exit status {rc}"]
+            raise ExecutorError(f"Cannot hold the GPU lease(s) {list(indices)} of replica {launch.task_name} on "
+                                f"host {host.name}: {detail[0]}")
+        leases.handed_over(indices)
 
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         """Stream an adopted container's output into its local log again (the host's engine

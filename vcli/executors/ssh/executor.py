@@ -91,7 +91,7 @@ class SSHExecutor(ExecutorBase):
         #: host -> why it is down (declared dead here, not yet answering again).
         self._down: dict[str, str] = {}
         self._probing: set[str] = set()
-        self._docker = DockerOnHosts(self._link, self._home, self.name)
+        self._docker = DockerOnHosts(self._link, self._home, self.name, self._replica_leases)
         self._closed = threading.Event()
         #: VCLI_SSH_ORPHAN_TIMEOUT: how long replicas run on without a controller renewing their lease.
         self._orphan_timeout = orphan_timeout()
@@ -125,7 +125,7 @@ class SSHExecutor(ExecutorBase):
             return leases
 
     def _replica_leases(self, launch: ReplicaLaunch, host: Host) -> tuple[RemoteLeases, tuple[int, ...]] | None:
-        """The leases a process replica's supervisor is to hold: those the placer took (the
+        """The leases a replica's supervisor (or container keeper) is to hold: those the placer took (the
         rest are taken now). One another replica holds is an ExecutorError: a replica never
         starts on a GPU it has no lease of."""
         indices = tuple(launch.placement.gpu_indices or ())

@@ -6,7 +6,7 @@ that drive one GPU host see each other's replicas. A controller reaches them thr
 server per host (`python -S gpulease.py serve DIR`, shipped with the supervisor and started on
 its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
 `vcli.placement.gpulease.LeaseDir` that `vcli.placement.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
-(`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`), each call one JSON line there
+(`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`, `nvidia_busy`), each call one JSON line there
 and back.
 
 A placed replica's leases go from the server to the replica's wrapper and supervisor on the
@@ -178,6 +178,19 @@ class RemoteLeases:
                 out[int(pair[0])] = pair[1] if isinstance(pair[1], dict) else None
         return out
 
+    def nvidia_busy(self) -> dict[int, str]:
+        """GPUs of the host that a process vcli did not start uses (the host's nvidia-smi);
+        {} when the host has none or cannot be asked (`acquire` then says why)."""
+        try:
+            reply = self._call({"op": "busy"})
+        except ExecutorError:
+            return {}
+        out: dict[int, str] = {}
+        for pair in reply.get("busy") or []:
+            if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
+                out[int(pair[0])] = pair[1]
+        return out
+
     def waiters(self) -> list[dict[str, Any]]:
         try:
             reply = self._call({"op": "waiters"})
@@ -188,16 +201,21 @@ class RemoteLeases:
     def queue(self, record: Mapping[str, Any]) -> _Entry:
         """Enter `record` in the host's waiting queue until the entry is closed (best effort)."""
         key = f"w{next(self._keys)}"
-        try:
-            self._call({"op": "queue", "key": key, "record": dict(record)})
-        except ExecutorError:
-            pass
-        return _Entry(self, key)
+        entry = _Entry(self, key, dict(record))
+        entry.touch()
+        return entry
 
 
 class _Entry:
-    def __init__(self, leases: RemoteLeases, key: str) -> None:
-        self.leases, self.key = leases, key
+    def __init__(self, leases: RemoteLeases, key: str, record: dict[str, Any]) -> None:
+        self.leases, self.key, self.record = leases, key, record
+
+    def touch(self) -> None:
+        """Enter the queue, or mark another try (`vcli.placement.gpulease.Waiting.touch`)."""
+        try:
+            self.leases._call({"op": "queue", "key": self.key, "record": self.record})
+        except ExecutorError:
+            pass
 
     def close(self) -> None:
         try:

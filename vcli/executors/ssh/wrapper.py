@@ -5,6 +5,7 @@
                              [NAME=VALUE...] -- ARGV...
     python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
+    python -S wrapper.py keep SOCKET I,J... CONTAINER JOB_ID REPLICA
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
 
@@ -47,6 +48,14 @@ gone. Bytes on its stdin touch LEASE; stdin closing ends it (the replica keeps r
 listed supervisor that is alive and carries VCLI_JOB_ID=JOB_ID (never a reused pid), a grace
 period for them to finish, SIGUSR1, then SIGKILL to every process that carries one of the
 TAGs. It prints `STOPPED` or `LEFT <pids>` (exit status 3).
+
+`keep` holds the host-wide GPU leases of a container replica (the Docker runtime on SSH
+hosts) for exactly as long as the container runs: it takes them over from the controller's
+lease server as `run` does, forks a keeper in a session of its own that holds the descriptors
+and waits with `docker container wait CONTAINER` (asking `docker container inspect` again
+after an engine hiccup), records the keeper as their holder, prints `VCLI-KEEPER <pid>` and
+exits. The keeper, and so the leases, end when the container stops or is removed, whatever
+happens to the controller or its SSH connection; `kill -9` of the keeper frees them at once.
 
 Standard library only and no vcli imports, like the supervisor: it runs on hosts that have
 no vcli installed.
@@ -460,6 +469,67 @@ def stop(job_id: str, grace: float, targets: list[tuple[int, str]]) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- keep
+
+
+def _container_running(container: str) -> bool | None:
+    """True/False as the engine says; None when it cannot be asked (no answer, no CLI)."""
+    import subprocess
+
+    try:
+        p = subprocess.run(["docker", "container", "inspect", "--format", "{{.State.Running}}", container],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode == 0:
+        return p.stdout.strip() == b"true"
+    return False if b"no such" in p.stderr.lower() else None
+
+
+def _keep_waiting(container: str) -> None:
+    """Until the container is not running (stopped, removed, unknown to a reachable engine)."""
+    import subprocess
+
+    unsure = 0
+    while True:
+        try:
+            subprocess.run(["docker", "container", "wait", container], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            pass
+        running = _container_running(container)
+        if running is False:
+            return
+        unsure = unsure + 1 if running is None else 0
+        if unsure > 10:  # the engine is gone for good (as the local keeper does)
+            return
+        time.sleep(1.0)
+
+
+def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica: str) -> int:
+    try:
+        fds = take_over(socket_name, gpus)
+    except OSError as e:
+        os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpus}: {e.strerror or e}\n".encode())
+        return 127
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for std in (0, 1, 2):
+                os.dup2(devnull, std)
+            os.environ["VCLI_JOB_ID"] = job_id
+            _keep_waiting(container)
+        finally:
+            os._exit(0)
+    _record_holder(fds, {"pid": pid, "replica": replica, "container": container[:12], "wrapperPid": os.getpid()})
+    for fd in fds:
+        os.close(fd)
+    os.write(1, f"VCLI-KEEPER {pid}\n".encode())
+    return 0
+
+
 def main(args: list[str]) -> int:
     if len(args) >= 10 and args[0] == "run" and "--" in args[8:]:
         sep = args.index("--", 8)
@@ -484,6 +554,8 @@ def main(args: list[str]) -> int:
     if len(args) >= 5 and args[0] == "stop" and len(args) % 2 == 1:
         pairs = args[3:]
         return stop(args[1], float(args[2]), [(int(pairs[i]), pairs[i + 1]) for i in range(0, len(pairs), 2)])
+    if len(args) == 6 and args[0] == "keep":
+        return keep(args[1], [int(i) for i in args[2].split(",") if i], args[3], args[4], args[5])
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2
 
