@@ -87,6 +87,11 @@ class Goal(str, Enum):
     MAXIMIZE = "MAXIMIZE"
     MINIMIZE = "MINIMIZE"
 
+    @property
+    def sign(self) -> float:
+        """+1 for MAXIMIZE, -1 for MINIMIZE: `sign * value` is higher when better."""
+        return 1.0 if self is Goal.MAXIMIZE else -1.0
+
 
 class ScaleType(str, Enum):
     SCALE_TYPE_UNSPECIFIED = "SCALE_TYPE_UNSPECIFIED"
@@ -103,6 +108,10 @@ class Algorithm(str, Enum):
     TPE = "TPE"
     #: vcli extension: Population Based Training (`StudySpec.population_based_training_spec`).
     POPULATION_BASED_TRAINING = "POPULATION_BASED_TRAINING"
+
+    def flag_word(self) -> str:
+        """gcloud's `--algorithm` spelling: `grid-search` for GRID_SEARCH."""
+        return self.value.lower().replace("_", "-")
 
 
 class MeasurementSelectionType(str, Enum):

@@ -7,7 +7,7 @@ translates to and from Vertex's camelCase YAML/JSON. Enum values are Vertex's st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Mapping, Union
+from typing import Annotated, Any, ClassVar, Mapping, Sequence, Union
 
 # The model's enums live in `vcli.enums` (cheap for the CLI's start-up) and are re-exported here.
 from vcli.enums import (  # noqa: F401
@@ -506,3 +506,12 @@ class ReplicaId:
     @property
     def task_type(self) -> str:
         return POOL_TASK_TYPES[self.pool_index]
+
+
+def iter_parameters(params: Sequence[ParameterSpec]) -> list[ParameterSpec]:
+    """Every parameter, conditional children included, depth first."""
+    out: list[ParameterSpec] = []
+    for p in params:
+        out.append(p)
+        out.extend(iter_parameters([c.parameter_spec for c in p.conditional_parameter_specs]))
+    return out

@@ -49,9 +49,9 @@ class StudySnapshot:
         """The best trial by the (first) metric; None with several metrics (see `optimal`)."""
         if len(self.metrics) > 1:
             return None
-        sign = 1.0 if self.metrics[0].goal == Goal.MAXIMIZE else -1.0
-        done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
-        return max(done, key=lambda t: (sign * t.final_measurement.metrics[self.metric_id], -int(t.id)), default=None)  # type: ignore[union-attr]
+        from vcli.tuning.result import best_trial
+
+        return best_trial(self.trials.values(), self.metrics[0])
 
     def optimal(self) -> set[str]:
         """Ids of the study's result so far: the best trial, or the Pareto front."""

@@ -17,20 +17,13 @@ from typing import IO, Any
 import typer
 from typer.core import TyperGroup
 
-from vcli.enums import ExecutorKind, MeasurementSelectionType
+from vcli.enums import Algorithm, ExecutorKind, MeasurementSelectionType
 from vcli.errors import ExitCode
 
-
-class AlgorithmFlag(str, Enum):
-    """`--algorithm`, in gcloud's spelling (the study's `algorithm` upper-cased with underscores)."""
-
-    ALGORITHM_UNSPECIFIED = "algorithm-unspecified"
-    GRID_SEARCH = "grid-search"
-    RANDOM_SEARCH = "random-search"
-    #: vcli extension: the Tree-structured Parzen Estimator.
-    TPE = "tpe"
-    #: vcli extension: Population Based Training (studySpec.populationBasedTrainingSpec).
-    POPULATION_BASED_TRAINING = "population-based-training"
+#: `--algorithm`, in gcloud's spelling (the study's `algorithm` lower-cased with hyphens), one
+#: word per `vcli.enums.Algorithm` (Vertex's three, then vcli's TPE and Population Based Training).
+AlgorithmFlag = Enum(  # type: ignore[misc]
+    "AlgorithmFlag", {a.name: a.flag_word() for a in Algorithm}, type=str, module=__name__)
 
 
 class MeasurementSelection(str, Enum):

@@ -20,6 +20,14 @@ from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_out
 from vcli.cli.support import command, err, interrupt_on_signals
 from vcli.enums import JobKind, JobState
 
+#: `--early-stopping`'s help: the words and keys of the rules' registry
+#: (`vcli.tuning.stopping.RULES`), spelled out so that `vcli --help` never imports the data
+#: model; tests/test_registries.py fails when they differ.
+_EARLY_STOPPING_HELP = (
+    "vcli: stop unpromising trials early: none|median|decay-curve|convex|asha|hyperband[,KEY=VALUE...] (keys: "
+    "reduction-factor, min-step-count, max-step-count, min-measurement-count, learning-rate-parameter-name, "
+    "use-elapsed-duration).")
+
 app = typer.Typer(cls=GcloudGroup, help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
 
 
@@ -106,7 +114,7 @@ def create(
     seed: Annotated[Optional[int], typer.Option("--seed", help="vcli: makes the suggestions reproducible.")] = None,
     study_timeout: Annotated[Optional[str], typer.Option("--study-timeout", help="vcli: wall-clock budget, e.g. 30m; running trials are stopped when it ends.")] = None,
     goal_value: Annotated[Optional[float], typer.Option("--goal-value", help="vcli: end the study once a trial's metric reaches this value.")] = None,
-    early_stopping: Annotated[Optional[str], typer.Option("--early-stopping", help="vcli: stop unpromising trials early: none|median|decay-curve|convex|asha|hyperband[,KEY=VALUE...] (keys: reduction-factor, min-step-count, max-step-count, min-measurement-count, learning-rate-parameter-name, use-elapsed-duration).")] = None,
+    early_stopping: Annotated[Optional[str], typer.Option("--early-stopping", help=_EARLY_STOPPING_HELP)] = None,
     bayesian_backend: Annotated[BayesianBackend, typer.Option("--bayesian-backend", help="vcli: gp (vcli's GP) | skopt (scikit-optimize).")] = BayesianBackend.GP,
     labels: o.Labels = None,
     service_account: o.ServiceAccount = None,

@@ -20,22 +20,21 @@ from vcli.codec.yamlio import load_document
 from vcli.errors import ConfigError, UsageError
 from vcli.spec import (
     Algorithm,
-    AshaStoppingSpec,
     CategoricalValueSpec,
     ConditionalParameterSpec,
-    ConvexAutomatedStoppingSpec,
     CustomJobSpec,
     DiscreteValueSpec,
     DoubleValueSpec,
     Goal,
-    HyperbandStoppingSpec,
     HyperparameterTuningJobSpec,
     IntegerValueSpec,
     MetricSpec,
     ParameterSpec,
     ScaleType,
     StudySpec,
+    iter_parameters,
 )
+from vcli.tuning.stopping import RULES, check_rule
 
 _VALUE_SPECS = {
     "doubleValueSpec": DoubleValueSpec,
@@ -183,43 +182,16 @@ def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "st
     return spec
 
 
-#: The studySpec keys of the automated stopping oneof (Vertex's three, then vcli's two).
-STOPPING_KEYS = ("medianAutomatedStoppingSpec", "decayCurveStoppingSpec", "convexAutomatedStoppingSpec",
-                  "ashaStoppingSpec", "hyperbandStoppingSpec")
+#: The studySpec keys of the automated stopping oneof (Vertex's three, then vcli's own), from
+#: the rules' registry (`vcli.tuning.stopping.RULES`).
+STOPPING_KEYS = tuple(rule.key for rule in RULES.values())
 
 
 def check_stopping(spec: StudySpec, error: Callable[[str, str], Exception]) -> None:
-    """An automated stopping spec must make sense: one metric to judge by, bounds in order.
-
-    `error(field, message)` builds the exception; field "" means the spec as a whole.
-    """
-    stop = spec.automated_stopping_spec
-    if stop is None:
-        return
-    if len(spec.metrics) > 1:
-        raise error("", f"early stopping judges trials by one metric, but the study has {len(spec.metrics)} "
-                    f"({', '.join(m.metric_id for m in spec.metrics)}); remove the stopping spec or keep one metric")
-    if isinstance(stop, (AshaStoppingSpec, HyperbandStoppingSpec)):
-        if stop.reduction_factor < 2:
-            raise error("reductionFactor", f"must be an integer of at least 2, found [{stop.reduction_factor}]")
-        if stop.min_step_count < 1:
-            raise error("minStepCount", f"must be at least 1, found [{stop.min_step_count}]")
-    if isinstance(stop, HyperbandStoppingSpec) and stop.max_step_count < stop.min_step_count * stop.reduction_factor:
-        raise error("maxStepCount", f"Hyperband needs maxStepCount (the steps of a full trial) of at least "
-                    f"minStepCount x reductionFactor = {stop.min_step_count * stop.reduction_factor}, "
-                    f"found [{stop.max_step_count}]")
-    if isinstance(stop, AshaStoppingSpec) and stop.max_step_count is not None and stop.max_step_count < stop.min_step_count:
-        raise error("maxStepCount", f"must be at least minStepCount ({stop.min_step_count}), found [{stop.max_step_count}]")
-    if isinstance(stop, ConvexAutomatedStoppingSpec):
-        for name, value in (("minStepCount", stop.min_step_count), ("maxStepCount", stop.max_step_count),
-                            ("minMeasurementCount", stop.min_measurement_count)):
-            if value is not None and value < 0:
-                raise error(name, f"must not be negative, found [{value}]")
-        if stop.min_step_count is not None and stop.max_step_count is not None and stop.max_step_count < stop.min_step_count:
-            raise error("maxStepCount", f"must be at least minStepCount ({stop.min_step_count}), found [{stop.max_step_count}]")
-        lr = stop.learning_rate_parameter_name
-        if lr and lr not in {p.parameter_id for p in iter_parameters(spec.parameters)}:
-            raise error("learningRateParameterName", f"[{lr}] is not a parameter of the study")
+    """An automated stopping spec must make sense: one metric to judge by, bounds in order
+    (each rule's own `check`). `error(field, message)` builds the exception; field "" means
+    the spec as a whole."""
+    check_rule(spec, error)
 
 
 def check_algorithm(spec: StudySpec, error: Callable[[str], Exception]) -> None:
@@ -232,15 +204,6 @@ def check_algorithm(spec: StudySpec, error: Callable[[str], Exception]) -> None:
                 f"GRID_SEARCH needs every parameter to be INTEGER, CATEGORICAL or DISCRETE, but [{p.parameter_id}] is DOUBLE "
                 "(use a discreteValueSpec with the values to try)"
             )
-
-
-def iter_parameters(params: Sequence[ParameterSpec]) -> list[ParameterSpec]:
-    """Every parameter, conditional children included, depth first."""
-    out: list[ParameterSpec] = []
-    for p in params:
-        out.append(p)
-        out.extend(iter_parameters([c.parameter_spec for c in p.conditional_parameter_specs]))
-    return out
 
 
 def hp_tuning_job_from_document(doc: Any, source: str, no_effect: list[str] | None = None,
@@ -339,7 +302,7 @@ def hp_tuning_document(
         trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
         doc["trialJobSpec"] = trial
     if algorithm:
-        choices = ("algorithm-unspecified", "grid-search", "random-search", "tpe", "population-based-training")
+        choices = tuple(a.flag_word() for a in Algorithm)
         if algorithm not in choices:
             raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
         if "studySpec" in doc:
@@ -360,13 +323,7 @@ def hp_tuning_document(
 
 #: `--early-stopping` rule words -> (studySpec key, the keys the flag may set after the word).
 EARLY_STOPPING_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "median": ("medianAutomatedStoppingSpec", ("use-elapsed-duration",)),
-    "decay-curve": ("decayCurveStoppingSpec", ("use-elapsed-duration",)),
-    "convex": ("convexAutomatedStoppingSpec", ("min-step-count", "max-step-count", "min-measurement-count",
-                                               "learning-rate-parameter-name", "use-elapsed-duration")),
-    "asha": ("ashaStoppingSpec", ("reduction-factor", "min-step-count", "max-step-count", "use-elapsed-duration")),
-    "hyperband": ("hyperbandStoppingSpec", ("reduction-factor", "min-step-count", "max-step-count", "use-elapsed-duration")),
-}
+    name: (rule.key, rule.flag_keys) for name, rule in RULES.items()}
 
 
 def early_stopping_from_flag(value: str) -> tuple[str, dict[str, Any]] | None:

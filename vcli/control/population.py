@@ -19,14 +19,13 @@ at a step: PBT stops it as INFEASIBLE, saying so.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli.cluster import output_dirs
 from vcli.executors import Executor, ReplicaHandle
-from vcli.spec import HyperparameterTuningJobSpec, ParameterValue, PbtLineage, Trial, TrialState
+from vcli.spec import HyperparameterTuningJobSpec, MetricSpec, ParameterValue, PbtLineage, Trial
 
 
 @dataclass
@@ -134,14 +133,13 @@ class Population:
         m = trial.final_measurement
         return m is not None and m.step_count >= self.pbt_spec.max_step_count
 
-    def best(self, trials: Sequence[Trial], goal_sign: float) -> Trial | None:
-        """The best final measurement among trials that trained to maxStepCount (among all
-        SUCCEEDED trials if none did)."""
-        done = [t for t in trials if t.state == TrialState.SUCCEEDED and t.final_measurement is not None
-                and math.isfinite(t.final_measurement.metrics.get(self.metric_id, math.nan))]
-        full = [t for t in done if self.finished(t)] or done
-        return max(full, key=lambda t: (goal_sign * t.final_measurement.metrics[self.metric_id], -int(t.id)),  # type: ignore[union-attr]
-                   default=None)
+    def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
+        """The best trial (`vcli.tuning.result.best_trial`) among those that trained to
+        maxStepCount (among all SUCCEEDED trials if none did)."""
+        from vcli.tuning.result import best_trial, final_value
+
+        done = [t for t in trials if final_value(t, metric.metric_id) is not None]
+        return best_trial([t for t in done if self.finished(t)] or done, metric)
 
 
 def stored_handle(store: Any, custom_job: str | None) -> ReplicaHandle | None:

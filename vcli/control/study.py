@@ -51,6 +51,7 @@ from vcli.spec import (
     TrialState,
 )
 from vcli.store import Store, new_id, now_iso, resource_name
+from vcli.tuning.result import best_trial
 from vcli.tuning.suggesters import Suggester
 
 
@@ -547,13 +548,9 @@ class StudyRun:
     def best_trial(self) -> Trial | None:
         """The best SUCCEEDED trial by the first metric (the study's result when it has one
         metric); with PBT, among the trials that trained to maxStepCount."""
-        sign = 1.0 if self.metric.goal.value == "MAXIMIZE" else -1.0
         if self.population is not None:
-            return self.population.best(list(self.trials.values()), sign)
-        done = [t for t in self.trials.values() if t.state == TrialState.SUCCEEDED and t.final_measurement]
-        if not done:
-            return None
-        return max(done, key=lambda t: (sign * t.final_measurement.metrics[self.metric.metric_id], -int(t.id)))  # type: ignore[union-attr]
+            return self.population.best(list(self.trials.values()), self.metric)
+        return best_trial(self.trials.values(), self.metric)
 
     def _save(self, trial: Trial) -> None:
         self.store.save_trial(self.study_id, trial_to_dict(trial, self.param_specs))

@@ -25,6 +25,7 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
+from vcli.tuning.result import best_trial, final_value
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,9 @@ class Finished:
 
 
 def metric_value(trial: Trial, metric_id: str) -> float | None:
-    """The trial's final value of `metric_id` when it SUCCEEDED with a finite one, else None."""
-    if trial.state != TrialState.SUCCEEDED or trial.final_measurement is None:
-        return None
-    try:
-        v = float(trial.final_measurement.metrics[metric_id])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+    """The trial's final value of `metric_id` when it SUCCEEDED with a finite one, else None
+    (`vcli.tuning.result.final_value`)."""
+    return final_value(trial, metric_id)
 
 
 def finished(metric: MetricSpec, trials: Sequence[Trial]) -> list[Finished]:
@@ -64,12 +60,10 @@ def best_so_far(values: Sequence[float], goal: Goal) -> list[float]:
 
 
 def best(metric: MetricSpec, trials: Sequence[Trial]) -> Finished | None:
-    """The finished trial with the best objective (the first of equals), or None."""
-    top: Finished | None = None
-    for f in finished(metric, trials):
-        if top is None or better(f.value, top.value, metric.goal):
-            top = f
-    return top
+    """The finished trial with the best objective (`vcli.tuning.result.best_trial`), or None."""
+    top = best_trial(trials, metric)
+    value = final_value(top, metric.metric_id) if top is not None else None
+    return Finished(top, value) if top is not None and value is not None else None
 
 
 def is_categorical(p: ParameterSpec) -> bool:

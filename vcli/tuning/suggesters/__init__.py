@@ -15,7 +15,7 @@ from typing import Protocol
 
 from vcli.spec import Algorithm, StudySpec, Trial, TrialSuggestion
 
-__all__ = ["Suggester", "get_suggester", "BAYESIAN_BACKENDS"]
+__all__ = ["BAYESIAN", "BAYESIAN_BACKENDS", "SUGGESTERS", "Suggester", "get_suggester"]
 
 BAYESIAN_BACKENDS = ("gp", "skopt")
 
@@ -62,10 +62,28 @@ class Suggester(Protocol):
     def tell(self, trial: Trial) -> None: ...
 
 
+#: The suggester of each algorithm: (module, class), imported when a study needs it. PBT's
+#: population and explorations come from `vcli.tuning.pbt`; a random suggester stands in so
+#: that every study has one (it is told the trials, never asked). ALGORITHM_UNSPECIFIED
+#: (Vertex's default, Bayesian optimisation) is the Bayesian backend's (`BAYESIAN`).
+SUGGESTERS: dict[Algorithm, tuple[str, str]] = {
+    Algorithm.GRID_SEARCH: ("vcli.tuning.suggesters.grid_search", "GridSearchSuggester"),
+    Algorithm.RANDOM_SEARCH: ("vcli.tuning.suggesters.random_search", "RandomSearchSuggester"),
+    Algorithm.TPE: ("vcli.tuning.suggesters.tpe", "TPESuggester"),
+    Algorithm.POPULATION_BASED_TRAINING: ("vcli.tuning.suggesters.random_search", "RandomSearchSuggester"),
+}
+#: `--bayesian-backend` -> (module, class) of the ALGORITHM_UNSPECIFIED suggester.
+BAYESIAN: dict[str, tuple[str, str]] = {
+    "gp": ("vcli.tuning.suggesters.bayesian", "GPSuggester"),
+    "skopt": ("vcli.tuning.suggesters.bayesian", "SkoptSuggester"),
+}
+BAYESIAN_BACKENDS = tuple(BAYESIAN)
+
+
 def get_suggester(
     study_spec: StudySpec, *, seed: int | None = None, bayesian_backend: str = "gp"
 ) -> Suggester:
-    """The suggester for ``study_spec.algorithm``.
+    """The suggester for ``study_spec.algorithm`` (`SUGGESTERS`, `BAYESIAN`).
 
     ALGORITHM_UNSPECIFIED (Vertex's default, Bayesian optimisation) -> the Bayesian suggester
     with ``bayesian_backend`` "gp" (vcli's own Gaussian process, the default) or "skopt"
@@ -76,31 +94,16 @@ def get_suggester(
     (its `name` the missing module, e.g. "numpy") for a Bayesian or TPE suggester without the
     `tune` extra.
     """
+    import importlib
+
     algorithm = study_spec.algorithm
-    if algorithm == Algorithm.GRID_SEARCH:
-        from vcli.tuning.suggesters.grid_search import GridSearchSuggester
-
-        return GridSearchSuggester(study_spec, seed=seed)
-    if algorithm in (Algorithm.RANDOM_SEARCH, Algorithm.POPULATION_BASED_TRAINING):
-        # PBT's population and explorations come from `vcli.tuning.pbt`; a random suggester stands
-        # in so that every study has one (it is told the trials, never asked).
-        from vcli.tuning.suggesters.random_search import RandomSearchSuggester
-
-        return RandomSearchSuggester(study_spec, seed=seed)
-    if algorithm == Algorithm.TPE:
-        from vcli.tuning.suggesters.tpe import TPESuggester
-
-        return TPESuggester(study_spec, seed=seed)
     if algorithm == Algorithm.ALGORITHM_UNSPECIFIED:
-        if bayesian_backend == "gp":
-            from vcli.tuning.suggesters.bayesian import GPSuggester
-
-            return GPSuggester(study_spec, seed=seed)
-        if bayesian_backend == "skopt":
-            from vcli.tuning.suggesters.bayesian import SkoptSuggester
-
-            return SkoptSuggester(study_spec, seed=seed)
-        raise ValueError(
-            f"unknown bayesian backend {bayesian_backend!r}; expected one of {BAYESIAN_BACKENDS}"
-        )
-    raise ValueError(f"unsupported algorithm {algorithm!r}")
+        where = BAYESIAN.get(bayesian_backend)
+        if where is None:
+            raise ValueError(f"unknown bayesian backend {bayesian_backend!r}; expected one of {BAYESIAN_BACKENDS}")
+    else:
+        where = SUGGESTERS.get(algorithm)
+        if where is None:
+            raise ValueError(f"unsupported algorithm {algorithm!r}")
+    module, name = where
+    return getattr(importlib.import_module(module), name)(study_spec, seed=seed)
