@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -248,3 +250,61 @@ def test_an_accelerator_this_machine_lacks_is_never_silent(run_vcli, vcli_home):
     assert len(warnings) == 1, r.stderr
     r = run_vcli(*args, env={"VCLI_LOCAL_GPUS": "2"})
     assert "WARNING" not in r.stderr
+
+
+# --------------------------------------------------------------------------- hostile documents
+
+_VALID_JOB = "workerPoolSpecs: [{machineSpec: {machineType: n1-standard-4}, containerSpec: {imageUri: x}}]\n"
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"\x80\x81workerPoolSpecs: []", "is not UTF-8 text (byte 0x80 at offset 0)"),
+        (b"[" * 100_000, "nests lists or mappings more than 64 levels deep"),
+        (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nests lists or mappings more than 64 levels deep"),
+        (_VALID_JOB.encode() + b"labels: " + b"{a: " * 3000 + b"b" + b"}" * 3000,
+         "nests lists or mappings more than 64 levels deep"),
+        (_VALID_JOB.encode() + b"labels: {a: " + b"7" * 5000 + b"}", "an integer of 5000 digits is out of range"),
+    ],
+    ids=["invalid-utf8", "deep-list", "deep-json", "deep-labels", "huge-integer"],
+)
+def test_a_hostile_config_is_one_line_never_a_traceback(run_vcli, vcli_home, tmp_path, content, fragment):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(content)
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={path}", "--validate-only")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert fragment in one_error_line(r)
+    assert "Traceback" not in r.stderr
+
+
+def test_a_utf16_config_with_its_byte_order_mark_is_read(run_vcli, vcli_home, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(_VALID_JOB.encode("utf-16"))
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={path}", "--validate-only")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("flag", ["--config", "--flags-file"])
+def test_an_endless_file_is_refused_after_16_mib_in_bounded_memory(vcli_home, flag):
+    """`/dev/zero` once grew vcli to 15 GB: now reading stops at the limit, with one line (the
+    peak resident size of that very process is measured, by wait4)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=j",
+                             f"{flag}=/dev/zero", "--validate-only"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode in (1, 2, 3), err[-2000:]
+    lines = err.splitlines()
+    assert len(lines) == 1 and "is larger than 16 MiB" in lines[0], err[-2000:]
+    assert usage.ru_maxrss < 400 * 1024, f"vcli grew to {usage.ru_maxrss // 1024} MiB"
+
+
+def test_a_bad_filter_regex_is_one_usage_line(run_vcli, vcli_home):
+    r = run_vcli("custom-jobs", "list", "--filter=displayName~(")
+    assert r.returncode == 2, r.stderr
+    assert "argument --filter: [displayName~(] is not a valid regular expression" in one_error_line(
+        r, "ERROR: (vcli.custom-jobs.list) ")

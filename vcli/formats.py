@@ -258,7 +258,13 @@ def apply_filter(resources: list[dict[str, Any]], expr: str | None) -> list[dict
         m = _TERM.match(t)
         if not m:
             raise UsageError(f"argument --filter: cannot parse [{t}]; use FIELD=VALUE, FIELD!=VALUE, FIELD~REGEX or FIELD:TEXT")
-        parsed.append((_path(m.group(1)), m.group(2), _unquote(m.group(3).strip())))
+        val: Any = _unquote(m.group(3).strip())
+        if m.group(2) == "~":
+            try:
+                val = re.compile(val)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise UsageError(f"argument --filter: [{t}] is not a valid regular expression: {e}") from None
+        parsed.append((_path(m.group(1)), m.group(2), val))
 
     def ok(r: dict[str, Any]) -> bool:
         for path, op, val in parsed:
@@ -268,7 +274,7 @@ def apply_filter(resources: list[dict[str, Any]], expr: str | None) -> list[dict
                 return False
             if op == "!=" and text == val:
                 return False
-            if op == "~" and not re.search(val, text):
+            if op == "~" and not val.search(text):
                 return False
             if op == ":" and val.lower() not in text.lower():
                 return False

@@ -282,15 +282,19 @@ def _invalid(path: str, message: str) -> FlagError:
 
 
 def _read(name: str, path: str, seen: tuple[str, ...]) -> list[tuple[str, Any]]:
-    from vcli.codec.yamlio import parse_yaml
+    from vcli.codec.yamlio import parse_yaml, read_text
     from vcli.errors import ConfigError
 
     real = os.path.realpath(os.path.expanduser(name))
     if real in seen:
         raise _invalid(path, f"[{name}] includes itself.")
     try:
-        with open(real, encoding="utf-8") as f:
-            text = f.read()
+        with open(real, "rb") as f:
+            text = read_text(f, name, FLAGS_FILE)
+    except ConfigError as e:
+        raise _invalid(path, str(e).split("]: ", 1)[-1]) from None
+    except IsADirectoryError:
+        raise _invalid(path, f"[{name}] is a directory, not a file.") from None
     except FileNotFoundError:
         raise _invalid(path, f"file [{name}] does not exist.") from None
     except OSError as e:

@@ -12,24 +12,58 @@ from typing import Any, Callable
 
 from vcli.errors import ConfigError
 
+#: The largest `--config` or `--flags-file` read (bytes): a study or job document is a few
+#: KiB; this bounds what `/dev/zero`, a runaway pipe or a wrong file can cost.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+#: The deepest nesting of lists and mappings accepted (Vertex's documents nest under 15).
+MAX_DEPTH = 64
+
 
 def load_document(path: str, *, stdin_text: Callable[[], str] | None = None) -> tuple[Any, str]:
-    """Read a YAML or JSON file (`-` = stdin); numbers like `1e-5` are numbers (YAML 1.2)."""
+    """Read a YAML or JSON file (`-` = stdin); numbers like `1e-5` are numbers (YAML 1.2).
+
+    At most `MAX_DOCUMENT_BYTES` are read; the text must be UTF-8 (a UTF-8 or UTF-16 byte
+    order mark is honoured). Anything else is one ConfigError line naming --config."""
     import sys
 
     if path == "-":
-        text = stdin_text() if stdin_text else sys.stdin.read()
         source = "<stdin>"
+        text = stdin_text() if stdin_text else read_text(sys.stdin.buffer, source, "--config")
     else:
         source = path
         try:
-            with open(os.path.expanduser(path), encoding="utf-8") as f:
-                text = f.read()
+            with open(os.path.expanduser(path), "rb") as f:
+                text = read_text(f, path, "--config")
         except FileNotFoundError:
             raise ConfigError(f"Invalid value for [--config]: file [{path}] does not exist.") from None
+        except IsADirectoryError:
+            raise ConfigError(f"Invalid value for [--config]: [{path}] is a directory, not a file.") from None
         except OSError as e:
             raise ConfigError(f"Invalid value for [--config]: cannot read [{path}]: {e.strerror}.") from None
     return parse_yaml(text, source), source
+
+
+def read_text(stream: Any, name: str, flag: str) -> str:
+    """The text of a binary stream, read up to `MAX_DOCUMENT_BYTES` and decoded as UTF-8 (or
+    UTF-16 with its byte order mark). Raises ConfigError naming `flag` and the file."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = stream.read(1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_DOCUMENT_BYTES:
+            raise ConfigError(f"Invalid value for [{flag}]: {name} is larger than "
+                              f"{MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; a document is a few KiB.")
+    data = b"".join(chunks)
+    encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"Invalid value for [{flag}]: {name} is not UTF-8 text (byte 0x{data[e.start]:02x} at "
+                          f"offset {e.start}).") from None
 
 
 def _yaml_loader() -> Any:
@@ -55,6 +89,10 @@ def _yaml_loader() -> Any:
 
     def construct_int(loader: Any, node: Any) -> int:
         text = loader.construct_scalar(node)
+        if len(text) > 40:  # no field holds more than 64 bits; int() refuses 4,300 digits slowly
+            mark = node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(text)} digits is out of range", mark)
         if text.startswith(("0o", "0x")):
             return int(text[2:], 8 if text[1] == "o" else 16)
         return int(text, 10)
@@ -80,12 +118,31 @@ def parse_yaml(text: str, source: str) -> Any:
     import yaml
 
     try:
-        return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass: no arbitrary objects
+        doc = yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass: no arbitrary objects
+    except RecursionError:
+        raise ConfigError(f"Invalid value for [--config]: {source} nests lists or mappings more than "
+                          f"{MAX_DEPTH} levels deep.") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"Invalid value for [--config]: {source} is not valid YAML or JSON{where}: {problem}") from None
+    _check_depth(doc, source)
+    return doc
+
+
+def _check_depth(doc: Any, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH (iteratively: the check itself never recurses)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > MAX_DEPTH:
+                    raise ConfigError(f"Invalid value for [--config]: {source} nests lists or mappings more than "
+                                      f"{MAX_DEPTH} levels deep.")
+                stack.append((child, depth + 1))
 
 
 def to_yaml(data: Any) -> str:
