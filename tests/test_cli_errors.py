@@ -308,3 +308,38 @@ def test_a_bad_filter_regex_is_one_usage_line(run_vcli, vcli_home):
     assert r.returncode == 2, r.stderr
     assert "argument --filter: [displayName~(] is not a valid regular expression" in one_error_line(
         r, "ERROR: (vcli.custom-jobs.list) ")
+
+
+def test_an_unreachable_ray_cluster_is_one_line_at_once(run_vcli, vcli_home):
+    """Ray retries an unreachable GCS for ever (a stale cluster file, a wrong --ray-address):
+    vcli asks the address first and says so in one line, exit 3, even with --validate-only."""
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool = "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x"
+    for extra, env in (([f"--ray-address=127.0.0.1:{port}"], None), ([], {"RAY_ADDRESS": f"127.0.0.1:{port}"})):
+        t0 = time.monotonic()
+        r = run_vcli("custom-jobs", "create", "--display-name=r", pool, "--command=python3,-c,pass", "--executor=ray",
+                     *extra, "--validate-only", env=env, timeout=60)
+        assert r.returncode == 3, r.stderr[-2000:]
+        assert f"Cannot connect to the Ray cluster at 127.0.0.1:{port}" in one_error_line(r)
+        assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize(
+    "pool,fragment",
+    [
+        ("machine-type==n1-standard-4,container-image-uri=x", "received: [=n1-standard-4]"),
+        ("machine-type=" + "a" * 10_000 + ",container-image-uri=x", "... (10000 characters)]"),
+        ("machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1e308,container-image-uri=x",
+         "Key [accelerator-count] must be at most 64"),
+    ],
+    ids=["equals-sign", "10000-characters", "1e308-gpus"],
+)
+def test_garbage_machine_types_and_counts_are_refused_by_validate_only(run_vcli, vcli_home, pool, fragment):
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--worker-pool-spec={pool}", "--validate-only")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert fragment in one_error_line(r)

@@ -846,3 +846,29 @@ def test_plain_scalars_follow_yaml_1_2_core_schema(tmp_path):
     assert cs.env[0].value == "off"
     assert spec.enable_web_access is True
     assert cfg.parse_yaml("[0o17, 0x1F, 009, -5, .inf, true, null]", "x") == [15, 31, 9, -5, float("inf"), True, None]
+
+
+def test_the_python_property_is_the_interpreter_of_local_modules(tmp_path):
+    """`vcli config set python PATH` is what the local executor runs `python -m` with (it was
+    accepted and ignored); a path that is not an executable is refused when set."""
+    import sys
+
+    from tests.helpers import vcli
+
+    home = tmp_path / "home"
+    marker = tmp_path / "used"
+    python = tmp_path / "my-python"
+    python.write_text(f"#!/bin/sh\necho yes > {marker}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    bad = vcli(home, "config", "set", "python", str(tmp_path / "missing"))
+    assert bad.returncode != 0 and "is not an executable file" in bad.stderr and bad.stderr.count("\n") == 1
+    assert vcli(home, "config", "set", "python", str(python)).returncode == 0
+    pkg = tmp_path / "pkg"
+    (pkg / "trainer").mkdir(parents=True)
+    (pkg / "trainer" / "__init__.py").write_text("")
+    (pkg / "trainer" / "task.py").write_text("print('trained')\n")
+    r = vcli(home, "custom-jobs", "create", "--display-name=p",
+             f"--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=x,local-package-path={pkg},"
+             "python-module=trainer.task", "--executor=local", timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert marker.read_text().strip() == "yes"

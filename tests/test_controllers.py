@@ -617,7 +617,7 @@ ACTIONS = ("sleep:10", "metric:acc=%x@1", "sleep:10", "metric:acc=%x@2", "exit:0
 def resumed(store: Store, world: FakeWorld, first: StudyRun, placer: Any = local_placer) -> StudyRun:
     """A new controller for `first`'s study: fresh suggester with the same seed, then resume."""
     # A dead process's threads die with it; here they must be let finish what they started.
-    for active in first._active.values():
+    for active in first.active.values():
         if active.run._worker is not None:
             active.run._worker.join()
     second = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=first.spec, study_id=first.study_id,
@@ -645,7 +645,7 @@ def test_a_study_resumes_after_its_controller_dies_mid_trial(store: Store, world
         first.run()
     running_before = set(world.running())
     second = resumed(store, world, first)
-    assert set(second._active) == {t for t, a in first._active.items()}  # the same trials, re-attached
+    assert set(second.active) == {t for t, a in first.active.items()}  # the same trials, re-attached
     assert_study_completed_once(second, world)
     assert running_before <= set(world.started[: len(running_before) + 8])
 
@@ -763,7 +763,7 @@ def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(stor
     crash_after_sleeps(world, crash_at)
     with pytest.raises(Crash):
         first.run()
-    for active in first._active.values():  # replicas its start threads had begun (CI, loaded, saw 1 of 2)
+    for active in first.active.values():  # replicas its start threads had begun (CI, loaded, saw 1 of 2)
         if active.run._worker is not None:
             active.run._worker.join()
     assert len(world.running()) == 2

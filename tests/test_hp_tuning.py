@@ -22,7 +22,7 @@ from tests.helpers import (
     wait_for,
 )
 from vcli import codec as cfg
-from vcli.control.study import replay
+from vcli.codec.trial import trial_from_dict
 from vcli.store import Store
 from vcli.tuning.suggesters import get_suggester
 
@@ -368,7 +368,9 @@ def test_resume_by_replay_proposes_the_original_next_point(tmp_path: Path) -> No
         study = json.loads(r.stdout)
         stored = Store(home).trials(study["name"].rsplit("/", 1)[-1])
         spec = cfg.study_spec_from_stored(study["studySpec"])
-        rebuilt = replay(get_suggester(spec, seed=21), stored[:4])
+        rebuilt = get_suggester(spec, seed=21)
+        for data in stored[:4]:  # as StudyRun.resume tells a fresh suggester every stored trial
+            rebuilt.tell(trial_from_dict(data))
         nxt = rebuilt.ask(1)[0].parameters
         assert dict(nxt) == {p["parameterId"]: p["value"] for p in stored[4]["parameters"]}
 

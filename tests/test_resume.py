@@ -216,3 +216,104 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
     after = describe(home, "hp-tuning-jobs", study_id)
     assert after["state"] == "JOB_STATE_SUCCEEDED"
     assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"] * 6, after["trials"]
+
+
+def test_a_killed_controller_that_nobody_reaps_is_not_alive(tmp_path: Path) -> None:
+    """`kill -9` of a controller whose parent never reaps it (PID 1 of a container without an
+    init): the zombie controls nothing, so `describe` says it is not alive and `resume` takes
+    the job over at once (it used to exit 8, "stop it first", for ever)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import vcli_env
+
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    err = tmp_path / "create.err"
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=zombie",
+                                  "--worker-pool-spec={POOL}=1,container-image-uri=x",
+                                  "--command=python3,{script}"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open({str(err)!r}, "w"))
+        print(child.pid, flush=True)
+        time.sleep(120)  # never waits for the child: once killed, it stays a zombie
+    """)], env=vcli_env(home, STEP_SECONDS="2"), stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert parent.stdout is not None
+        controller = int(parent.stdout.readline())
+        wait_for(lambda: "submitted successfully" in err.read_text(), 60, "the job's submission")
+        job_id = job_id_from_stderr(err.read_text())
+        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+        os.kill(controller, signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{controller}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 10,
+                 "the controller to be a zombie")
+        assert describe(home, "custom-jobs", job_id)["controller"]["alive"] is False
+        r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def test_a_study_resumed_from_another_directory_runs_what_create_ran(tmp_path: Path) -> None:
+    """The trials' module was found in the directory `create` ran in (an executor image's module
+    with no package: the current directory is on PYTHONPATH). `resume` from elsewhere works in
+    the recorded directory, so the trials it starts still find it (they used to go INFEASIBLE
+    with `No module named ...` while the study SUCCEEDED)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import vcli_env
+
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mytrainer.py").write_text(textwrap.dedent("""
+        import sys, time
+        x = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--x=")][0]
+        time.sleep(1.0)
+        print(f"acc={x} step=1", flush=True)
+    """))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vcli", "hp-tuning-jobs", "create", "--display-name=moved", "--max-trial-count=3",
+         "--parallel-trial-count=1", "--algorithm=random-search", "--seed=5",
+         "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
+         f"--worker-pool-spec={POOL}=1,executor-image-uri=x,python-module=mytrainer"],
+        env=vcli_env(home), cwd=project, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    try:
+        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        wait_for(lambda: any(t["state"] == "SUCCEEDED" for t in describe(home, "hp-tuning-jobs", study_id)
+                             .get("trials", [])), 60, "the first trial done")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=300)  # from the repository, not `project`
+    assert r.returncode == 0, r.stderr
+    after = describe(home, "hp-tuning-jobs", study_id)
+    assert after["state"] == "JOB_STATE_SUCCEEDED"
+    assert [(t["id"], t["state"]) for t in after["trials"]] == [("1", "SUCCEEDED"), ("2", "SUCCEEDED"),
+                                                                ("3", "SUCCEEDED")], after["trials"]
+
+
+def test_cancel_of_an_orphaned_job_whose_replicas_all_succeeded_records_success(tmp_path: Path) -> None:
+    """Every replica finished (exit 0) after the controller died: `cancel` collects them first
+    and records what `resume` would have, SUCCEEDED, not CANCELLED."""
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=done-orphan",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
+                 STEP_SECONDS="0.5")
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+    _kill_controller(proc)
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 30, "the replica to finish on its own")
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED", (job, r.stderr)
+    assert [x["state"] for x in job["replicas"]] == ["SUCCEEDED"]
+    assert "is now JOB_STATE_SUCCEEDED (its replicas had all ended on their own)" in r.stderr

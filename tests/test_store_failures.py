@@ -48,12 +48,16 @@ def one_line_error(stderr: str) -> str:
 
 
 def test_a_file_in_the_way_of_vcli_home(tmp_path: Path) -> None:
-    blocker = tmp_path / "not-a-dir"
+    """The reason comes from the error's code, never its text: a path that says "full" or
+    "readonly" is not a full disk or a read-only file system."""
+    blocker = tmp_path / "fullstack-readonly"
     blocker.write_text("")
     r = vcli(blocker / "home", "custom-jobs", "list")
     assert r.returncode == STORE_UNAVAILABLE
     line = one_line_error(r.stderr)
     assert str(blocker / "home") in line and "VCLI_HOME" in line
+    assert "a file is in the way of the directory" in line and "Move that file away" in line, line
+    assert "disk is full" not in line and "Free space" not in line
 
 
 def test_read_only_vcli_home(tmp_path: Path) -> None:

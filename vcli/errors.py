@@ -55,9 +55,18 @@ class UsageError(VcliError):
 
 
 class ConfigError(VcliError):
-    """A bad `--config` file: names the file and the field path."""
+    """A bad `--config` file: names the file and the field path.
+
+    `path` is the document's field path (`studySpec.metrics[0].goal`; "" for the document or
+    the file as a whole) and `message` what is wrong there, for callers that report the error
+    under the flag that wrote that field instead of the file."""
 
     exit_code = ExitCode.INVALID
+
+    def __init__(self, text: str, *, path: str = "", message: str | None = None) -> None:
+        super().__init__(text)
+        self.path = path
+        self.message = text if message is None else message
 
 
 class NotFoundError(VcliError):

@@ -2,7 +2,8 @@
 
 Known properties: `executor` (local|docker|ssh|ray: the default for --executor), `hosts` (default
 --hosts), `ray/address` (the Ray cluster of --executor=ray: `ray://HOST:10001`, `HOST:PORT` or
-`auto`; default $RAY_ADDRESS, else `auto`), `python` (interpreter for the process runtime), `storage/gcs-root` (the local
+`auto`; default $RAY_ADDRESS, else `auto`), `python` (the interpreter the local executor runs
+`python -m` modules and `.py` scripts with; $VCLI_PYTHON wins; default: the one running vcli), `storage/gcs-root` (the local
 directory that stands for Cloud Storage: gs://BUCKET/PATH is DIR/BUCKET/PATH; default
 `<vcli home>/gcs`; see `vcli.codec.gcs`), `gpu/lease-dir` (this machine's host-wide GPU lease
 directory; $VCLI_GPU_LEASE_DIR wins; default /tmp/vcli-gpu-leases; every vcli user of the machine
@@ -34,6 +35,7 @@ KNOWN = {
 #: property -> how a value is stored: a directory is made absolute when set, so that it does
 #: not depend on where later commands run.
 _NORMALIZE = {"storage/gcs-root": lambda v: os.path.abspath(os.path.expanduser(v)),
+              "python": lambda v: os.path.abspath(os.path.expanduser(v)) if os.sep in v else v,
               "gpu/lease-dir": lambda v: os.path.abspath(os.path.expanduser(v))}
 
 
@@ -78,6 +80,11 @@ def set_(prop: str, value: str) -> None:
         if not value.strip():
             raise InvalidValueError(prop, "must not be empty")
         value = _NORMALIZE[prop](value)
+    if prop == "python":
+        import shutil
+
+        if shutil.which(value) is None:
+            raise InvalidValueError(prop, f"[{value}] is not an executable file (nor a command on PATH)")
     data = load()
     data[prop] = value
     _write(data)

@@ -484,20 +484,37 @@ def _store_errors(home: Path) -> Iterator[None]:
         raise _store_error(home, e) from e
 
 
+#: SQLite's primary result codes vcli tells apart (`sqlite3.Error.sqlite_errorcode & 0xff`).
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
+
+
 def _store_error(home: Path, error: BaseException) -> StoreError:
-    text = str(error).lower()
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC or "full" in text:
-        why = "the disk is full"
-    elif isinstance(error, OSError) and error.errno == errno.EROFS or "readonly" in text or "read-only" in text:
-        why = "it is on a read-only file system"
-    elif isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM):
-        why = "permission denied"
-    elif isinstance(error, OSError) and error.errno in (errno.ENOTDIR, errno.EEXIST):
-        why = "a file is in the way of the directory"
+    """One line saying why vcli's home cannot be used and what to do, from the error's code
+    (errno, SQLite's result code), never from its text (which holds the path: a home under
+    `/tmp/full/...` is not a full disk)."""
+    code = getattr(error, "errno", None) if isinstance(error, OSError) else None
+    sql = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF if isinstance(error, sqlite3.Error) else None
+    if code == errno.ENOSPC or code == errno.EDQUOT or sql == _SQLITE_FULL or (sql == _SQLITE_IOERR and _disk_full(home)):
+        why, fix = "the disk is full", "Free space there, or set VCLI_HOME to a directory on another disk."
+    elif code == errno.EROFS or sql == _SQLITE_READONLY:
+        why, fix = "it is on a read-only file system", "Set VCLI_HOME to a writable directory."
+    elif code in (errno.EACCES, errno.EPERM) or sql == _SQLITE_PERM:
+        why, fix = "permission denied", "Fix its permissions, or set VCLI_HOME to a directory of yours."
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        why, fix = "a file is in the way of the directory", "Move that file away, or set VCLI_HOME elsewhere."
     else:
-        why = str(getattr(error, "strerror", None) or error)
-    return StoreError(f"Cannot use vcli's home {home} (VCLI_HOME): {why}. Free space there, or set VCLI_HOME "
-                      "to a writable directory.")
+        detail = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        why, fix = str(detail), "Set VCLI_HOME to a writable directory on a local disk."
+    return StoreError(f"Cannot use vcli's home {home} (VCLI_HOME): {why}. {fix}")
+
+
+def _disk_full(home: Path) -> bool:
+    """SQLite reports a write that found no space as a bare I/O error: ask the file system."""
+    try:
+        st = os.statvfs(home)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1024 * 1024
 
 
 def _job_row(r: sqlite3.Row) -> JobRow:

@@ -152,7 +152,7 @@ def create(
         spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source, no_effect)
     except ConfigError as e:
         # Where a flag wrote that part of the document, name the flag, not the file.
-        path, _, message = str(e).partition(" at [")[2].partition("]: ")
+        path, message = e.path, e.message
         if early_stopping is not None and any(path.startswith(f"studySpec.{k}") for k in codec.STOPPING_KEYS):
             key = path.split(".")[2] if path.count(".") >= 2 else ""
             key = "".join(f"-{c.lower()}" if c.isupper() else c for c in key)  # the flag's spelling
@@ -241,13 +241,11 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
         for t in front:
             values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
             err(f"  trial {t.id}: {values} with {' '.join(trial_args(run.param_specs, t.parameters))}")
-    elif best is not None and best.final_measurement is not None and getattr(run, "population", None) is not None:
-        from vcli.control.population import schedule
-
+    elif best is not None and best.final_measurement is not None and (legs := run.strategy.schedule(run, best)):
         value = best.final_measurement.metrics[metric.metric_id]
         err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}); "
             "its schedule (PBT lineage):")
-        for leg in schedule(best, run.trials):
+        for leg in legs:
             params = " ".join(trial_args(run.param_specs, leg["parameters"]))
             err(f"  steps {leg['fromStep']}-{leg['toStep']}: trial {leg['trialId']} with {params}")
     elif best is not None and best.final_measurement is not None:

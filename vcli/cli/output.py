@@ -100,7 +100,10 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
         err(f"{what} [{shown(row.name)}] is now {state.value}." if state else f"{what} [{shown(row.name)}] is still stopping; check with describe.")
         return
     cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
-    err(f"{what} [{shown(row.name)}] is now {JobState.JOB_STATE_CANCELLED.value}.")
+    now = store.get_job(row.id)
+    state = now.state if now is not None else JobState.JOB_STATE_CANCELLED.value
+    why = " (its replicas had all ended on their own)" if state != JobState.JOB_STATE_CANCELLED.value else ""
+    err(f"{what} [{shown(row.name)}] is now {state}{why}.")
 
 
 class LogPrinter:

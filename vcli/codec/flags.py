@@ -114,6 +114,19 @@ def parse_worker_pool_spec(value: str) -> dict[str, Any]:
     return spec
 
 
+#: A machine type is a GCE name: a lower-case letter, then letters, digits and hyphens (63 at
+#: most). vcli runs any such type (its CPU/memory are known only for the catalogue's,
+#: `vcli.placement.machines`); anything else is a typo or an unfilled placeholder.
+_MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+#: More accelerators than any machine has (a2-megagpu-16g has 16).
+MAX_ACCELERATOR_COUNT = 64
+
+
+def _short_number(value: float) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 20 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def _keys(keys: Sequence[str]) -> str:
     return ", ".join(sorted(keys))
 
@@ -136,8 +149,16 @@ def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]]) -> None:
             continue
         if "machine-type" not in spec:
             raise bad("Key [machine-type] required in dict arg but not provided.")
+        machine = str(spec["machine-type"])
+        if not _MACHINE_TYPE_RE.match(machine):
+            shown = machine if len(machine) <= 40 else machine[:40] + f"... ({len(machine)} characters)"
+            raise bad(f"Key [machine-type] must be a machine type name such as n1-standard-4 (lower-case letters, "
+                      f"digits and hyphens, at most 63 characters), received: [{shown}].")
         if "accelerator-count" in spec and "accelerator-type" not in spec:
             raise bad("Key [accelerator-type] required as [accelerator-count] is specified.")
+        if spec.get("accelerator-count", 0) > MAX_ACCELERATOR_COUNT:
+            raise bad(f"Key [accelerator-count] must be at most {MAX_ACCELERATOR_COUNT} (no machine has more), "
+                      f"received: {_short_number(spec['accelerator-count'])}.")
         acc = spec.get("accelerator-type")
         if acc is not None and acc not in ACCELERATOR_TYPES:
             raise bad(f"Found invalid value of [accelerator-type]: {acc}. Available values are [{', '.join(sorted(ACCELERATOR_TYPES))}].")

@@ -191,7 +191,7 @@ class Decoder:
 
     def error(self, path: str, message: str) -> ConfigError:
         where = f" at [{path}]" if path else ""
-        return ConfigError(f"Invalid value for [--config]: {self.source}{where}: {message}")
+        return ConfigError(f"Invalid value for [--config]: {self.source}{where}: {message}", path=path, message=message)
 
     def decode(self, value: Any, typ: Kind, path: str) -> Any:
         if isinstance(typ, tuple):

@@ -23,12 +23,18 @@ WAIT_SECONDS = 120.0
 
 
 def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of `pid` (clock ticks since boot, as text); None if it is gone."""
+    """The kernel's start time of `pid` (clock ticks since boot, as text); None if it is gone,
+    or a zombie: a process killed with `kill -9` stays in the table until its parent reaps it
+    (for ever under a parent that never does), but it controls nothing any more."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-        # Field 22; counted after the command name, which may itself hold spaces and ')'.
-        return data[data.rfind(b")") + 2:].split()[19].decode()
+        # Fields 3 (state) and 22 (start time), counted after the command name, which may
+        # itself hold spaces and ')'.
+        fields = data[data.rfind(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return fields[19].decode()
     except (OSError, IndexError):
         return None
 
@@ -87,8 +93,31 @@ def wait_for_end(store: Store, job_id: str, timeout: float = WAIT_SECONDS, inter
     return None
 
 
+def _orphan_outcome(store: Store, job: JobRow) -> tuple[JobState, dict | None]:
+    """The final state of an orphaned custom job once its replicas are collected: what `resume`
+    would have recorded when every replica had already ended on its own while nobody watched
+    (SUCCEEDED if all exited 0, FAILED if one did not), else CANCELLED (a replica was stopped,
+    or never started). A study is always CANCELLED."""
+    from vcli.spec import ReplicaState
+
+    cancelled = (JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+    if job.kind != JobKind.CUSTOM_JOB.value:
+        return cancelled
+    replicas = store.replicas(job.id)
+    states = {r.state for r in replicas}
+    if not replicas or not states <= {ReplicaState.SUCCEEDED.value, ReplicaState.FAILED.value}:
+        return cancelled
+    if states == {ReplicaState.SUCCEEDED.value}:
+        return JobState.JOB_STATE_SUCCEEDED, None
+    failed = next(r for r in replicas if r.state == ReplicaState.FAILED.value)
+    return JobState.JOB_STATE_FAILED, {"code": 13, "message": f"The replica {failed.task_name} exited with a "
+                                       f"non-zero status of {failed.exit_code} while no vcli process watched it."}
+
+
 def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float = 3.0) -> None:
-    """Stop what a dead controller left of `row` (and of its trial jobs); mark them CANCELLED.
+    """Stop what a dead controller left of `row` (and of its trial jobs); mark them CANCELLED
+    (a custom job whose replicas had all ended on their own: SUCCEEDED or FAILED, as `resume`
+    would have recorded).
 
     Replicas are stopped and released through the executor named in each stored handle. A
     failure to stop one executor's replicas is reported through `on_warning` and the others
@@ -131,7 +160,8 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
             except Exception as e:  # report and go on with the other executors
                 on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
         if not has_ended(job):
-            store.set_state(job.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
+            state, error = _orphan_outcome(store, job)
+            store.set_state(job.id, state, error=error)
     if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
         for trial in store.trials(row.id):
             if trial["state"] in ("SUCCEEDED", "INFEASIBLE"):

@@ -11,6 +11,7 @@ Every `Planned*` owns its `Execution`: the caller closes it (`planned.close()`) 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -106,6 +107,7 @@ def plan_custom_job(
             "outputDirectory": plan.base_output_directory,
             "hosts": hosts,
             "shmSize": shm_size,
+            "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
         }
         execution.executor.check(plan.launches)
         if ready:
@@ -224,6 +226,15 @@ def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> Custom
     return replace(spec, worker_pool_specs=pools)
 
 
+def enter_working_directory(record: Mapping[str, Any]) -> None:
+    """Work where the job was created: its commands and modules without a package were found
+    there (relative paths, the current directory on PYTHONPATH), so a `resume` from another
+    directory must not change what its trials run. A directory that is gone changes nothing."""
+    where = record.get("workingDirectory")
+    if isinstance(where, str) and os.path.isdir(where):
+        os.chdir(where)
+
+
 def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None,
                            on_wait: Callable[[str], None] | None = None,
                            restore: Mapping[str, Any] | None = None) -> PlannedJob:
@@ -237,6 +248,7 @@ def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, s
     from vcli.control.jobs import plan_job
 
     rec = row.record
+    enter_working_directory(rec)
     spec = with_secret_values(codec.custom_job_spec_from_stored(rec["jobSpec"]), secrets or {})
     execution = _open(rec.get("executor") or "local", rec.get("hosts"))
     try:
@@ -342,6 +354,7 @@ def plan_study(
             "outputDirectory": spec.trial_job_spec.base_output_directory or str(store.home / "jobs" / study_id / "output"),
             "hosts": hosts,
             "shmSize": shm_size,
+            "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
         }
         suggester = _suggester(spec, seed, bayesian_backend)
     except BaseException:
@@ -369,6 +382,7 @@ def plan_stored_study(store: Store, row: JobRow) -> PlannedStudy:
     from vcli import codec
 
     rec = row.record
+    enter_working_directory(rec)
     spec = HyperparameterTuningJobSpec(
         study_spec=codec.study_spec_from_stored(rec["studySpec"]),
         trial_job_spec=codec.custom_job_spec_from_stored(rec["trialJobSpec"]),

@@ -30,14 +30,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
-from vcli.control.population import PendingTrial, Population, seeded, stored_handle
+from vcli.control.population import PendingTrial, Population
+from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower
@@ -51,20 +52,12 @@ from vcli.spec import (
     TrialState,
 )
 from vcli.store import Store, new_id, now_iso, resource_name
-from vcli.tuning.result import best_trial
 from vcli.tuning.suggesters import Suggester
 
 
 def default_failure_budget(max_trial_count: int) -> int:
     """Failures tolerated when maxFailedTrialCount is 0: max(3, 10% of maxTrialCount), at most maxTrialCount."""
     return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
-
-
-def replay(suggester: Suggester, trials: Sequence[Mapping[str, Any]]) -> Suggester:
-    """Tell a fresh suggester every stored trial, in order (resume a study)."""
-    for d in trials:
-        suggester.tell(trial_from_dict(d))
-    return suggester
 
 
 @dataclass
@@ -86,7 +79,11 @@ class _ActiveTrial:
 
 @dataclass
 class StudyRun:
-    """Runs one study to its end; `on_update(trials, state)` hears every trial event."""
+    """Runs one study to its end. `on_event(kind, trial)` hears every trial event (started,
+    measurement, stopping, finished; the study's end with its best trial, or None with several
+    metrics) and `on_progress(message)` every status line. What differs between kinds of
+    studies (a suggester's search with early stopping, or PBT) is its `strategy`
+    (`vcli.control.strategies`)."""
 
     store: Store
     executor: Executor
@@ -104,12 +101,12 @@ class StudyRun:
     trials: dict[str, Trial] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
-    _active: dict[str, _ActiveTrial] = field(default_factory=dict)
+    active: dict[str, _ActiveTrial] = field(default_factory=dict)
     _failed: int = 0
-    _exhausted: bool = False
+    exhausted: bool = False
     _stop_launching: str | None = None
     _cancelled: bool = False
-    _queued: list[PendingTrial] = field(default_factory=list)
+    queued: list[PendingTrial] = field(default_factory=list)
     _waiting_logged: bool = False
     _waiting_since: float = 0.0
 
@@ -121,17 +118,18 @@ class StudyRun:
         self.base_output = self.spec.trial_job_spec.base_output_directory or str(
             self.store.home / "jobs" / self.study_id / "output"
         )
-        self.population = None
-        self.parallel = self.spec.parallel_trial_count
+        self.strategy: Strategy
         if self.spec.study_spec.population_based_training_spec is not None:
-            self.population = Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id, self.base_output,
-                                         on_progress=self.on_progress)
-            self.parallel = self.population.size  # every member trains at once (queued when capacity is short)
-        self.stopping = None
-        if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
-            from vcli.tuning.stopping import stopping_rule
+            self.strategy = PbtStrategy(Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id,
+                                                   self.base_output, on_progress=self.on_progress))
+        else:
+            stopping = None
+            if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
+                from vcli.tuning.stopping import stopping_rule
 
-            self.stopping = stopping_rule(stop_spec, self.metric)
+                stopping = stopping_rule(stop_spec, self.metric)
+            self.strategy = SearchStrategy(stopping)
+        self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         timeout = self.spec.study_timeout_seconds
         self._deadline = self.clock.now() + timeout if timeout else None
@@ -170,9 +168,9 @@ class StudyRun:
                     except VcliError as e:  # e.g. a trial that can never be placed on the hosts
                         self._stop_all("the study failed")
                         return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": str(e)})
-                if not self._active and not self._queued and (
+                if not self.active and not self.queued and (
                     self._stop_launching is not None
-                    or self._exhausted
+                    or self.exhausted
                     or len(self.trials) >= self.spec.max_trial_count
                 ):
                     return self._complete()
@@ -186,9 +184,9 @@ class StudyRun:
 
     def _abort(self, error: StoreError) -> None:
         """The store failed under the study (e.g. a full disk): stop every trial, record what we can."""
-        for active in self._active.values():
+        for active in self.active.values():
             active.run.abort(error)
-        self._active.clear()
+        self.active.clear()
         self.store.release_ballast()
         self.error = {"code": 7, "message": f"The study was stopped: {error}"}
         self.state = JobState.JOB_STATE_FAILED
@@ -224,9 +222,6 @@ class StudyRun:
         failure budget; trials that were running are re-attached to their replicas (never
         restarted) or, if they ended meanwhile, concluded from what their replicas left.
         """
-        from vcli.codec import custom_job_spec_from_stored
-        from vcli.store import parse_job_ref
-
         if self._deadline is not None and (row := self.store.get_job(self.study_id)) is not None:
             self._deadline -= _seconds_since(row.start_time)  # the budget counts from the study's start
         for data in self.store.trials(self.study_id):
@@ -235,72 +230,78 @@ class StudyRun:
             self.suggester.tell(trial)
             if trial.state == TrialState.INFEASIBLE and not (trial.infeasible_reason or "").startswith("Stopped"):
                 self._failed += 1
-            if trial.state.is_final():
-                continue
-            child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
-            if child is None:  # died between recording the trial and its job: run it now
-                del self.trials[trial.id]
-                self._queued.append(PendingTrial(dict(trial.parameters), trial.lineage))
-                continue
-            spec = custom_job_spec_from_stored(child.record["jobSpec"])
-            rows = {r.task_name: r for r in self.store.replicas(child.id)}
-            restore = {name: (Placement(host=r.host, address=(r.address or ":").rsplit(":", 1)[0],
-                                        gpu_indices=tuple(int(g) for g in (r.gpus or "").split(",") if g)),
-                              r.address or "") for name, r in rows.items()}
-            plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
-                            trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
-                            shm_size=self.shm_size, restore=restore)
-            timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
-            run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
-                         on_progress=self.on_progress, clock=self.clock)
-            ran = _seconds_since(trial.start_time)
-            final = (JobState(child.state), child.error) if JobState(child.state).is_final() else None
-            run.attach(rows, final=final, running_for=ran)
-            chief = plan.launches[0]
-            active = _ActiveTrial(
-                trial=trial, run=run, reader=MetricReader(self.metric_ids),
-                follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-                started=self.clock.now() - ran, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements],
-            )
-            self._active[trial.id] = active
-            if trial.state == TrialState.STOPPING:
-                active.stop_reason = trial.stop_reason or "the trial was being stopped when the study's controller died"
-                active.stopped_early = trial.early_stopping_rule is not None
-                run.cancel()
-            self.on_event(StudyEvent.TRIAL_STARTED, trial)
+            if not trial.state.is_final():
+                self._reattach(trial)
+
+    def _reattach(self, trial: Trial) -> None:
+        """A trial that was running when the controller died: follow its replicas again (its
+        custom job's placements and addresses as recorded), or run it now if its job was never
+        recorded."""
+        from vcli.codec import custom_job_spec_from_stored
+        from vcli.store import parse_job_ref
+
+        child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
+        if child is None:  # died between recording the trial and its job: run it now
+            del self.trials[trial.id]
+            self.queued.append(PendingTrial(dict(trial.parameters), trial.lineage))
+            return
+        spec = custom_job_spec_from_stored(child.record["jobSpec"])
+        rows = {r.task_name: r for r in self.store.replicas(child.id)}
+        restore = {name: (Placement(host=r.host, address=(r.address or ":").rsplit(":", 1)[0],
+                                    gpu_indices=tuple(int(g) for g in (r.gpus or "").split(",") if g)),
+                          r.address or "") for name, r in rows.items()}
+        plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
+                        trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
+                        shm_size=self.shm_size, restore=restore)
+        timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
+        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
+                     on_progress=self.on_progress, clock=self.clock)
+        ran = _seconds_since(trial.start_time)
+        final = (JobState(child.state), child.error) if JobState(child.state).is_final() else None
+        run.attach(rows, final=final, running_for=ran)
+        chief = plan.launches[0]
+        active = _ActiveTrial(
+            trial=trial, run=run, reader=MetricReader(self.metric_ids),
+            follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
+            started=self.clock.now() - ran, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements],
+        )
+        self.active[trial.id] = active
+        if trial.state == TrialState.STOPPING:
+            active.stop_reason = trial.stop_reason or "the trial was being stopped when the study's controller died"
+            active.stopped_early = trial.early_stopping_rule is not None
+            run.cancel()
+        self.on_event(StudyEvent.TRIAL_STARTED, trial)
 
     # ------------------------------------------------------------------ trials
 
     def _launch(self) -> None:
         """Start trials in free slots: queued suggestions first (they wait for capacity)."""
-        if self.population is not None and not self._exhausted:
-            members = {t.lineage.member for t in self.trials.values() if t.lineage is not None}
-            members |= {q.lineage.member for q in self._queued if q.lineage is not None}
-            self._queued.extend(p for p in self.population.initial(0) if p.lineage.member not in members)  # type: ignore[union-attr]
-            self._exhausted = True  # PBT's trials after these come from exploits only
-        while self._queued and self._running() < self.parallel:
-            if not self._start_trial(self._queued[0]):
+        if not self.exhausted and (initial := self.strategy.initial(self)) is not None:
+            self.queued.extend(initial)
+            self.exhausted = not self.strategy.suggests  # PBT's trials after these come from exploits only
+        while self.queued and self._running() < self.parallel:
+            if not self._start_trial(self.queued[0]):
                 return  # no capacity now (GPUs busy, a host down): try again on a later tick
-            self._queued.pop(0)
-        free = self.parallel - self._running() - len(self._queued)
-        remaining = self.spec.max_trial_count - len(self.trials) - len(self._queued)
+            self.queued.pop(0)
+        free = self.parallel - self._running() - len(self.queued)
+        remaining = self.spec.max_trial_count - len(self.trials) - len(self.queued)
         count = min(free, remaining)
-        if count <= 0 or self._exhausted:
+        if count <= 0 or self.exhausted:
             return
         suggestions = self.suggester.ask(count)
         if not suggestions:
-            self._exhausted = True  # the search space is used up (grid search)
+            self.exhausted = True  # the search space is used up (grid search)
             self.on_progress(f"The search space is exhausted after {len(self.trials)} trial(s) (maxTrialCount "
                              f"{self.spec.max_trial_count}): no more trials will start.")
             return
         for i, s in enumerate(suggestions):
             if not self._start_trial(PendingTrial(dict(s.parameters))):
-                self._queued.extend(PendingTrial(dict(x.parameters)) for x in suggestions[i:])
+                self.queued.extend(PendingTrial(dict(x.parameters)) for x in suggestions[i:])
                 return
 
     def _running(self) -> int:
         """Trials holding a parallel slot: a trial stopped early gives its slot up at once."""
-        return sum(1 for a in self._active.values() if not a.stopped_early)
+        return sum(1 for a in self.active.values() if not a.stopped_early)
 
     def _start_trial(self, pending: PendingTrial) -> bool:
         """Place and start one trial; False (nothing recorded) when capacity is busy now."""
@@ -333,8 +334,7 @@ class StudyRun:
                 raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
             return False
         self._waiting_logged = False
-        if pending.checkpoint is not None:
-            plan = seeded(plan, pending.checkpoint, self.population.checkpoint_dir(trial_id))  # type: ignore[union-attr]
+        plan = self.strategy.seeded(plan, pending, trial_id)
         job_row = self.store.create_job(
             job_id=job_id,
             kind=JobKind.CUSTOM_JOB.value,
@@ -360,7 +360,7 @@ class StudyRun:
         run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
                      on_progress=self.on_progress, clock=self.clock)
         chief = plan.launches[0]
-        self._active[trial_id] = _ActiveTrial(
+        self.active[trial_id] = _ActiveTrial(
             trial=trial, run=run, reader=MetricReader(self.metric_ids),
             follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
             started=self.clock.now(),
@@ -382,24 +382,24 @@ class StudyRun:
         return new
 
     def _poll_active(self) -> None:
-        for trial_id, active in list(self._active.items()):
+        for trial_id, active in list(self.active.items()):
             state = active.run.poll()
-            if self._refresh_measurements(active):
+            if self.refresh_measurements(active):
                 self.on_event(StudyEvent.TRIAL_MEASUREMENT, active.trial)
                 if self._goal_reached(active.trial) and self._stop_launching is None:
                     self._stop_launching = "the study's goal value was reached"
                     self.on_progress(f"Trial {trial_id} reached the goal value {self.spec.goal_value:g}: stopping the study.")
-                    for other_id, other in self._active.items():
+                    for other_id, other in self.active.items():
                         if other_id != trial_id:
-                            self._request_stop(other, self._stop_launching)
+                            self.request_stop(other, self._stop_launching)
                 self._review(active)
             if state is None:
                 continue
-            del self._active[trial_id]
-            self._refresh_measurements(active)
+            del self.active[trial_id]
+            self.refresh_measurements(active)
             self._conclude(active, state)
 
-    def _refresh_measurements(self, active: _ActiveTrial) -> bool:
+    def refresh_measurements(self, active: _ActiveTrial) -> bool:
         """Read the trial's new reports into its measurements; True if there were any."""
         if not self._read_metrics(active):
             return False
@@ -410,61 +410,16 @@ class StudyRun:
             active.elapsed.append(elapsed)
         ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(active.reader.measurements, active.elapsed))
         active.trial = replace(active.trial, measurements=ms)
-        if self.population is not None:
-            active.trial = self.population.resumed_from(active.trial)
+        active.trial = self.strategy.refreshed(active.trial)
         self.trials[active.trial.id] = active.trial
         self._save(active.trial)
         return True
 
     def _review(self, active: _ActiveTrial) -> None:
-        """Ask the early-stopping rule (or PBT) about a running trial that just reported."""
+        """Ask the strategy (the early-stopping rule, or PBT) about a running trial that just reported."""
         if active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
             return
-        if self.population is not None:
-            return self._review_member(active)
-        if self.stopping is None:
-            return
-        trials = list(self.trials.values())
-        # A trial already as far as the trials that ran to their end is finishing: stopping
-        # it now would save nothing, only mislabel a complete run as stopped early.
-        full = [t.measurements[-1].step_count for t in trials
-                if t.state == TrialState.SUCCEEDED and not t.early_stopping_rule and t.measurements]
-        if full and active.trial.measurements and active.trial.measurements[-1].step_count >= max(full):
-            return
-        reason = self.stopping.review(active.trial, trials)
-        if reason:
-            self.on_progress(f"Trial {active.trial.id} stopped early: {reason}")
-            self._request_stop(active, reason, rule=self.stopping.name)
-
-    def _review_member(self, active: _ActiveTrial) -> None:
-        """PBT: exploit and explore when the member is due and in the bottom quantile."""
-        pop = self.population
-        assert pop is not None
-        if pop.stepless(active.trial):
-            active.fail_reason = (f"Population Based Training ranks members by step, but the trial reported "
-                                  f"[{self.metric.metric_id}] without one: report it with a global_step (hypertune) "
-                                  f"or `{self.metric.metric_id}=VALUE step=N` on stdout.")
-            self._request_stop(active, active.fail_reason)
-            return
-
-        def handle_of(t: Trial) -> Any:
-            running = self._active.get(t.id)
-            return running.run.primary_handle if running is not None else stored_handle(self.store, t.custom_job)
-
-        def refresh(t: Trial) -> Trial:
-            running = self._active.get(t.id)
-            if running is not None:
-                self._refresh_measurements(running)
-            return self.trials[t.id]
-
-        budget = self.spec.max_trial_count - len(self.trials) - len(self._queued)
-        decided = pop.review(active.trial, list(self.trials.values()), budget_left=budget, executor=self.executor,
-                             handle_of=handle_of, refresh=refresh)
-        if decided is not None:
-            replacement, reason = decided
-            self.on_progress(f"Trial {active.trial.id} is replaced: {reason}")
-            self._queued.insert(0, replacement)
-            self._request_stop(active, reason, rule="pbt")
+        self.strategy.review(self, active)
 
     def _goal_reached(self, trial: Trial) -> bool:
         goal = self.spec.goal_value
@@ -475,29 +430,31 @@ class StudyRun:
             return False
         return value >= goal if self.metric.goal.value == "MAXIMIZE" else value <= goal
 
-    def _conclude(self, active: _ActiveTrial, job_state: JobState) -> None:
+    def _outcome(self, active: _ActiveTrial, job_state: JobState) -> tuple[Any, str | None, bool]:
+        """How a trial whose custom job ended `job_state` ends: (its selected measurement, why
+        it is INFEASIBLE or None, whether that counts towards the failure budget)."""
         final = active.reader.final(self.metric.goal, self.spec.study_spec.measurement_selection_type)
-        trial = active.trial
-        reason: str | None = None
-        counts_as_failure = False
         if active.fail_reason is not None:
-            reason, counts_as_failure = active.fail_reason, True
-        elif job_state == JobState.JOB_STATE_SUCCEEDED:
+            return final, active.fail_reason, True
+        if job_state == JobState.JOB_STATE_SUCCEEDED:
+            if final is not None:
+                return final, None, False
+            missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
+            names = ", ".join(missing or self.metric_ids)
+            return final, (f"The trial finished without reporting the metric [{names}] (report it with "
+                           f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
+                           + ("." if len(self.metric_ids) == 1
+                              else "; a multi-objective trial must report every metric at one step.")), True
+        if active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
             if final is None:
-                missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
-                names = ", ".join(missing or self.metric_ids)
-                reason = (f"The trial finished without reporting the metric [{names}] (report it with "
-                          f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
-                          + ("." if len(self.metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
-                counts_as_failure = True
-        elif active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
-            if final is None:
-                reason = f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}."
-        else:
-            msg = (active.run.error or {}).get("message", job_state.value)
-            reason = f"The trial's custom job ended {job_state.value}: {msg}"
-            counts_as_failure = True
-            final = None
+                return None, f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}.", False
+            return final, None, False
+        msg = (active.run.error or {}).get("message", job_state.value)
+        return None, f"The trial's custom job ended {job_state.value}: {msg}", True
+
+    def _conclude(self, active: _ActiveTrial, job_state: JobState) -> None:
+        final, reason, counts_as_failure = self._outcome(active, job_state)
+        trial = active.trial
         if final is not None:  # the selected measurement keeps its own elapsed time
             index = next(i for i, m in enumerate(active.reader.measurements) if m is final)
             final = active.trial.measurements[index]
@@ -515,7 +472,7 @@ class StudyRun:
         self._save(trial)
         self.on_event(StudyEvent.TRIAL_FINISHED, trial)
 
-    def _request_stop(self, active: _ActiveTrial, reason: str, *, rule: str | None = None) -> None:
+    def request_stop(self, active: _ActiveTrial, reason: str, *, rule: str | None = None) -> None:
         if active.stop_reason is None:
             active.stop_reason = reason
             active.stopped_early = rule is not None
@@ -526,10 +483,10 @@ class StudyRun:
             active.run.cancel()
 
     def _stop_all(self, reason: str) -> None:
-        for active in list(self._active.values()):
-            self._request_stop(active, reason)
+        for active in list(self.active.values()):
+            self.request_stop(active, reason)
         deadline = self.clock.now() + 120
-        while self._active and self.clock.now() < deadline:
+        while self.active and self.clock.now() < deadline:
             self._poll_active()
             self.clock.sleep(0.05)
 
@@ -548,9 +505,7 @@ class StudyRun:
     def best_trial(self) -> Trial | None:
         """The best SUCCEEDED trial by the first metric (the study's result when it has one
         metric); with PBT, among the trials that trained to maxStepCount."""
-        if self.population is not None:
-            return self.population.best(list(self.trials.values()), self.metric)
-        return best_trial(self.trials.values(), self.metric)
+        return self.strategy.best(list(self.trials.values()), self.metric)
 
     def _save(self, trial: Trial) -> None:
         self.store.save_trial(self.study_id, trial_to_dict(trial, self.param_specs))
@@ -566,17 +521,9 @@ class StudyRun:
             record = dict(row.record)
             if len(self.metrics) == 1:
                 record["bestTrialId"] = best.id if best else None
-            if self.population is not None and best is not None:
-                from vcli.control.population import schedule
-
-                record["pbtSchedule"] = schedule(best, self.trials)
-            else:
-                record["optimalTrialIds"] = [t.id for t in self.optimal_trials()]
             if self._stop_launching:
                 record["stopReason"] = self._stop_launching
-            elif self._exhausted and len(self.trials) < self.spec.max_trial_count and self.population is None:
-                record["stopReason"] = (f"the search space was exhausted after {len(self.trials)} trials, "
-                                        f"before maxTrialCount ({self.spec.max_trial_count})")
+            self.strategy.record(self, record, best)
             self.store.update_job(self.study_id, record=record)
         self.error = error
         self._set_state(state, error)

@@ -79,8 +79,11 @@ class LocalExecutor(ExecutorBase):
     name = "local"
 
     def __init__(self, python: str | None = None, *, home: str | os.PathLike[str] | None = None) -> None:
-        #: The interpreter for `python -m` / `.py` entrypoints: the one running vcli unless set.
-        self.python = python or os.environ.get("VCLI_PYTHON") or sys.executable
+        #: The interpreter for `python -m` / `.py` entrypoints: $VCLI_PYTHON, else the `python`
+        #: property (`vcli config set python PATH`), else the one running vcli.
+        from vcli import properties
+
+        self.python = python or os.environ.get("VCLI_PYTHON") or properties.get("python") or sys.executable
         #: vcli's home, where installed Python environments are cached (`<home>/envs`).
         self.home = home
         self._running: dict[str, subprocess.Popen[bytes]] = {}

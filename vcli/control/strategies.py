@@ -1,0 +1,164 @@
+"""How a study chooses and judges its trials: one strategy per kind of study.
+
+`vcli.control.study.StudyRun` runs the loop every study shares (slots, placement, metrics,
+failure budget, cancel, resume) and asks its strategy wherever kinds of studies differ:
+
+- `SearchStrategy` (every algorithm but PBT): the suggester proposes trials, up to
+  `parallelTrialCount` at once; the early-stopping rule, if the spec has one, reviews each
+  running trial that reports; the result is the best trial (or the Pareto front).
+- `PbtStrategy` (Population Based Training, `vcli.control.population`): the whole population
+  trains at once and later trials come only from exploits; a member is reviewed at its ready
+  steps and may be replaced by a copy of a better one (its checkpoint seeded into the new
+  trial); the result is the best trial among those that trained to maxStepCount, and its
+  schedule.
+
+A strategy sees the run through `StudyRun`'s public surface (`trials`, `queued`, `active`,
+`request_stop`, `refresh_measurements`, `on_progress`, `spec`, `metric`, `store`, `executor`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from vcli.control.population import PendingTrial, Population, schedule, seeded, stored_handle
+from vcli.spec import MetricSpec, Trial, TrialState
+from vcli.tuning.result import best_trial
+
+if TYPE_CHECKING:
+    from vcli.control.jobs import JobPlan
+    from vcli.control.study import StudyRun, _ActiveTrial
+    from vcli.tuning.stopping import StoppingRule
+
+__all__ = ["PbtStrategy", "SearchStrategy", "Strategy"]
+
+
+class Strategy:
+    """The hooks `StudyRun` calls; the defaults are a plain search's."""
+
+    #: Short name for records and messages.
+    kind = "search"
+    #: Does the suggester propose further trials (PBT: no, exploits do)?
+    suggests = True
+
+    def parallel(self, run: StudyRun) -> int:
+        """Trials that hold a slot at once."""
+        return run.spec.parallel_trial_count
+
+    def initial(self, run: StudyRun) -> list[PendingTrial] | None:
+        """Trials to queue before anything is suggested, once (None: none of its own)."""
+        return None
+
+    def seeded(self, plan: JobPlan, pending: PendingTrial, trial_id: str) -> JobPlan:
+        """The plan of a trial about to start (PBT: the donor's checkpoint copied in)."""
+        return plan
+
+    def refreshed(self, trial: Trial) -> Trial:
+        """A running trial whose measurements were just read."""
+        return trial
+
+    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+        """A running ACTIVE trial reported: stop it, replace it, or let it run."""
+
+    def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
+        return best_trial(trials, metric)
+
+    def record(self, run: StudyRun, record: dict[str, Any], best: Trial | None) -> None:
+        """Add the study's result to its stored record."""
+        record["optimalTrialIds"] = [t.id for t in run.optimal_trials()]
+        if run.exhausted and len(run.trials) < run.spec.max_trial_count and not record.get("stopReason"):
+            record["stopReason"] = (f"the search space was exhausted after {len(run.trials)} trials, "
+                                    f"before maxTrialCount ({run.spec.max_trial_count})")
+
+    def schedule(self, run: StudyRun, best: Trial | None) -> list[dict[str, Any]] | None:
+        """The best trial's hyperparameter schedule (PBT), else None."""
+        return None
+
+
+class SearchStrategy(Strategy):
+    """A suggester's search, with the spec's early-stopping rule if it has one."""
+
+    def __init__(self, stopping: StoppingRule | None) -> None:
+        self.stopping = stopping
+
+    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+        if self.stopping is None:
+            return
+        trials = list(run.trials.values())
+        # A trial already as far as the trials that ran to their end is finishing: stopping
+        # it now would save nothing, only mislabel a complete run as stopped early.
+        full = [t.measurements[-1].step_count for t in trials
+                if t.state == TrialState.SUCCEEDED and not t.early_stopping_rule and t.measurements]
+        if full and active.trial.measurements and active.trial.measurements[-1].step_count >= max(full):
+            return
+        reason = self.stopping.review(active.trial, trials)
+        if reason:
+            run.on_progress(f"Trial {active.trial.id} stopped early: {reason}")
+            run.request_stop(active, reason, rule=self.stopping.name)
+
+
+class PbtStrategy(Strategy):
+    """Population Based Training (`vcli.control.population.Population`)."""
+
+    kind = "pbt"
+    suggests = False
+
+    def __init__(self, population: Population) -> None:
+        self.population = population
+
+    def parallel(self, run: StudyRun) -> int:
+        return self.population.size  # every member trains at once (queued when capacity is short)
+
+    def initial(self, run: StudyRun) -> list[PendingTrial]:
+        members = {t.lineage.member for t in run.trials.values() if t.lineage is not None}
+        members |= {q.lineage.member for q in run.queued if q.lineage is not None}
+        return [p for p in self.population.initial(0) if p.lineage is not None and p.lineage.member not in members]
+
+    def seeded(self, plan: JobPlan, pending: PendingTrial, trial_id: str) -> JobPlan:
+        if pending.checkpoint is None:
+            return plan
+        return seeded(plan, pending.checkpoint, self.population.checkpoint_dir(trial_id))
+
+    def refreshed(self, trial: Trial) -> Trial:
+        return self.population.resumed_from(trial)
+
+    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+        """Exploit and explore when the member is due and in the bottom quantile."""
+        pop = self.population
+        metric_id = run.metric.metric_id
+        if pop.stepless(active.trial):
+            active.fail_reason = (f"Population Based Training ranks members by step, but the trial reported "
+                                  f"[{metric_id}] without one: report it with a global_step (hypertune) "
+                                  f"or `{metric_id}=VALUE step=N` on stdout.")
+            run.request_stop(active, active.fail_reason)
+            return
+
+        def handle_of(t: Trial) -> Any:
+            running = run.active.get(t.id)
+            return running.run.primary_handle if running is not None else stored_handle(run.store, t.custom_job)
+
+        def refresh(t: Trial) -> Trial:
+            running = run.active.get(t.id)
+            if running is not None:
+                run.refresh_measurements(running)
+            return run.trials[t.id]
+
+        budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
+        decided = pop.review(active.trial, list(run.trials.values()), budget_left=budget, executor=run.executor,
+                             handle_of=handle_of, refresh=refresh)
+        if decided is not None:
+            replacement, reason = decided
+            run.on_progress(f"Trial {active.trial.id} is replaced: {reason}")
+            run.queued.insert(0, replacement)
+            run.request_stop(active, reason, rule="pbt")
+
+    def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
+        return self.population.best(trials, metric)
+
+    def record(self, run: StudyRun, record: dict[str, Any], best: Trial | None) -> None:
+        if best is not None:
+            record["pbtSchedule"] = schedule(best, run.trials)
+        else:
+            record["optimalTrialIds"] = [t.id for t in run.optimal_trials()]
+
+    def schedule(self, run: StudyRun, best: Trial | None) -> list[dict[str, Any]] | None:
+        return schedule(best, run.trials) if best is not None else None
