@@ -63,6 +63,27 @@ def interrupt_on_signals() -> None:
         signal.signal(sig, handler)
 
 
+#: Longest part of a user's value an error line repeats, and longest error line.
+_LONGEST_VALUE = 200
+_LONGEST_LINE = 2000
+
+
+def shorten(message: str) -> str:
+    """An error line that repeats what the user gave keeps it readable: a word (or a bracketed
+    value) of more than 200 characters is cut to its start and its length, and the line to
+    2000 characters (a 10,000-character value is never echoed back whole)."""
+    import re
+
+    def cut(m: re.Match[str]) -> str:
+        text = m.group(0)
+        return f"{text[:60]}... ({len(text)} characters)"
+
+    out = re.sub(r"[^\s\[\],]{" + str(_LONGEST_VALUE + 1) + ",}", cut, message)
+    if len(out) > _LONGEST_LINE:
+        out = f"{out[:_LONGEST_LINE - 40]}... ({len(out)} characters in all)"
+    return out
+
+
 def command(path: str) -> Callable[[F], F]:
     """Turn VcliErrors into `ERROR: (vcli.PATH) message` and their exit code; Ctrl-C into 130.
 
@@ -81,7 +102,7 @@ def command(path: str) -> Callable[[F], F]:
                     import traceback
 
                     traceback.print_exc()
-                err(f"ERROR: (vcli.{path}) {e}")
+                err(f"ERROR: (vcli.{path}) {shorten(str(e))}")
                 raise typer.Exit(int(e.exit_code)) from None
             except KeyboardInterrupt:
                 err(f"ERROR: (vcli.{path}) Interrupted.")
