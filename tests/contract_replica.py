@@ -12,6 +12,8 @@ A replica is told what to do by its argv, one action per argument, run in order:
     cat:PATH          print the text of file PATH (or `PATH missing`)
     write:PATH=TEXT   write TEXT into file PATH, creating its directories
     mkdir:PATH        create directory PATH (and its parents)
+    churn:DIR         for ever, every 20 ms: rewrite DIR/a.bin, DIR/b.bin and DIR/step (the same
+                      step number in all three, in place), as a trainer that checkpoints fast
     tree:TOKEN        start what real trainers start (data loaders, TensorBoard, NCCL helpers): a
                       child, a child with a grandchild, a `setsid` child and a double-forked
                       daemon, all sleeping with TOKEN in their argv and holding our stdout;
@@ -84,6 +86,17 @@ for action in sys.argv[1:]:
             f.write(text)
     elif verb == "mkdir":
         os.makedirs(os.path.expandvars(arg), exist_ok=True)
+    elif verb == "churn":
+        root = os.path.expandvars(arg)
+        os.makedirs(root, exist_ok=True)
+        step = 0
+        print("churning", flush=True)
+        while True:
+            step += 1
+            for name in ("a.bin", "b.bin", "step"):
+                with open(os.path.join(root, name), "w") as f:
+                    f.write(f"{step:08d}" + ("x" * 4000 if name != "step" else ""))
+            time.sleep(0.02)
     elif verb == "tree":
         import subprocess
         sleeper = [sys.executable, "-S", "-c", "import time; time.sleep(300)", arg]

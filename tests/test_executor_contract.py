@@ -580,6 +580,43 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
     hd.wait(handle)  # a container's log may still be draining
 
 
+#: Executors that hold a replica still while a directory of it is copied (`vcli.executors.freeze`).
+FREEZING = ["local", "docker"]
+
+
+@pytest.fixture(params=FREEZING)
+def hf(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+def test_a_replica_that_checkpoints_every_20_ms_is_held_still_for_a_consistent_copy(hf: Harness, tmp_path: Path) -> None:
+    """A trainer that rewrites its whole checkpoint every 20 ms never holds still on its own
+    (the copy used to give up: "no checkpoint"): the executor stops it between two writes for
+    the copy, so every copy succeeds, every file in it is whole, and the trainer goes on
+    afterwards."""
+    env = _checkpoint_env(hf)
+    launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)
+    handle = hf.start(launch)
+    hf.wait_for_log(launch, "churning")
+    ckpt = env["AIP_CHECKPOINT_DIR"]
+    hf.sleep(0.3)
+    steps = []
+    for i in range(3):
+        dest = tmp_path / f"copy{i}"
+        assert hf.executor.fetch_dir(handle, ckpt, str(dest)), f"copy {i} was not taken"
+        tree = _tree(dest)
+        assert sorted(tree) == ["a.bin", "b.bin", "step"], sorted(tree)
+        assert all(len(tree[name]) == 4008 and tree[name][:8].isdigit() for name in ("a.bin", "b.bin")), \
+            {k: (len(v), v[:8]) for k, v in tree.items()}
+        assert len(tree["step"]) == 8 and tree["step"].isdigit(), tree["step"]
+        steps.append(int(tree["step"]))
+        hf.sleep(0.2)
+    assert steps == sorted(steps) and steps[-1] > steps[0], f"the trainer did not go on between copies: {steps}"
+    assert hf.executor.poll(handle).running
+    hf.executor.stop([handle], grace_seconds=2)
+    hf.wait(handle)
+
+
 # --------------------------------------------------------------------------- host-wide GPU leases
 
 #: Executors whose replicas run on hosts vcli's placement leases GPUs on (`vcli.placement.gpulease`): the

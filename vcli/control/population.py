@@ -96,9 +96,14 @@ class Population:
         if not copied:
             if key not in self._skipped:
                 self._skipped.add(key)
-                self.on_progress(f"WARNING: PBT: trial {donor.id} has no checkpoint in its AIP_CHECKPOINT_DIR "
-                                 f"({self.checkpoint_dir(donor.id)}) to copy: the exploit of trial {trial.id} is skipped "
-                                 "and it trains on (a trainer must save checkpoints there for PBT to work).")
+                ckpt = self.checkpoint_dir(donor.id)
+                if _has_files(ckpt):  # here (local, docker): it is there, but no copy of it was whole
+                    why = (f"trial {donor.id}'s checkpoint in its AIP_CHECKPOINT_DIR ({ckpt}) could not be copied "
+                           "whole (it was being written at every attempt)")
+                else:
+                    why = (f"trial {donor.id} has no checkpoint in its AIP_CHECKPOINT_DIR ({ckpt}) to copy (a trainer "
+                           "must save checkpoints there for PBT to work)")
+                self.on_progress(f"WARNING: PBT: {why}: the exploit of trial {trial.id} is skipped and it trains on.")
             return None
         now = refresh(donor)
         if now.state.is_final() or (now.measurements and now.measurements[-1].step_count >= self.pbt_spec.max_step_count):
@@ -188,3 +193,13 @@ def seeded(plan: Any, checkpoint: str, dest: str) -> Any:
             hosts.add(host)
             launches.append(replace(launch, seed_dirs=((checkpoint, dest),)))
     return replace(plan, launches=tuple(launches))
+
+
+def _has_files(path: str) -> bool:
+    """Does the local directory `path` hold a file (at any depth)?"""
+    import os
+
+    for _, _, files in os.walk(path):
+        if files:
+            return True
+    return False

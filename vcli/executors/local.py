@@ -251,6 +251,21 @@ class LocalExecutor(ExecutorBase):
             _kill(pid, signal.SIGUSR1)  # the grace period is over: SIGKILL the whole tree
         self._wait_gone(targets, 10.0)
 
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """The contract's copy, with the replica's trainer tree stopped for it (its supervisor
+        keeps watching): a trainer that rewrites its checkpoint every few milliseconds still
+        gives a consistent copy (`vcli.executors.freeze`)."""
+        from vcli.executors import copy_dir_atomically
+        from vcli.executors.freeze import copy_still, frozen
+
+        pid, job_id, status_path, tag = _target(handle)
+        tree = [p for p in tagged_processes(tag, exclude=os.getpid()) if p != pid] \
+            if _read_status(status_path) is None and _is_supervisor(pid, job_id) else []
+        if not tree:
+            return copy_dir_atomically(path, dest)
+        with frozen(tree) as (stop, cont):
+            return copy_still(tree, stop, cont, path, dest)
+
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         try:
             with open(path, encoding="utf-8", errors="replace") as f:

@@ -558,6 +558,24 @@ class DockerExecutor(ExecutorBase):
         if errors:
             raise self._wrap(errors[0], "stopping replicas") from errors[0]
 
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """The contract's copy (the directory is bind-mounted at the same path here), with the
+        container paused for it (`docker pause`, undone even if this process dies:
+        `vcli.executors.freeze`), so a trainer that rewrites its checkpoint fast still gives
+        a consistent copy."""
+        from vcli.executors import copy_dir_atomically
+        from vcli.executors.freeze import container_pids, copy_still, paused
+
+        try:
+            api = self.client().api
+            running = bool(api.inspect_container(handle.ref)["State"].get("Running"))
+        except Exception:  # gone, or the engine is down: copy what the files are
+            running = False
+        if not running:
+            return copy_dir_atomically(path, dest)
+        with paused(api, self.url, handle.ref) as (stop, cont):
+            return copy_still(container_pids(api, handle.ref), stop, cont, path, dest)
+
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         # Every path a replica is told about (output dir, mounts) is bind-mounted at the same path.
         try:

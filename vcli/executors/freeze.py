@@ -1,0 +1,222 @@
+"""Holding a replica still while a directory of it is copied (a PBT exploit copies a donor's
+checkpoint while the donor trains).
+
+A trainer that rewrites its checkpoint every few tens of milliseconds never "holds still" for a
+copy, and a Vertex-style trainer cannot be asked to pause; vcli can pause it: the replica's
+process tree is stopped (SIGSTOP; a container is paused through its engine) for the copy and
+continued after. A watchdog process holds the other end of a pipe to this process and
+continues the tree the moment that pipe closes, so a controller that dies in the middle of a
+copy (even `kill -9`) never leaves a replica stopped.
+
+Stopped is not enough: a trainer stopped in the middle of writing a file leaves it half
+written. So the copy is taken only at a moment when no process of the replica holds a file of
+the directory open for writing (/proc/PID/fd and fdinfo); otherwise the trainer is continued
+for a few milliseconds and stopped again. Each file is then whole; files written in separate
+steps of a trainer (a weights file, then its index) may still come from two steps, as with
+any copy of a live directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Iterator, Sequence
+
+__all__ = ["container_pids", "copy_still", "frozen", "paused", "writing_under"]
+
+#: The watchdog: continue the processes (or unpause the container) once stdin closes.
+_WATCHDOG = r"""
+import os, signal, sys
+try:
+    sys.stdin.buffer.read()
+finally:
+    if sys.argv[1] == "pids":
+        for pid in sys.argv[2:]:
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except OSError:
+                pass
+    else:
+        import http.client, socket
+        url, cid = sys.argv[2], sys.argv[3]
+        class C(http.client.HTTPConnection):
+            def connect(self):
+                if url.startswith("unix://"):
+                    self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    self.sock.connect(url[len("unix://"):])
+                else:
+                    super().connect()
+        host = "localhost" if url.startswith("unix://") else url.split("://", 1)[-1].rstrip("/")
+        try:
+            c = C(host, timeout=30)
+            c.request("POST", f"/containers/{cid}/unpause")
+            c.getresponse().read()
+        except OSError:
+            pass
+"""
+
+
+@contextlib.contextmanager
+def _watchdog(args: Sequence[str]) -> Iterator[None]:
+    read_end, write_end = os.pipe()  # both close-on-exec: no other child inherits them
+    try:
+        dog = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, *args], stdin=read_end,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    threading.Thread(target=dog.wait, name="vcli-freeze-watchdog", daemon=True).start()
+    try:
+        yield
+    finally:
+        os.close(write_end)  # the watchdog continues the tree now, if this process did not
+
+
+def writing_under(pids: Sequence[int], root: str) -> bool:
+    """Does one of `pids` hold a file under `root` open for writing (a checkpoint half
+    written)? Read from /proc (a container's processes are there too, under their host pids)."""
+    base = os.path.realpath(root).rstrip("/") + "/"
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not target.startswith(base):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+                    flags = next((int(line.split()[1], 8) for line in f if line.startswith("flags:")), 0)
+            except (OSError, ValueError):
+                continue
+            if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+                return True
+    return False
+
+
+#: How many times a copy waits for the trainer to be between writes, and how long at first.
+_TRIES, _BACKOFF = 40, 0.003
+
+
+def copy_still(pids: Sequence[int], stop: Callable[[], bool], cont: Callable[[], None], src: str,
+               dest: str) -> bool:
+    """`copy_dir_atomically(src, dest)` while the replica is stopped (`stop()`, which says
+    whether it could be; `cont()` continues it) at a moment when none of `pids` holds a file
+    under `src` open for writing, so every file is whole. A trainer caught in the middle of a
+    write is continued for a moment and stopped again; after `_TRIES` the copy is taken as the
+    contract's settle rule allows, with the replica running."""
+    import time
+
+    from vcli.executors import copy_dir_atomically
+
+    for attempt in range(_TRIES):
+        if not stop():
+            break
+        try:
+            if not writing_under(pids, src):
+                return copy_dir_atomically(src, dest)
+        finally:
+            cont()
+        time.sleep(_BACKOFF * (1 + attempt % 5))
+    return copy_dir_atomically(src, dest)
+
+
+@contextlib.contextmanager
+def frozen(pids: Sequence[int]) -> Iterator[tuple[Callable[[], bool], Callable[[], None]]]:
+    """(stop, cont) for the processes `pids` (SIGSTOP, SIGCONT); whatever is stopped when the
+    block ends, or when this process dies, is continued (the watchdog)."""
+    with _watchdog(["pids", *map(str, pids)]) if pids else contextlib.nullcontext():
+        state = {"stopped": False}
+
+        def stop() -> bool:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except OSError:
+                    pass
+            state["stopped"] = bool(pids)
+            _wait_stopped(pids)  # a signal is delivered asynchronously: look only once it took
+            return state["stopped"]
+
+        def cont() -> None:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+            state["stopped"] = False
+
+        try:
+            yield stop, cont
+        finally:
+            if state["stopped"]:
+                cont()
+
+
+def _wait_stopped(pids: Sequence[int], timeout: float = 2.0) -> None:
+    """Until every process of `pids` is stopped (state T or t in /proc) or gone."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while pending and time.monotonic() < deadline:
+        left = []
+        for pid in pending:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            fields = data[data.rfind(b")") + 2:].split()
+            if fields and fields[0] not in (b"T", b"t", b"Z", b"X"):
+                left.append(pid)
+        pending = left
+        if pending:
+            time.sleep(0.001)
+
+
+@contextlib.contextmanager
+def paused(api: Any, engine_url: str, container: str) -> Iterator[tuple[Callable[[], bool], Callable[[], None]]]:
+    """(stop, cont) for a container through the Docker SDK's low-level `api` (`docker pause`,
+    `unpause`); a container left paused when the block ends, or when this process dies, is
+    unpaused (the watchdog)."""
+    with _watchdog(["docker", engine_url, container]):
+        state = {"paused": False}
+
+        def stop() -> bool:
+            try:
+                api.pause(container)
+                state["paused"] = True
+            except Exception:  # not running (any more), or already paused: copy as it is
+                state["paused"] = False
+            return state["paused"]
+
+        def cont() -> None:
+            if state["paused"]:
+                try:
+                    api.unpause(container)
+                except Exception:
+                    pass  # the watchdog asks again as the block closes
+                state["paused"] = False
+
+        try:
+            yield stop, cont
+        finally:
+            cont()
+
+
+def container_pids(api: Any, container: str) -> list[int]:
+    """The host pids of a container's processes (`docker top`)."""
+    try:
+        top = api.top(container)
+        column = top["Titles"].index("PID")
+        return [int(row[column]) for row in top["Processes"]]
+    except Exception:
+        return []
