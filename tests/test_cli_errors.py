@@ -343,3 +343,22 @@ def test_garbage_machine_types_and_counts_are_refused_by_validate_only(run_vcli,
     r = run_vcli("custom-jobs", "create", "--display-name=j", f"--worker-pool-spec={pool}", "--validate-only")
     assert r.returncode == 1, r.stderr[-2000:]
     assert fragment in one_error_line(r)
+
+
+def test_unfilled_shell_placeholders_are_warned_about_at_validate(run_vcli, vcli_home, tmp_path):
+    """`imageUri: $IMAGE` and an output prefix `$JOB_DIR/` (a folder literally named `$JOB_DIR`
+    otherwise) get one WARNING line each; `$` in args is the trainer's business."""
+    config = tmp_path / "job.yaml"
+    config.write_text("workerPoolSpecs: [{machineSpec: {machineType: n1-standard-4}, containerSpec: "
+                      "{imageUri: $IMAGE, command: [python3, -c, '0'], args: ['--x=$HOME']}}]\n"
+                      f"baseOutputDirectory: {{outputUriPrefix: '{tmp_path}/${{JOB_DIR}}/out'}}\n")
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={config}", "--executor=local",
+                 "--validate-only")
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("WARNING: [")]
+    assert warnings == [
+        "WARNING: [workerPoolSpecs[0].containerSpec.imageUri] holds $IMAGE, an unfilled shell variable ([$IMAGE]): "
+        "vcli takes it literally; export the variable or write the value.",
+        f"WARNING: [baseOutputDirectory] holds ${{JOB_DIR}}, an unfilled shell variable ([{tmp_path}/${{JOB_DIR}}/out]): "
+        "vcli takes it literally; export the variable or write the value.",
+    ], r.stderr

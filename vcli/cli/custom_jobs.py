@@ -147,6 +147,8 @@ def create(
         gcs = codec.gcs_notice(job.spec)
         if gcs:
             err(gcs)
+        for notice in codec.placeholder_notices(job.spec):
+            err(notice)
         if validate_only:
             _print_validated(display_name, job, fmt)
         elif async_:

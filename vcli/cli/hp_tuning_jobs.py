@@ -184,6 +184,8 @@ def create(
         gcs = codec.gcs_notice(study.spec.trial_job_spec)
         if gcs:
             err(gcs)
+        for notice in codec.placeholder_notices(study.spec.trial_job_spec):
+            err(notice)
         if validate_only:
             runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")

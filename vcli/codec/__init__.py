@@ -38,6 +38,7 @@ from vcli.codec.job import (
     custom_job_spec_from_stored,
     custom_job_spec_to_dict,
     load_custom_job_spec,
+    placeholder_notices,
     resolve_output_uri,
 )
 from vcli.codec.schema import Decoder
@@ -79,6 +80,7 @@ __all__ = [
     "custom_job_spec_to_dict",
     "gcs_mappings",
     "gcs_notice",
+    "placeholder_notices",
     "hp_tuning_document",
     "hp_tuning_job_from_document",
     "hp_tuning_job_to_dict",

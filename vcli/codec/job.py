@@ -169,3 +169,41 @@ def custom_job_spec_to_dict(spec: CustomJobSpec, *, vertex_only: bool = False) -
     pool) are left out, so trainers see what they would see on Vertex.
     """
     return to_wire(spec, VERTEX_ONLY_OVERRIDES if vertex_only else JOB_OVERRIDES)
+
+
+#: An unfilled shell variable: `$IMAGE`, `${JOB_DIR}` (a script that forgot to export it, or a
+#: YAML written for `envsubst`).
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+#: Fields that name an image, a URI or a path: a `$` in them is never meant literally.
+_LOCATION_SUFFIXES = ("uri", "uris", "directory", "path", "prefix")
+
+
+def placeholder_notices(spec: CustomJobSpec) -> list[str]:
+    """One WARNING line per image, URI or path field of the job that holds an unfilled shell
+    variable (`imageUri: $IMAGE`, an output prefix `$JOB_DIR/` that would become a folder
+    literally named `$JOB_DIR`). Commands, args and env values are left alone: a `$` there is
+    the trainer's business."""
+    import dataclasses
+
+    out: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if dataclasses.is_dataclass(node):
+            for f in dataclasses.fields(node):
+                walk(getattr(node, f.name), f"{path}.{_camel(f.name)}" if path else _camel(f.name))
+        elif isinstance(node, (list, tuple)):
+            for i, item in enumerate(node):
+                walk(item, f"{path}[{i}]")
+        elif isinstance(node, str) and path.rsplit(".", 1)[-1].split("[")[0].lower().endswith(_LOCATION_SUFFIXES):
+            found = _PLACEHOLDER.search(node)
+            if found:
+                out.append(f"WARNING: [{path}] holds {found.group(0)}, an unfilled shell variable ([{node[:200]}]): "
+                           "vcli takes it literally; export the variable or write the value.")
+
+    walk(spec, "")
+    return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
