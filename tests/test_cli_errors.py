@@ -362,3 +362,18 @@ def test_unfilled_shell_placeholders_are_warned_about_at_validate(run_vcli, vcli
         f"WARNING: [baseOutputDirectory] holds ${{JOB_DIR}}, an unfilled shell variable ([{tmp_path}/${{JOB_DIR}}/out]): "
         "vcli takes it literally; export the variable or write the value.",
     ], r.stderr
+
+
+@pytest.mark.parametrize("key", ["script=/etc/passwd", "script=../../outside.py", "python-module=trainer,extra-dirs=../../..",
+                                 "python-module=trainer,extra-packages=/etc/hosts"])
+def test_package_paths_outside_the_package_are_refused(run_vcli, vcli_home, tmp_path, key):
+    """`script=/etc/passwd` or `extra-dirs=../../..` would run or ship files from outside the
+    package (Docker autopackaging would put them into the build context): one line, exit 1."""
+    pkg = tmp_path / "pkg"
+    (pkg / "trainer").mkdir(parents=True)
+    (pkg / "trainer" / "__init__.py").write_text("")
+    (tmp_path / "outside.py").write_text("")
+    r = run_vcli("custom-jobs", "create", "--display-name=j", "--executor=local", "--validate-only",
+                 f"--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=x,local-package-path={pkg},{key}")
+    assert r.returncode == 1, r.stderr
+    assert "must name a path inside the package" in one_error_line(r)

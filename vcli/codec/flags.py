@@ -210,6 +210,14 @@ def _validate_local_package(spec: Mapping[str, Any]) -> None:
         raise bad("Key [container-image-uri] is not allowed together with key [local-package-path].")
     if ("python-module" in spec) == ("script" in spec):
         raise bad("Exactly one of keys [python-module, script] is required when `local-package-path` is specified.")
+    real = os.path.realpath(path)
+    for key in ("script", "extra-packages", "extra-dirs"):
+        for value in spec[key] if isinstance(spec.get(key), list) else [spec[key]] if key in spec else []:
+            inside = os.path.realpath(os.path.join(real, value))
+            outside = inside != real and not inside.startswith(real.rstrip("/") + "/")
+            if outside or (key != "extra-dirs" and inside == real):
+                raise bad(f"Key [{key}] must name a path inside the package '{path}' (relative to it), received: "
+                          f"[{value}]; the package is what is copied or built into the image.")
     if "script" in spec and not os.path.isfile(os.path.join(path, spec["script"])):
         raise bad(f"File '{spec['script']}' is not found under the package: '{path}'.")
     if "python-module" in spec:
