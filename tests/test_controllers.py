@@ -44,10 +44,12 @@ from vcli.spec import (
     Scheduling,
     StudyEvent,
     StudySpec,
+    Trial,
     TrialState,
     WorkerPoolSpec,
 )
 from vcli.store import Store
+from vcli.tuning.events import StudyListener
 from vcli.tuning.suggesters import get_suggester
 
 
@@ -309,11 +311,37 @@ def study(
     )
     row = store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB.value, display_name="s", record={},
                            state=JobState.JOB_STATE_QUEUED.value)
-    events: list[tuple[str, str | None]] = []
+    recorder = Recorder()
     run = StudyRun(store=store, executor=executor or FakeExecutor(world), spec=spec, study_id=row.id,
                    display_name="s", suggester=get_suggester(spec.study_spec, seed=7), clock=world.clock,
-                   placer=placer, on_event=lambda kind, trial: events.append((StudyEvent(kind).value, trial.id if trial else None)))
-    return run, events
+                   placer=placer, listener=recorder)
+    return run, recorder.events
+
+
+class Recorder(StudyListener):
+    """Records a study's events as (event name, trial id) and its status lines."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | None]] = []
+        self.lines: list[str] = []
+
+    def trial_started(self, trial: Trial) -> None:
+        self.events.append((StudyEvent.TRIAL_STARTED.value, trial.id))
+
+    def trial_measured(self, trial: Trial) -> None:
+        self.events.append((StudyEvent.TRIAL_MEASUREMENT.value, trial.id))
+
+    def trial_stopping(self, trial: Trial) -> None:
+        self.events.append((StudyEvent.TRIAL_STOPPING.value, trial.id))
+
+    def trial_ended(self, trial: Trial) -> None:
+        self.events.append((StudyEvent.TRIAL_FINISHED.value, trial.id))
+
+    def study_ended(self, state: JobState, best: Trial | None, optimal: Sequence[Trial]) -> None:
+        self.events.append((StudyEvent.STUDY_FINISHED.value, best.id if best else None))
+
+    def progress(self, message: str) -> None:
+        self.lines.append(message)
 
 
 def states(run: StudyRun) -> list[str]:
@@ -330,7 +358,7 @@ def test_study_runs_every_trial_and_picks_the_best(store: Store, world: FakeWorl
     assert best.final_measurement.metrics["acc"] == pytest.approx(values[best.id])
     assert events[-1] == ("study-finished", best.id)
     assert [e for e, _ in events].count("started") == 5
-    stored = store.trials(run.study_id)
+    stored = store.trial_records(run.study_id)
     assert [t["state"] for t in stored] == ["SUCCEEDED"] * 5
     assert store.get_job(run.study_id).record["bestTrialId"] == best.id
     assert world.running() == []
@@ -439,8 +467,7 @@ def test_grid_search_ends_when_the_grid_is_exhausted(store: Store, world: FakeWo
     grid = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd", "rmsprop")))
     run, _ = study(store, world, "metric:acc=0.5@1", max_trials=10, parallel=2, algorithm=Algorithm.GRID_SEARCH,
                    parameters=(grid,))
-    progress: list[str] = []
-    run.on_progress = progress.append
+    progress = run.listener.lines
     assert run.run() == JobState.JOB_STATE_SUCCEEDED
     assert sorted(t.parameters["opt"] for t in run.trials.values()) == ["adam", "rmsprop", "sgd"]
     assert any("search space is exhausted after 3 trial(s) (maxTrialCount 10)" in m for m in progress), progress
@@ -483,7 +510,7 @@ def test_a_trial_stopped_early_succeeds_and_frees_its_slot_at_once(store: Store,
     order = [e for e in events if e[0] in ("started", "stopping", "finished")]
     assert order.index(("started", "3")) < order.index(("finished", "2"))
     assert order.index(("stopping", "2")) < order.index(("started", "3"))
-    stored = {t["id"]: t for t in store.trials(run.study_id)}
+    stored = {t["id"]: t for t in store.trial_records(run.study_id)}
     assert stored["2"]["earlyStoppingRule"] == "asha" and "stopReason" in stored["2"]
     assert world.running() == []
 
@@ -573,11 +600,11 @@ class CrashingStore(Store):
 
     armed = True
 
-    def save_trial(self, study_id: str, trial: Any) -> None:
-        if self.armed and trial["state"] == "SUCCEEDED":
+    def save_trial(self, study_id: str, trial: Any, specs: Any) -> None:
+        if self.armed and trial.state == "SUCCEEDED":
             self.armed = False
             raise Crash
-        super().save_trial(study_id, trial)
+        super().save_trial(study_id, trial, specs)
 
 
 class CrashingSuggester:
@@ -655,7 +682,7 @@ def test_a_study_resumes_after_dying_between_a_trial_exit_and_its_record(tmp_pat
     first, _ = study(store, world, *ACTIONS, max_trials=8, parallel=2)
     with pytest.raises(Crash):
         first.run()
-    assert [t["state"] for t in store.trials(first.study_id)].count("SUCCEEDED") == 0
+    assert [t["state"] for t in store.trial_records(first.study_id)].count("SUCCEEDED") == 0
     assert_study_completed_once(resumed(store, world, first), world)
 
 
@@ -672,7 +699,7 @@ def test_a_study_resumes_after_dying_before_any_trial(store: Store, world: FakeW
     first.suggester = CrashingSuggester(first.suggester, after=1)
     with pytest.raises(Crash):
         first.run()
-    assert store.trials(first.study_id) == []
+    assert store.trial_records(first.study_id) == []
     assert_study_completed_once(resumed(store, world, first), world)
 
 

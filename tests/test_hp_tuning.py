@@ -366,7 +366,7 @@ def test_resume_by_replay_proposes_the_original_next_point(tmp_path: Path) -> No
         )
         assert r.returncode == 0, r.stderr
         study = json.loads(r.stdout)
-        stored = Store(home).trials(study["name"].rsplit("/", 1)[-1])
+        stored = Store(home).trial_records(study["name"].rsplit("/", 1)[-1])
         spec = cfg.study_spec_from_stored(study["studySpec"])
         rebuilt = get_suggester(spec, seed=21)
         for data in stored[:4]:  # as StudyRun.resume tells a fresh suggester every stored trial
@@ -402,3 +402,66 @@ def test_bad_study_inputs_get_one_line(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "WARNING: parallelTrialCount (5) is greater than maxTrialCount (2)" in r.stderr
     assert json.loads(r.stdout)["parallelTrialCount"] == 2
+
+
+def test_async_study_returns_at_once_and_runs_in_the_background(tmp_path: Path) -> None:
+    """`create --async` records the study and returns; a detached vcli runs it. describe,
+    stream-logs, cancel and resume work on it from other processes."""
+    import time
+
+    pkg, echo = _toy(tmp_path)
+    home = tmp_path / "home"
+    flags = ("--metric=metric-id=score,goal=maximize",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=toy.py",
+             "--parameter-spec=parameter-id=x,min=0.0,max=6.0", "--format=value(name)")
+    started = time.monotonic()
+    r = vcli(home, "hp-tuning-jobs", "create", "--async", "--display-name=bg", *flags, "--max-trial-count=3",
+             "--parallel-trial-count=2", "--seed=4", timeout=60, VCLI_TEST_ECHO=str(echo))
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert took < 10, took  # the process start dominates: no trial is started by create itself
+    name = r.stdout.strip()
+    assert name.startswith("projects/") and "/hyperparameterTuningJobs/" in name
+    study_id = name.rsplit("/", 1)[-1]
+    assert f"Hyperparameter tuning job [{study_id}] submitted successfully." in r.stderr
+    assert f"vcli hp-tuning-jobs describe {study_id}" in r.stderr
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study_id, timeout=240)  # follows the study to its end
+    assert logs.returncode == 0, logs.stderr
+    study = describe(home, "hp-tuning-jobs", study_id)
+    assert study["state"] == "JOB_STATE_SUCCEEDED", study
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3
+    assert {line.split("\t")[2].split("/")[0] for line in logs.stdout.splitlines()} == {"trial-1", "trial-2", "trial-3"}
+    controller_log = (home / "jobs" / study_id / "controller.log").read_text()
+    assert "runs in this background process" in controller_log and "trial 3 SUCCEEDED" in controller_log
+
+    # cancel from another process: the background controller stops every trial
+    r = vcli(home, "hp-tuning-jobs", "create", "--async", "--display-name=bg-cancel", *flags, "--max-trial-count=4",
+             "--parallel-trial-count=2", "--parameter-spec=parameter-id=sleep,values=60", timeout=60,
+             VCLI_TEST_ECHO=str(echo))
+    assert r.returncode == 0, r.stderr
+    study_id = r.stdout.strip().rsplit("/", 1)[-1]
+    store = Store(home)
+    wait_for(lambda: len(store.child_jobs(study_id)) == 2, 60, "two trials")
+    jobs = [c.id for c in store.child_jobs(study_id)]
+    wait_for(lambda: all(processes_with_env("VCLI_JOB_ID", j) for j in jobs), 60, "trial replicas running")
+    c = vcli(home, "hp-tuning-jobs", "cancel", study_id, timeout=120)
+    assert c.returncode == 0, c.stderr
+    assert describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_CANCELLED"
+    assert not any(processes_with_env("VCLI_JOB_ID", j) for j in jobs)
+
+    # its controller killed: resume takes the running trials over and ends the study
+    r = vcli(home, "hp-tuning-jobs", "create", "--async", "--display-name=bg-resume", *flags, "--max-trial-count=2",
+             "--parallel-trial-count=2", "--parameter-spec=parameter-id=sleep,values=1", timeout=60,
+             VCLI_TEST_ECHO=str(echo))
+    assert r.returncode == 0, r.stderr
+    study_id = r.stdout.strip().rsplit("/", 1)[-1]
+    wait_for(lambda: len(store.child_jobs(study_id)) == 2, 60, "two trials")
+    controller = store.get_job(study_id).controller_pid
+    assert controller and controller != os.getpid()
+    os.kill(controller, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{controller}") or "Z" in open(f"/proc/{controller}/stat").read().split()[2],
+             30, "the background controller gone")
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, "--format=value(state)", timeout=240, VCLI_TEST_ECHO=str(echo))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "JOB_STATE_SUCCEEDED"
+    assert [t["state"] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]] == ["SUCCEEDED"] * 2

@@ -317,3 +317,39 @@ def test_cancel_of_an_orphaned_job_whose_replicas_all_succeeded_records_success(
     assert job["state"] == "JOB_STATE_SUCCEEDED", (job, r.stderr)
     assert [x["state"] for x in job["replicas"]] == ["SUCCEEDED"]
     assert "is now JOB_STATE_SUCCEEDED (its replicas had all ended on their own)" in r.stderr
+
+
+def test_cancel_of_an_orphaned_study_ends_its_trials(tmp_path: Path) -> None:
+    """A study whose controller died: cancel stops its trials' replicas and ends each open trial
+    as Vertex would (SUCCEEDED with its last measurement if it reported one, else INFEASIBLE)."""
+    home = tmp_path / "home"
+    script = tmp_path / "reports_or_not.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        if "--kind=reports" in sys.argv:
+            print("acc=0.25 step=1", flush=True)
+        time.sleep(300)
+    """))
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=orphan-study", "--max-trial-count=2",
+                 "--parallel-trial-count=2", "--algorithm=grid-search",
+                 "--parameter-spec=parameter-id=kind,type=categorical,values=reports;silent",
+                 "--metric=metric-id=acc,goal=maximize",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
+    study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: any(t.get("measurements") for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])),
+             60, "a measurement recorded")
+    trial_jobs = [t["customJob"].rsplit("/", 1)[-1] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]]
+    assert len(trial_jobs) == 2
+    _kill_controller(proc)
+    r = vcli(home, "hp-tuning-jobs", "cancel", study_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    study = describe(home, "hp-tuning-jobs", study_id)
+    assert study["state"] == "JOB_STATE_CANCELLED"
+    trials = {t["parameters"][0]["value"]: t for t in study["trials"]}
+    assert trials["reports"]["state"] == "SUCCEEDED"
+    assert trials["reports"]["finalMeasurement"]["metrics"] == [{"metricId": "acc", "value": 0.25}]
+    assert trials["silent"]["state"] == "INFEASIBLE"
+    assert "cancelled after its controller had died" in trials["silent"]["infeasibleReason"]
+    assert all(t["endTime"] for t in study["trials"])
+    for job_id in trial_jobs:
+        assert not processes_with_env("VCLI_JOB_ID", job_id)

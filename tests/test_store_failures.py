@@ -130,3 +130,28 @@ def test_job_directories_and_files_are_private(tmp_path: Path) -> None:
     for f in ("replicas/workerpool0-0/replica.log", "replicas/workerpool0-0/replica.status", "controller.log"):
         assert (job / f).stat().st_mode & 0o777 == 0o600, (f, oct((job / f).stat().st_mode))
     assert (home / "vcli.db").stat().st_mode & 0o777 == 0o600
+
+
+def test_rows_are_typed_and_only_known_columns_reach_sql(tmp_path: Path) -> None:
+    """The store boundary: rows carry enum members, trials cross as `Trial` objects, and a
+    column name that is not a row field is refused before any SQL is built."""
+    from vcli.spec import JobKind, JobState, ReplicaState, Trial, TrialState
+    from vcli.store import Store
+
+    store = Store(tmp_path / "home")
+    row = store.create_job(kind=JobKind.CUSTOM_JOB, display_name="typed", record={}, state=JobState.JOB_STATE_QUEUED)
+    assert row.kind is JobKind.CUSTOM_JOB and row.state is JobState.JOB_STATE_QUEUED
+    assert f"{row.state}" == str(row.state) == "JOB_STATE_QUEUED"
+    store.upsert_replica(row.id, "workerpool0-0", host="local", state=ReplicaState.RUNNING, log_path="l", metric_file="m")
+    (replica,) = store.replicas(row.id)
+    assert replica.state is ReplicaState.RUNNING and not replica.state.is_final()
+    assert ReplicaState.NOT_STARTED.is_final() and ReplicaState.STOPPED.is_final()
+    with pytest.raises(ValueError, match="no column"):
+        store.update_job(row.id, **{"state = 'JOB_STATE_SUCCEEDED' --": 1})
+    with pytest.raises(ValueError, match="no column"):
+        store.upsert_replica(row.id, "workerpool0-0", **{"exit_code = 0, state": "x"})
+    assert store.get_job(row.id).state is JobState.JOB_STATE_QUEUED
+    store.save_trial(row.id, Trial(id="1", parameters={}, state=TrialState.ACTIVE), {})
+    (trial,) = store.trials(row.id)
+    assert isinstance(trial, Trial) and trial.state is TrialState.ACTIVE
+    assert store.trial_records(row.id) == [{"id": "1", "state": "ACTIVE", "parameters": []}]

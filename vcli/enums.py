@@ -6,10 +6,21 @@ while `vcli.spec` (which re-exports them) defines dozens of dataclasses.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
 
 
-class JobState(str, Enum):
+class VertexEnum(str, Enum):
+    """A string enumeration whose text is its value everywhere (`str`, f-strings, `%s`,
+    JSON, SQLite), so a member can cross into records, messages and `--format` output as is."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
+
+class JobState(VertexEnum):
     """Vertex `JobState`, shared by CustomJob and HyperparameterTuningJob."""
 
     JOB_STATE_QUEUED = "JOB_STATE_QUEUED"
@@ -29,7 +40,7 @@ _FINAL_JOB_STATES = frozenset(
 )
 
 
-class TrialState(str, Enum):
+class TrialState(VertexEnum):
     """Vertex `Trial.State`. There is no FAILED: a trial without a metric is INFEASIBLE."""
 
     REQUESTED = "REQUESTED"
@@ -42,7 +53,7 @@ class TrialState(str, Enum):
         return self in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
 
 
-class ReplicaState(str, Enum):
+class ReplicaState(VertexEnum):
     """One replica's life as the store records it (Vertex has no replica resource; vcli's own)."""
 
     PENDING = "PENDING"
@@ -54,15 +65,24 @@ class ReplicaState(str, Enum):
     #: Never started (the job ended before its turn).
     NOT_STARTED = "NOT_STARTED"
 
+    def is_final(self) -> bool:
+        """The replica has ended (or never will start): nothing of it runs."""
+        return self in _FINAL_REPLICA_STATES
 
-class JobKind(str, Enum):
+
+_FINAL_REPLICA_STATES = frozenset(
+    {ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED, ReplicaState.NOT_STARTED}
+)
+
+
+class JobKind(VertexEnum):
     """The two Vertex resources vcli stores; the value is the resource collection's singular."""
 
     CUSTOM_JOB = "customJob"
     HYPERPARAMETER_TUNING_JOB = "hyperparameterTuningJob"
 
 
-class ExecutorKind(str, Enum):
+class ExecutorKind(VertexEnum):
     """What runs replicas (`--executor`): child processes, local containers, SSH hosts, a Ray cluster."""
 
     LOCAL = "local"
@@ -71,8 +91,8 @@ class ExecutorKind(str, Enum):
     RAY = "ray"
 
 
-class StudyEvent(str, Enum):
-    """What a study controller tells its view (`on_event(event, trial)`)."""
+class StudyEvent(VertexEnum):
+    """The names of a study's events (`vcli.tuning.events.StudyListener` has a method for each)."""
 
     TRIAL_STARTED = "started"
     #: A running trial reported a new intermediate measurement.
@@ -83,7 +103,7 @@ class StudyEvent(str, Enum):
     STUDY_FINISHED = "study-finished"
 
 
-class Goal(str, Enum):
+class Goal(VertexEnum):
     MAXIMIZE = "MAXIMIZE"
     MINIMIZE = "MINIMIZE"
 
@@ -93,14 +113,14 @@ class Goal(str, Enum):
         return 1.0 if self is Goal.MAXIMIZE else -1.0
 
 
-class ScaleType(str, Enum):
+class ScaleType(VertexEnum):
     SCALE_TYPE_UNSPECIFIED = "SCALE_TYPE_UNSPECIFIED"
     UNIT_LINEAR_SCALE = "UNIT_LINEAR_SCALE"
     UNIT_LOG_SCALE = "UNIT_LOG_SCALE"
     UNIT_REVERSE_LOG_SCALE = "UNIT_REVERSE_LOG_SCALE"
 
 
-class Algorithm(str, Enum):
+class Algorithm(VertexEnum):
     ALGORITHM_UNSPECIFIED = "ALGORITHM_UNSPECIFIED"  # Vertex's default: Bayesian optimisation
     GRID_SEARCH = "GRID_SEARCH"
     RANDOM_SEARCH = "RANDOM_SEARCH"
@@ -114,7 +134,19 @@ class Algorithm(str, Enum):
         return self.value.lower().replace("_", "-")
 
 
-class MeasurementSelectionType(str, Enum):
+class MeasurementSelectionType(VertexEnum):
     MEASUREMENT_SELECTION_TYPE_UNSPECIFIED = "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED"  # = LAST
     LAST_MEASUREMENT = "LAST_MEASUREMENT"
     BEST_MEASUREMENT = "BEST_MEASUREMENT"
+
+
+class RpcCode(IntEnum):
+    """`google.rpc.Code`: the `error.code` of a job or study that did not succeed, as Vertex
+    records it (only the codes vcli uses)."""
+
+    CANCELLED = 1
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    PERMISSION_DENIED = 7
+    FAILED_PRECONDITION = 9
+    INTERNAL = 13

@@ -45,7 +45,7 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         "name": row.name,
         "displayName": row.display_name,
         "jobSpec": rec.get("jobSpec", {}),
-        "state": row.state,
+        "state": row.state.value,
     }
     _times(row, out)
     if rec.get("labels"):
@@ -63,7 +63,7 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         out["trialId"] = row.trial_id
     replicas = []
     for r in store.replicas(row.id):
-        d: dict[str, Any] = {"taskName": r.task_name, "host": r.host, "state": r.state, "logPath": r.log_path}
+        d: dict[str, Any] = {"taskName": r.task_name, "host": r.host, "state": r.state.value, "logPath": r.log_path}
         if r.address:
             d["address"] = r.address
         if r.exit_code is not None:
@@ -92,7 +92,7 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         "parallelTrialCount": rec.get("parallelTrialCount"),
         "maxFailedTrialCount": rec.get("maxFailedTrialCount", 0),
         "trialJobSpec": rec.get("trialJobSpec", {}),
-        "state": row.state,
+        "state": row.state.value,
     }
     _times(row, out)
     if rec.get("labels"):
@@ -103,7 +103,7 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     for key in ("encryptionSpec", "studyTimeout", "goalValue", "seed", "executor", "outputDirectory", "stopReason"):
         if rec.get(key) is not None:
             out[key] = rec[key]
-    trials = store.trials(row.id)
+    trials = store.trial_records(row.id)
     out["trials"] = trials
     if rec.get("bestTrialId"):
         out["bestTrialId"] = rec["bestTrialId"]

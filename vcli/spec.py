@@ -18,6 +18,7 @@ from vcli.enums import (  # noqa: F401
     JobState,
     MeasurementSelectionType,
     ReplicaState,
+    RpcCode,
     ScaleType,
     StudyEvent,
     TrialState,

@@ -16,14 +16,14 @@ import secrets
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from vcli.errors import StoreError
-from vcli.spec import JobKind, JobState
+from vcli.spec import JobKind, JobState, ParameterSpec, ReplicaState, Trial
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -102,6 +102,11 @@ def _text(value: Enum | str) -> str:
     return value.value if isinstance(value, Enum) else value
 
 
+def _column_value(value: Any) -> Any:
+    """What SQLite stores for a column value: an enum member's value, anything else as is."""
+    return value.value if isinstance(value, Enum) else value
+
+
 def resource_name(kind: JobKind | str, job_id: str) -> str:
     collection = "customJobs" if _text(kind) == JobKind.CUSTOM_JOB.value else "hyperparameterTuningJobs"
     return f"projects/{PROJECT}/locations/{LOCATION}/{collection}/{job_id}"
@@ -115,9 +120,9 @@ def parse_job_ref(ref: str) -> str:
 @dataclass(frozen=True)
 class JobRow:
     id: str
-    kind: str
+    kind: JobKind
     display_name: str
-    state: str
+    state: JobState
     create_time: str
     start_time: str | None
     end_time: str | None
@@ -143,7 +148,7 @@ class ReplicaRow:
     host: str
     address: str | None
     handle: dict[str, str] | None
-    state: str
+    state: ReplicaState
     exit_code: int | None
     message: str | None
     log_path: str
@@ -151,6 +156,19 @@ class ReplicaRow:
     gpus: str | None
     start_time: str | None
     end_time: str | None
+
+
+#: The columns `update_job` and `upsert_replica` may set (names are built into SQL: never a caller's text).
+_JOB_COLUMNS = frozenset(f.name for f in fields(JobRow)) - {"id"}
+_REPLICA_COLUMNS = frozenset(f.name for f in fields(ReplicaRow)) - {"job_id", "task_name"}
+
+
+def _columns(given: Mapping[str, Any], allowed: frozenset[str], table: str) -> str:
+    """`a = ?, b = ?` for `given`'s keys, each of which must be one of `allowed`."""
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise ValueError(f"{table} has no column {', '.join(unknown)}")
+    return ", ".join(f"{k} = ?" for k in given)
 
 
 class Store:
@@ -313,9 +331,9 @@ class Store:
         if "error" in fields and fields["error"] is not None:
             fields["error"] = json.dumps(fields["error"])
         fields["update_time"] = now_iso()
-        cols = ", ".join(f"{k} = ?" for k in fields)
+        cols = _columns(fields, _JOB_COLUMNS, "jobs")
         with self._tx() as c:
-            c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+            c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*map(_column_value, fields.values()), job_id))
 
     def set_state(self, job_id: str, state: JobState | str, *, error: Mapping[str, Any] | None = None) -> None:
         """Record a state change with Vertex's time rules (startTime on RUNNING, endTime at the end)."""
@@ -372,24 +390,26 @@ class Store:
     # ------------------------------------------------------------------ replicas
 
     def upsert_replica(self, job_id: str, task_name: str, **fields: Any) -> None:
+        """Set a replica's columns (`ReplicaRow`'s names), creating its row on first use."""
         if "handle" in fields and fields["handle"] is not None:
             fields["handle"] = json.dumps(fields["handle"])
+        cols = _columns(fields, _REPLICA_COLUMNS, "replicas")
+        values = tuple(map(_column_value, fields.values()))
         with self._tx() as c:
             exists = c.execute("SELECT 1 FROM replicas WHERE job_id = ? AND task_name = ?", (job_id, task_name)).fetchone()
             if exists:
-                cols = ", ".join(f"{k} = ?" for k in fields)
-                c.execute(f"UPDATE replicas SET {cols} WHERE job_id = ? AND task_name = ?", (*fields.values(), job_id, task_name))
+                c.execute(f"UPDATE replicas SET {cols} WHERE job_id = ? AND task_name = ?", (*values, job_id, task_name))
             else:
-                cols = ", ".join(["job_id", "task_name", *fields])
+                names = ", ".join(["job_id", "task_name", *fields])
                 marks = ", ".join("?" * (len(fields) + 2))
-                c.execute(f"INSERT INTO replicas ({cols}) VALUES ({marks})", (job_id, task_name, *fields.values()))
+                c.execute(f"INSERT INTO replicas ({names}) VALUES ({marks})", (job_id, task_name, *values))
 
     def replicas(self, job_id: str) -> list[ReplicaRow]:
         rows = self._query("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,))
         return [
             ReplicaRow(
                 job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
-                handle=json.loads(r["handle"]) if r["handle"] else None, state=r["state"], exit_code=r["exit_code"],
+                handle=json.loads(r["handle"]) if r["handle"] else None, state=ReplicaState(r["state"]), exit_code=r["exit_code"],
                 message=r["message"], log_path=r["log_path"], metric_file=r["metric_file"], gpus=r["gpus"],
                 start_time=r["start_time"], end_time=r["end_time"],
             )
@@ -398,16 +418,27 @@ class Store:
 
     # ------------------------------------------------------------------ trials
 
-    def save_trial(self, study_id: str, trial: Mapping[str, Any]) -> None:
-        """Insert or replace one trial (the Vertex Trial resource as a dict)."""
+    def save_trial(self, study_id: str, trial: Trial, specs: Mapping[str, ParameterSpec]) -> None:
+        """Insert or replace one trial, stored as its Vertex Trial resource (`specs`: the study's
+        parameters, which say how each value is written)."""
+        from vcli.codec.trial import trial_to_dict
+
+        record = trial_to_dict(trial, specs)
         with self._tx() as c:
             c.execute(
                 "INSERT INTO trials (study_id, trial_id, seq, state, record) VALUES (?,?,?,?,?)"
                 " ON CONFLICT(study_id, trial_id) DO UPDATE SET state = excluded.state, record = excluded.record",
-                (study_id, trial["id"], int(trial["id"]), trial["state"], json.dumps(trial)),
+                (study_id, trial.id, int(trial.id), trial.state.value, json.dumps(record)),
             )
 
-    def trials(self, study_id: str) -> list[dict[str, Any]]:
+    def trials(self, study_id: str) -> list[Trial]:
+        """A study's trials in trial order."""
+        from vcli.codec.trial import trial_from_dict
+
+        return [trial_from_dict(d) for d in self.trial_records(study_id)]
+
+    def trial_records(self, study_id: str) -> list[dict[str, Any]]:
+        """A study's trials as stored: Vertex Trial resources (for describe, exports, the dashboard)."""
         rows = self._query("SELECT record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))
         return [json.loads(r[0]) for r in rows]
 
@@ -519,7 +550,7 @@ def _disk_full(home: Path) -> bool:
 
 def _job_row(r: sqlite3.Row) -> JobRow:
     return JobRow(
-        id=r["id"], kind=r["kind"], display_name=r["display_name"], state=r["state"],
+        id=r["id"], kind=JobKind(r["kind"]), display_name=r["display_name"], state=JobState(r["state"]),
         create_time=r["create_time"], start_time=r["start_time"], end_time=r["end_time"],
         update_time=r["update_time"], parent_id=r["parent_id"], trial_id=r["trial_id"],
         controller_pid=r["controller_pid"], controller_start=r["controller_start"], heartbeat=r["heartbeat"],

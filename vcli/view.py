@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
 from vcli.spec import Goal, JobState, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
+from vcli.tuning.events import StudyListener
 
 STATE_STYLE = {
     TrialState.REQUESTED: "dim",
@@ -144,8 +145,9 @@ def study_table(snap: StudySnapshot) -> Any:
     return table
 
 
-class StudyView:
-    """Collects trial events into a snapshot; subclasses decide how to show it."""
+class StudyView(StudyListener):
+    """Collects trial events into a snapshot; subclasses decide how to show it (`show`, with
+    the event's name) and where status lines go (`progress`)."""
 
     def __init__(self, display_name: str, metrics: Sequence[MetricSpec], parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
         self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count, {}, {}, {})
@@ -156,13 +158,26 @@ class StudyView:
         self.snapshot.started = self._started
         self.snapshot.ended = self._ended
 
-    def event(self, kind: StudyEvent, trial: Trial | None) -> None:
-        if trial is not None and kind != StudyEvent.STUDY_FINISHED:
-            self._trials[trial.id] = trial
-            if kind == StudyEvent.TRIAL_STARTED:
-                self._started[trial.id] = time.monotonic()
-            if trial.state.is_final():
-                self._ended.setdefault(trial.id, time.monotonic())
+    def trial_started(self, trial: Trial) -> None:
+        self._started[trial.id] = time.monotonic()
+        self._event(StudyEvent.TRIAL_STARTED, trial)
+
+    def trial_measured(self, trial: Trial) -> None:
+        self._event(StudyEvent.TRIAL_MEASUREMENT, trial)
+
+    def trial_stopping(self, trial: Trial) -> None:
+        self._event(StudyEvent.TRIAL_STOPPING, trial)
+
+    def trial_ended(self, trial: Trial) -> None:
+        self._event(StudyEvent.TRIAL_FINISHED, trial)
+
+    def study_ended(self, state: JobState, best: Trial | None, optimal: Sequence[Trial]) -> None:
+        self.show(StudyEvent.STUDY_FINISHED, best)
+
+    def _event(self, kind: StudyEvent, trial: Trial) -> None:
+        self._trials[trial.id] = trial
+        if trial.state.is_final():
+            self._ended.setdefault(trial.id, time.monotonic())
         self.show(kind, trial)
 
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:  # pragma: no cover - overridden
@@ -170,9 +185,6 @@ class StudyView:
 
     def close(self, state: JobState) -> None:
         self.snapshot.state = JobState(state)
-
-    def message(self, text: str) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
 
 
 class PlainStudyView(StudyView):
@@ -214,7 +226,7 @@ class PlainStudyView(StudyView):
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def message(self, text: str) -> None:
+    def progress(self, text: str) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
@@ -234,7 +246,7 @@ class LiveStudyView(StudyView):
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:
         self.live.update(study_table(self.snapshot), refresh=True)
 
-    def message(self, text: str) -> None:
+    def progress(self, text: str) -> None:
         self.live.console.print(text, markup=False, highlight=False)
 
     def close(self, state: JobState) -> None:
@@ -247,6 +259,36 @@ def make_study_view(stream: IO[str], *args: Any) -> StudyView:
     if stream.isatty():
         return LiveStudyView(stream, *args)
     return PlainStudyView(stream, *args)
+
+
+def study_result_lines(
+    metrics: Sequence[MetricSpec], best: Trial | None, optimal: Sequence[Trial],
+    schedule: Sequence[Mapping[str, Any]] | None, param_specs: Mapping[str, ParameterSpec],
+) -> list[str]:
+    """What an ended study found, for people: the Pareto front (several metrics), the best
+    trial with its PBT schedule (`schedule`: its lineage's legs), or the best trial and the
+    args it ran with. Empty when no trial succeeded."""
+    from vcli.codec.trial import trial_args
+
+    def args(parameters: Mapping[str, Any]) -> str:
+        return " ".join(trial_args(param_specs, parameters))
+
+    if len(metrics) > 1:
+        front = [t for t in optimal if t.final_measurement is not None]
+        lines = [f"Pareto front: {len(front)} trial(s) not dominated by any other:"] if front else []
+        for t in front:
+            values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
+            lines.append(f"  trial {t.id}: {values} with {args(t.parameters)}")
+        return lines
+    if best is None or best.final_measurement is None:
+        return []
+    metric_id = metrics[0].metric_id
+    head = f"Best trial: {best.id} {metric_id}={best.final_measurement.metrics[metric_id]:.6g} (step {best.final_measurement.step_count})"
+    if not schedule:
+        return [f"{head} with {args(best.parameters)}"]
+    return [f"{head}; its schedule (PBT lineage):",
+            *(f"  steps {leg['fromStep']}-{leg['toStep']}: trial {leg['trialId']} with {args(leg['parameters'])}"
+              for leg in schedule)]
 
 
 def finite(value: float | None) -> bool:

@@ -26,7 +26,7 @@ from vcli.cli.output import (
     warn_orphaned,
 )
 from vcli.cli.support import command, err, interrupt_on_signals, shown
-from vcli.enums import JobKind, JobState
+from vcli.enums import JobKind, JobState, RpcCode
 
 app = typer.Typer(cls=GcloudGroup, help="Create and manage custom training jobs.", no_args_is_help=True)
 
@@ -140,14 +140,7 @@ def create(
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        from vcli.control.wiring import accelerator_notices, reduction_server_notices
-
-        for notice in [*accelerator_notices(job.execution.kind, job.spec), *reduction_server_notices(job.spec)]:
-            err(notice)
-        gcs = codec.gcs_notice(job.spec)
-        if gcs:
-            err(gcs)
-        for notice in codec.placeholder_notices(job.spec):
+        for notice in runner.launch_notices(job.execution.kind, job.spec):
             err(notice)
         if validate_only:
             _print_validated(display_name, job, fmt)
@@ -234,7 +227,7 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     return exit_code_for(outcome.state)
 
 
-def _secrets_from_stdin() -> dict[str, str]:
+def secrets_from_stdin() -> dict[str, str]:
     """The secret values `create --async` pipes to its runner (empty when run by hand)."""
     import json
 
@@ -285,9 +278,9 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     row = get_row(store, job, JobKind.CUSTOM_JOB)
     claim_controller(store, row.id)
     if store.cancel_requested(row.id):
-        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": 1, "message": "CANCELED"})
+        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
         return
-    planned = runner.plan_stored_custom_job(store, row, secrets=_secrets_from_stdin(), on_wait=err)
+    planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
     try:
         interrupt_on_signals()
         try:

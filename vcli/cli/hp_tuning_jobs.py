@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Annotated, Any, List, Optional
 
 import typer
@@ -18,7 +19,7 @@ from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelectio
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
 from vcli.cli.support import command, err, interrupt_on_signals
-from vcli.enums import JobKind, JobState
+from vcli.enums import JobKind, JobState, RpcCode
 
 #: `--early-stopping`'s help: the words and keys of the rules' registry
 #: (`vcli.tuning.stopping.RULES`), spelled out so that `vcli --help` never imports the data
@@ -29,71 +30,6 @@ _EARLY_STOPPING_HELP = (
     "use-elapsed-duration).")
 
 app = typer.Typer(cls=GcloudGroup, help="Create and manage hyperparameter tuning jobs.", no_args_is_help=True)
-
-
-@dataclass(frozen=True)
-class StudyFlags:
-    """The flags of `create` that change the study document (None: keep the document's value)."""
-
-    max_trial_count: Optional[int] = None
-    parallel_trial_count: Optional[int] = None
-    max_failed_trial_count: Optional[int] = None
-    args: Optional[List[str]] = None
-    command: Optional[List[str]] = None
-    measurement_selection: Optional[MeasurementSelection] = None
-    study_timeout: Optional[str] = None
-    goal_value: Optional[float] = None
-
-
-def study_from_flags(spec: Any, flags: StudyFlags) -> Any:
-    """The HyperparameterTuningJobSpec `spec` with the study flags applied and checked."""
-    from dataclasses import replace
-
-    from vcli import codec
-    from vcli.errors import InvalidValueError
-
-    for flag, value in (("--max-trial-count", flags.max_trial_count), ("--parallel-trial-count", flags.parallel_trial_count)):
-        if value is not None and value < 1:
-            raise InvalidValueError(flag, f"Value must be greater than or equal to 1; received: {value}.")
-    if flags.max_failed_trial_count is not None and flags.max_failed_trial_count < 0:
-        raise InvalidValueError("--max-failed-trial-count", f"Value must not be negative; received: {flags.max_failed_trial_count}.")
-    if flags.args is not None or flags.command is not None:
-        joined = None if flags.args is None else [a for v in flags.args for a in codec.split_arg_list(v)]
-        cmd = None if flags.command is None else [a for v in flags.command for a in codec.split_arg_list(v)]
-        spec = replace(spec, trial_job_spec=codec.apply_args_and_command(spec.trial_job_spec, args=joined, command=cmd))
-    if flags.measurement_selection is not None:
-        spec = replace(spec, study_spec=replace(spec.study_spec, measurement_selection_type=flags.measurement_selection.spec_value()))
-
-    def pick(flag: Optional[int], current: int) -> int:
-        return flag if flag is not None else current
-
-    spec = replace(
-        spec,
-        max_trial_count=pick(flags.max_trial_count, spec.max_trial_count),
-        parallel_trial_count=pick(flags.parallel_trial_count, spec.parallel_trial_count),
-        max_failed_trial_count=pick(flags.max_failed_trial_count, spec.max_failed_trial_count),
-        study_timeout_seconds=codec.parse_duration(flags.study_timeout, "--study-timeout") if flags.study_timeout else None,
-        goal_value=flags.goal_value,
-    )
-    if flags.goal_value is not None and len(spec.study_spec.metrics) > 1:
-        raise InvalidValueError("--goal-value", f"a goal value needs a single metric, but the study optimises "
-                                f"{len(spec.study_spec.metrics)} ({', '.join(m.metric_id for m in spec.study_spec.metrics)}): "
-                                "with several metrics the result is a Pareto front, not one value to reach.")
-    if spec.parallel_trial_count > spec.max_trial_count:
-        err(f"WARNING: parallelTrialCount ({spec.parallel_trial_count}) is greater than maxTrialCount "
-            f"({spec.max_trial_count}); running at most {spec.max_trial_count} trials at once.")
-        spec = replace(spec, parallel_trial_count=spec.max_trial_count)
-    from vcli.spec import ConvexAutomatedStoppingSpec
-
-    stop = spec.study_spec.automated_stopping_spec
-    unused = [name for name, value in (("learningRateParameterName", stop.learning_rate_parameter_name),
-                                       ("updateAllStoppedTrials", stop.update_all_stopped_trials)) if value
-              ] if isinstance(stop, ConvexAutomatedStoppingSpec) else []
-    if unused:  # accepted as Vertex's, never silently ignored
-        err(f"Note: convexAutomatedStoppingSpec.{' and '.join(unused)} {'have' if len(unused) > 1 else 'has'} no effect "
-            "here: vcli's convex rule extrapolates each trial's own curve (no learning rate needed) and never rewrites "
-            "a stopped trial's measurements.")
-    return spec
 
 
 @app.command("create", cls=GcloudCommand)
@@ -131,15 +67,17 @@ def create(
     ray_address: o.RayAddress = None,
     shm_size: o.ShmSize = None,
     validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
+    async_: Annotated[bool, typer.Option("--async", help="Return once the study is submitted; it runs in a background vcli process.")] = False,
     fmt: o.Format = None,
 ) -> None:
-    """Run a hyperparameter tuning study in the foreground with a live table of trials."""
-    from dataclasses import replace
+    """Run a hyperparameter tuning study in the foreground with a live table of trials.
 
+    With --async, a detached vcli process runs the study (as gcloud's create returns at once);
+    follow it with describe or stream-logs, stop it with cancel."""
     from vcli import codec
     from vcli.cli.custom_jobs import with_cloud_settings
+    from vcli.codec.study_flags import StudyFlags, study_request
     from vcli.control import runner
-    from vcli.errors import ConfigError, InvalidValueError, UsageError
 
     check_format(fmt)
     o.use_ray_address(ray_address)
@@ -147,67 +85,97 @@ def create(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
         algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
     )
-    no_effect: list[str] = []
-    try:
-        spec, file_name, file_labels = codec.hp_tuning_job_from_document(doc, source, no_effect)
-    except ConfigError as e:
-        # Where a flag wrote that part of the document, name the flag, not the file.
-        path, message = e.path, e.message
-        if early_stopping is not None and any(path.startswith(f"studySpec.{k}") for k in codec.STOPPING_KEYS):
-            key = path.split(".")[2] if path.count(".") >= 2 else ""
-            key = "".join(f"-{c.lower()}" if c.isupper() else c for c in key)  # the flag's spelling
-            raise InvalidValueError("--early-stopping", f"{key}: {message}" if key else message) from None
-        if algorithm is not None and path == "studySpec.algorithm":
-            raise InvalidValueError("--algorithm", message) from None
-        raise
-    name = display_name or file_name
-    if not name:
-        raise UsageError("argument --display-name: Must be specified.")
-    spec = study_from_flags(spec, StudyFlags(max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
-                                             measurement_selection, study_timeout, goal_value))
+    request = study_request(doc, source, StudyFlags(
+        display_name, max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
+        measurement_selection.spec_value() if measurement_selection is not None else None, study_timeout, goal_value,
+        algorithm_flag=algorithm is not None, early_stopping_flag=early_stopping is not None))
+    for notice in request.notices:
+        err(notice)
     # gcloud puts these in trialJobSpec; they change nothing locally (the notice says so).
-    spec = replace(spec, trial_job_spec=with_cloud_settings(
-        spec.trial_job_spec, service_account=service_account, network=network, enable_web_access=enable_web_access,
+    spec = replace(request.spec, trial_job_spec=with_cloud_settings(
+        request.spec.trial_job_spec, service_account=service_account, network=network, enable_web_access=enable_web_access,
         enable_dashboard_access=enable_dashboard_access))
-    study = runner.plan_study(spec, display_name=name, labels={**file_labels, **codec.parse_labels(labels)}, seed=seed,
-                              bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor), hosts=hosts,
-                              shm_size=shm_size, leases=not validate_only)
-    note_no_effect(no_effect, "[--config] ")  # once the study is known to be valid
+    # Only a study that runs here takes host-wide GPU leases; --async's runner does.
+    study = runner.plan_study(spec, display_name=request.display_name, labels={**request.labels, **codec.parse_labels(labels)},
+                              seed=seed, bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor),
+                              hosts=hosts, shm_size=shm_size, leases=not (validate_only or async_))
+    note_no_effect(request.no_effect, "[--config] ")  # once the study is known to be valid
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
     if kms:
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        from vcli.control.wiring import accelerator_notices, reduction_server_notices
-
-        for notice in [*accelerator_notices(study.execution.kind, study.spec.trial_job_spec), *reduction_server_notices(study.spec.trial_job_spec)]:
-            err(notice)
-        gcs = codec.gcs_notice(study.spec.trial_job_spec)
-        if gcs:
-            err(gcs)
-        for notice in codec.placeholder_notices(study.spec.trial_job_spec):
+        for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec):
             err(notice)
         if validate_only:
             runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")
-            emit({"displayName": name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
-            return
-        raise typer.Exit(_run_in_foreground(study, fmt))
+            emit({"displayName": study.display_name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
+        elif async_:
+            _submit_async(study, fmt)
+        else:
+            raise typer.Exit(_run_in_foreground(study, fmt))
     finally:
         study.close()
 
 
-def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False) -> int:
-    """Submit (or take over, `resumed`) and run the study here, its table on stdout (stderr
-    with --format); the exit code."""
-    from vcli.codec import iter_parameters
-    from vcli.codec.trial import trial_args
+def _submit_async(study: Any, fmt: Optional[str]) -> None:
+    """Record the study and hand it to a detached `hp-tuning-jobs run-study` process."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller
+
+    row = runner.submit_study(study)
+    runner.spawn_runner(study.store, study.study_id, ["hp-tuning-jobs", "run-study", study.study_id],
+                        secrets=runner.secret_values(study.spec.trial_job_spec))
+    err(f"Hyperparameter tuning job [{row.id}] submitted successfully.\n\nYour job is still active. You may view "
+        f"the status of your job with the command\n\n  $ vcli hp-tuning-jobs describe {study.study_id}\n\nor follow its "
+        f"trials with the command\n\n  $ vcli hp-tuning-jobs stream-logs {study.study_id}\n\nJob State: {row.state}")
+    if fmt:
+        _emit_study(study.store, study.study_id, fmt)
+
+
+def _emit_study(store: Any, study_id: str, fmt: Optional[str]) -> None:
+    from vcli.resources import hp_tuning_job_resource
+
+    emit(hp_tuning_job_resource(store, store.get_job(study_id)), fmt, is_list=False)
+
+
+def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False, background: bool = False) -> int:
+    """Submit (or take over: `resumed`, or `background` for create --async's runner) and run
+    the study here, its table on stdout (stderr with --format); the exit code."""
+    from vcli.codec import iter_parameters
+    from vcli.control import runner
     from vcli.errors import ExitCode
     from vcli.view import make_study_view
 
+    spec = study.spec
+    _announce(study, resumed, background)
+    interrupt_on_signals()
+    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
+                           iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
+    run = runner.study_run(study, listener=view)
+    if resumed or background:
+        run.resume()
+    started = time.monotonic()
+    try:
+        state = run.run()
+    except KeyboardInterrupt:
+        view.close(JobState.JOB_STATE_CANCELLED)
+        err(f"Hyperparameter tuning job [{study.study_id}] was cancelled (interrupted); every trial was stopped.")
+        return int(ExitCode.INTERRUPTED)
+    view.close(state)
+    _report(study, run, state, time.monotonic() - started, fmt)
+    return exit_code_for(state)
+
+
+def _announce(study: Any, resumed: bool, background: bool) -> None:
+    """Record the study (or claim it: `resumed`, `background`) and say so, with what it will run."""
+    from vcli.control import runner
+    from vcli.control.cancel import claim_controller
+
     spec, study_id = study.spec, study.study_id
-    if resumed:
+    if background:
+        claim_controller(study.store, study_id)
+        err(f"Hyperparameter tuning job [{study_id}] runs in this background process (create --async, pid {os.getpid()}).")
+    elif resumed:
         claim_controller(study.store, study_id)
         err(f"Hyperparameter tuning job [{study_id}] is resumed: running trials are re-attached, not restarted.")
     else:
@@ -218,47 +186,43 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False)
     err(f"  {spec.max_trial_count} trial(s), up to {at_once} at once, {spec.study_spec.algorithm.value}, "
         f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
     err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
-    interrupt_on_signals()
-    metric = spec.study_spec.metrics[0]
-    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
-                           iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
-    run = runner.study_run(study, on_event=view.event, on_progress=view.message)
-    if resumed:
-        run.resume()
-    started = time.monotonic()
-    try:
-        state = run.run()
-    except KeyboardInterrupt:
-        view.close(JobState.JOB_STATE_CANCELLED)
-        err(f"Hyperparameter tuning job [{study_id}] was cancelled (interrupted); every trial was stopped.")
-        return int(ExitCode.INTERRUPTED)
-    view.close(state)
-    msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
-    err(f"Hyperparameter tuning job [{study_id}] finished: {state.value} in {time.monotonic() - started:.1f}s." + (f" {msg}" if msg else ""))
-    best = run.best_trial()
-    if len(spec.study_spec.metrics) > 1:
-        front = [t for t in run.optimal_trials() if t.final_measurement is not None]
-        if front:
-            err(f"Pareto front: {len(front)} trial(s) not dominated by any other:")
-        for t in front:
-            values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
-            err(f"  trial {t.id}: {values} with {' '.join(trial_args(run.param_specs, t.parameters))}")
-    elif best is not None and best.final_measurement is not None and (legs := run.strategy.schedule(run, best)):
-        value = best.final_measurement.metrics[metric.metric_id]
-        err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}); "
-            "its schedule (PBT lineage):")
-        for leg in legs:
-            params = " ".join(trial_args(run.param_specs, leg["parameters"]))
-            err(f"  steps {leg['fromStep']}-{leg['toStep']}: trial {leg['trialId']} with {params}")
-    elif best is not None and best.final_measurement is not None:
-        value = best.final_measurement.metrics[metric.metric_id]
-        err(f"Best trial: {best.id} {metric.metric_id}={value:.6g} (step {best.final_measurement.step_count}) "
-            f"with {' '.join(trial_args(run.param_specs, best.parameters))}")
-    if fmt:
-        from vcli.resources import hp_tuning_job_resource
 
-        emit(hp_tuning_job_resource(study.store, study.store.get_job(study_id)), fmt, is_list=False)
-    return exit_code_for(state)
+
+def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional[str]) -> None:
+    """The study's end: its state and error, what it found, and its resource with --format."""
+    from vcli.view import study_result_lines
+
+    msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
+    err(f"Hyperparameter tuning job [{study.study_id}] finished: {state.value} in {seconds:.1f}s." + (f" {msg}" if msg else ""))
+    best = run.best_trial()
+    schedule = run.strategy.schedule(run, best) if best is not None and best.final_measurement is not None else None
+    for line in study_result_lines(study.spec.study_spec.metrics, best, run.optimal_trials(), schedule, run.param_specs):
+        err(line)
+    if fmt:
+        _emit_study(study.store, study.study_id, fmt)
+
+
+@app.command("run-study", hidden=True, cls=GcloudCommand)
+@command("hp-tuning-jobs.run-study")
+def run_study(job: Annotated[str, typer.Argument()]) -> None:
+    """Run a submitted study to its end (the background half of `create --async`); its table
+    goes to the study's controller.log as plain lines."""
+    from vcli.cli.custom_jobs import secrets_from_stdin
+    from vcli.control import runner
+    from vcli.control.cancel import claim_controller
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    claim_controller(store, row.id)
+    if store.cancel_requested(row.id):
+        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+        return
+    study = runner.plan_stored_study(store, row, secrets=secrets_from_stdin())
+    try:
+        raise typer.Exit(_run_in_foreground(study, None, background=True))
+    finally:
+        study.close()
 
 
 @app.command("resume", cls=GcloudCommand)
@@ -329,7 +293,6 @@ def export(
     """vcli: write a study's trials to a CSV or Parquet table (one row per trial), or into an
     Optuna storage as an Optuna study (for optuna-dashboard or `optuna.load_study`)."""
     from vcli import codec
-    from vcli.codec.trial import trial_from_dict
     from vcli.errors import UsageError
     from vcli.plots import export as ex
     from vcli.store import Store
@@ -338,7 +301,7 @@ def export(
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     spec = codec.study_spec_from_stored(row.record["studySpec"])
     params = codec.iter_parameters(spec.parameters)
-    trials = [trial_from_dict(d) for d in store.trials(row.id)]
+    trials = store.trials(row.id)
     if "://" in to:
         name = ex.to_optuna(to, f"{row.display_name}-{row.id}", spec, {p.parameter_id: p for p in params}, trials)
         err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {to}.")
@@ -364,13 +327,12 @@ def plot(
     intermediate values, importances and the Pareto front, as one self-contained HTML page
     (no network needed to view it) or as SVG/PNG files. Needs `pip install 'vcli[plot]'`."""
     from vcli import codec, plots
-    from vcli.codec.trial import trial_from_dict
     from vcli.store import Store
 
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     spec = codec.study_spec_from_stored(row.record["studySpec"])
-    trials = [trial_from_dict(d) for d in store.trials(row.id)]
+    trials = store.trials(row.id)
     title = f"{row.display_name} ({row.id})" if row.display_name else row.id
     for path in plots.write_report(output or f"{row.id}.html", title, spec, codec.iter_parameters(spec.parameters), trials):
         err(f"Wrote {path}.")
@@ -389,13 +351,12 @@ def tensorboard(
     import os
 
     from vcli.codec.gcs import local_path
-    from vcli.codec.trial import trial_from_dict
     from vcli.plots import tensorboard as tb
     from vcli.store import Store
 
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
-    params = {t.id: t.parameters for t in (trial_from_dict(d) for d in store.trials(row.id))}
+    params = {t.id: t.parameters for t in store.trials(row.id)}
     outputs = [(c.trial_id, params.get(c.trial_id, {}), c.record["outputDirectory"])
                for c in store.child_jobs(row.id) if c.trial_id and c.record.get("outputDirectory")]
     runs = tb.runs(outputs, local_path)

@@ -3,6 +3,7 @@
 
 Error texts copy gcloud's (gcloud-vertex.md §1.5). The flags' results are `vcli.spec`
 worker pools or camelCase dicts that `vcli.codec.study` decodes like a `--config` file.
+The `--worker-pool-spec` keys and gcloud's checks of them live in `vcli.codec.pool_checks`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from vcli.codec import gcs
+from vcli.codec.pool_checks import (
+    _INT_KEYS,
+    _LIST_KEYS,
+    WORKER_POOL_SPEC_KEYS,
+    WPS_FLAG,
+    validate_worker_pool_specs,
+)
+
+# Re-exported: the worker pool keys and checks were defined here before `pool_checks`.
+from vcli.codec.pool_checks import MAX_ACCELERATOR_COUNT as MAX_ACCELERATOR_COUNT
 from vcli.errors import InvalidValueError, UsageError
 from vcli.spec import (
-    ACCELERATOR_TYPES,
     ContainerSpec,
     CustomJobSpec,
     LocalPackage,
@@ -24,31 +34,6 @@ from vcli.spec import (
     PythonPackageSpec,
     WorkerPoolSpec,
 )
-
-WPS_FLAG = "--worker-pool-spec"
-
-#: gcloud's 13 keys, and only those.
-WORKER_POOL_SPEC_KEYS: tuple[str, ...] = (
-    "accelerator-count",
-    "accelerator-type",
-    "container-image-uri",
-    "executor-image-uri",
-    "extra-dirs",
-    "extra-packages",
-    "local-package-path",
-    "machine-type",
-    "output-image-uri",
-    "python-module",
-    "replica-count",
-    "requirements",
-    "script",
-)
-_INT_KEYS = ("replica-count", "accelerator-count")
-_LIST_KEYS = ("requirements", "extra-packages", "extra-dirs")
-_LOCAL_ONLY_KEYS = ("script", "requirements", "extra-packages", "extra-dirs", "output-image-uri")
-_SOFTWARE_KEYS = ("container-image-uri", "executor-image-uri", "python-module") + _LOCAL_ONLY_KEYS
-
-
 
 
 def split_arg_list(value: str) -> list[str]:
@@ -112,130 +97,6 @@ def parse_worker_pool_spec(value: str) -> dict[str, Any]:
         else:
             spec[key] = val
     return spec
-
-
-#: A machine type is a GCE name: a lower-case letter, then letters, digits and hyphens (63 at
-#: most). vcli runs any such type (its CPU/memory are known only for the catalogue's,
-#: `vcli.placement.machines`); anything else is a typo or an unfilled placeholder.
-_MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-#: More accelerators than any machine has (a2-megagpu-16g has 16).
-MAX_ACCELERATOR_COUNT = 64
-
-
-def _short_number(value: float) -> str:
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= 20 else f"{text[:12]}... ({len(text)} digits)"
-
-
-def _keys(keys: Sequence[str]) -> str:
-    return ", ".join(sorted(keys))
-
-
-def validate_worker_pool_specs(specs: Sequence[Mapping[str, Any]]) -> None:
-    """gcloud's `_ValidateWorkerPoolSpecArgs`, with its messages (exit 1)."""
-
-    def bad(msg: str) -> InvalidValueError:
-        return InvalidValueError(WPS_FLAG, msg)
-
-    if not specs:
-        return
-    if not specs[0]:
-        raise bad("Empty value is not allowed for the first `--worker-pool-spec` flag.")
-    if len(specs) > 4:
-        raise bad(f"At most 4 worker pools are supported (chief, workers, parameter servers, evaluators); received {len(specs)}.")
-    has_local = "local-package-path" in specs[0]
-    for i, spec in enumerate(specs):
-        if not spec:
-            continue
-        if "machine-type" not in spec:
-            raise bad("Key [machine-type] required in dict arg but not provided.")
-        machine = str(spec["machine-type"])
-        if not _MACHINE_TYPE_RE.match(machine):
-            shown = machine if len(machine) <= 40 else machine[:40] + f"... ({len(machine)} characters)"
-            raise bad(f"Key [machine-type] must be a machine type name such as n1-standard-4 (lower-case letters, "
-                      f"digits and hyphens, at most 63 characters), received: [{shown}].")
-        if "accelerator-count" in spec and "accelerator-type" not in spec:
-            raise bad("Key [accelerator-type] required as [accelerator-count] is specified.")
-        if spec.get("accelerator-count", 0) > MAX_ACCELERATOR_COUNT:
-            raise bad(f"Key [accelerator-count] must be at most {MAX_ACCELERATOR_COUNT} (no machine has more), "
-                      f"received: {_short_number(spec['accelerator-count'])}.")
-        acc = spec.get("accelerator-type")
-        if acc is not None and acc not in ACCELERATOR_TYPES:
-            raise bad(f"Found invalid value of [accelerator-type]: {acc}. Available values are [{', '.join(sorted(ACCELERATOR_TYPES))}].")
-        for key in _INT_KEYS:
-            if key in spec and spec[key] < 1 and (key != "accelerator-count" or spec[key] <= 0):
-                raise bad(f"Key [{key}] must be a positive integer, received: {spec[key]}.")
-        if i == 0 and spec.get("replica-count", 1) != 1:
-            raise bad(f"The first `--worker-pool-spec` is the chief and must have replica-count=1, received: {spec['replica-count']}.")
-    # As gcloud: the hardware keys of every spec are checked first, then the software keys.
-    for i, spec in enumerate(specs):
-        if not spec:
-            continue
-        if i > 0 and "local-package-path" in spec:
-            raise bad("Key [local-package-path] is only allowed in the first `--worker-pool-spec` flag.")
-        if i > 0 and has_local:
-            found = [k for k in _SOFTWARE_KEYS if k in spec]
-            if found:
-                raise bad(
-                    f"Keys [{_keys(found)}] are not allowed: A local package has been specified in the first "
-                    "`--worker-pool-spec` flag and to be used for all workers, do not specify these keys elsewhere."
-                )
-            continue
-        if "local-package-path" in spec:
-            _validate_local_package(spec)
-            continue
-        # gcloud's order: the image keys first, then the keys that need a local package.
-        if ("executor-image-uri" in spec) == ("container-image-uri" in spec):
-            raise bad("Exactly one of keys [executor-image-uri, container-image-uri] is required.")
-        if "container-image-uri" in spec and "python-module" in spec:
-            raise bad("Key [python-module] is not allowed together with key [container-image-uri].")
-        if "executor-image-uri" in spec and "python-module" not in spec:
-            raise bad("Key [python-module] is required.")
-        local_only = [k for k in _LOCAL_ONLY_KEYS if k in spec]
-        if local_only:
-            raise bad(
-                f"Keys [{_keys(local_only)}] are not allowed: Only allow to specify together with "
-                "`local-package-path` in the first `--worker-pool-spec` flag."
-            )
-
-
-def _validate_local_package(spec: Mapping[str, Any]) -> None:
-    def bad(msg: str) -> InvalidValueError:
-        return InvalidValueError(WPS_FLAG, msg)
-
-    path = os.path.abspath(os.path.expanduser(spec["local-package-path"]))
-    if not os.path.isdir(path):
-        raise bad(f"Directory '{path}' is not found.")
-    if "container-image-uri" in spec:
-        raise bad("Key [container-image-uri] is not allowed together with key [local-package-path].")
-    if ("python-module" in spec) == ("script" in spec):
-        raise bad("Exactly one of keys [python-module, script] is required when `local-package-path` is specified.")
-    real = os.path.realpath(path)
-    for key in ("script", "extra-packages", "extra-dirs"):
-        for value in spec[key] if isinstance(spec.get(key), list) else [spec[key]] if key in spec else []:
-            inside = os.path.realpath(os.path.join(real, value))
-            outside = inside != real and not inside.startswith(real.rstrip("/") + "/")
-            if outside or (key != "extra-dirs" and inside == real):
-                raise bad(f"Key [{key}] must name a path inside the package '{path}' (relative to it), received: "
-                          f"[{value}]; the package is what is copied or built into the image.")
-    if "script" in spec and not os.path.isfile(os.path.join(path, spec["script"])):
-        raise bad(f"File '{spec['script']}' is not found under the package: '{path}'.")
-    if "python-module" in spec:
-        module_path = os.path.join(path, *spec["python-module"].split("."))
-        if not (os.path.isfile(module_path + ".py") or os.path.isdir(module_path)):
-            raise bad(f"Module '{spec['python-module']}' is not found under the package: '{path}'.")
-    for pkg in spec.get("extra-packages", []):
-        if not os.path.isfile(os.path.join(path, pkg)):
-            raise bad(f"Package file '{pkg}' is not found under the package: '{path}'.")
-    for d in spec.get("extra-dirs", []):
-        if not os.path.isdir(os.path.join(path, d)):
-            raise bad(f"Directory '{d}' is not found under the package: '{path}'.")
-    image = spec.get("output-image-uri")
-    if image is not None and not _IMAGE_REF.match(image):
-        raise bad(f"'{image}' is not a valid container image uri: Unable to parse repository and tag.")
-
-
-_IMAGE_REF = re.compile(r"^[a-z0-9]+([._/:-][a-zA-Z0-9_.-]+)*(@sha256:[0-9a-f]{64})?$")
 
 
 def worker_pools_from_flags(specs: Sequence[Mapping[str, Any]]) -> tuple[WorkerPoolSpec, ...]:
@@ -358,6 +219,8 @@ _SCALES = {
     "unspecified": "SCALE_TYPE_UNSPECIFIED",
 }
 _TYPES = ("double", "integer", "categorical", "discrete")
+_PARAMETER_FLAG = "--parameter-spec"
+_INTEGER_TEXT = re.compile(r"[-+]?\d+")
 
 
 def _num(text: str, flag: str, key: str) -> float:
@@ -374,55 +237,101 @@ def parameter_spec_from_flag(value: str) -> tuple[dict[str, Any], str | None, li
     `type` may be left out: `values` of numbers -> discrete, other `values` -> categorical,
     integer `min`/`max` -> integer, other `min`/`max` -> double. `values` are `;`-separated.
     """
-    flag = "--parameter-spec"
-    raw = parse_dict_arg(value, flag=flag, valid_keys=PARAMETER_SPEC_KEYS)
+    raw = parse_dict_arg(value, flag=_PARAMETER_FLAG, valid_keys=PARAMETER_SPEC_KEYS)
+    pid = _parameter_id(raw)
+    values = _split_values(raw["values"]) if "values" in raw else None
+    kind = _parameter_type(raw, values)
+    d: dict[str, Any] = {"parameterId": pid, **_value_spec(kind, raw, values, pid)}
+    scale = _scale_type(raw, kind)
+    if scale is not None:
+        d["scaleType"] = scale
+    parent, parent_values = _parent(raw, pid)
+    return d, parent, parent_values
+
+
+def _split_values(text: str) -> list[str]:
+    """A `;`-separated list, empty items dropped."""
+    return [v for v in text.split(";") if v]
+
+
+def _parameter_id(raw: Mapping[str, str]) -> str:
+    """The non-empty `parameter-id`."""
     pid = raw.get("parameter-id")
     if not pid:
-        raise InvalidValueError(flag, "Key [parameter-id] required in dict arg but not provided.")
-    values = [v for v in raw.get("values", "").split(";") if v] if "values" in raw else None
+        raise InvalidValueError(_PARAMETER_FLAG, "Key [parameter-id] required in dict arg but not provided.")
+    return pid
+
+
+def _parameter_type(raw: Mapping[str, str], values: list[str] | None) -> str:
+    """`type` when given (one of _TYPES), else the type inferred from `values` or `min`/`max`."""
     kind = raw.get("type")
-    if kind is not None and kind not in _TYPES:
-        raise InvalidValueError(flag, f"Key [type] must be one of [{', '.join(_TYPES)}], received: {kind}.")
     if kind is None:
-        if values is not None:
-            try:
-                [float(v) for v in values]
-                kind = "discrete"
-            except ValueError:
-                kind = "categorical"
-        elif re.fullmatch(r"[-+]?\d+", raw.get("min", "x")) and re.fullmatch(r"[-+]?\d+", raw.get("max", "x")):
-            kind = "integer"
-        else:
-            kind = "double"
-    d: dict[str, Any] = {"parameterId": pid}
+        return _inferred_type(raw, values)
+    if kind not in _TYPES:
+        raise InvalidValueError(_PARAMETER_FLAG, f"Key [type] must be one of [{', '.join(_TYPES)}], received: {kind}.")
+    return kind
+
+
+def _inferred_type(raw: Mapping[str, str], values: list[str] | None) -> str:
+    """The type a spec without `type` has, as `parameter_spec_from_flag` documents."""
+    if values is not None:
+        return "discrete" if _all_numbers(values) else "categorical"
+    if _INTEGER_TEXT.fullmatch(raw.get("min", "x")) and _INTEGER_TEXT.fullmatch(raw.get("max", "x")):
+        return "integer"
+    return "double"
+
+
+def _all_numbers(texts: Sequence[str]) -> bool:
+    """Whether every text parses as a float."""
+    try:
+        for text in texts:
+            float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value_spec(kind: str, raw: Mapping[str, str], values: list[str] | None, pid: str) -> dict[str, Any]:
+    """The one `*ValueSpec` entry of a `kind` parameter."""
     if kind in ("double", "integer"):
-        for key in ("min", "max"):
-            if key not in raw:
-                raise InvalidValueError(flag, f"Key [{key}] is required for a {kind} parameter [{pid}].")
-        lo, hi = _num(raw["min"], flag, "min"), _num(raw["max"], flag, "max")
-        if kind == "integer":
-            if not (lo.is_integer() and hi.is_integer()):
-                raise InvalidValueError(flag, f"Keys [min, max] of integer parameter [{pid}] must be integers.")
-            d["integerValueSpec"] = {"minValue": int(lo), "maxValue": int(hi)}
-        else:
-            d["doubleValueSpec"] = {"minValue": lo, "maxValue": hi}
-    elif kind == "categorical":
-        d["categoricalValueSpec"] = {"values": values or []}
-    else:
-        d["discreteValueSpec"] = {"values": [_num(v, flag, "values") for v in values or []]}
+        return _range_spec(kind, raw, pid)
+    if kind == "categorical":
+        return {"categoricalValueSpec": {"values": values or []}}
+    return {"discreteValueSpec": {"values": [_num(v, _PARAMETER_FLAG, "values") for v in values or []]}}
+
+
+def _range_spec(kind: str, raw: Mapping[str, str], pid: str) -> dict[str, Any]:
+    """The value spec of a double or integer parameter: `min` and `max` are required numbers
+    (integers for an integer parameter)."""
+    for key in ("min", "max"):
+        if key not in raw:
+            raise InvalidValueError(_PARAMETER_FLAG, f"Key [{key}] is required for a {kind} parameter [{pid}].")
+    lo, hi = _num(raw["min"], _PARAMETER_FLAG, "min"), _num(raw["max"], _PARAMETER_FLAG, "max")
+    if kind == "double":
+        return {"doubleValueSpec": {"minValue": lo, "maxValue": hi}}
+    if not (lo.is_integer() and hi.is_integer()):
+        raise InvalidValueError(_PARAMETER_FLAG, f"Keys [min, max] of integer parameter [{pid}] must be integers.")
+    return {"integerValueSpec": {"minValue": int(lo), "maxValue": int(hi)}}
+
+
+def _scale_type(raw: Mapping[str, str], kind: str) -> str | None:
+    """The `scaleType` for `scale`; without it linear, except categorical parameters have none."""
     if "scale" in raw:
         if raw["scale"] not in _SCALES:
-            raise InvalidValueError(flag, f"Key [scale] must be one of [{', '.join(_SCALES)}], received: {raw['scale']}.")
-        d["scaleType"] = _SCALES[raw["scale"]]
-    elif kind != "categorical":
-        d["scaleType"] = "UNIT_LINEAR_SCALE"
+            raise InvalidValueError(_PARAMETER_FLAG, f"Key [scale] must be one of [{', '.join(_SCALES)}], received: {raw['scale']}.")
+        return _SCALES[raw["scale"]]
+    return None if kind == "categorical" else "UNIT_LINEAR_SCALE"
+
+
+def _parent(raw: Mapping[str, str], pid: str) -> tuple[str | None, list[str]]:
+    """`parent` and `parent-values`: a conditional parameter gives both, others neither."""
     parent = raw.get("parent")
-    parent_values = [v for v in raw.get("parent-values", "").split(";") if v]
+    parent_values = _split_values(raw.get("parent-values", ""))
     if parent and not parent_values:
-        raise InvalidValueError(flag, f"Key [parent-values] is required with [parent] for parameter [{pid}].")
+        raise InvalidValueError(_PARAMETER_FLAG, f"Key [parent-values] is required with [parent] for parameter [{pid}].")
     if parent_values and not parent:
-        raise InvalidValueError(flag, f"Key [parent] is required with [parent-values] for parameter [{pid}].")
-    return d, parent, parent_values
+        raise InvalidValueError(_PARAMETER_FLAG, f"Key [parent] is required with [parent-values] for parameter [{pid}].")
+    return parent, parent_values
 
 
 def parameters_from_flags(values: Sequence[str]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from enum import Enum
 from typing import Any, Callable
 
 from vcli.errors import ConfigError
@@ -157,5 +158,7 @@ def to_yaml(data: Any) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, str_presenter)
+    # States and kinds are str enums; their text is their value.
+    Dumper.add_multi_representer(Enum, lambda dumper, value: str_presenter(dumper, str(value.value)))
     return yaml.dump(data, Dumper=Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=1000)
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from vcli.spec import JobKind, JobState
-from vcli.store import JobRow, Store
+from vcli.spec import JobKind, JobState, ReplicaState, RpcCode, Trial, TrialState
+from vcli.store import JobRow, Store, now_iso
+
+if TYPE_CHECKING:
+    from vcli.executors import ReplicaHandle, ReplicaStatus
 
 #: How long `wait_for_end` waits by default for a live controller to stop a job.
 WAIT_SECONDS = 120.0
+#: Replica states with a recorded end: nothing of theirs is left to stop.
 
 
 def process_start_time(pid: int) -> str | None:
@@ -98,19 +104,17 @@ def _orphan_outcome(store: Store, job: JobRow) -> tuple[JobState, dict | None]:
     would have recorded when every replica had already ended on its own while nobody watched
     (SUCCEEDED if all exited 0, FAILED if one did not), else CANCELLED (a replica was stopped,
     or never started). A study is always CANCELLED."""
-    from vcli.spec import ReplicaState
-
-    cancelled = (JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+    cancelled = (JobState.JOB_STATE_CANCELLED, {"code": RpcCode.CANCELLED, "message": "CANCELED"})
     if job.kind != JobKind.CUSTOM_JOB.value:
         return cancelled
     replicas = store.replicas(job.id)
     states = {r.state for r in replicas}
-    if not replicas or not states <= {ReplicaState.SUCCEEDED.value, ReplicaState.FAILED.value}:
+    if not replicas or not states <= {ReplicaState.SUCCEEDED, ReplicaState.FAILED}:
         return cancelled
-    if states == {ReplicaState.SUCCEEDED.value}:
+    if states == {ReplicaState.SUCCEEDED}:
         return JobState.JOB_STATE_SUCCEEDED, None
-    failed = next(r for r in replicas if r.state == ReplicaState.FAILED.value)
-    return JobState.JOB_STATE_FAILED, {"code": 13, "message": f"The replica {failed.task_name} exited with a "
+    failed = next(r for r in replicas if r.state == ReplicaState.FAILED)
+    return JobState.JOB_STATE_FAILED, {"code": RpcCode.INTERNAL, "message": f"The replica {failed.task_name} exited with a "
                                        f"non-zero status of {failed.exit_code} while no vcli process watched it."}
 
 
@@ -123,53 +127,87 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
     failure to stop one executor's replicas is reported through `on_warning` and the others
     are still stopped: the job is marked CANCELLED either way, as nobody else will.
     """
-    from vcli.control.wiring import executor_for_handles
-    from vcli.executors import ReplicaHandle
-    from vcli.spec import ReplicaState
-    from vcli.store import now_iso
-
-    ended = {s.value for s in (ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED,
-                               ReplicaState.NOT_STARTED)}
     for job in [row, *store.child_jobs(row.id)]:
-        by_executor: dict[str, list[tuple[str, ReplicaHandle]]] = {}
-        for replica in store.replicas(job.id):
-            if replica.state in ended:
-                continue
-            if not replica.handle:
-                store.upsert_replica(job.id, replica.task_name, state=ReplicaState.NOT_STARTED.value)
-                continue
-            handle = ReplicaHandle.from_json(replica.handle)
-            by_executor.setdefault(handle.executor, []).append((replica.task_name, handle))
-        for name, pairs in by_executor.items():
-            handles = [h for _, h in pairs]
-            try:
-                executor = executor_for_handles(name)
-                try:
-                    # Replicas that ended on their own while nobody watched keep their exit.
-                    before = {task: executor.poll(h) for task, h in pairs}
-                    executor.stop([h for task, h in pairs if before[task].running], grace_seconds=grace_seconds)
-                    for task, h in pairs:
-                        status = before[task] if not before[task].running else executor.poll(h)
-                        state = (ReplicaState.STOPPED if before[task].running else
-                                 ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED)
-                        store.upsert_replica(job.id, task, state=state.value, exit_code=status.exit_code,
-                                             message=status.message, end_time=now_iso())
-                    executor.release(handles)
-                finally:
-                    executor.close()
-            except Exception as e:  # report and go on with the other executors
-                on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
-        if not has_ended(job):
-            state, error = _orphan_outcome(store, job)
-            store.set_state(job.id, state, error=error)
+        _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds)
     if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
-        for trial in store.trials(row.id):
-            if trial["state"] in ("SUCCEEDED", "INFEASIBLE"):
-                continue
-            if trial.get("measurements"):  # a stopped trial keeps its last measurement (as on Vertex)
-                store.save_trial(row.id, {**trial, "state": "SUCCEEDED", "endTime": now_iso(),
-                                          "finalMeasurement": trial["measurements"][-1]})
-            else:
-                store.save_trial(row.id, {**trial, "state": "INFEASIBLE", "endTime": now_iso(),
-                                          "infeasibleReason": "Stopped before reporting a measurement: the study was "
-                                                              "cancelled after its controller had died."})
+        _close_open_trials(store, row)
+
+
+def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float) -> None:
+    """Stop and record one job's leftover replicas, executor by executor, then record the job's
+    final state (`_orphan_outcome`) unless it already has one."""
+    for name, pairs in _unended_replicas(store, job.id).items():
+        try:
+            _stop_replicas(store, job.id, name, pairs, grace_seconds=grace_seconds)
+        except Exception as e:  # report and go on with the other executors
+            on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
+    if not has_ended(job):
+        state, error = _orphan_outcome(store, job)
+        store.set_state(job.id, state, error=error)
+
+
+def _unended_replicas(store: Store, job_id: str) -> dict[str, list[tuple[str, ReplicaHandle]]]:
+    """The job's replicas with no recorded end, as (task name, handle) by executor name.
+
+    One that never got a handle never started: it is recorded NOT_STARTED here and left out.
+    """
+    from vcli.executors import ReplicaHandle
+
+    by_executor: dict[str, list[tuple[str, ReplicaHandle]]] = {}
+    for replica in store.replicas(job_id):
+        if replica.state.is_final():
+            continue
+        if not replica.handle:
+            store.upsert_replica(job_id, replica.task_name, state=ReplicaState.NOT_STARTED.value)
+            continue
+        handle = ReplicaHandle.from_json(replica.handle)
+        by_executor.setdefault(handle.executor, []).append((replica.task_name, handle))
+    return by_executor
+
+
+def _stop_replicas(store: Store, job_id: str, executor_name: str, pairs: list[tuple[str, ReplicaHandle]], *,
+                   grace_seconds: float) -> None:
+    """Through the executor called `executor_name`: stop those of `pairs` that still run, record
+    how each ended, release them all. Raises what the executor raises (it is closed either way)."""
+    from vcli.control.wiring import executor_for_handles
+
+    handles = [h for _, h in pairs]
+    executor = executor_for_handles(executor_name)
+    try:
+        # Replicas that ended on their own while nobody watched keep their exit.
+        before = {task: executor.poll(h) for task, h in pairs}
+        executor.stop([h for task, h in pairs if before[task].running], grace_seconds=grace_seconds)
+        for task, h in pairs:
+            status = before[task] if not before[task].running else executor.poll(h)
+            store.upsert_replica(job_id, task, state=_replica_end(before[task], status).value,
+                                 exit_code=status.exit_code, message=status.message, end_time=now_iso())
+        executor.release(handles)
+    finally:
+        executor.close()
+
+
+def _replica_end(before: ReplicaStatus, after: ReplicaStatus) -> ReplicaState:
+    """STOPPED if it still ran `before` the stop (vcli ended it), else how it ended on its own."""
+    if before.running:
+        return ReplicaState.STOPPED
+    return ReplicaState.SUCCEEDED if after.exit_code == 0 else ReplicaState.FAILED
+
+
+def _close_open_trials(store: Store, study: JobRow) -> None:
+    """End every trial of the study that had not ended (`_closed_trial`)."""
+    from vcli.codec import iter_parameters, study_spec_from_stored
+
+    specs = {p.parameter_id: p for p in iter_parameters(study_spec_from_stored(study.record["studySpec"]).parameters)}
+    for trial in store.trials(study.id):
+        if not trial.state.is_final():
+            store.save_trial(study.id, _closed_trial(trial), specs)
+
+
+def _closed_trial(trial: Trial) -> Trial:
+    """`trial` ended by the study's cancel: SUCCEEDED with its last measurement if it reported
+    one, else INFEASIBLE."""
+    if trial.measurements:  # a stopped trial keeps its last measurement (as on Vertex)
+        return replace(trial, state=TrialState.SUCCEEDED, end_time=now_iso(), final_measurement=trial.measurements[-1])
+    return replace(trial, state=TrialState.INFEASIBLE, end_time=now_iso(),
+                   infeasible_reason="Stopped before reporting a measurement: the study was "
+                                     "cancelled after its controller had died.")

@@ -1,9 +1,10 @@
 """The custom-job controller: plan replicas, start them, watch them, decide the job's state.
 
-`plan_job` resolves a `CustomJobSpec` into one `ReplicaLaunch` per replica (placement,
-reserved addresses, the Vertex environment, output and log paths). `JobRun` drives one job
-without blocking: `start()` then `poll()` until it returns a final state; the study controller
-runs many JobRuns side by side this way, and `run_job` is the blocking wrapper the CLI uses.
+`plan_job` (in `vcli.control.plan`, re-exported here) resolves a `CustomJobSpec` into one
+`ReplicaLaunch` per replica (placement, reserved addresses, the Vertex environment, output and
+log paths). `JobRun` drives one job without blocking: `start()` then `poll()` until it returns a
+final state; the study controller runs many JobRuns side by side this way, and `run_job` is the
+blocking wrapper the CLI uses.
 
 Rules (Vertex's): the job SUCCEEDS when the primary replica (workerpool0-0) exits 0; any
 replica that exits non-zero FAILS the job and every sibling is stopped at once; a cancel
@@ -14,176 +15,37 @@ change is written to the store before anything else hears of it.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from vcli import cluster
-from vcli.codec import custom_job_spec_to_dict
 from vcli.control.clock import SYSTEM_CLOCK, Clock
+from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job
 from vcli.errors import StoreError, VcliError
-from vcli.executors import Executor, Placement, ReplicaHandle, ReplicaLaunch
-from vcli.spec import CustomJobSpec, JobState, ReplicaId, ReplicaState, is_secret
+from vcli.executors import Executor, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.spec import CustomJobSpec, JobState, ReplicaState, RpcCode
 from vcli.store import Store, now_iso
+
+# The public names, with those that moved to `vcli.control.plan` re-exported: importers keep
+# finding them here.
+__all__ = [
+    "STOP_GRACE_SECONDS",
+    "WORKER_DRAIN_SECONDS",
+    "JobPlan",
+    "JobRun",
+    "Placer",
+    "local_placer",
+    "make_dirs",
+    "plan_job",
+    "run_job",
+    "with_trial_args",
+]
 
 #: Seconds between SIGTERM and SIGKILL when vcli stops replicas (TF ignores SIGTERM).
 STOP_GRACE_SECONDS = 3.0
 #: After the chief succeeds, how long other workers may take to finish on their own.
 WORKER_DRAIN_SECONDS = 30.0
 
-class Placer(Protocol):
-    """Decides where a job's replicas run and holds that capacity until `release(job_id)`.
-
-    Raises `vcli.placement.NoCapacityError` when the job fits, but not now (trials wait), and
-    `vcli.placement.PlacementError` when it can never fit.
-    """
-
-    def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
-                 job_id: str | None = None, holder: Mapping[str, Any] | None = None) -> Sequence[Placement]:
-        """`holder` (study, trial, ...) names who holds the placed GPUs, for the host-wide
-        leases other vcli processes see (`vcli hosts gpus`, their waiting messages)."""
-        ...
-
-    def release(self, job_id: str) -> None: ...
-
-    def hold(self, job_id: str, replicas: Sequence[ReplicaId], spec: CustomJobSpec,
-             placements: Sequence[Placement]) -> None:
-        """Count a job that already runs at `placements` (a resumed controller's) as placed, so
-        that new jobs are not given its GPUs; `release(job_id)` gives them back."""
-        ...
-
-
-class _Here:
-    """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
-
-    def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
-                 job_id: str | None = None, holder: Mapping[str, Any] | None = None) -> list[Placement]:
-        return [Placement() for _ in replicas]
-
-    def release(self, job_id: str) -> None:
-        return None
-
-    def hold(self, job_id: str, replicas: Sequence[ReplicaId], spec: CustomJobSpec,
-             placements: Sequence[Placement]) -> None:
-        return None
-
-
-local_placer: Placer = _Here()
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobPlan:
-    job_id: str
-    spec: CustomJobSpec
-    launches: tuple[ReplicaLaunch, ...]
-    base_output_directory: str
-    #: The placer that reserved capacity (GPUs) for this job; released when the job ends.
-    placer: Placer = local_placer
-
-    def release_placement(self) -> None:
-        self.placer.release(self.job_id)
-
-
-def plan_job(
-    spec: CustomJobSpec,
-    *,
-    job_id: str,
-    job_dir: Path,
-    executor: Executor,
-    trial_id: str | None = None,
-    base_output_directory: str | None = None,
-    placer: Placer = local_placer,
-    shm_size: str | None = None,
-    restore: Mapping[str, tuple[Placement, str]] | None = None,
-    holder: Mapping[str, Any] | None = None,
-) -> JobPlan:
-    """Resolve every replica of `spec` into a launch (addresses reserved now, on their hosts).
-
-    `restore` (task name -> (placement, "host:port")) plans a job that already ran, for a
-    controller that resumes it: the placements and addresses are the recorded ones, nothing is
-    placed or reserved again. `holder` (e.g. the study and trial) goes into the GPUs' leases.
-
-    Each replica's `output_dir` is `<job_dir>/replicas/<task name>`; `workdir` is the local
-    package's source directory (never run in: executors give each replica a private copy, the
-    process executor in `<output_dir>/work` from a per-job snapshot in `<job_dir>/package`).
-    """
-    replicas = cluster.replica_ids(spec)
-    if restore is not None:
-        placements = [restore[r.task_name][0] if r.task_name in restore else Placement() for r in replicas]
-        addresses = {r.task_name: restore[r.task_name][1] if r.task_name in restore else "" for r in replicas}
-    else:
-        who = {"trial": trial_id, **(holder or {})}
-        placements = list(placer(replicas, spec=spec, job_id=job_id, holder={k: v for k, v in who.items() if v}))
-        try:
-            addresses = {
-                r.task_name: f"{p.address}:{executor.reserve_port(p)}" for r, p in zip(replicas, placements)
-            }
-        except BaseException:
-            placer.release(job_id)
-            raise
-    layout = cluster.ClusterLayout(addresses=addresses, replicas=tuple(replicas))
-    base = base_output_directory or spec.base_output_directory or str(job_dir / "output")
-    job_dict = custom_job_spec_to_dict(spec, vertex_only=True)
-    launches = []
-    for replica, placement in zip(replicas, placements):
-        pool = spec.worker_pool_specs[replica.pool_index]
-        output_dir = job_dir / "replicas" / replica.task_name
-        metric_file = str(output_dir / "hypertune" / "output.metrics")
-        cs, ps, lp = pool.container_spec, pool.python_package_spec, pool.local_package
-        user_env = {e.name: e.value for e in (cs.env if cs else ()) + (ps.env if ps else ())}
-        env = cluster.replica_env(
-            layout=layout,
-            replica=replica,
-            job=job_dict,
-            job_id=job_id,
-            trial_id=trial_id,
-            base_output_directory=base,
-            metric_file=metric_file,
-            gpu_indices=placement.gpu_indices if placement.gpu_indices or pool.machine_spec.accelerator_count else None,
-            user_env=user_env,
-        )
-        image = (cs.image_uri if cs else "") or (ps.executor_image_uri if ps else "") or (lp.executor_image_uri if lp else "")
-        launches.append(
-            ReplicaLaunch(
-                job_id=job_id,
-                trial_id=trial_id,
-                replica=replica,
-                placement=placement,
-                image_uri=image or None,
-                command=tuple(cs.command) if cs else (),
-                args=tuple(cs.args if cs else ps.args if ps else ()),
-                env=env,
-                workdir=lp.path if lp else None,
-                output_dir=str(output_dir),
-                log_path=str(output_dir / "replica.log"),
-                metric_file=metric_file,
-                machine_spec=pool.machine_spec,
-                python_module=ps.python_module if ps else None,
-                local_package=lp,
-                mounts=(base,),
-                shm_size=shm_size,
-                secret_env=tuple(k for k in env if is_secret(k)),
-                package_uris=tuple(ps.package_uris) if ps else (),
-            )
-        )
-    return JobPlan(job_id=job_id, spec=spec, launches=tuple(launches), base_output_directory=base, placer=placer)
-
-
-def make_dirs(plan: JobPlan) -> None:
-    from vcli.store import makedirs_private
-
-    for launch in plan.launches:
-        makedirs_private(os.path.dirname(launch.metric_file))
-    for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
-        if plan.launches:
-            os.makedirs(plan.launches[0].env[key], exist_ok=True)
-
-
-_ENDED_REPLICA_STATES = frozenset(
-    s.value for s in (ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED, ReplicaState.NOT_STARTED)
-)
 
 
 @dataclass
@@ -192,6 +54,10 @@ class _Replica:
     handle: ReplicaHandle | None = None
     exit_code: int | None = None
     done: bool = False
+
+
+#: How a job ends: its final state and the error recorded with it (None when it succeeded).
+_Ending = tuple[JobState, dict[str, Any] | None]
 
 
 @dataclass
@@ -214,7 +80,7 @@ class JobRun:
     _worker_error: BaseException | None = None
     _final: JobState | None = None
     #: Set once the job's ending is decided: (state, error), and the thread stopping its replicas.
-    _ending: tuple[JobState, dict[str, Any] | None] | None = None
+    _ending: _Ending | None = None
     _stopper: threading.Thread | None = None
     _stop_error: BaseException | None = None
     _started_at: float = 0.0
@@ -247,15 +113,9 @@ class JobRun:
                 metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
             )
         self._set_state(JobState.JOB_STATE_PENDING)
-        try:
-            make_dirs(self.plan)
-        except OSError as e:
-            raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
-        self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
-        self._worker.start()
+        self._launch_in_background()
 
-    def attach(self, stored: Mapping[str, Any], *, final: tuple[JobState, dict[str, Any] | None] | None = None,
-               running_for: float = 0.0) -> None:
+    def attach(self, stored: Mapping[str, Any], *, final: _Ending | None = None, running_for: float = 0.0) -> None:
         """Take over a job a previous controller started (`resume`), instead of `start()`.
 
         `stored` maps task names to the store's replica rows. Replicas with a handle are
@@ -267,17 +127,7 @@ class JobRun:
         self._started_at = self.clock.now() - running_for
         self._replicas = []
         for launch in self.plan.launches:
-            r = _Replica(launch=launch)
-            row = stored.get(launch.task_name)
-            if row is not None and row.handle:
-                r.handle = ReplicaHandle.from_json(row.handle)
-                if row.state in _ENDED_REPLICA_STATES:
-                    r.done, r.exit_code = True, row.exit_code
-                    if row.state == ReplicaState.SUCCEEDED.value and launch.replica.pool_index == 0:
-                        self._chief_done_at = self.clock.now()
-                elif final is None:
-                    self.executor.adopt(r.handle, launch)
-            self._replicas.append(r)
+            self._replicas.append(self._adopt(launch, stored.get(launch.task_name), final))
         if final is not None:
             self.state, self.error = final
             self._final = final[0]
@@ -286,14 +136,37 @@ class JobRun:
         self.plan.placer.hold(self.job_id, [launch.replica for launch in self.plan.launches], self.plan.spec,
                               [launch.placement for launch in self.plan.launches])
         if any(r.handle is None for r in self._replicas):
-            try:
-                make_dirs(self.plan)
-            except OSError as e:
-                raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
-            self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
-            self._worker.start()
+            self._launch_in_background()
         else:
             self._set_state(JobState.JOB_STATE_RUNNING)
+
+    def _adopt(self, launch: ReplicaLaunch, row: Any, final: _Ending | None) -> _Replica:
+        """The replica of `launch` as its stored `row` left it (None: no row).
+
+        One with a handle is taken as it is, never restarted: an ended one keeps its exit (a
+        chief that succeeded starts the workers' drain now), a running one is handed to the
+        executor to watch unless the job has already ended. One without stays unstarted.
+        """
+        r = _Replica(launch=launch)
+        if row is None or not row.handle:
+            return r
+        r.handle = ReplicaHandle.from_json(row.handle)
+        if row.state.is_final():
+            r.done, r.exit_code = True, row.exit_code
+            if row.state == ReplicaState.SUCCEEDED and launch.replica.pool_index == 0:
+                self._chief_done_at = self.clock.now()
+        elif final is None:
+            self.executor.adopt(r.handle, launch)
+        return r
+
+    def _launch_in_background(self) -> None:
+        """Create the job's directories, then start (in a thread) every replica without a handle."""
+        try:
+            make_dirs(self.plan)
+        except OSError as e:
+            raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
+        self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
+        self._worker.start()
 
     def _launch_all(self) -> None:
         try:
@@ -324,70 +197,122 @@ class JobRun:
             if not self.state.is_final():
                 self._set_state(JobState.JOB_STATE_CANCELLING)
 
+    # ------------------------------------------------------------------ polling
+
     def poll(self) -> JobState | None:
-        """Advance the job; returns its final state once it has one (and everything stopped)."""
+        """Advance the job; returns its final state once it has one (and everything stopped).
+
+        Each poll beats, honours a cancel request, then looks for an ending in this order: the
+        start thread failed, the timeout passed, a replica exited non-zero, the chief succeeded
+        (only once every replica started). The first ending found is carried out by `_finish`.
+        """
         if self._final is not None:
             return self._final
         if self._ending is not None:
             return self._finish(*self._ending)
         now = self.clock.now()
+        self._heartbeat(now)
+        self._check_cancel_request(now)
+        if self._cancel.is_set():
+            return self._finish(JobState.JOB_STATE_CANCELLED, {"code": RpcCode.CANCELLED, "message": "CANCELED"})
+        # Sampled before the replicas are polled: when False, every replica had its handle then.
+        starting = self._worker is not None and self._worker.is_alive()
+        ending = self._startup_failure() or self._timed_out(now)
+        if ending is None:
+            self._mark_running(starting)
+            ending = self._collect_exits(now)
+        if ending is None and not starting:
+            ending = self._chief_succeeded(now)
+        return None if ending is None else self._finish(*ending)
+
+    def _heartbeat(self, now: float) -> None:
+        """Write the store's heartbeat, at most once per `heartbeat_seconds`."""
         if now - self._last_beat > self.heartbeat_seconds:
             self._last_beat = now
             self.store.beat(self.job_id)
+
+    def _check_cancel_request(self, now: float) -> None:
+        """Every 0.2 s, ask the store whether another process requested a cancel; `cancel()` if so."""
         if now - self._last_cancel_check > 0.2:
             self._last_cancel_check = now
             if self.store.cancel_requested(self.job_id):
                 self.cancel()
-        if self._cancel.is_set():
-            return self._finish(JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
-        starting = self._worker is not None and self._worker.is_alive()
-        if self._worker_error is not None:
-            err = self._worker_error
-            msg = str(err) if isinstance(err, VcliError) else f"{type(err).__name__}: {err}"
-            self.startup_error = err
-            return self._finish(JobState.JOB_STATE_FAILED, {"code": 3, "message": msg})
+
+    def _startup_failure(self) -> _Ending | None:
+        """FAILED (code 3) if the start thread raised; the exception becomes `startup_error`."""
+        err = self._worker_error
+        if err is None:
+            return None
+        msg = str(err) if isinstance(err, VcliError) else f"{type(err).__name__}: {err}"
+        self.startup_error = err
+        return JobState.JOB_STATE_FAILED, {"code": RpcCode.INVALID_ARGUMENT, "message": msg}
+
+    def _timed_out(self, now: float) -> _Ending | None:
+        """FAILED (code 4) once the job has run longer than its `scheduling.timeout`."""
         if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds:
-            return self._finish(
+            return (
                 JobState.JOB_STATE_FAILED,
-                {"code": 4, "message": f"Job exceeded its scheduling.timeout of {self.timeout_seconds:g}s and was stopped."},
+                {"code": RpcCode.DEADLINE_EXCEEDED, "message": f"Job exceeded its scheduling.timeout of {self.timeout_seconds:g}s and was stopped."},
             )
+        return None
+
+    def _mark_running(self, starting: bool) -> None:
+        """PENDING becomes RUNNING once the start thread is done (every replica launched)."""
         if not starting and self.state == JobState.JOB_STATE_PENDING:
             self._set_state(JobState.JOB_STATE_RUNNING)
+
+    def _collect_exits(self, now: float) -> _Ending | None:
+        """Record each replica that ended since the last poll, in order; FAILED at the first
+        non-zero exit (the replicas after it are left to `_finish`). The chief's success is noted."""
         for r in self._replicas:
             if r.handle is None or r.done:
                 continue
             status = self.executor.poll(r.handle)
             if status.running:
                 continue
-            r.done = True
-            r.exit_code = status.exit_code
-            reason = ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED
-            self.store.upsert_replica(
-                self.job_id, r.launch.task_name, state=reason.value, exit_code=status.exit_code,
-                message=status.message, end_time=now_iso(),
-            )
-            _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason.value})"
-                      + (f": {status.message}" if status.message else ""))
+            self._record_exit(r, status)
             if status.exit_code != 0:
-                detail = f" ({status.message})" if status.message else ""
-                return self._finish(
-                    JobState.JOB_STATE_FAILED,
-                    {
-                        "code": 13,
-                        "message": f"The replica {r.launch.task_name} exited with a non-zero status of "
-                        f"{status.exit_code}{detail}. To find out more about why your job exited please check "
-                        f"the logs: vcli custom-jobs stream-logs {self.job_id}",
-                    },
-                )
+                return self._replica_failed(r, status)
             if r.launch.replica.pool_index == 0 and r.launch.replica.index == 0:
                 self._chief_done_at = now
-        if starting:
-            return None
-        if self._chief_done_at is not None:
-            workers_left = [r for r in self._replicas if not r.done and r.launch.replica.pool_index == 1]
-            if not workers_left or now - self._chief_done_at > WORKER_DRAIN_SECONDS:
-                return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
         return None
+
+    def _record_exit(self, r: _Replica, status: ReplicaStatus) -> None:
+        """Mark `r` ended with `status`: SUCCEEDED or FAILED in the store, and a vcli line in its log."""
+        r.done = True
+        r.exit_code = status.exit_code
+        reason = ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED
+        self.store.upsert_replica(
+            self.job_id, r.launch.task_name, state=reason.value, exit_code=status.exit_code,
+            message=status.message, end_time=now_iso(),
+        )
+        _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason.value})"
+                  + (f": {status.message}" if status.message else ""))
+
+    def _replica_failed(self, r: _Replica, status: ReplicaStatus) -> _Ending:
+        """FAILED (code 13) because `r` exited non-zero; the message points at its logs."""
+        detail = f" ({status.message})" if status.message else ""
+        return (
+            JobState.JOB_STATE_FAILED,
+            {
+                "code": RpcCode.INTERNAL,
+                "message": f"The replica {r.launch.task_name} exited with a non-zero status of "
+                f"{status.exit_code}{detail}. To find out more about why your job exited please check "
+                f"the logs: vcli custom-jobs stream-logs {self.job_id}",
+            },
+        )
+
+    def _chief_succeeded(self, now: float) -> _Ending | None:
+        """SUCCEEDED once the chief exited 0 and the workers (pool 1) ended too, or had
+        `WORKER_DRAIN_SECONDS` to; the rest are then stopped."""
+        if self._chief_done_at is None:
+            return None
+        workers_left = [r for r in self._replicas if not r.done and r.launch.replica.pool_index == 1]
+        if not workers_left or now - self._chief_done_at > WORKER_DRAIN_SECONDS:
+            return JobState.JOB_STATE_SUCCEEDED, None
+        return None
+
+    # ------------------------------------------------------------------ ending
 
     def abort(self, error: BaseException) -> None:
         """Stop everything because the store failed under the job (e.g. the disk is full).
@@ -398,13 +323,13 @@ class JobRun:
         self._cancel.set()
         if self._worker is not None:
             self._worker.join()
-        running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+        running = self._running_handles()
         if running:
             self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
-        self.executor.release([r.handle for r in self._replicas if r.handle is not None])
+        self.executor.release(self._started_handles())
         self.plan.release_placement()
         self.store.release_ballast()
-        self.error = {"code": 7, "message": f"The job was stopped: {error}"}
+        self.error = {"code": RpcCode.PERMISSION_DENIED, "message": f"The job was stopped: {error}"}
         self.state = self._final = JobState.JOB_STATE_FAILED
         try:
             self.store.set_state(self.job_id, JobState.JOB_STATE_FAILED.value, error=self.error)
@@ -424,48 +349,75 @@ class JobRun:
         """
         if self._ending is None:
             self._ending = (state, error)
-            self._cancel.set()  # makes a still-running start thread stop launching
-            running = [r for r in self._replicas if r.handle is not None and not r.done]
-            if running or self._worker is not None:
-                if running:
-                    self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
-                self._stopper = threading.Thread(target=self._stop_running, name=f"vcli-stop-{self.job_id}", daemon=True)
-                self._stopper.start()
+            self._stop_in_background()
         state, error = self._ending
-        if self._stopper is not None:
-            if self._stopper.is_alive():
-                return None
-            if self._stop_error is not None:
-                raise self._stop_error
-        if any(r.handle is not None and not r.done for r in self._replicas):
-            for r in self._replicas:
-                if r.handle is not None and not r.done:
-                    r.done = True
-                    st = self.executor.poll(r.handle)
-                    self.store.upsert_replica(
-                        self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value, exit_code=st.exit_code, end_time=now_iso()
-                    )
-                    _log_vcli(r.launch, "Task stopped by vcli.")
-        self.executor.release([r.handle for r in self._replicas if r.handle is not None])
+        if self._stopping():
+            return None
+        self._record_stopped()
+        self.executor.release(self._started_handles())
         self.plan.release_placement()
-        for r in self._replicas:
-            if r.handle is None:
-                self.store.upsert_replica(self.job_id, r.launch.task_name, state=ReplicaState.NOT_STARTED.value)
+        self._record_not_started()
         self.error = error
         self._set_state(state, error=error)
         self._final = state
         return state
+
+    def _stop_in_background(self) -> None:
+        """Start the stopping thread if anything runs or may still be starting; else do nothing."""
+        self._cancel.set()  # makes a still-running start thread stop launching
+        running = self._running_handles()
+        if running or self._worker is not None:
+            if running:
+                self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
+            self._stopper = threading.Thread(target=self._stop_running, name=f"vcli-stop-{self.job_id}", daemon=True)
+            self._stopper.start()
 
     def _stop_running(self) -> None:
         """The stopping thread: wait for the start thread, then stop every running replica."""
         try:
             if self._worker is not None:
                 self._worker.join()
-            running = [r.handle for r in self._replicas if r.handle is not None and not r.done]
+            running = self._running_handles()
             if running:
                 self.executor.stop(running, grace_seconds=STOP_GRACE_SECONDS)
         except BaseException as e:  # re-raised by the next poll, in the controller's thread
             self._stop_error = e
+
+    def _stopping(self) -> bool:
+        """True while the stopping thread runs; once it has ended, re-raises what it raised."""
+        if self._stopper is None:
+            return False
+        if self._stopper.is_alive():
+            return True
+        if self._stop_error is not None:
+            raise self._stop_error
+        return False
+
+    def _record_stopped(self) -> None:
+        """Record every replica still running when the job ended as STOPPED, with the exit its
+        executor reports now, and say so in its log."""
+        for r in self._replicas:
+            if r.handle is not None and not r.done:
+                r.done = True
+                st = self.executor.poll(r.handle)
+                self.store.upsert_replica(
+                    self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value, exit_code=st.exit_code, end_time=now_iso()
+                )
+                _log_vcli(r.launch, "Task stopped by vcli.")
+
+    def _record_not_started(self) -> None:
+        """Record every replica that never got a handle as NOT_STARTED."""
+        for r in self._replicas:
+            if r.handle is None:
+                self.store.upsert_replica(self.job_id, r.launch.task_name, state=ReplicaState.NOT_STARTED.value)
+
+    def _running_handles(self) -> list[ReplicaHandle]:
+        """The handles of the replicas that started and have not been seen to end."""
+        return [r.handle for r in self._replicas if r.handle is not None and not r.done]
+
+    def _started_handles(self) -> list[ReplicaHandle]:
+        """The handles of every replica that started (what the executor releases)."""
+        return [r.handle for r in self._replicas if r.handle is not None]
 
     def _set_state(self, state: JobState, error: Mapping[str, Any] | None = None) -> None:
         self.state = state

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vcli.control.wiring import Execution, executor_kind, open_execution
-from vcli.spec import CustomJobSpec, HyperparameterTuningJobSpec, JobKind, JobState, StudyEvent, Trial
+from vcli.spec import CustomJobSpec, ExecutorKind, HyperparameterTuningJobSpec, JobKind, JobState
 from vcli.store import JobRow, Store, new_id
+from vcli.tuning.events import StudyListener
 
 # --------------------------------------------------------------------------- custom jobs
 
@@ -172,14 +173,20 @@ def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str
 
 def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
     """Recorded placements and addresses of replica rows, for `plan_job(restore=...)`."""
-    from vcli.executors import Placement
+    from vcli.control.active import restored_placements
 
-    out = {}
-    for r in rows:
-        host = (r.address or ":").rsplit(":", 1)[0]
-        gpus = tuple(int(g) for g in (r.gpus or "").split(",") if g)
-        out[r.task_name] = (Placement(host=r.host, address=host, gpu_indices=gpus), r.address or "")
-    return out
+    return restored_placements(rows)
+
+
+def launch_notices(kind: ExecutorKind, spec: CustomJobSpec) -> list[str]:
+    """Lines to print before a job or study launches: accelerators and reduction servers this
+    executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders."""
+    from vcli import codec
+    from vcli.control.wiring import accelerator_notices, reduction_server_notices
+
+    gcs = codec.gcs_notice(spec)
+    return [*accelerator_notices(kind, spec), *reduction_server_notices(spec), *([gcs] if gcs else []),
+            *codec.placeholder_notices(spec)]
 
 
 def secret_values(spec: CustomJobSpec) -> dict[str, str]:
@@ -377,8 +384,10 @@ def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: s
                          "pip install 'vcli[tune]'") from None
 
 
-def plan_stored_study(store: Store, row: JobRow) -> PlannedStudy:
-    """A recorded study, its suggester rebuilt from the recorded seed (`resume`)."""
+def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None) -> PlannedStudy:
+    """A recorded study, its suggester rebuilt from the recorded seed (`resume`, and the
+    runner of `create --async`, which is handed the values of the secret variables as
+    `secrets`; `resume` takes them from its environment)."""
     from vcli import codec
 
     rec = row.record
@@ -392,7 +401,9 @@ def plan_stored_study(store: Store, row: JobRow) -> PlannedStudy:
         study_timeout_seconds=float(rec["studyTimeout"].rstrip("s")) if rec.get("studyTimeout") else None,
         goal_value=rec.get("goalValue"),
     )
-    if len(store.trials(row.id)) < spec.max_trial_count:  # trials will start
+    if secrets is not None:
+        spec = replace(spec, trial_job_spec=with_secret_values(spec.trial_job_spec, secrets))
+    elif len(store.trial_records(row.id)) < spec.max_trial_count:  # trials will start
         spec = replace(spec, trial_job_spec=secrets_from_environment(spec.trial_job_spec, f"Resuming study {row.id}"))
     execution = _open(rec.get("executor") or "local", rec.get("hosts"))
     try:
@@ -427,14 +438,14 @@ def submit_study(study: PlannedStudy) -> JobRow:
 def study_run(
     study: PlannedStudy,
     *,
-    on_event: Callable[[StudyEvent, Trial | None], None],
-    on_progress: Callable[[str], None],
+    listener: StudyListener,
 ) -> Any:
-    """The `StudyRun` controller of a submitted study; `.run()` runs it to its end."""
+    """The `StudyRun` controller of a submitted study; `.run()` runs it to its end, telling
+    `listener` what happens."""
     from vcli.control.study import StudyRun
 
     return StudyRun(
         store=study.store, executor=study.execution.executor, spec=study.spec, study_id=study.study_id,
-        display_name=study.display_name, suggester=study.suggester, on_event=on_event, on_progress=on_progress,
+        display_name=study.display_name, suggester=study.suggester, listener=listener,
         placer=study.execution.placer, shm_size=study.shm_size, seed=study.seed,
     )

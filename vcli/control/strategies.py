@@ -25,8 +25,9 @@ from vcli.spec import MetricSpec, Trial, TrialState
 from vcli.tuning.result import best_trial
 
 if TYPE_CHECKING:
+    from vcli.control.active import ActiveTrial
     from vcli.control.jobs import JobPlan
-    from vcli.control.study import StudyRun, _ActiveTrial
+    from vcli.control.study import StudyRun
     from vcli.tuning.stopping import StoppingRule
 
 __all__ = ["PbtStrategy", "SearchStrategy", "Strategy"]
@@ -56,7 +57,7 @@ class Strategy:
         """A running trial whose measurements were just read."""
         return trial
 
-    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+    def review(self, run: StudyRun, active: ActiveTrial) -> None:
         """A running ACTIVE trial reported: stop it, replace it, or let it run."""
 
     def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
@@ -80,7 +81,7 @@ class SearchStrategy(Strategy):
     def __init__(self, stopping: StoppingRule | None) -> None:
         self.stopping = stopping
 
-    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+    def review(self, run: StudyRun, active: ActiveTrial) -> None:
         if self.stopping is None:
             return
         trials = list(run.trials.values())
@@ -121,7 +122,7 @@ class PbtStrategy(Strategy):
     def refreshed(self, trial: Trial) -> Trial:
         return self.population.resumed_from(trial)
 
-    def review(self, run: StudyRun, active: _ActiveTrial) -> None:
+    def review(self, run: StudyRun, active: ActiveTrial) -> None:
         """Exploit and explore when the member is due and in the bottom quantile."""
         pop = self.population
         metric_id = run.metric.metric_id

@@ -28,61 +28,41 @@ FAILED trial state) and count towards the failure budget.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
-from vcli.codec.trial import trial_args, trial_from_dict, trial_to_dict
+from vcli.codec.trial import trial_args
+from vcli.control.active import ActiveTrial, default_failure_budget, restored_placements, seconds_since
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
-from vcli.control.jobs import JobRun, Placer, local_placer, plan_job, with_trial_args
+from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.control.population import PendingTrial, Population
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
 from vcli.errors import StoreError, VcliError
-from vcli.executors import Executor, Placement
-from vcli.logs import Follower
-from vcli.metrics import MetricReader
+from vcli.executors import Executor
 from vcli.spec import (
+    CustomJobSpec,
     HyperparameterTuningJobSpec,
     JobKind,
     JobState,
-    StudyEvent,
+    Measurement,
+    RpcCode,
     Trial,
     TrialState,
 )
 from vcli.store import Store, new_id, now_iso, resource_name
+from vcli.tuning.events import StudyListener
 from vcli.tuning.suggesters import Suggester
 
-
-def default_failure_budget(max_trial_count: int) -> int:
-    """Failures tolerated when maxFailedTrialCount is 0: max(3, 10% of maxTrialCount), at most maxTrialCount."""
-    return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
-
-
-@dataclass
-class _ActiveTrial:
-    trial: Trial
-    run: JobRun
-    reader: MetricReader
-    follower: Follower
-    chief_log: str
-    started: float
-    stop_reason: str | None = None
-    #: Stopped by the early-stopping rule (or a PBT exploit): it no longer holds a parallel slot.
-    stopped_early: bool = False
-    #: Set when the study stops the trial as INFEASIBLE (e.g. PBT and a report without a step).
-    fail_reason: str | None = None
-    #: Elapsed seconds at which each of `reader.measurements` was first seen.
-    elapsed: list[float] = field(default_factory=list)
+__all__ = ["ActiveTrial", "StudyRun", "default_failure_budget"]
 
 
 @dataclass
 class StudyRun:
-    """Runs one study to its end. `on_event(kind, trial)` hears every trial event (started,
-    measurement, stopping, finished; the study's end with its best trial, or None with several
-    metrics) and `on_progress(message)` every status line. What differs between kinds of
-    studies (a suggester's search with early stopping, or PBT) is its `strategy`
+    """Runs one study to its end, telling `listener` (`vcli.tuning.events`) every trial event,
+    the study's end and every status line. What differs between kinds of studies (a
+    suggester's search with early stopping, or PBT) is its `strategy`
     (`vcli.control.strategies`)."""
 
     store: Store
@@ -91,8 +71,7 @@ class StudyRun:
     study_id: str
     display_name: str
     suggester: Suggester
-    on_event: Callable[[StudyEvent, Trial | None], None] = lambda kind, trial: None
-    on_progress: Callable[[str], None] = lambda msg: None
+    listener: StudyListener = field(default_factory=StudyListener)
     placer: Placer = local_placer
     shm_size: str | None = None
     clock: Clock = SYSTEM_CLOCK
@@ -101,7 +80,7 @@ class StudyRun:
     trials: dict[str, Trial] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
-    active: dict[str, _ActiveTrial] = field(default_factory=dict)
+    active: dict[str, ActiveTrial] = field(default_factory=dict)
     _failed: int = 0
     exhausted: bool = False
     _stop_launching: str | None = None
@@ -118,63 +97,37 @@ class StudyRun:
         self.base_output = self.spec.trial_job_spec.base_output_directory or str(
             self.store.home / "jobs" / self.study_id / "output"
         )
-        self.strategy: Strategy
-        if self.spec.study_spec.population_based_training_spec is not None:
-            self.strategy = PbtStrategy(Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id,
-                                                   self.base_output, on_progress=self.on_progress))
-        else:
-            stopping = None
-            if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
-                from vcli.tuning.stopping import stopping_rule
-
-                stopping = stopping_rule(stop_spec, self.metric)
-            self.strategy = SearchStrategy(stopping)
+        self.strategy = self._strategy()
         self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         timeout = self.spec.study_timeout_seconds
         self._deadline = self.clock.now() + timeout if timeout else None
+
+    def _strategy(self) -> Strategy:
+        if self.spec.study_spec.population_based_training_spec is not None:
+            return PbtStrategy(Population(self.spec, self.seed, self.store.home / "jobs" / self.study_id,
+                                          self.base_output, on_progress=self.on_progress))
+        stopping = None
+        if (stop_spec := self.spec.study_spec.automated_stopping_spec) is not None:
+            from vcli.tuning.stopping import stopping_rule
+
+            stopping = stopping_rule(stop_spec, self.metric)
+        return SearchStrategy(stopping)
+
+    def on_progress(self, message: str) -> None:
+        """A status line for the listener (also handed to each trial's JobRun)."""
+        self.listener.progress(message)
 
     # ------------------------------------------------------------------ main loop
 
     def run(self, interval: float = 0.1) -> JobState:
         """Blocking. KeyboardInterrupt cancels the study (every trial stopped) and re-raises."""
         self._set_state(JobState.JOB_STATE_RUNNING)
-        last_cancel_check = last_beat = float("-inf")
+        self._last_beat = self._last_cancel_check = float("-inf")
         try:
-            while True:
-                now = self.clock.now()
-                if now - last_beat > 2.0:
-                    last_beat = now
-                    self.store.beat(self.study_id)
-                if now - last_cancel_check > 0.25:
-                    last_cancel_check = now
-                    if self.store.cancel_requested(self.study_id):
-                        return self._end_cancelled()
-                self._poll_active()
-                if self._failed > self.failure_budget:
-                    self._stop_all("the study failed")
-                    return self._finish(
-                        JobState.JOB_STATE_FAILED,
-                        {"code": 9, "message": f"{self._failed} trials failed, more than the budget of {self.failure_budget} "
-                         "(maxFailedTrialCount). See each trial's infeasibleReason."},
-                    )
-                if self._deadline is not None and now > self._deadline and self._stop_launching is None:
-                    self._stop_launching = "the study's time budget ran out"
-                    self.on_progress(f"Study time budget of {self.spec.study_timeout_seconds:g}s is used up: stopping running trials.")
-                    self._stop_all(self._stop_launching)
-                if self._stop_launching is None:
-                    try:
-                        self._launch()
-                    except VcliError as e:  # e.g. a trial that can never be placed on the hosts
-                        self._stop_all("the study failed")
-                        return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": str(e)})
-                if not self.active and not self.queued and (
-                    self._stop_launching is not None
-                    or self.exhausted
-                    or len(self.trials) >= self.spec.max_trial_count
-                ):
-                    return self._complete()
+            while (ended := self._tick()) is None:
                 self.clock.sleep(interval)
+            return ended
         except KeyboardInterrupt:
             self._end_cancelled()
             raise
@@ -182,13 +135,49 @@ class StudyRun:
             self._abort(e)
             raise
 
+    def _tick(self) -> JobState | None:
+        """One turn of the loop: the study's final state once it ended, else None."""
+        now = self.clock.now()
+        if now - self._last_beat > 2.0:
+            self._last_beat = now
+            self.store.beat(self.study_id)
+        if now - self._last_cancel_check > 0.25:
+            self._last_cancel_check = now
+            if self.store.cancel_requested(self.study_id):
+                return self._end_cancelled()
+        self._poll_active()
+        if self._failed > self.failure_budget:
+            return self._fail(f"{self._failed} trials failed, more than the budget of {self.failure_budget} "
+                              "(maxFailedTrialCount). See each trial's infeasibleReason.")
+        if self._deadline is not None and now > self._deadline and self._stop_launching is None:
+            self._stop_launching = "the study's time budget ran out"
+            self.on_progress(f"Study time budget of {self.spec.study_timeout_seconds:g}s is used up: stopping running trials.")
+            self._stop_all(self._stop_launching)
+        if self._stop_launching is None:
+            try:
+                self._launch()
+            except VcliError as e:  # e.g. a trial that can never be placed on the hosts
+                return self._fail(str(e))
+        if not self.active and not self.queued and self._nothing_left():
+            return self._complete()
+        return None
+
+    def _nothing_left(self) -> bool:
+        """No further trial will start: launching stopped, the search space or maxTrialCount is used up."""
+        return self._stop_launching is not None or self.exhausted or len(self.trials) >= self.spec.max_trial_count
+
+    def _fail(self, message: str) -> JobState:
+        """End the study FAILED (code 9), stopping every running trial first."""
+        self._stop_all("the study failed")
+        return self._finish(JobState.JOB_STATE_FAILED, {"code": RpcCode.FAILED_PRECONDITION, "message": message})
+
     def _abort(self, error: StoreError) -> None:
         """The store failed under the study (e.g. a full disk): stop every trial, record what we can."""
         for active in self.active.values():
             active.run.abort(error)
         self.active.clear()
         self.store.release_ballast()
-        self.error = {"code": 7, "message": f"The study was stopped: {error}"}
+        self.error = {"code": RpcCode.PERMISSION_DENIED, "message": f"The study was stopped: {error}"}
         self.state = JobState.JOB_STATE_FAILED
         try:
             for trial in self.trials.values():
@@ -202,7 +191,7 @@ class StudyRun:
     def _complete(self) -> JobState:
         if not self.optimal_trials():
             what = "the metric" if len(self.metrics) == 1 else "every metric of"
-            return self._finish(JobState.JOB_STATE_FAILED, {"code": 9, "message": f"No trial reported {what} "
+            return self._finish(JobState.JOB_STATE_FAILED, {"code": RpcCode.FAILED_PRECONDITION, "message": f"No trial reported {what} "
                                 f"[{', '.join(self.metric_ids)}]; every trial is INFEASIBLE (see infeasibleReason)."})
         return self._finish(JobState.JOB_STATE_SUCCEEDED, None)
 
@@ -210,7 +199,7 @@ class StudyRun:
         self._cancelled = True
         self._set_state(JobState.JOB_STATE_CANCELLING)
         self._stop_all("the study was cancelled")
-        return self._finish(JobState.JOB_STATE_CANCELLED, {"code": 1, "message": "CANCELED"})
+        return self._finish(JobState.JOB_STATE_CANCELLED, {"code": RpcCode.CANCELLED, "message": "CANCELED"})
 
     # ------------------------------------------------------------------ resume
 
@@ -223,9 +212,8 @@ class StudyRun:
         restarted) or, if they ended meanwhile, concluded from what their replicas left.
         """
         if self._deadline is not None and (row := self.store.get_job(self.study_id)) is not None:
-            self._deadline -= _seconds_since(row.start_time)  # the budget counts from the study's start
-        for data in self.store.trials(self.study_id):
-            trial = trial_from_dict(data)
+            self._deadline -= seconds_since(row.start_time)  # the budget counts from the study's start
+        for trial in self.store.trials(self.study_id):
             self.trials[trial.id] = trial
             self.suggester.tell(trial)
             if trial.state == TrialState.INFEASIBLE and not (trial.infeasible_reason or "").startswith("Stopped"):
@@ -247,30 +235,26 @@ class StudyRun:
             return
         spec = custom_job_spec_from_stored(child.record["jobSpec"])
         rows = {r.task_name: r for r in self.store.replicas(child.id)}
-        restore = {name: (Placement(host=r.host, address=(r.address or ":").rsplit(":", 1)[0],
-                                    gpu_indices=tuple(int(g) for g in (r.gpus or "").split(",") if g)),
-                          r.address or "") for name, r in rows.items()}
         plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
                         trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
-                        shm_size=self.shm_size, restore=restore)
-        timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
-        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
-                     on_progress=self.on_progress, clock=self.clock)
-        ran = _seconds_since(trial.start_time)
+                        shm_size=self.shm_size, restore=restored_placements(rows.values()))
+        run = self._job_run(spec, plan)
+        ran = seconds_since(trial.start_time)
         final = (JobState(child.state), child.error) if JobState(child.state).is_final() else None
         run.attach(rows, final=final, running_for=ran)
-        chief = plan.launches[0]
-        active = _ActiveTrial(
-            trial=trial, run=run, reader=MetricReader(self.metric_ids),
-            follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-            started=self.clock.now() - ran, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements],
-        )
+        active = ActiveTrial.follow(trial, run, plan, self.metric_ids, started=self.clock.now() - ran)
         self.active[trial.id] = active
         if trial.state == TrialState.STOPPING:
             active.stop_reason = trial.stop_reason or "the trial was being stopped when the study's controller died"
             active.stopped_early = trial.early_stopping_rule is not None
             run.cancel()
-        self.on_event(StudyEvent.TRIAL_STARTED, trial)
+        self.listener.trial_started(trial)
+
+    def _job_run(self, spec: CustomJobSpec, plan: JobPlan) -> JobRun:
+        """The controller of one trial's custom job."""
+        timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
+        return JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
+                      on_progress=self.on_progress, clock=self.clock)
 
     # ------------------------------------------------------------------ trials
 
@@ -305,35 +289,12 @@ class StudyRun:
 
     def _start_trial(self, pending: PendingTrial) -> bool:
         """Place and start one trial; False (nothing recorded) when capacity is busy now."""
-        from vcli.placement import NoCapacityError
-
-        parameters = pending.parameters
         trial_id = str(len(self.trials) + 1)
-        job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, parameters))
+        job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, pending.parameters))
         job_id = new_id()
-        try:
-            plan = plan_job(
-                job_spec,
-                job_id=job_id,
-                job_dir=self.store.home / "jobs" / job_id,
-                executor=self.executor,
-                trial_id=trial_id,
-                base_output_directory=self.base_output,
-                placer=self.placer,
-                shm_size=self.shm_size,
-                holder={"study": self.study_id, "displayName": self.display_name},
-            )
-        except NoCapacityError as e:
-            if not self._waiting_logged:
-                self.on_progress(f"Waiting for capacity to start trial {trial_id}: {e}")
-                self._waiting_logged = True
-                self._waiting_since = self.clock.now()
-            sched = self.spec.trial_job_spec.scheduling
-            limit = sched.max_wait_seconds if sched else None
-            if limit is not None and self.clock.now() - self._waiting_since > limit:
-                raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
+        plan = self._plan_trial(job_spec, job_id, trial_id)
+        if plan is None:
             return False
-        self._waiting_logged = False
         plan = self.strategy.seeded(plan, pending, trial_id)
         job_row = self.store.create_job(
             job_id=job_id,
@@ -345,47 +306,46 @@ class StudyRun:
             parent_id=self.study_id,
             trial_id=trial_id,
         )
-        trial = Trial(
-            id=trial_id,
-            parameters=parameters,
-            state=TrialState.ACTIVE,
-            custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id),
-            start_time=now_iso(),
-            lineage=pending.lineage,
-        )
+        trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE,
+                      custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso(),
+                      lineage=pending.lineage)
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
-        timeout = job_spec.scheduling.timeout_seconds if job_spec.scheduling else None
-        run = JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
-                     on_progress=self.on_progress, clock=self.clock)
-        chief = plan.launches[0]
-        self.active[trial_id] = _ActiveTrial(
-            trial=trial, run=run, reader=MetricReader(self.metric_ids),
-            follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-            started=self.clock.now(),
-        )
+        run = self._job_run(job_spec, plan)
+        self.active[trial_id] = ActiveTrial.follow(trial, run, plan, self.metric_ids, started=self.clock.now())
         mark_controller(self.store, job_row.id)
         run.start()
-        self.on_event(StudyEvent.TRIAL_STARTED, trial)
+        self.listener.trial_started(trial)
         return True
 
-    def _read_metrics(self, active: _ActiveTrial) -> bool:
-        chief = active.run.plan.launches[0]
-        new = False
-        handle = active.run.primary_handle
-        text = self.executor.read_file(handle, chief.metric_file) if handle is not None else None
-        new |= active.reader.feed_hypertune(text)
-        for rec in active.follower.poll():
-            if rec.stream == "stdout":
-                new |= active.reader.feed_stdout_line(rec.message, rec.timestamp)
-        return new
+    def _plan_trial(self, job_spec: CustomJobSpec, job_id: str, trial_id: str) -> JobPlan | None:
+        """Place a trial's replicas; None while capacity is busy (said once per wait), and a
+        VcliError once the wait is longer than the trial job's scheduling.maxWaitDuration."""
+        from vcli.placement import NoCapacityError
+
+        try:
+            plan = plan_job(job_spec, job_id=job_id, job_dir=self.store.home / "jobs" / job_id, executor=self.executor,
+                            trial_id=trial_id, base_output_directory=self.base_output, placer=self.placer,
+                            shm_size=self.shm_size, holder={"study": self.study_id, "displayName": self.display_name})
+        except NoCapacityError as e:
+            if not self._waiting_logged:
+                self.on_progress(f"Waiting for capacity to start trial {trial_id}: {e}")
+                self._waiting_logged = True
+                self._waiting_since = self.clock.now()
+            sched = self.spec.trial_job_spec.scheduling
+            limit = sched.max_wait_seconds if sched else None
+            if limit is not None and self.clock.now() - self._waiting_since > limit:
+                raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
+            return None
+        self._waiting_logged = False
+        return plan
 
     def _poll_active(self) -> None:
         for trial_id, active in list(self.active.items()):
             state = active.run.poll()
             if self.refresh_measurements(active):
-                self.on_event(StudyEvent.TRIAL_MEASUREMENT, active.trial)
+                self.listener.trial_measured(active.trial)
                 if self._goal_reached(active.trial) and self._stop_launching is None:
                     self._stop_launching = "the study's goal value was reached"
                     self.on_progress(f"Trial {trial_id} reached the goal value {self.spec.goal_value:g}: stopping the study.")
@@ -399,23 +359,16 @@ class StudyRun:
             self.refresh_measurements(active)
             self._conclude(active, state)
 
-    def refresh_measurements(self, active: _ActiveTrial) -> bool:
+    def refresh_measurements(self, active: ActiveTrial) -> bool:
         """Read the trial's new reports into its measurements; True if there were any."""
-        if not self._read_metrics(active):
+        if not active.read_metrics(self.executor):
             return False
-        # Each measurement keeps the elapsed time at which it was first seen (metrics are
-        # re-read every tick, so that is within a tick of when the trainer reported it).
-        elapsed = round(self.clock.now() - active.started, 3)
-        while len(active.elapsed) < len(active.reader.measurements):
-            active.elapsed.append(elapsed)
-        ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(active.reader.measurements, active.elapsed))
-        active.trial = replace(active.trial, measurements=ms)
-        active.trial = self.strategy.refreshed(active.trial)
+        active.trial = self.strategy.refreshed(active.with_measurements(self.clock.now()))
         self.trials[active.trial.id] = active.trial
         self._save(active.trial)
         return True
 
-    def _review(self, active: _ActiveTrial) -> None:
+    def _review(self, active: ActiveTrial) -> None:
         """Ask the strategy (the early-stopping rule, or PBT) about a running trial that just reported."""
         if active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
             return
@@ -430,21 +383,14 @@ class StudyRun:
             return False
         return value >= goal if self.metric.goal.value == "MAXIMIZE" else value <= goal
 
-    def _outcome(self, active: _ActiveTrial, job_state: JobState) -> tuple[Any, str | None, bool]:
+    def _outcome(self, active: ActiveTrial, job_state: JobState) -> tuple[Measurement | None, str | None, bool]:
         """How a trial whose custom job ended `job_state` ends: (its selected measurement, why
         it is INFEASIBLE or None, whether that counts towards the failure budget)."""
         final = active.reader.final(self.metric.goal, self.spec.study_spec.measurement_selection_type)
         if active.fail_reason is not None:
             return final, active.fail_reason, True
         if job_state == JobState.JOB_STATE_SUCCEEDED:
-            if final is not None:
-                return final, None, False
-            missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
-            names = ", ".join(missing or self.metric_ids)
-            return final, (f"The trial finished without reporting the metric [{names}] (report it with "
-                           f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
-                           + ("." if len(self.metric_ids) == 1
-                              else "; a multi-objective trial must report every metric at one step.")), True
+            return (final, None, False) if final is not None else (None, self._missing_metric(active), True)
         if active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
             if final is None:
                 return None, f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}.", False
@@ -452,7 +398,15 @@ class StudyRun:
         msg = (active.run.error or {}).get("message", job_state.value)
         return None, f"The trial's custom job ended {job_state.value}: {msg}", True
 
-    def _conclude(self, active: _ActiveTrial, job_state: JobState) -> None:
+    def _missing_metric(self, active: ActiveTrial) -> str:
+        """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported."""
+        missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
+        names = ", ".join(missing or self.metric_ids)
+        return (f"The trial finished without reporting the metric [{names}] (report it with "
+                f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
+                + ("." if len(self.metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
+
+    def _conclude(self, active: ActiveTrial, job_state: JobState) -> None:
         final, reason, counts_as_failure = self._outcome(active, job_state)
         trial = active.trial
         if final is not None:  # the selected measurement keeps its own elapsed time
@@ -470,16 +424,16 @@ class StudyRun:
         self.trials[trial.id] = trial
         self.suggester.tell(trial)
         self._save(trial)
-        self.on_event(StudyEvent.TRIAL_FINISHED, trial)
+        self.listener.trial_ended(trial)
 
-    def request_stop(self, active: _ActiveTrial, reason: str, *, rule: str | None = None) -> None:
+    def request_stop(self, active: ActiveTrial, reason: str, *, rule: str | None = None) -> None:
         if active.stop_reason is None:
             active.stop_reason = reason
             active.stopped_early = rule is not None
             active.trial = replace(active.trial, state=TrialState.STOPPING, stop_reason=reason, early_stopping_rule=rule)
             self.trials[active.trial.id] = active.trial
             self._save(active.trial)
-            self.on_event(StudyEvent.TRIAL_STOPPING, active.trial)
+            self.listener.trial_stopping(active.trial)
             active.run.cancel()
 
     def _stop_all(self, reason: str) -> None:
@@ -508,7 +462,7 @@ class StudyRun:
         return self.strategy.best(list(self.trials.values()), self.metric)
 
     def _save(self, trial: Trial) -> None:
-        self.store.save_trial(self.study_id, trial_to_dict(trial, self.param_specs))
+        self.store.save_trial(self.study_id, trial, self.param_specs)
 
     def _set_state(self, state: JobState, error: dict[str, Any] | None = None) -> None:
         self.state = state
@@ -527,18 +481,6 @@ class StudyRun:
             self.store.update_job(self.study_id, record=record)
         self.error = error
         self._set_state(state, error)
-        self.on_event(StudyEvent.STUDY_FINISHED, best if len(self.metrics) == 1 else None)
+        self.listener.study_ended(state, best if len(self.metrics) == 1 else None, self.optimal_trials())
         return state
-
-
-def _seconds_since(iso: str | None) -> float:
-    """Seconds from an ISO time in the store to now (0 if unknown)."""
-    from datetime import datetime
-
-    if not iso:
-        return 0.0
-    try:
-        return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0.0
 

@@ -97,7 +97,7 @@ class Reader:
             return []
         out = []
         for row in reversed(store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)):
-            done = sum(1 for t in store.trials(row.id) if t.get("state") in ("SUCCEEDED", "INFEASIBLE"))
+            done = sum(1 for t in store.trial_records(row.id) if t.get("state") in ("SUCCEEDED", "INFEASIBLE"))
             out.append((row, done, int(row.record.get("maxTrialCount") or 0)))
         return out
 
@@ -110,7 +110,7 @@ class Reader:
         row = store.get_job(study_id) if store else None
         if store is None or row is None or row.kind != JobKind.HYPERPARAMETER_TUNING_JOB.value:
             return None
-        return _version(row, store.trials(study_id))
+        return _version(row, store.trial_records(study_id))
 
     def study(self, study_id: str) -> StudyView | None:
         from vcli import codec
@@ -120,7 +120,7 @@ class Reader:
         row = store.get_job(study_id) if store else None
         if store is None or row is None or row.kind != JobKind.HYPERPARAMETER_TUNING_JOB.value:
             return None
-        stored = store.trials(study_id)
+        stored = store.trial_records(study_id)
         spec = codec.study_spec_from_stored(row.record["studySpec"])
         trial_jobs = {c.trial_id: c.id for c in store.child_jobs(study_id) if c.trial_id}
         return StudyView(row=row, spec=spec, params=codec.iter_parameters(spec.parameters),

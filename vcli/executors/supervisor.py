@@ -176,131 +176,206 @@ def _touch(fds: tuple[int, ...]) -> None:
             pass
 
 
-def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False,
-        mask: tuple[str, ...] = (), lease_fds: tuple[int, ...] = ()) -> int:
-    for fd in lease_fds:
+class _Supervisor:
+    """One replica's supervision: the trainer, its log pipes, and what has been asked and seen so far."""
+
+    def __init__(self, status_path: str, log_path: str, argv: list[str], mask: tuple[str, ...],
+                 lease_fds: tuple[int, ...]) -> None:
+        self.status_path = status_path
+        self.log_path = log_path
+        self.argv = argv
+        self.mask = mask
+        self.lease_fds = lease_fds
+        self.requested: list[int] = []  # signals received, handled in order by the loop (not in the handler)
+        self.pid = 0  # the trainer
+        self.trainer_status: dict[str, object] | None = None
+        self.cleanup_deadline: float | None = None
+        self.killed = False  # once set, every turn SIGKILLs every descendant
+        self.orphan_kill_at: float | None = None
+        # Set by `_take_over` (the log and the trainer's pipes) and by `run` after the fork.
+        self.log_fd = self.out_r = self.out_w = self.err_r = self.err_w = -1
+        self.parent = 0
+        self.touched = 0.0
+
+    def run(self, stop_with_parent: bool) -> int:
+        """Run the trainer and supervise its tree until none of it is left; the exit status of `run`."""
+        self._take_over(stop_with_parent)
+        me = os.getpid()
         try:
-            os.set_inheritable(fd, False)  # the trainer and its children never hold a lease
-        except OSError:
+            self.pid = os.fork()
+        except OSError as e:
+            return self._cannot_start(e)
+        if self.pid == 0:
+            self._exec_trainer(me)  # never returns
+        self._watch_output()
+        # Both taken only now, in the parent after the fork, exactly where the checks compare to them.
+        self.parent = os.getppid()
+        self.touched = time.monotonic()
+        while not self._turn():
             pass
-    if stop_with_parent:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    requested: list[int] = []
+        self._drain_logs()
+        os.close(self.log_fd)
+        return 0
 
-    def on_signal(signum: int, frame: object) -> None:
-        requested.append(signum)
+    def _take_over(self, stop_with_parent: bool) -> None:
+        """Keep the leases from the trainer, become subreaper, open the log and pipes, install handlers."""
+        for fd in self.lease_fds:
+            try:
+                os.set_inheritable(fd, False)  # the trainer and its children never hold a lease
+            except OSError:
+                pass
+        if stop_with_parent:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        self.log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.out_r, self.out_w = os.pipe()
+        self.err_r, self.err_w = os.pipe()
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGUSR1, on_signal)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The trainer must not inherit our handlers' dispositions (SIG_IGN would be inherited).
-    me = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError as e:
-        _Log(log_fd, "vcli").feed(f"cannot start the replica: {e.strerror}\n".encode())
-        _write_status(status_path, {"exitCode": EXIT_CANNOT_START, "signal": None, "endTime": time.time()})
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """Signal handler: only records the signal; the loop acts on it."""
+        self.requested.append(signum)
+
+    def _cannot_start(self, error: OSError) -> int:
+        """The fork failed: say so in the log, record EXIT_CANNOT_START as the replica's status, return it."""
+        _Log(self.log_fd, "vcli").feed(f"cannot start the replica: {error.strerror}\n".encode())
+        _write_status(self.status_path, {"exitCode": EXIT_CANNOT_START, "signal": None, "endTime": time.time()})
         return EXIT_CANNOT_START
-    if pid == 0:  # the trainer
+
+    def _exec_trainer(self, me: int) -> None:
+        """In the forked child: become the trainer (own group, default signals, pipes as stdout/stderr); never returns."""
         try:
             os.setpgid(0, 0)
-            if lease_fds:
+            if self.lease_fds:
                 _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # its GPUs are only leased while we live
                 if os.getppid() != me:  # we died before the line above took effect
                     os._exit(EXIT_CANNOT_START)
+            # The trainer must not inherit our handlers' dispositions (SIG_IGN would be inherited).
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGUSR1, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
+            os.dup2(self.out_w, 1)
+            os.dup2(self.err_w, 2)
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
-            for fd in (out_r, out_w, err_r, err_w, log_fd, devnull, *lease_fds):
+            for fd in (self.out_r, self.out_w, self.err_r, self.err_w, self.log_fd, devnull, *self.lease_fds):
                 if fd > 2:
                     try:
                         os.close(fd)
                     except OSError:
                         pass
-            os.execvp(argv[0], argv)
+            os.execvp(self.argv[0], self.argv)
         except OSError as e:
-            os.write(2, f"vcli: cannot run {argv[0]}: {e.strerror}\n".encode())
+            os.write(2, f"vcli: cannot run {self.argv[0]}: {e.strerror}\n".encode())
         finally:
             os._exit(EXIT_CANNOT_START)
-    os.close(out_w)
-    os.close(err_w)
-    secrets = tuple(os.environ[name] for name in mask if os.environ.get(name))
-    logs = {out_r: _Log(log_fd, "stdout", secrets), err_r: _Log(log_fd, "stderr", secrets)}
-    sel = selectors.DefaultSelector()
-    for fd in logs:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    trainer_status: dict[str, object] | None = None
-    cleanup_deadline: float | None = None
-    killed = False
-    parent = os.getppid()
-    orphan_kill_at: float | None = None
-    touched = time.monotonic()
-    while True:
-        if lease_fds and time.monotonic() - touched > TOUCH_SECONDS:
-            touched = time.monotonic()
-            _touch(lease_fds)
-        for key, _ in sel.select(timeout=0.05):
+
+    def _watch_output(self) -> None:
+        """Close our ends of the trainer's pipes and register the read ends, each with its masking `_Log`."""
+        os.close(self.out_w)
+        os.close(self.err_w)
+        secrets = tuple(os.environ[name] for name in self.mask if os.environ.get(name))
+        self.logs = {self.out_r: _Log(self.log_fd, "stdout", secrets), self.err_r: _Log(self.log_fd, "stderr", secrets)}
+        self.sel = selectors.DefaultSelector()
+        for fd in self.logs:
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def _turn(self) -> bool:
+        """One turn of the loop (waits at most ~50 ms for output); True once trainer and tree are gone."""
+        self._touch_leases()
+        self._pump_logs()
+        self._handle_requests()
+        self._escalate()
+        self._reap()
+        return self._finished()
+
+    def _touch_leases(self) -> None:
+        """Every TOUCH_SECONDS, refresh the held lease files' times (so /tmp cleaners keep them)."""
+        if self.lease_fds and time.monotonic() - self.touched > TOUCH_SECONDS:
+            self.touched = time.monotonic()
+            _touch(self.lease_fds)
+
+    def _pump_logs(self) -> None:
+        """Copy whatever output is ready to the log; a pipe at EOF is flushed, unregistered and closed."""
+        for key, _ in self.sel.select(timeout=0.05):
             fd = key.fd
             try:
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 continue
             if data:
-                logs[fd].feed(data)
+                self.logs[fd].feed(data)
             else:
-                logs[fd].flush()
-                sel.unregister(fd)
+                self.logs[fd].flush()
+                self.sel.unregister(fd)
                 os.close(fd)
-        while requested:
-            signum = requested.pop(0)
-            if signum == signal.SIGTERM and trainer_status is None:
+
+    def _handle_requests(self) -> None:
+        """Act on received signals: SIGTERM stops the tree (while the trainer runs), SIGUSR1 kills it."""
+        while self.requested:
+            signum = self.requested.pop(0)
+            if signum == signal.SIGTERM and self.trainer_status is None:
                 _signal_all(signal.SIGTERM)
-                if os.getppid() != parent:  # our executor is gone: nobody will say "grace over"
-                    orphan_kill_at = time.monotonic() + ORPHAN_GRACE_SECONDS
+                if os.getppid() != self.parent:  # our executor is gone: nobody will say "grace over"
+                    self.orphan_kill_at = time.monotonic() + ORPHAN_GRACE_SECONDS
             elif signum == signal.SIGUSR1:
-                killed = True
-        if orphan_kill_at is not None and time.monotonic() > orphan_kill_at:
-            killed = True
-        if killed:
+                self.killed = True
+
+    def _escalate(self) -> None:
+        """Once the orphan grace is over, or SIGKILL was called for, SIGKILL every descendant (every turn)."""
+        if self.orphan_kill_at is not None and time.monotonic() > self.orphan_kill_at:
+            self.killed = True
+        if self.killed:
             _signal_all(signal.SIGKILL)
-        while True:  # reap the trainer and every orphan re-parented to us
+
+    def _reap(self) -> None:
+        """Reap every exited child, the trainer and every orphan re-parented to us, without blocking."""
+        while True:
             try:
                 child, wait_status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if child == 0:
                 break
-            if child == pid and trainer_status is None:
-                trainer_status = _status_of(wait_status)
-                _write_status(status_path, trainer_status)
-                cleanup_deadline = time.monotonic() + LEFTOVER_GRACE_SECONDS
-                _signal_all(signal.SIGTERM)
-        if trainer_status is not None:
-            if cleanup_deadline is not None and time.monotonic() > cleanup_deadline:
-                killed = True
-            if not descendants(os.getpid()):
-                break
-    for fd in list(logs):
-        try:
-            while True:
-                data = os.read(fd, 65536)
-                if not data:
-                    break
-                logs[fd].feed(data)
-        except (BlockingIOError, OSError):
-            pass
-        logs[fd].flush()
-    os.close(log_fd)
-    return 0
+            if child == self.pid and self.trainer_status is None:
+                self._trainer_ended(wait_status)
+
+    def _trainer_ended(self, wait_status: int) -> None:
+        """Record the trainer's status at once (the replica ends now), then start stopping the leftovers."""
+        self.trainer_status = _status_of(wait_status)
+        _write_status(self.status_path, self.trainer_status)
+        self.cleanup_deadline = time.monotonic() + LEFTOVER_GRACE_SECONDS
+        _signal_all(signal.SIGTERM)
+
+    def _finished(self) -> bool:
+        """True once the trainer has ended and no descendant is left; past the leftover grace, sets `killed`."""
+        if self.trainer_status is None:
+            return False
+        if self.cleanup_deadline is not None and time.monotonic() > self.cleanup_deadline:
+            self.killed = True  # takes effect on the next turn's `_escalate`
+        return not descendants(os.getpid())
+
+    def _drain_logs(self) -> None:
+        """Copy what is left in the pipes to the log and flush partial lines (closed pipes just fail)."""
+        for fd in list(self.logs):
+            try:
+                while True:
+                    data = os.read(fd, 65536)
+                    if not data:
+                        break
+                    self.logs[fd].feed(data)
+            except (BlockingIOError, OSError):
+                pass
+            self.logs[fd].flush()
+
+
+def run(status_path: str, log_path: str, argv: list[str], *, stop_with_parent: bool = False,
+        mask: tuple[str, ...] = (), lease_fds: tuple[int, ...] = ()) -> int:
+    """Supervise ARGV as the replica's trainer (see the module docstring); 0, or EXIT_CANNOT_START."""
+    return _Supervisor(status_path, log_path, argv, mask, lease_fds).run(stop_with_parent)
 
 
 def main(args: list[str]) -> int:

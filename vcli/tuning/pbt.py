@@ -53,19 +53,37 @@ def check_pbt(spec: StudySpec, error: Callable[[str, str], Exception]) -> None:
     or "" for the study as a whole (the algorithm and the block disagree, or several
     metrics: members are ranked by one). Messages name the valid values.
     """
+    pbt = _check_pbt_study(spec, error)
+    if pbt is None:
+        return
+    _check_pbt_ranking(pbt, error)
+    _check_pbt_schedule(pbt, error)
+
+
+def _check_pbt_study(
+    spec: StudySpec, error: Callable[[str, str], Exception]
+) -> PopulationBasedTrainingSpec | None:
+    """The study-wide checks (field ""): the algorithm and the block must agree and the study
+    must have one metric. Returns the block, or None for a study that is not PBT at all."""
     pbt = spec.population_based_training_spec
     is_pbt = spec.algorithm == Algorithm.POPULATION_BASED_TRAINING
     if is_pbt and pbt is None:
         raise error("", "algorithm POPULATION_BASED_TRAINING needs a populationBasedTrainingSpec with at least "
                         "maxStepCount (the step every member trains to)")
     if pbt is None:
-        return
+        return None
     if not is_pbt:
         raise error("", "a populationBasedTrainingSpec needs algorithm POPULATION_BASED_TRAINING, "
                         f"found [{spec.algorithm.value}]")
     if len(spec.metrics) != 1:
         raise error("", f"Population Based Training ranks members by one metric, but the study has "
                         f"{len(spec.metrics)} ({', '.join(m.metric_id for m in spec.metrics)}); keep one metric")
+    return pbt
+
+
+def _check_pbt_ranking(pbt: PopulationBasedTrainingSpec, error: Callable[[str, str], Exception]) -> None:
+    """The fields that rank and resample members: populationSize, quantileFraction and
+    resampleProbability; raises `error(field, message)` on the first bad one."""
     if pbt.population_size < 2:
         raise error("populationSize", "must be an integer of at least 2 (members are ranked against each other), "
                                       f"found [{pbt.population_size}]")
@@ -74,6 +92,11 @@ def check_pbt(spec: StudySpec, error: Callable[[str, str], Exception]) -> None:
                                         f"found [{pbt.quantile_fraction}]")
     if not 0 <= pbt.resample_probability <= 1:
         raise error("resampleProbability", f"must be in [0, 1], found [{pbt.resample_probability}]")
+
+
+def _check_pbt_schedule(pbt: PopulationBasedTrainingSpec, error: Callable[[str, str], Exception]) -> None:
+    """The fields that perturb and pace members: perturbationFactors,
+    perturbationIntervalSteps and maxStepCount; raises `error(field, message)` on the first bad one."""
     if not pbt.perturbation_factors:
         raise error("perturbationFactors", "must list at least one positive factor, such as [0.8, 1.2]")
     bad = [f for f in pbt.perturbation_factors if not (f > 0 and math.isfinite(f))]
@@ -181,57 +204,27 @@ class PbtScheduler:
 
         The exploit's parameters are `explore(donor.parameters, key=(trial number, boundary))`.
         """
-        lineage = trial.lineage
-        if lineage is None or trial.state != TrialState.ACTIVE:
+        judged = self._boundary_to_judge(trial)
+        if judged is None:
             return None
-        own = self._latest(trial)
-        if own is None:
-            return None
-        step, value = own
-        interval, max_steps = self.pbt.perturbation_interval_steps, self.pbt.max_step_count
-        if step >= max_steps:
-            return None
-        boundary = step // interval * interval
-        if boundary <= lineage.start_step or self._judged.get(trial.id, -1) >= boundary:
-            return None
-        self._judged[trial.id] = boundary
-
+        step, value, boundary = judged
         current = _current_trials(trial, trials)
-        if current.get(lineage.member) is not trial:
+        assert trial.lineage is not None  # _boundary_to_judge judges only trials with one
+        if current.get(trial.lineage.member) is not trial:
             return None  # already replaced by a newer trial of its member
-        ranked: list[tuple[float, int, Trial, int, float]] = []  # (score, member, trial, step, value)
-        for member, t in sorted(current.items()):
-            latest = own if t is trial else self._latest(t)
-            if t.state == TrialState.INFEASIBLE or latest is None:
-                continue
-            if t is not trial and not boundary - interval <= latest[0] < boundary + interval:
-                continue
-            ranked.append((self.sign * latest[1], member, t, latest[0], latest[1]))
+        ranked = self._ranked(trial, (step, value), current, boundary)
         n = len(ranked)
         if n < 2:
             return None
         k = quantile_count(n, self.pbt.quantile_fraction)
-        ranked.sort(key=lambda r: (-r[0], self._rng("tie", boundary, r[1]).random()))
         if [r[2] for r in ranked].index(trial) < n - k:
             return None
-        top = ranked[:k]
-        donors = [r for r in top if r[3] < max_steps]
+        donors = [r for r in ranked[:k] if r[3] < self.pbt.max_step_count]
         if not donors:
             return None
         key = (_trial_number(trial.id), boundary)
-        _, _, donor, donor_step, donor_value = donors[self._rng("donor", *key).randrange(len(donors))]
-        reason = (
-            f"PBT: trial {trial.id} ({self.metric_id} {value:.4g} at step {step}) is in the bottom "
-            f"{self.pbt.quantile_fraction * 100:g}% of {n} members; exploiting trial {donor.id} "
-            f"({donor_value:.4g} at step {donor_step})"
-        )
-        return Exploit(
-            donor=donor,
-            parameters=self.explore(donor.parameters, key=key),
-            inherited=dict(donor.parameters),
-            start_step=donor_step,
-            reason=reason,
-        )
+        donor_row = donors[self._rng("donor", *key).randrange(len(donors))]
+        return self._exploit(trial, (step, value), n, donor_row, key)
 
     def explore(self, parameters: Mapping[str, ParameterValue], *, key: Sequence[int]) -> dict[str, ParameterValue]:
         """`parameters` explored, parameter by parameter in spec order (parents first).
@@ -268,6 +261,72 @@ class PbtScheduler:
         return out
 
     # ------------------------------------------------------------------ helpers
+
+    def _boundary_to_judge(self, trial: Trial) -> tuple[int, float, int] | None:
+        """(latest step, its value, boundary) when `trial` is due for judging, else None.
+
+        Due: ACTIVE with a lineage, a latest measurement below `max_step_count`, and a
+        boundary above its lineage's start step that it has not been judged at yet. The
+        boundary is recorded as judged here, before the population is even looked at, so a
+        trial is never judged twice at one boundary (the class docstring's only state).
+        """
+        lineage = trial.lineage
+        if lineage is None or trial.state != TrialState.ACTIVE:
+            return None
+        own = self._latest(trial)
+        if own is None:
+            return None
+        step, value = own
+        if step >= self.pbt.max_step_count:
+            return None
+        interval = self.pbt.perturbation_interval_steps
+        boundary = step // interval * interval
+        if boundary <= lineage.start_step or self._judged.get(trial.id, -1) >= boundary:
+            return None
+        self._judged[trial.id] = boundary
+        return step, value, boundary
+
+    def _ranked(
+        self, trial: Trial, own: tuple[int, float], current: Mapping[int, Trial], boundary: int
+    ) -> list[tuple[float, int, Trial, int, float]]:
+        """The population at `boundary`, best first: (score, member, trial, step, value) rows.
+
+        Members' current trials that are not INFEASIBLE, have a latest measurement and (but
+        for `trial`, whose latest is `own`) lie in the same step window as the boundary.
+        Ties are ordered by a draw from (seed, boundary, member) (see `review`).
+        """
+        interval = self.pbt.perturbation_interval_steps
+        ranked: list[tuple[float, int, Trial, int, float]] = []
+        for member, t in sorted(current.items()):
+            latest = own if t is trial else self._latest(t)
+            if t.state == TrialState.INFEASIBLE or latest is None:
+                continue
+            if t is not trial and not boundary - interval <= latest[0] < boundary + interval:
+                continue
+            ranked.append((self.sign * latest[1], member, t, latest[0], latest[1]))
+        ranked.sort(key=lambda r: (-r[0], self._rng("tie", boundary, r[1]).random()))
+        return ranked
+
+    def _exploit(
+        self, trial: Trial, own: tuple[int, float], n: int, donor_row: tuple[float, int, Trial, int, float],
+        key: tuple[int, int],
+    ) -> Exploit:
+        """The decision to replace `trial` (latest `own` = (step, value), ranked among `n`) by
+        the `_ranked` row `donor_row`'s trial, explored with `key`."""
+        step, value = own
+        _, _, donor, donor_step, donor_value = donor_row
+        reason = (
+            f"PBT: trial {trial.id} ({self.metric_id} {value:.4g} at step {step}) is in the bottom "
+            f"{self.pbt.quantile_fraction * 100:g}% of {n} members; exploiting trial {donor.id} "
+            f"({donor_value:.4g} at step {donor_step})"
+        )
+        return Exploit(
+            donor=donor,
+            parameters=self.explore(donor.parameters, key=key),
+            inherited=dict(donor.parameters),
+            start_step=donor_step,
+            reason=reason,
+        )
 
     def _rng(self, purpose: str, *key: object) -> random.Random:
         return random.Random(":".join(["vcli-pbt", str(self.seed), purpose, *map(str, key)]))

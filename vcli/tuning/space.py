@@ -9,6 +9,9 @@ categorical ones), so that a model sees one consistent vector per configuration.
 numpy is imported lazily inside functions: `vcli.tuning.suggesters` must stay cheap to import, and
 what RANDOM_SEARCH and GRID_SEARCH use (encode/decode, `sample_row`, `grid`, `uniforms`) is
 pure Python, so they run on a base install without the `tune` extra.
+
+One column's pieces (`Node`, its construction, the warping) live in `vcli.tuning.columns`;
+the names the suggesters and PBT use are importable from here as well.
 """
 
 from __future__ import annotations
@@ -16,86 +19,38 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from vcli.spec import (
-    CategoricalValueSpec,
-    DiscreteValueSpec,
-    DoubleValueSpec,
     Goal,
-    IntegerValueSpec,
     ParameterSpec,
     ParameterValue,
-    ScaleType,
     StudySpec,
     Trial,
     TrialState,
     TrialSuggestion,
 )
+from vcli.tuning.columns import (
+    CATEGORICAL,
+    DISCRETE,
+    DOUBLE,
+    INACTIVE_CATEGORICAL,
+    INACTIVE_NUMERIC,
+    INTEGER,
+    Node,
+    ParamKey,
+    make_node,
+    normalise_value,
+    unwarp,
+    warp,
+)
+from vcli.tuning.columns import LINEAR as LINEAR  # re-exported (the module used to define it)
+from vcli.tuning.columns import LOG as LOG  # re-exported
+from vcli.tuning.columns import REVERSE_LOG as REVERSE_LOG  # re-exported
 from vcli.tuning.pareto import metric_values
 
 if TYPE_CHECKING:
     import numpy as np
-
-DOUBLE, INTEGER, DISCRETE, CATEGORICAL = "DOUBLE", "INTEGER", "DISCRETE", "CATEGORICAL"
-LINEAR, LOG, REVERSE_LOG = "linear", "log", "reverse_log"
-
-INACTIVE_NUMERIC = 0.5
-INACTIVE_CATEGORICAL = -1.0
-
-ParamKey = tuple[tuple[str, ParameterValue], ...]
-
-
-@dataclass(frozen=True)
-class Node:
-    """One parameter of the flattened space (pre-order: a parent precedes its children)."""
-
-    parameter_id: str
-    kind: str
-    scale: str
-    lo: float = 0.0  # warping bounds (integers: widened by 0.5 on each side)
-    hi: float = 1.0
-    int_lo: int = 0  # INTEGER: inclusive bounds
-    int_hi: int = 0
-    values: tuple = ()  # DISCRETE: sorted floats; CATEGORICAL: strings in spec order
-    parent: int | None = None  # column index of the parent
-    parent_values: frozenset = frozenset()  # normalised parent values that activate this node
-
-
-def _scale(spec: ParameterSpec) -> str:
-    if spec.scale_type == ScaleType.UNIT_LOG_SCALE:
-        return LOG
-    if spec.scale_type == ScaleType.UNIT_REVERSE_LOG_SCALE:
-        return REVERSE_LOG
-    return LINEAR
-
-
-def _warp(x: float, node: Node) -> float:
-    lo, hi = node.lo, node.hi
-    if hi <= lo:
-        return 0.5
-    if node.scale == LINEAR:
-        u = (x - lo) / (hi - lo)
-    elif node.scale == LOG:
-        u = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    else:  # reverse log: fine resolution near the top of the range
-        u = 1.0 - (math.log(lo + hi - x) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return min(1.0, max(0.0, u))
-
-
-def _unwarp(u: float, node: Node) -> float:
-    lo, hi = node.lo, node.hi
-    if hi <= lo:
-        return lo
-    u = min(1.0, max(0.0, u))
-    if node.scale == LINEAR:
-        x = lo + u * (hi - lo)
-    elif node.scale == LOG:
-        x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
-    else:
-        x = lo + hi - math.exp(math.log(lo) + (1.0 - u) * (math.log(hi) - math.log(lo)))
-    return min(hi, max(lo, x))
 
 
 class Space:
@@ -116,11 +71,11 @@ class Space:
             if n.kind == CATEGORICAL:
                 self.choices.append(tuple(float(i) for i in range(len(n.values))))
             elif n.kind == DISCRETE:
-                self.choices.append(tuple(_warp(v, n) for v in n.values))
+                self.choices.append(tuple(warp(v, n) for v in n.values))
             elif n.kind == INTEGER:
                 if n.int_hi - n.int_lo <= 4096:
                     self.choices.append(
-                        tuple(_warp(float(v), n) for v in range(n.int_lo, n.int_hi + 1))
+                        tuple(warp(float(v), n) for v in range(n.int_lo, n.int_hi + 1))
                     )
                 else:
                     self.choices.append(None)  # too many: searched as a rounded continuous dim
@@ -128,41 +83,19 @@ class Space:
                 self.choices.append(None)
 
     def _add(self, spec: ParameterSpec, parent: int | None, parent_values: tuple, seen: set) -> None:
+        """Append `spec`'s column, then its conditional children's, depth first (pre-order).
+
+        `parent` is the parent's column (None at the top level) and `parent_values` the raw
+        parent values that activate `spec`. Raises ValueError for a parameter id seen before
+        or an invalid parameter (`make_node`).
+        """
         pid = spec.parameter_id
         if pid in seen:
             raise ValueError(f"parameter {pid!r} is defined more than once")
         seen.add(pid)
-        vs = spec.value_spec
-        scale = _scale(spec)
         pnode = self.nodes[parent] if parent is not None else None
-        pvals = frozenset(_normalise(pv, pnode) for pv in parent_values) if pnode else frozenset()
-        if isinstance(vs, DoubleValueSpec):
-            lo, hi = float(vs.min_value), float(vs.max_value)
-            _check_bounds(pid, lo, hi, scale)
-            node = Node(pid, DOUBLE, scale, lo, hi, parent=parent, parent_values=pvals)
-        elif isinstance(vs, IntegerValueSpec):
-            ilo, ihi = int(vs.min_value), int(vs.max_value)
-            if ihi < ilo:
-                raise ValueError(f"parameter {pid!r}: max_value < min_value")
-            if scale != LINEAR and ilo < 1:
-                raise ValueError(f"parameter {pid!r}: a log scale needs min_value >= 1")
-            node = Node(pid, INTEGER, scale, ilo - 0.5, ihi + 0.5, ilo, ihi,
-                        parent=parent, parent_values=pvals)
-        elif isinstance(vs, DiscreteValueSpec):
-            vals = tuple(sorted({float(v) for v in vs.values}))
-            if not vals:
-                raise ValueError(f"parameter {pid!r}: no discrete values")
-            _check_bounds(pid, vals[0], vals[-1], scale)
-            node = Node(pid, DISCRETE, scale, vals[0], vals[-1], values=vals,
-                        parent=parent, parent_values=pvals)
-        elif isinstance(vs, CategoricalValueSpec):
-            vals = tuple(str(v) for v in vs.values)
-            if not vals:
-                raise ValueError(f"parameter {pid!r}: no categorical values")
-            node = Node(pid, CATEGORICAL, LINEAR, values=vals, parent=parent, parent_values=pvals)
-        else:  # pragma: no cover - the spec union is closed
-            raise ValueError(f"parameter {pid!r}: unsupported value spec {type(vs).__name__}")
-        self.nodes.append(node)
+        pvals = frozenset(normalise_value(pv, pnode) for pv in parent_values) if pnode else frozenset()
+        self.nodes.append(make_node(spec, parent, pvals))
         col = len(self.nodes) - 1
         for cond in spec.conditional_parameter_specs:
             self._add(cond.parameter_spec, col, tuple(cond.parent_values), seen)
@@ -170,7 +103,7 @@ class Space:
     # ------------------------------------------------------------------ values
 
     def normalise(self, col: int, value: object) -> ParameterValue:
-        return _normalise(value, self.nodes[col])
+        return normalise_value(value, self.nodes[col])
 
     def value_of(self, col: int, u: float) -> ParameterValue:
         """The feasible parameter value (plain Python type) nearest to encoded `u`."""
@@ -179,9 +112,9 @@ class Space:
             i = int(round(u))
             return n.values[min(len(n.values) - 1, max(0, i))]
         if n.kind == DOUBLE:
-            return float(_unwarp(u, n))
+            return float(unwarp(u, n))
         if n.kind == INTEGER:
-            x = _unwarp(u, n)
+            x = unwarp(u, n)
             return int(min(n.int_hi, max(n.int_lo, math.floor(x + 0.5))))
         # DISCRETE: nearest in warped space
         ch = self.choices[col]
@@ -196,7 +129,7 @@ class Space:
         v = float(value)
         if n.kind == INTEGER:
             v = float(min(n.int_hi, max(n.int_lo, math.floor(v + 0.5))))
-        return _warp(min(n.hi, max(n.lo, v)), n)
+        return warp(min(n.hi, max(n.lo, v)), n)
 
     def is_active(self, col: int, values: Mapping[str, ParameterValue]) -> bool:
         n = self.nodes[col]
@@ -373,29 +306,6 @@ class Space:
             return
 
         yield from expand(top, {})
-
-
-def _check_bounds(pid: str, lo: float, hi: float, scale: str) -> None:
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
-        raise ValueError(f"parameter {pid!r}: invalid bounds [{lo}, {hi}]")
-    if scale != LINEAR and lo <= 0:
-        raise ValueError(f"parameter {pid!r}: a log scale needs min_value > 0")
-
-
-def _normalise(value: object, node: Node | None) -> ParameterValue:
-    if node is None:
-        return value  # type: ignore[return-value]
-    if node.kind == CATEGORICAL:
-        return str(value)
-    if node.kind == INTEGER:
-        try:
-            return int(math.floor(float(value) + 0.5))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return str(value)
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return str(value)
 
 
 # ---------------------------------------------------------------------- bookkeeping

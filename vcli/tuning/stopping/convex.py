@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vcli.spec import ConvexAutomatedStoppingSpec, MetricSpec, StudySpec, Trial, iter_parameters
 from vcli.tuning.stopping.base import FieldError, RuleType
-from vcli.tuning.stopping.curves import Curves, completed, fmt
+from vcli.tuning.stopping.curves import Curve, Curves, completed, fmt
 
 #: Vertex's default min_measurement_count.
 CONVEX_DEFAULT_MIN_MEASUREMENTS = 5
@@ -49,6 +49,7 @@ class ConvexRule:
                                  else CONVEX_DEFAULT_MIN_MEASUREMENTS)
 
     def review(self, trial: Trial, trials: Sequence[Trial]) -> str | None:
+        """Why `trial` should stop, or None to let it go on (the class docstring's rule)."""
         c = self.curves
         own = c.points(trial)
         if len(own) < max(self.min_measurements, 2):
@@ -57,17 +58,39 @@ class ConvexRule:
         finals = [s for t, pts in done if (s := c.final_score(t, pts)) is not None]
         if len(finals) < self.min_measurements + 1:
             return None
+        step_range = self._step_range(done)
+        if step_range is None:
+            return None
+        min_x, max_x = step_range
+        x = own[-1].x
+        if x <= min_x or x >= max_x:
+            return None
+        if len({p.score for p in own}) == 1:
+            return None  # completely flat: no prediction
+        optimistic, best_so_far = self._optimistic(own, max_x)
+        best_final = max(finals)
+        if optimistic >= best_final:
+            return None
+        return (f"convex rule: {c.metric_id} can reach at best {fmt(c.value(optimistic))} by {c.unit} "
+                f"{fmt(max_x)} (best so far {fmt(c.value(best_so_far))} at {c.unit} {fmt(x)}), worse than the best "
+                f"{fmt(c.value(best_final))} of {len(finals)} completed trials")
+
+    def _step_range(self, done: Sequence[tuple[Trial, Curve]]) -> tuple[float, float] | None:
+        """(min_step_count, max_step_count) with their defaults: max learnt as the largest last
+        x of the completed curves `done`, min a tenth of max. None when max is unset and no
+        completed trial has a measurement to learn it from."""
         max_x = self.spec.max_step_count
         if max_x is None:
             max_x = max((pts[-1].x for _, pts in done if pts), default=None)
             if max_x is None:
                 return None
         min_x = self.spec.min_step_count if self.spec.min_step_count is not None else max_x / 10
-        x = own[-1].x
-        if x <= min_x or x >= max_x:
-            return None
-        if len({p.score for p in own}) == 1:
-            return None  # completely flat: no prediction
+        return min_x, max_x
+
+    def _optimistic(self, own: Curve, max_x: float) -> tuple[float, float]:
+        """(the optimistic score at `max_x`, the best score so far) of the curve `own`: its
+        best-so-far envelope extended in a straight line with the envelope's slope over the
+        last min_measurement_count points (never downwards)."""
         envelope, best = [], -math.inf
         for p in own:
             best = max(best, p.score)
@@ -75,14 +98,7 @@ class ConvexRule:
         window = envelope[-max(self.min_measurements, 2):]
         (x0, s0), (x1, s1) = window[0], window[-1]
         slope = (s1 - s0) / (x1 - x0) if x1 > x0 else 0.0
-        optimistic = s1 + max(slope, 0.0) * (max_x - x1)
-        best_final = max(finals)
-        if optimistic >= best_final:
-            return None
-        return (f"convex rule: {c.metric_id} can reach at best {fmt(c.value(optimistic))} by {c.unit} "
-                f"{fmt(max_x)} (best so far {fmt(c.value(s1))} at {c.unit} {fmt(x)}), worse than the best "
-                f"{fmt(c.value(best_final))} of {len(finals)} completed trials")
-
+        return s1 + max(slope, 0.0) * (max_x - x1), s1
 
 
 def _describe(spec: ConvexAutomatedStoppingSpec) -> str:

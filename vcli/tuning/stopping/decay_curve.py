@@ -7,7 +7,7 @@ from typing import Sequence
 
 from vcli.spec import DecayCurveAutomatedStoppingSpec, MetricSpec, Trial
 from vcli.tuning.stopping.base import RuleType
-from vcli.tuning.stopping.curves import Curves, completed, fmt, score_at, score_at_or_first
+from vcli.tuning.stopping.curves import Curve, Curves, completed, fmt, score_at, score_at_or_first
 
 #: Completed full-length curves needed before anything is predicted.
 DECAY_MIN_TRIALS = 5
@@ -47,6 +47,7 @@ class DecayCurveRule:
         self.curves = Curves(metric, use_elapsed_duration)
 
     def review(self, trial: Trial, trials: Sequence[Trial]) -> str | None:
+        """Why `trial` should stop, or None to let it go on (the class docstring's rule)."""
         c = self.curves
         own = c.points(trial)
         if len(own) < 2:
@@ -60,15 +61,7 @@ class DecayCurveRule:
         if x >= length or x < DECAY_MIN_FRACTION * length:
             return None
         best_final = max(s for t, pts in done if (s := c.final_score(t, pts)) is not None)
-        rows, finals = [], []
-        for t, pts in done:
-            if pts[-1].x < length:
-                continue
-            at = score_at(pts, x)
-            if at is None:
-                continue
-            rows.append((1.0, at, at - score_at_or_first(pts, x / 2)))
-            finals.append(c.final_score(t, pts))
+        rows, finals = self._training_rows(done, length, x)
         if len(rows) < DECAY_MIN_TRIALS:
             return None
         query = (1.0, own[-1].score, own[-1].score - score_at_or_first(own, x / 2))
@@ -78,6 +71,23 @@ class DecayCurveRule:
         return (f"decay-curve rule: {c.metric_id} {fmt(own[-1].value)} at {c.unit} {fmt(x)} predicts at best "
                 f"{fmt(c.value(upper))} at {c.unit} {fmt(length)} (from {len(rows)} completed curves), "
                 f"worse than the best {fmt(c.value(best_final))}")
+
+    def _training_rows(
+        self, done: Sequence[tuple[Trial, Curve]], length: float, x: float
+    ) -> tuple[list[tuple[float, float, float]], list[float | None]]:
+        """The regression's data at `x`: for each completed curve that ran the full `length`
+        and has a score at or before `x`, the features (1, score at x, rise since x/2) and its
+        final score, in `done`'s order."""
+        rows, finals = [], []
+        for t, pts in done:
+            if pts[-1].x < length:
+                continue
+            at = score_at(pts, x)
+            if at is None:
+                continue
+            rows.append((1.0, at, at - score_at_or_first(pts, x / 2)))
+            finals.append(self.curves.final_score(t, pts))
+        return rows, finals
 
 
 def _prediction_upper_bound(rows, finals, query) -> float | None:

@@ -424,14 +424,25 @@ class SkoptSuggester(SuggesterBase):
     def _ask(self, count: int) -> list[dict[str, ParameterValue]]:
         import warnings
 
+        if self.space.dim == 0:
+            return [{} for _ in range(count)]
+        opt = self._optimizer()
+        xs, ys = self._told()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if xs:
+                opt.tell(xs, ys)
+            points = opt.ask(n_points=count) if count > 1 else [opt.ask()]
+        return self._new_suggestions(points)
+
+    def _optimizer(self):
+        """A fresh skopt `Optimizer` over `_dims` (see the class docstring), its random state
+        drawn from (seed, number of known trials) so a rebuilt suggester replays it."""
         import numpy as np
         from skopt import Optimizer
 
-        sp = self.space
-        if sp.dim == 0:
-            return [{} for _ in range(count)]
-        has_cat = any(n.kind == CATEGORICAL for n in sp.nodes)
-        opt = Optimizer(
+        has_cat = any(n.kind == CATEGORICAL for n in self.space.nodes)
+        return Optimizer(
             self._dims,
             base_estimator="GP",
             acq_func="gp_hedge",
@@ -440,6 +451,13 @@ class SkoptSuggester(SuggesterBase):
             random_state=int(np.random.default_rng([self.seed, self.n_known]).integers(2**31 - 1)),
             model_queue_size=1,
         )
+
+    def _told(self) -> tuple[list[list], list[float]]:
+        """(points, values to minimise) to tell the optimizer: every observation (ParEGO
+        scalarised when there are several metrics), then, once a value exists, every pending
+        point with the constant lie min(values)."""
+        import numpy as np
+
         if self.n_objectives > 1:  # one ParEGO scalarisation per ask (see the class docstring)
             obs = self.objective_observations()
             weights_rng = np.random.default_rng([self.seed, self.n_known, _RNG_WEIGHTS])
@@ -452,11 +470,12 @@ class SkoptSuggester(SuggesterBase):
         if pend and ys:
             xs += [self._to_point(p) for p in pend]
             ys += [min(ys)] * len(pend)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if xs:
-                opt.tell(xs, ys)
-            points = opt.ask(n_points=count) if count > 1 else [opt.ask()]
+        return xs, ys
+
+    def _new_suggestions(self, points: Sequence) -> list[dict[str, ParameterValue]]:
+        """`points` as parameters, in order; in a finite space, those already known (told,
+        outstanding or earlier in `points`) are dropped, since they would only repeat."""
+        sp = self.space
         known = self.known_keys()
         out = []
         for pt in points:

@@ -1,0 +1,88 @@
+"""One running trial as the study controller follows it: its custom job, where its metrics come
+from, and when each measurement was first seen."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from vcli.control.jobs import JobPlan, JobRun
+from vcli.executors import Executor, Placement
+from vcli.logs import Follower
+from vcli.metrics import MetricReader
+from vcli.spec import Trial
+from vcli.store import ReplicaRow
+
+__all__ = ["ActiveTrial", "default_failure_budget", "restored_placements", "seconds_since"]
+
+
+@dataclass
+class ActiveTrial:
+    trial: Trial
+    run: JobRun
+    reader: MetricReader
+    follower: Follower
+    chief_log: str
+    started: float
+    stop_reason: str | None = None
+    #: Stopped by the early-stopping rule (or a PBT exploit): it no longer holds a parallel slot.
+    stopped_early: bool = False
+    #: Set when the study stops the trial as INFEASIBLE (e.g. PBT and a report without a step).
+    fail_reason: str | None = None
+    #: Elapsed seconds at which each of `reader.measurements` was first seen.
+    elapsed: list[float] = field(default_factory=list)
+
+    @classmethod
+    def follow(cls, trial: Trial, run: JobRun, plan: JobPlan, metric_ids: tuple[str, ...], started: float) -> ActiveTrial:
+        """Follow `trial`'s chief: its metric file and its stdout (for `metric=value` lines)."""
+        chief = plan.launches[0]
+        return cls(trial=trial, run=run, reader=MetricReader(metric_ids),
+                   follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
+                   started=started, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements])
+
+    def read_metrics(self, executor: Executor) -> bool:
+        """Feed the chief's new reports to the reader; True if a measurement changed."""
+        chief = self.run.plan.launches[0]
+        handle = self.run.primary_handle
+        text = executor.read_file(handle, chief.metric_file) if handle is not None else None
+        new = self.reader.feed_hypertune(text)
+        for rec in self.follower.poll():
+            if rec.stream == "stdout":
+                new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
+        return new
+
+    def with_measurements(self, now: float) -> Trial:
+        """The trial with the reader's measurements, each stamped with the elapsed time at which
+        it was first seen (metrics are re-read every tick, so within a tick of the report)."""
+        elapsed = round(now - self.started, 3)
+        while len(self.elapsed) < len(self.reader.measurements):
+            self.elapsed.append(elapsed)
+        ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(self.reader.measurements, self.elapsed))
+        return replace(self.trial, measurements=ms)
+
+
+def default_failure_budget(max_trial_count: int) -> int:
+    """Failures tolerated when maxFailedTrialCount is 0: max(3, 10% of maxTrialCount), at most maxTrialCount."""
+    return min(max_trial_count, max(3, math.ceil(max_trial_count / 10)))
+
+
+def restored_placements(rows: Iterable[ReplicaRow]) -> dict[str, tuple[Placement, str]]:
+    """The placements and addresses replicas were recorded with, by task name (for
+    `plan_job(restore=...)`: a re-attached replica is never placed again)."""
+    return {r.task_name: (Placement(host=r.host, address=(r.address or ":").rsplit(":", 1)[0],
+                                    gpu_indices=tuple(int(g) for g in (r.gpus or "").split(",") if g)),
+                          r.address or "") for r in rows}
+
+
+def seconds_since(iso: str | None) -> float:
+    """Seconds from an ISO time in the store to now (0 if unknown)."""
+    from datetime import datetime
+
+    if not iso:
+        return 0.0
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0.0
