@@ -252,8 +252,8 @@ def test_review_exploits_the_bottom_member_from_the_top_one():
     assert isinstance(got, Exploit)
     assert got.donor.id == "2" and got.start_step == 4 and got.inherited == {"lr": 0.01}
     assert got.parameters["lr"] in (pytest.approx(0.008), pytest.approx(0.012)) or got.parameters["lr"] != 0.01
-    assert got.reason == ("PBT: trial 3 (accuracy 0.2 at step 4) is in the bottom 25% of 4 members; "
-                          "exploiting trial 2 (0.9 at step 4)")
+    assert got.reason == ("PBT: trial 3 (accuracy 0.2 at step 4) is in the bottom 25% of the 4 members measured near "
+                          "step 4 (population 4); exploiting trial 2 (0.9 at step 4)")
     for t in (pop[0], pop[1], pop[3]):
         assert sched.review(t, pop) is None
     # judged once per boundary: the same call again continues

@@ -8,13 +8,17 @@ Both take the same events from the study controller.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vcli.spec import Goal, JobState, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
 from vcli.tuning.events import StudyListener
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 STATE_STYLE = {
     TrialState.REQUESTED: "dim",
@@ -41,6 +45,8 @@ class StudySnapshot:
     started: Mapping[str, float] = field(default_factory=dict)
     ended: Mapping[str, float] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_RUNNING
+    #: When the view started watching the study (time.monotonic()), for elapsed time and ETA.
+    since: float | None = None
 
     @property
     def metric_id(self) -> str:
@@ -70,18 +76,12 @@ class StudySnapshot:
             return {}, None
         return m.metrics, m.step_count
 
-    def duration(self, t: Trial) -> float | None:
+    def duration(self, t: Trial, now: float | None = None) -> float | None:
+        """Seconds the trial ran (so far, at `now`), as the view saw it."""
         start = self.started.get(t.id)
         if start is None:
             return None
-        return self.ended.get(t.id, time.monotonic()) - start
-
-
-def _state_text(t: Trial) -> str:
-    text = f"[{STATE_STYLE[t.state]}]{t.state.value}[/]"
-    if t.early_stopping_rule:
-        text += f" [yellow](stopped early: {t.early_stopping_rule})[/]"
-    return text
+        return self.ended.get(t.id, time.monotonic() if now is None else now) - start
 
 
 def _lineage(t: Trial) -> str:
@@ -94,55 +94,244 @@ def _values(snap: StudySnapshot, values: Mapping[str, float]) -> str:
     return " ".join(f"{m.metric_id}={_fmt(values[m.metric_id])}" for m in snap.metrics if m.metric_id in values)
 
 
-def study_table(snap: StudySnapshot) -> Any:
-    """The live table: header counts, one row per trial, the best trial (or, with several
-    metrics, the Pareto front) highlighted and starred."""
-    from rich.table import Table
+def _clock(seconds: float) -> str:
+    """`42s`, `3m05s`, `1h02m`: short and unambiguous."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
-    counts = {s: sum(1 for t in snap.trials.values() if t.state == s) for s in TrialState}
-    optimal = snap.optimal()
-    early = sum(1 for t in snap.trials.values() if t.early_stopping_rule)
-    title = (
-        f"{snap.display_name}  {snap.state.value}  trials {len(snap.trials)}/{snap.max_trial_count}  "
-        f"succeeded {counts[TrialState.SUCCEEDED]}  infeasible {counts[TrialState.INFEASIBLE]}  "
-        f"active {counts[TrialState.ACTIVE] + counts[TrialState.STOPPING]}"
-    )
+
+def _note(t: Trial) -> str:
+    """Why a trial is where it is, in a few words: the stopping rule, or why it is INFEASIBLE."""
+    if t.early_stopping_rule:
+        return f"stopped early ({t.early_stopping_rule})"
+    if t.state == TrialState.STOPPING and t.stop_reason:
+        return f"stopping: {t.stop_reason}"
+    if t.state == TrialState.INFEASIBLE and t.infeasible_reason:
+        return _short_reason(t.infeasible_reason)
+    if t.lineage is not None and t.lineage.parent_trial_id:
+        return f"from trial {t.lineage.parent_trial_id} at step {t.lineage.start_step}"
+    return ""
+
+
+def _short_reason(reason: str) -> str:
+    """An INFEASIBLE reason without the custom job's boilerplate: the trainer's last error line
+    when there is one, else the reason's first sentence."""
+    if "last error line: " in reason:
+        return reason.rsplit("last error line: ", 1)[1].strip().strip(".")
+    reason = reason.replace("The trial's custom job ended JOB_STATE_FAILED: ", "")
+    return reason.split(". To find out more", 1)[0]
+
+
+def _number_format(values: Sequence[float]) -> Callable[[float], str]:
+    """One format for a column of numbers, so that they line up: fixed decimals when their
+    magnitudes allow (4 significant digits of the largest), else scientific."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    top = max(finite, default=0.0)
+    if top == 0.0 or 1e-3 <= top < 1e7:
+        decimals = 0 if top >= 1000 else max(0, 3 - int(math.floor(math.log10(top)))) if top else 1
+        decimals = min(decimals, 6)
+        return lambda v: f"{v:.{decimals}f}" if math.isfinite(v) else str(v)
+    return lambda v: f"{v:.3e}" if math.isfinite(v) else str(v)
+
+
+def _summary(snap: StudySnapshot, now: float, width: int) -> Text:
+    """The first line: state, progress, elapsed, ETA, rate and the machine's load. What does
+    not fit `width` is left out, least important first (never the progress)."""
+    from rich.text import Text
+
+    trials = list(snap.trials.values())
+    counts = {s: sum(1 for t in trials if t.state == s) for s in TrialState}
+    ended = counts[TrialState.SUCCEEDED] + counts[TrialState.INFEASIBLE]
+    early = sum(1 for t in trials if t.early_stopping_rule)
+    # (priority, text): lower priority numbers stay longer; shown in this order.
+    parts = [(0, f"{ended}/{snap.max_trial_count} done"),
+             (1, f"{counts[TrialState.ACTIVE] + counts[TrialState.STOPPING]} active"),
+             (5, f"{counts[TrialState.SUCCEEDED]} ok"), (4, f"{counts[TrialState.INFEASIBLE]} infeasible")]
     if early:
-        title += f"  stopped early {early}"
+        parts.append((6, f"{early} stopped early"))
+    elapsed = now - snap.since if snap.since is not None else None
+    if elapsed is not None:
+        parts.append((3, f"elapsed {_clock(elapsed)}"))
+        if ended and ended < snap.max_trial_count and not snap.state.is_final():
+            rate = ended / max(elapsed, 1e-9)
+            parts.append((2, f"ETA ~{_clock((snap.max_trial_count - ended) / rate)}"))
+            parts.append((7, f"{rate * 60:.1f} trials/min"))
+    if hasattr(os, "getloadavg"):
+        parts.append((8, f"load {os.getloadavg()[0]:.1f}/{os.cpu_count() or 1}"))
+    head = f"{snap.display_name} {snap.state.value.removeprefix('JOB_STATE_')}  "
+    while len(parts) > 1 and len(head) + len(" · ".join(p for _, p in parts)) > width:
+        parts.remove(max(parts, key=lambda p: p[0]))
+    text = Text(overflow="ellipsis", no_wrap=True)
+    text.append(f"{snap.display_name} ", style="bold")
+    text.append(snap.state.value.removeprefix("JOB_STATE_"), style=_JOB_STYLE.get(snap.state, ""))
+    text.append("  " + " · ".join(p for _, p in parts))
+    return text
+
+
+def _best_line(snap: StudySnapshot, param_ids: Sequence[str]) -> Text:
+    """The second line: the best trial so far and its parameters, or the Pareto front's size."""
+    from rich.text import Text
+
+    text = Text(overflow="ellipsis", no_wrap=True)
     best = snap.best()
     if best is not None:
-        values, _ = snap.latest(best)
-        title += f"  best: trial {best.id} {_values(snap, values)}"
-    elif optimal:
-        title += f"  Pareto front: {len(optimal)} trial(s) (*)"
-    table = Table(title=title, title_justify="left", expand=False)
-    table.add_column("TRIAL", justify="right")
-    table.add_column("STATE")
-    for pid in snap.parameter_ids:
-        table.add_column(pid, justify="right")
+        values, step = snap.latest(best)
+        text.append("best ", style="bold green")
+        text.append(f"trial {best.id}  {_values(snap, values)} (step {step})  ")
+        text.append(" ".join(f"{p}={_fmt(best.parameters[p])}" for p in param_ids if p in best.parameters), style="dim")
+    elif len(snap.metrics) > 1 and (front := snap.optimal()):
+        text.append("Pareto front ", style="bold green")
+        text.append(f"{len(front)} trial(s), marked *: " + ", ".join(sorted(front, key=int)))
+    else:
+        text.append("no trial has reported yet" if not any(t.measurements for t in snap.trials.values())
+                    else "no trial has succeeded yet", style="dim")
+    return text
+
+
+#: Rows of the screen that are not trial rows: summary, best, table header and rule, the
+#: "more" line, and up to `MESSAGE_LINES` status messages.
+MESSAGE_LINES = 3
+_CHROME_LINES = 6 + MESSAGE_LINES  # and one spare line, so the screen never scrolls
+
+
+def visible_trials(snap: StudySnapshot, rows: int) -> tuple[list[Trial], list[Trial]]:
+    """(shown, hidden) for a table of at most `rows` trial rows: every running trial and the
+    study's result (best trial or Pareto front) always; then the most recently ended ones.
+    Shown in trial order."""
+    trials = sorted(snap.trials.values(), key=lambda t: int(t.id))
+    optimal = snap.optimal()
+    must = [t for t in trials if not t.state.is_final() or t.id in optimal]
+    rest = [t for t in trials if t not in must]
+    rest.sort(key=lambda t: (snap.ended.get(t.id, 0.0), int(t.id)), reverse=True)
+    room = max(0, rows - len(must))
+    shown = {t.id for t in must} | {t.id for t in rest[:room]}
+    return [t for t in trials if t.id in shown], [t for t in trials if t.id not in shown]
+
+
+def study_table(snap: StudySnapshot, *, width: int = 120, height: int | None = None,
+                messages: Sequence[str] = (), now: float | None = None) -> Any:
+    """The live screen as a pure function of the snapshot: a summary line (progress, elapsed,
+    ETA, rate, load), the best trial (or the Pareto front), the table of trials, a line
+    counting the trials left out, and the latest status `messages`. With `height`, the table
+    keeps to the screen: running trials and the result always show, older finished trials
+    are folded into the count. Columns that do not fit `width` are left out, the least
+    important first (note, PBT columns, time, parameters from the last, step), and the line
+    under the table says which."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    now = time.monotonic() if now is None else now
+    rows = max(1, height - _CHROME_LINES) if height is not None else len(snap.trials)
+    optimal = snap.optimal()
+    shown, hidden, kept, notes = _layout(snap, rows, width, optimal, now)
+    if len(notes) > 1 and len("  ".join(notes)) > width and height is not None:  # a line more for the notes
+        shown, hidden, kept, notes = _layout(snap, max(1, rows - 1), width, optimal, now)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, padding=(0, 1))
+    for col in kept:
+        table.add_column(col.header, justify=col.justify, no_wrap=True, overflow="ellipsis", max_width=col.max_width)
+    for i, t in enumerate(shown):
+        table.add_row(*(col.cells[i] for col in kept), style="bold green" if t.id in optimal else None)
+    parts: list[Any] = [_summary(snap, now, width), _best_line(snap, snap.parameter_ids), table]
+    lines = ["  ".join(notes)] if len("  ".join(notes)) <= width else notes
+    parts.extend(Text(line, style="dim", overflow="ellipsis", no_wrap=True) for line in lines if line)
+    parts.extend(Text(m, style="dim", overflow="ellipsis", no_wrap=True) for m in messages[-MESSAGE_LINES:])
+    return Group(*parts)
+
+
+def _layout(snap: StudySnapshot, rows: int, width: int, optimal: set[str],
+            now: float) -> tuple[list[Trial], list[Trial], list[_Column], list[str]]:
+    """(trials shown, trials hidden, columns kept, notes under the table) for `rows` rows."""
+    shown, hidden = visible_trials(snap, rows)
+    kept, dropped = _fit(_columns(snap, shown, optimal, now), width)
+    notes = []
+    if hidden:
+        by_state = {s: sum(1 for t in hidden if t.state == s) for s in TrialState}
+        notes.append(f"... {len(hidden)} more (" + ", ".join(f"{n} {s.value}" for s, n in by_state.items() if n) + ")")
+    if dropped:
+        notes.append(f"not shown (narrow terminal): {', '.join(dropped)}")
+    return shown, hidden, kept, notes
+
+
+@dataclass
+class _Column:
+    header: str
+    cells: list[Text]
+    #: Dropped first when the screen is narrow: higher goes first.
+    drop_rank: int = 0
+    justify: str = "right"
+    max_width: int | None = None
+
+    def width(self) -> int:
+        """Screen columns it takes: its widest cell (within `max_width`), padding and divider."""
+        widest = max([len(self.header), *(c.cell_len for c in self.cells)])
+        return min(widest, self.max_width or widest) + 3
+
+
+def _columns(snap: StudySnapshot, shown: Sequence[Trial], optimal: set[str], now: float) -> list[_Column]:
+    from rich.text import Text
+
+    latest = [snap.latest(t) for t in shown]
+    star = len(snap.metrics) > 1
+    cols = [
+        _Column("TRIAL", [Text(t.id + ("*" if star and t.id in optimal else "")) for t in shown]),
+        _Column("STATE", [Text(t.state.value, style=STATE_STYLE[t.state]) for t in shown], justify="left"),
+    ]
+    for i, pid in enumerate(snap.parameter_ids):
+        vals = [t.parameters.get(pid) for t in shown]
+        fmt = _number_format([v for v in vals if isinstance(v, float)])
+        cells = [Text("-" if v is None else fmt(v) if isinstance(v, float) else str(v)) for v in vals]
+        cols.append(_Column(pid, cells, drop_rank=10 + i, max_width=24))  # the last parameters go first
     for m in snap.metrics:
-        table.add_column(f"{m.metric_id} ({'max' if m.goal == Goal.MAXIMIZE else 'min'})", justify="right")
-    table.add_column("STEP", justify="right")
-    table.add_column("TIME", justify="right")
-    pbt = any(t.lineage is not None for t in snap.trials.values())
-    if pbt:
-        table.add_column("MEMBER", justify="right")
-        table.add_column("FROM (trial@step)", justify="right")
-    for t in sorted(snap.trials.values(), key=lambda t: int(t.id)):
-        values, step = snap.latest(t)
-        dur = snap.duration(t)
-        on_front = t.id in optimal
-        table.add_row(
-            t.id + ("*" if on_front and len(snap.metrics) > 1 else ""),
-            _state_text(t),
-            *[_fmt(t.parameters[p]) if p in t.parameters else "-" for p in snap.parameter_ids],
-            *[_fmt(values[m.metric_id]) if m.metric_id in values else "-" for m in snap.metrics],
-            "-" if step is None else str(step),
-            "-" if dur is None else f"{dur:.1f}s",
-            *([str(t.lineage.member) if t.lineage else "-", _lineage(t)] if pbt else []),
-            style="bold green" if on_front else None,
-        )
-    return table
+        vals = [values.get(m.metric_id) for values, _ in latest]
+        fmt = _number_format([v for v in vals if v is not None])
+        cols.append(_Column(f"{m.metric_id} ({'max' if m.goal == Goal.MAXIMIZE else 'min'})",
+                            [Text("-" if v is None else fmt(v)) for v in vals]))
+    cols.append(_Column("STEP", [Text("-" if step is None else str(step)) for _, step in latest], drop_rank=5))
+    durations = [snap.duration(t, now) for t in shown]
+    cols.append(_Column("TIME", [Text("-" if d is None else _clock(d)) for d in durations], drop_rank=30))
+    if any(t.lineage is not None for t in snap.trials.values()):
+        cols.append(_Column("MEMBER", [Text(str(t.lineage.member) if t.lineage else "-") for t in shown], drop_rank=40))
+        cols.append(_Column("FROM", [Text(_lineage(t)) for t in shown], drop_rank=41))
+    notes = [_note(t) for t in shown]
+    if any(notes):
+        cols.append(_Column("NOTE", [Text(x, style="yellow" if "stop" in x else "red") for x in notes],
+                            drop_rank=50, justify="left", max_width=60))
+    return cols
+
+
+def _fit(columns: list[_Column], width: int) -> tuple[list[_Column], list[str]]:
+    """The columns that fit `width`, and the headers of those left out: the NOTE column is
+    narrowed (to 12 characters at least) before anything goes; then columns go by
+    `drop_rank`, highest first. TRIAL, STATE and the metrics always stay."""
+    kept = list(columns)
+    dropped: list[str] = []
+    while (over := sum(c.width() for c in kept) - width) > 0:
+        note = next((c for c in kept if c.header == "NOTE"), None)
+        if note is not None and note.width() - over >= 12 + 3:
+            note.max_width = note.width() - over - 3
+            break
+        droppable = [c for c in kept if c.drop_rank]
+        if not droppable:
+            break
+        victim = max(droppable, key=lambda c: c.drop_rank)
+        kept.remove(victim)
+        dropped.append(victim.header)
+    return kept, dropped
+
+
+_JOB_STYLE = {
+    JobState.JOB_STATE_RUNNING: "cyan",
+    JobState.JOB_STATE_SUCCEEDED: "green",
+    JobState.JOB_STATE_FAILED: "red",
+    JobState.JOB_STATE_CANCELLED: "yellow",
+    JobState.JOB_STATE_CANCELLING: "yellow",
+}
 
 
 class StudyView(StudyListener):
@@ -150,7 +339,8 @@ class StudyView(StudyListener):
     the event's name) and where status lines go (`progress`)."""
 
     def __init__(self, display_name: str, metrics: Sequence[MetricSpec], parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
-        self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count, {}, {}, {})
+        self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count,
+                                      {}, {}, {}, since=time.monotonic())
         self._trials: dict[str, Trial] = {}
         self._started: dict[str, float] = {}
         self._ended: dict[str, float] = {}
@@ -175,10 +365,13 @@ class StudyView(StudyListener):
         self.show(StudyEvent.STUDY_FINISHED, best)
 
     def _event(self, kind: StudyEvent, trial: Trial) -> None:
+        self._record(trial)
+        self.show(kind, trial)
+
+    def _record(self, trial: Trial) -> None:
         self._trials[trial.id] = trial
         if trial.state.is_final():
             self._ended.setdefault(trial.id, time.monotonic())
-        self.show(kind, trial)
 
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -200,58 +393,107 @@ class PlainStudyView(StudyView):
         return " ".join(f"{k}={_fmt(v)}" for k, v in t.parameters.items())
 
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:
-        if trial is None:
-            return
+        line = self.line(kind, trial) if trial is not None else None
+        if line is not None:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def line(self, kind: StudyEvent, trial: Trial) -> str | None:
+        """The line for one event: each names the trial, its state and its parameters."""
+        params = self._params(trial)
         if kind == StudyEvent.TRIAL_STARTED:
-            line = f"trial {trial.id} ACTIVE {self._params(trial)}"
+            line = f"trial {trial.id} ACTIVE {params}"
             if trial.lineage is not None and trial.lineage.parent_trial_id:
                 line += (f" (member {trial.lineage.member}, from trial {trial.lineage.parent_trial_id}'s checkpoint "
                          f"at step {trial.lineage.start_step})")
-        elif kind == StudyEvent.TRIAL_MEASUREMENT:
+            return line
+        if kind == StudyEvent.TRIAL_MEASUREMENT:
             m = trial.measurements[-1]
-            line = f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)}"
-        elif kind == StudyEvent.TRIAL_STOPPING:
+            return f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)} ({params})"
+        if kind == StudyEvent.TRIAL_STOPPING:
             at = f" at step {trial.measurements[-1].step_count}" if trial.measurements else ""
-            why = f" (stopped early by the {trial.early_stopping_rule} rule: {trial.stop_reason})" if trial.early_stopping_rule else ""
-            line = f"trial {trial.id} STOPPING{at}{why}"
-        elif kind == StudyEvent.TRIAL_FINISHED:
-            values, step = self.snapshot.latest(trial)
+            early = ", stopped early" if trial.early_stopping_rule else ""
+            return f"trial {trial.id} STOPPING{at}{early} ({params}): {_stop_reason(trial)}"
+        if kind == StudyEvent.TRIAL_FINISHED:
             dur = self.snapshot.duration(trial)
-            tail = f" {_values(self.snapshot, values)} step={step}" if trial.state == TrialState.SUCCEEDED else f" reason: {trial.infeasible_reason}"
-            if trial.early_stopping_rule:
-                tail += f" (stopped early: {trial.early_stopping_rule})"
-            line = f"trial {trial.id} {trial.state.value}{tail}" + (f" in {dur:.1f}s" if dur is not None else "")
-        else:
-            return
-        self.stream.write(line + "\n")
-        self.stream.flush()
+            after = f" after {_clock(dur)}" if dur is not None else ""
+            if trial.state == TrialState.SUCCEEDED:
+                values, step = self.snapshot.latest(trial)
+                early = f", stopped early by the {trial.early_stopping_rule} rule" if trial.early_stopping_rule else ""
+                return f"trial {trial.id} SUCCEEDED{after}{early}: {_values(self.snapshot, values)} step={step} ({params})"
+            return f"trial {trial.id} {trial.state.value}{after} ({params}): {trial.infeasible_reason}"
+        return None
 
     def progress(self, text: str) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
 
+def _stop_reason(t: Trial) -> str:
+    """Why the study stops a trial, naming the rule once (rules' reasons start with their name)."""
+    reason = t.stop_reason or "stopped by the study"
+    rule = t.early_stopping_rule
+    if rule and not reason.lower().startswith((rule.lower(), "pbt")):
+        return f"{rule} rule: {reason}"
+    return reason
+
+
 class LiveStudyView(StudyView):
-    """A rich Live table refreshed on every event (and a few times a second for durations)."""
+    """A rich Live screen (`study_table`) sized to the terminal, redrawn on every event and
+    four times a second (for durations, elapsed time and resizes). Status messages show in
+    the screen's last lines; WARNING and ERROR lines are also printed above it, to stay."""
 
     def __init__(self, stream: IO[str], *args: Any) -> None:
         super().__init__(*args)
+        import threading
+        from collections import deque
+
         from rich.console import Console
         from rich.live import Live
 
+        self._lock = threading.Lock()
+        self.messages: deque[str] = deque(maxlen=MESSAGE_LINES)
+        #: Lines kept free under the screen: once the study ends, for the lines that report it.
+        self._margin = 0
         self.console = Console(file=stream)
-        self.live = Live(study_table(self.snapshot), console=self.console, refresh_per_second=4, transient=False)
+        self.live = Live(console=self.console, refresh_per_second=4, transient=False, get_renderable=self._screen)
         self.live.start()
 
+    def _screen(self) -> Any:
+        """The screen now (called by Live's refresh thread as well: reads a copy)."""
+        with self._lock:
+            snap = StudySnapshot(self.snapshot.display_name, self.snapshot.metrics, self.snapshot.parameter_ids,
+                                 self.snapshot.max_trial_count, dict(self._trials), dict(self._started), dict(self._ended),
+                                 self.snapshot.state, self.snapshot.since)
+            messages = list(self.messages)
+        return study_table(snap, width=self.console.width, height=self.console.height - self._margin, messages=messages)
+
+    def _record(self, trial: Trial) -> None:
+        with self._lock:  # the refresh thread reads these (`_screen`)
+            super()._record(trial)
+
+    def trial_started(self, trial: Trial) -> None:
+        with self._lock:
+            self._started[trial.id] = time.monotonic()
+        self._event(StudyEvent.TRIAL_STARTED, trial)
+
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:
-        self.live.update(study_table(self.snapshot), refresh=True)
+        self.live.refresh()
 
     def progress(self, text: str) -> None:
-        self.live.console.print(text, markup=False, highlight=False)
+        from rich.text import Text
+
+        if text.startswith(("WARNING", "ERROR")):
+            self.live.console.print(Text(text))
+        with self._lock:
+            self.messages.append(text)
+        self.live.refresh()
 
     def close(self, state: JobState) -> None:
-        super().close(state)
-        self.live.update(study_table(self.snapshot), refresh=True)
+        with self._lock:
+            super().close(state)
+            self._margin = 4  # the final screen and the lines after it fit the terminal together
+        self.live.refresh()
         self.live.stop()
 
 

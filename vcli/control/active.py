@@ -33,6 +33,8 @@ class ActiveTrial:
     fail_reason: str | None = None
     #: Elapsed seconds at which each of `reader.measurements` was first seen.
     elapsed: list[float] = field(default_factory=list)
+    #: The chief's latest non-empty stderr line (why a failed trial failed, in its own words).
+    last_error: str | None = None
 
     @classmethod
     def follow(cls, trial: Trial, run: JobRun, plan: JobPlan, metric_ids: tuple[str, ...], started: float) -> ActiveTrial:
@@ -51,6 +53,8 @@ class ActiveTrial:
         for rec in self.follower.poll():
             if rec.stream == "stdout":
                 new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
+            elif rec.message.strip():
+                self.last_error = rec.message.strip()[:300]
         return new
 
     def with_measurements(self, now: float) -> Trial:

@@ -69,6 +69,9 @@ class JobRun:
     plan: JobPlan
     timeout_seconds: float | None = None
     on_progress: Callable[[str], None] = lambda msg: None
+    #: Say "Stopping N replica(s) of job ID" when stopping (a study's trial job does not: the
+    #: study shows the trial STOPPING, with why).
+    announce_stop: bool = True
     clock: Clock = SYSTEM_CLOCK
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
@@ -367,7 +370,7 @@ class JobRun:
         self._cancel.set()  # makes a still-running start thread stop launching
         running = self._running_handles()
         if running or self._worker is not None:
-            if running:
+            if running and self.announce_stop:
                 self.on_progress(f"Stopping {len(running)} replica(s) of job {self.job_id}.")
             self._stopper = threading.Thread(target=self._stop_running, name=f"vcli-stop-{self.job_id}", daemon=True)
             self._stopper.start()

@@ -254,7 +254,7 @@ class StudyRun:
         """The controller of one trial's custom job."""
         timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
         return JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
-                      on_progress=self.on_progress, clock=self.clock)
+                      on_progress=self.on_progress, clock=self.clock, announce_stop=False)
 
     # ------------------------------------------------------------------ trials
 
@@ -396,7 +396,8 @@ class StudyRun:
                 return None, f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}.", False
             return final, None, False
         msg = (active.run.error or {}).get("message", job_state.value)
-        return None, f"The trial's custom job ended {job_state.value}: {msg}", True
+        said = f" The trainer's last error line: {active.last_error}" if active.last_error else ""
+        return None, f"The trial's custom job ended {job_state.value}: {msg}{said}", True
 
     def _missing_metric(self, active: ActiveTrial) -> str:
         """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported."""

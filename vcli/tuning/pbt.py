@@ -317,8 +317,8 @@ class PbtScheduler:
         _, _, donor, donor_step, donor_value = donor_row
         reason = (
             f"PBT: trial {trial.id} ({self.metric_id} {value:.4g} at step {step}) is in the bottom "
-            f"{self.pbt.quantile_fraction * 100:g}% of {n} members; exploiting trial {donor.id} "
-            f"({donor_value:.4g} at step {donor_step})"
+            f"{self.pbt.quantile_fraction * 100:g}% of the {n} members measured near step {key[1]} (population "
+            f"{self.pbt.population_size}); exploiting trial {donor.id} ({donor_value:.4g} at step {donor_step})"
         )
         return Exploit(
             donor=donor,

@@ -1,0 +1,177 @@
+"""The study window: the live screen in a real pseudo-terminal (pyte), the pure screen
+function at fixed sizes, and the plain lines for pipes."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pyte
+import pytest
+
+from tests.helpers import REPO, vcli_env
+from vcli.spec import Goal, JobState, Measurement, MetricSpec, Trial, TrialState
+from vcli.view import PlainStudyView, StudySnapshot, study_table
+
+
+def _snapshot(now: float) -> StudySnapshot:
+    """40 trials: 36 ended (every 7th INFEASIBLE with the trainer's error, trial 5 stopped
+    early), 4 ACTIVE; the best is trial 20."""
+    trials = {}
+    for i in range(1, 41):
+        state = TrialState.ACTIVE if i > 36 else TrialState.INFEASIBLE if i % 7 == 0 else TrialState.SUCCEEDED
+        m = Measurement(step_count=3, metrics={"score": -((i - 20) ** 2) / 10})
+        trials[str(i)] = Trial(
+            id=str(i), parameters={"learning_rate": i / 700, "optimizer": "adam", "units": 32}, state=state,
+            measurements=(m,), final_measurement=m if state == TrialState.SUCCEEDED else None,
+            infeasible_reason=("The trial's custom job ended JOB_STATE_FAILED: The replica workerpool0-0 exited with a "
+                               "non-zero status of 1. To find out more ... The trainer's last error line: "
+                               "ValueError: loss is NaN") if state == TrialState.INFEASIBLE else None,
+            early_stopping_rule="median" if i == 5 else None, stop_reason="median rule: worse" if i == 5 else None)
+    return StudySnapshot("digits-hpt", [MetricSpec(metric_id="score", goal=Goal.MAXIMIZE)],
+                         ["learning_rate", "optimizer", "units"], 40, trials,
+                         {k: now - 100 + int(k) for k in trials}, {k: now - 50 + int(k) for k in trials if int(k) <= 36},
+                         JobState.JOB_STATE_RUNNING, since=now - 120)
+
+
+def _render(snap: StudySnapshot, width: int, height: int, **kw) -> list[str]:
+    from rich.console import Console
+
+    console = Console(width=width, height=height, record=True, file=io.StringIO(), force_terminal=True)
+    console.print(study_table(snap, width=width, height=height, now=snap.since + 120, **kw))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [90, 60, 150])
+def test_the_screen_keeps_running_trials_and_the_best_in_view(width: int) -> None:
+    now = time.monotonic()
+    lines = _render(_snapshot(now), width, 24, messages=["Waiting for capacity to start trial 41: all GPUs busy"])
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and all(len(line) <= width for line in lines), text
+    rows = {m.group(1): line for line in lines if (m := re.match(r"\s*(\d+)\s+(ACTIVE|SUCCEEDED|INFEASIBLE)", line))}
+    assert {"37", "38", "39", "40", "20"} <= rows.keys(), text  # every ACTIVE trial and the best one
+    assert "ACTIVE" in rows["37"]
+    assert lines[0].startswith("digits-hpt RUNNING  36/40 done · 4 active"), lines[0]
+    assert "ETA ~" in lines[0] and ("elapsed 2m00s" in lines[0] or width < 90)
+    assert lines[1].startswith("best trial 20  score=0 (step 3)")
+    assert re.search(r"\.\.\. \d+ more \(\d+ SUCCEEDED, \d+ INFEASIBLE\)", text), text
+    assert "score (max)" in text  # the metric always stays
+    assert "Waiting for capacity" in lines[-1]
+    assert "[/" not in text
+    if width == 60:
+        assert "not shown (narrow terminal): NOTE" in text and "TIME" in text
+    if width == 150:
+        assert "ValueError: loss is NaN" in rows["35"]  # why a trial failed, in its own words
+        assert "learning_rate" in lines[2]
+
+
+def test_plain_lines_name_the_trial_its_parameters_and_why() -> None:
+    out = io.StringIO()
+    view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE)], [], 3)
+    m = Measurement(step_count=2, metrics={"acc": 0.5})
+    view.trial_started(Trial(id="1", parameters={"lr": 0.1}, state=TrialState.ACTIVE))
+    view.trial_stopping(Trial(id="1", parameters={"lr": 0.1}, state=TrialState.STOPPING, measurements=(m,),
+                              stop_reason="median rule: best acc 0.5 by step 2 is worse than the median 0.7",
+                              early_stopping_rule="median"))
+    view.trial_ended(Trial(id="1", parameters={"lr": 0.1}, state=TrialState.SUCCEEDED, measurements=(m,),
+                           final_measurement=m, early_stopping_rule="median"))
+    view.trial_started(Trial(id="2", parameters={"lr": 0.2}, state=TrialState.ACTIVE))
+    view.trial_ended(Trial(id="2", parameters={"lr": 0.2}, state=TrialState.INFEASIBLE,
+                           infeasible_reason="see: vcli custom-jobs stream-logs 123"))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "trial 1 ACTIVE lr=0.1"
+    assert lines[1] == "trial 1 STOPPING at step 2, stopped early (lr=0.1): median rule: best acc 0.5 by step 2 is worse than the median 0.7"
+    assert re.fullmatch(r"trial 1 SUCCEEDED after \d+s, stopped early by the median rule: acc=0.5 step=2 \(lr=0.1\)", lines[2])
+    assert re.fullmatch(r"trial 2 INFEASIBLE after \d+s \(lr=0.2\): see: vcli custom-jobs stream-logs 123", lines[4])
+
+
+TRAINER = """
+import sys, time
+x = float([a for a in sys.argv if a.startswith("--x=")][0].split("=")[1])
+time.sleep(0.3 + x / 10)
+if x > 9.0:
+    print("RuntimeError: diverged", file=sys.stderr)
+    sys.exit(3)
+print(f"score={-(x - 4) ** 2:.4f}", flush=True)
+"""
+
+
+def _run_in_pty(tmp_path: Path, width: int, height: int) -> list[str]:
+    """Run a 40-trial study whose view is a real terminal of `width` x `height`; every screen
+    (pyte's display) seen once the output paused (a frame a person could look at)."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER)
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+    env = vcli_env(tmp_path / f"home{width}", TERM="xterm-256color", COLUMNS=str(width), LINES=str(height))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vcli", "hp-tuning-jobs", "create", "--display-name=pty-study", "--max-trial-count=40",
+         "--parallel-trial-count=4", "--algorithm=random-search", "--seed=5", "--metric=metric-id=score,goal=maximize",
+         "--parameter-spec=parameter-id=x,type=double,min=0,max=10", "--max-failed-trial-count=40",
+         "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x", f"--command=python3,{script}"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO, start_new_session=True)
+    os.close(slave)
+    screen = pyte.Screen(width, height)
+    stream = pyte.ByteStream(screen)
+    frames: list[str] = []
+    deadline = time.monotonic() + 400
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            stream.feed(chunk)
+            if not select.select([master], [], [], 0.05)[0]:  # a whole redraw, not half of one
+                frames.append("\n".join(screen.display))
+        frames.append("\n".join(screen.display))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return frames
+
+
+@pytest.mark.parametrize("width", [90, 60])
+def test_live_view_in_a_real_terminal(tmp_path: Path, width: int) -> None:
+    """Every frame a person sees shows each running trial and the best trial so far, and no
+    markup; the last frame is the whole study's summary."""
+    frames = _run_in_pty(tmp_path, width, 24)
+    checked = 0
+    for frame in frames:
+        assert "[/" not in frame and "[green]" not in frame and "[cyan]" not in frame, frame
+        lines = frame.splitlines()
+        head = next((i for i, line in enumerate(lines) if line.startswith("pty-study ")), None)
+        if head is None:
+            continue
+        summary = re.search(r"(\d+)/40 done · (\d+) active", lines[head])
+        if summary is None or head + 1 >= len(lines):
+            continue
+        rows = [line.split() for line in lines[head + 3:] if re.match(r"\s*\d+\s+[A-Z]+", line)]
+        active = [r[0] for r in rows if r[1] in ("ACTIVE", "STOPPING")]
+        assert len(active) == int(summary.group(2)), frame  # every running trial is on screen
+        best = re.match(r"best trial (\d+) ", lines[head + 1])
+        if best is not None:
+            assert best.group(1) in [r[0] for r in rows], frame  # and so is the best one
+        checked += 1
+    assert checked >= 20, f"only {checked} complete frames"
+    ended = [f for f in frames if "pty-study SUCCEEDED  40/40 done · 0 active" in f]
+    assert ended, frames[-1]
+    assert "finished:JOB_STATE_SUCCEEDED" in re.sub(r"\s+", "", frames[-1])  # (wrapped at 60 columns)
