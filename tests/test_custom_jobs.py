@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -27,6 +28,7 @@ from tests.helpers import (
     running_replicas,
     spawn,
     vcli,
+    vcli_env,
     wait_for,
 )
 
@@ -204,6 +206,43 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_cancel_with_the_shells_exit_code(tmp_path: Path, sig: int, code: int) -> None:
+    """A foreground run that gets SIGTERM (a CI runner's timeout) or SIGHUP (its terminal closed)
+    cancels and cleans up as Ctrl-C does, and exits 128 + the signal, as shells expect."""
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(home, "custom-jobs", "create", "--display-name=signalled",
+                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+        os.kill(proc.pid, sig)
+        assert proc.wait(timeout=60) == code
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", job_id)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_reader_that_goes_away_ends_stream_logs_quietly(tmp_path: Path) -> None:
+    """`stream-logs ID | head -1`: vcli stops at once, with no message and SIGPIPE's 141, as
+    `cat` does; its pipe partner gets its line."""
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"chatty.py": "for i in range(20000):\n    print('line', i)\n"})
+    r = vcli(home, "custom-jobs", "create", "--display-name=chatty", "--format=value(name.basename())",
+             f"--worker-pool-spec={POOL},local-package-path={pkg},script=chatty.py", timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    out = subprocess.run(f"{sys.executable} -m vcli custom-jobs stream-logs {job_id} | head -1; "
+                         "echo \"codes=${PIPESTATUS[*]}\"", shell=True, executable="/bin/bash", capture_output=True,
+                         text=True, env=vcli_env(home), timeout=120)
+    assert out.stdout.splitlines()[0].endswith("line 0"), out.stdout
+    assert out.stdout.splitlines()[-1] == "codes=141 0", out.stdout
+    assert out.stderr == "", out.stderr
 
 
 def test_scheduling_timeout_fails_job(tmp_path: Path) -> None:

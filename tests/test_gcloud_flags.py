@@ -266,6 +266,16 @@ def test_one_notice_line_names_the_flags_without_local_effect(files: Path) -> No
     assert r.exit_code == 0 and _notes(r.stderr) == []
 
 
+def test_no_user_output_silences_status_lines_but_not_errors_or_output(files: Path) -> None:
+    r = run("--no-user-output-enabled", "custom-jobs", "create", "--display-name=j", POOL, "--validate-only", "--format=json")
+    assert r.exit_code == 0 and r.stderr == "", r.stderr
+    assert json.loads(r.stdout)["displayName"] == "j"
+    loud = run("custom-jobs", "create", "--display-name=j", POOL, "--validate-only", "--format=json")
+    assert "The job is valid" in loud.stderr
+    r = run("custom-jobs", "describe", UNKNOWN, "--no-user-output-enabled")
+    assert r.exit_code == 4 and r.stderr.startswith("ERROR: (vcli.custom-jobs.describe)"), r.stderr
+
+
 def test_the_notice_names_flags_from_a_flags_file(files: Path) -> None:
     (files / "cloud.yaml").write_text("--billing-project: b\n--network: net\n")
     r = run("custom-jobs", "create", "--display-name=j", POOL, "--validate-only", f"--flags-file={files}/cloud.yaml")

@@ -134,3 +134,11 @@ def test_every_algorithm_has_a_flag_word_and_a_suggester(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(suggesters.SUGGESTERS, Algorithm.TPE, (module.__name__, "Toy"))
     assert isinstance(suggesters.get_suggester(dataclasses.replace(study, algorithm=Algorithm.TPE)), Toy)
+
+
+def test_config_help_names_every_property() -> None:
+    """`vcli config set --help` lists the properties without importing them; it names them all."""
+    from vcli import properties
+    from vcli.cli.config import PROPERTY_NAMES
+
+    assert PROPERTY_NAMES.split(", ") == list(properties.KNOWN)

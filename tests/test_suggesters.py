@@ -514,27 +514,45 @@ print(json.dumps(out))
     assert out["bayesian"] == "numpy"
 
 
-def test_cli_without_the_tune_extra_runs_random_search_and_says_which_extra_for_bayesian(tmp_path):
-    """The hp-tuning CLI end to end (local executor) on an interpreter without numpy/scipy."""
+def test_a_base_install_runs_the_default_algorithm_and_names_what_skopt_needs(tmp_path):
+    """`pip install vcli` (no extras) into a fresh virtualenv runs a study with the default
+    algorithm (vcli's GP) end to end; the scikit-optimize backend names the packages it needs
+    and the command that installs them into this very environment."""
     from tests.helpers import REPO, vcli_env
 
-    def create(*flags: str) -> subprocess.CompletedProcess[str]:
-        argv = ["vcli", "hp-tuning-jobs", "create", "--display-name=base", "--metric=metric-id=score,goal=maximize",
-                "--parameter-spec=parameter-id=x,type=double,min=0,max=6",
-                "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=none",
-                f"--command={sys.executable},-c,import sys; print('score=%s' % -abs(float(sys.argv[1].split('=')[1]) - 3))",
-                "--max-trial-count=2", "--parallel-trial-count=1", "--seed=11", "--format=json", *flags]
-        code = _NO_TUNE_EXTRA + f"import runpy; sys.argv = {argv!r}; runpy.run_module('vcli', run_name='__main__')"
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                              cwd=REPO, env=vcli_env(tmp_path / "home"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          str(REPO)], capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    python = str(venv / "bin" / "python")
 
-    r = create("--algorithm=random-search")
+    def create(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(venv / "bin" / "vcli"), "hp-tuning-jobs", "create", "--display-name=base",
+             "--metric=metric-id=score,goal=maximize", "--parameter-spec=parameter-id=x,type=double,min=0,max=6",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=none",
+             f"--command={python},-c,import sys; print('score=%s' % -abs(float(sys.argv[1].split('=')[1]) - 3))",
+             "--max-trial-count=3", "--parallel-trial-count=1", "--seed=11", "--format=json", *flags],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=vcli_env(tmp_path / "home"))
+
+    r = create()  # the default algorithm: Bayesian optimisation
     assert r.returncode == 0, r.stderr
     study = json.loads(r.stdout)
-    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
-    r = create()  # the default algorithm: Bayesian optimisation
+    assert study["studySpec"]["algorithm"] == "ALGORITHM_UNSPECIFIED"
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3
+    r = create("--bayesian-backend=skopt")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        "ERROR: (vcli.hp-tuning-jobs.create) the ALGORITHM_UNSPECIFIED suggester needs an optional package "
-        "(numpy): pip install 'vcli[tune]'"
+        "ERROR: (vcli.hp-tuning-jobs.create) the ALGORITHM_UNSPECIFIED suggester with --bayesian-backend=skopt needs "
+        f"a package vcli's base install lacks (skopt): {python} -m pip install 'vcli[tune]'"
     ]
+
+
+def test_the_install_hint_under_pipx_injects(monkeypatch):
+    from vcli.control.runner import install_hint
+
+    monkeypatch.setattr(sys, "prefix", "/home/ada/.local/pipx/venvs/vcli")
+    assert install_hint("tune") == "pipx inject vcli scikit-optimize==0.10.2 scikit-learn"
+    monkeypatch.setattr(sys, "prefix", "/srv/env")
+    assert install_hint("tune") == f"{sys.executable} -m pip install 'vcli[tune]'"

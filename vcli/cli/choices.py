@@ -164,6 +164,9 @@ class VcliGroup(TyperGroup):
         if type(e).__name__ == "NoSuchOption":
             hint = f" (did you mean {' or '.join(sorted(e.possibilities or ())[:3])}?)" if e.possibilities else ""
             message = f"unrecognized arguments: {e.option_name}{hint}"
+        elif type(e).__name__ == "NoArgsIsHelpError":  # `vcli`, `vcli custom-jobs`: gcloud's words, not the help
+            names = ", ".join(sorted(n for n, c in getattr(e.ctx.command, "commands", {}).items() if not c.hidden))
+            message = f"Command name argument expected. Available: {names}"
         elif type(e).__name__ == "MissingParameter" and getattr(getattr(e, "param", None), "param_type_name", "") == "argument":
             message = f"argument {e.param.name.upper()}: Must be specified."  # gcloud's words for a positional
         else:

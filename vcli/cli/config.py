@@ -12,13 +12,17 @@ from vcli.cli.support import command, err
 
 app = typer.Typer(cls=GcloudGroup, help="View and set vcli properties (like `gcloud config`).", no_args_is_help=True)
 
-Property = Annotated[str, typer.Argument(help="executor, hosts, python or storage/gcs-root.", autocompletion=property_names)]
+#: Every property of `vcli.properties.KNOWN`, spelled out so that `--help` imports no data model
+#: (tests/test_config.py fails when they differ).
+PROPERTY_NAMES = "executor, hosts, python, ray/address, storage/gcs-root, gpu/lease-dir, gpu/exclude-busy"
+
+Property = Annotated[str, typer.Argument(help=f"One of: {PROPERTY_NAMES}.", autocompletion=property_names)]
 
 
 @app.command("set", cls=GcloudCommand)
 @command("config.set")
 def config_set(prop: Property, value: Annotated[str, typer.Argument()]) -> None:
-    """Set a property (executor, hosts, python, storage/gcs-root)."""
+    """Set a property (see `vcli config list`; the properties are listed under PROP)."""
     from vcli import properties
 
     properties.set_(prop, value)

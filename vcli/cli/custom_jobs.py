@@ -25,7 +25,7 @@ from vcli.cli.output import (
     stream_logs,
     warn_orphaned,
 )
-from vcli.cli.support import command, err, interrupt_on_signals, shown
+from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code, shown
 from vcli.enums import JobKind, JobState, RpcCode
 
 app = typer.Typer(cls=GcloudGroup, help="Create and manage custom training jobs.", no_args_is_help=True)
@@ -93,7 +93,7 @@ def create(
     config: o.Config = None,
     args: o.Args = None,
     command_: o.Command = None,
-    python_package_uris: Annotated[Optional[str], typer.Option("--python-package-uris", help="Recorded for gcloud compatibility.")] = None,
+    python_package_uris: Annotated[Optional[str], typer.Option("--python-package-uris", help="Python packages (local paths or gs:// URIs under storage/gcs-root, comma-separated) installed for python-module pools, as on Vertex.")] = None,
     labels: o.Labels = None,
     service_account: o.ServiceAccount = None,
     network: o.Network = None,
@@ -191,7 +191,7 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     with --format); the exit code."""
     from vcli.control import runner
     from vcli.control.cancel import claim_controller
-    from vcli.errors import ExitCode, VcliError
+    from vcli.errors import VcliError
 
     if resumed:
         claim_controller(job.store, job.job_id)
@@ -215,7 +215,7 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     except KeyboardInterrupt:
         printer.flush()
         err(f"CustomJob [{name}] was cancelled (interrupted).")
-        return int(ExitCode.INTERRUPTED)
+        return interrupted_code()
     printer.flush()
     final = job.store.get_job(job.job_id)
     msg = "" if outcome.state == JobState.JOB_STATE_SUCCEEDED else (final.error or {}).get("message", "")
@@ -271,7 +271,6 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
     from vcli.control import runner
     from vcli.control.cancel import claim_controller
-    from vcli.errors import ExitCode
     from vcli.store import Store
 
     store = Store()
@@ -286,7 +285,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
         try:
             outcome = runner.run_custom_job(planned, on_progress=err)
         except KeyboardInterrupt:
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+            raise typer.Exit(interrupted_code()) from None
     finally:
         planned.close()
     err(f"CustomJob [{row.name}] finished: {outcome.state.value}.")

@@ -46,7 +46,7 @@ FLAGS_FILE = "--flags-file"
 #: run: given on the command line or in a flags file, they are named in the notice.
 CLOUD_ONLY = frozenset({
     "account", "billing_project", "configuration", "impersonate_service_account", "access_token_file",
-    "log_http", "user_output_enabled", "trace_token",
+    "log_http", "trace_token",
     "service_account", "network", "persistent_resource_id", "enable_web_access", "enable_dashboard_access",
     "kms_key", "kms_keyring", "kms_location", "kms_project", "allow_multiline_logs",
 })
@@ -67,7 +67,7 @@ def _wide_flags(
     impersonate_service_account: Annotated[Optional[str], typer.Option("--impersonate-service-account", help="gcloud: accepted; no effect on local runs.")] = None,
     access_token_file: Annotated[Optional[str], typer.Option("--access-token-file", help="gcloud: accepted; no effect on local runs.")] = None,
     log_http: Annotated[Optional[bool], typer.Option("--log-http/--no-log-http", help="gcloud: accepted; no effect on local runs.", show_default=False)] = None,
-    user_output_enabled: Annotated[Optional[bool], typer.Option("--user-output-enabled/--no-user-output-enabled", help="gcloud: accepted; no effect on local runs.", show_default=False)] = None,
+    user_output_enabled: Annotated[Optional[bool], typer.Option("--user-output-enabled/--no-user-output-enabled", help="gcloud: --no-user-output-enabled silences status lines on stderr (errors and --format output stay).", show_default=False)] = None,
     trace_token: Annotated[Optional[str], typer.Option("--trace-token", help="gcloud: accepted; no effect on local runs.")] = None,
     format_: Annotated[Optional[str], typer.Option("--format", help="gcloud: output format, e.g. json, yaml, value(name), table(...), csv(...).")] = None,
     flatten: Annotated[Optional[List[str]], typer.Option("--flatten", help="gcloud: one output record per item of these list fields, e.g. --flatten=trials.")] = None,
@@ -215,6 +215,8 @@ def _publish(ctx: Any) -> None:
     if values.get("verbosity") is not None:
         state["verbosity"] = values["verbosity"].value
     state["quiet"] = bool(values.get("quiet"))
+    if values.get("user_output_enabled") is False:
+        state["user_output"] = False
     state["flatten"] = [k for v in values.get("flatten") or () for k in v.split(",") if k]
     if values.get("project"):
         state["project"] = values["project"]

@@ -18,7 +18,7 @@ from vcli.cli import options as o
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
-from vcli.cli.support import command, err, interrupt_on_signals
+from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code
 from vcli.enums import JobKind, JobState, RpcCode
 
 #: `--early-stopping`'s help: the words and keys of the rules' registry
@@ -143,7 +143,6 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
     the study here, its table on stdout (stderr with --format); the exit code."""
     from vcli.codec import iter_parameters
     from vcli.control import runner
-    from vcli.errors import ExitCode
     from vcli.view import make_study_view
 
     spec = study.spec
@@ -160,7 +159,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
     except KeyboardInterrupt:
         view.close(JobState.JOB_STATE_CANCELLED)
         err(f"Hyperparameter tuning job [{study.study_id}] was cancelled (interrupted); every trial was stopped.")
-        return int(ExitCode.INTERRUPTED)
+        return interrupted_code()
     view.close(state)
     _report(study, run, state, time.monotonic() - started, fmt)
     return exit_code_for(state)

@@ -15,7 +15,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: gcloud's wide flags of the current invocation (`vcli.cli.gcloud_flags` sets them):
 #: verbosity, quiet, --flatten keys, and project/region when given (see `shown`).
-_DEFAULTS: dict[str, Any] = {"verbosity": "warning", "quiet": False, "project": None, "region": None, "flatten": []}
+_DEFAULTS: dict[str, Any] = {"verbosity": "warning", "quiet": False, "project": None, "region": None, "flatten": [],
+                             "user_output": True, "signal": None}
 state: dict[str, Any] = dict(_DEFAULTS)
 
 #: Where vcli's jobs live in the resource names it stores.
@@ -49,18 +50,29 @@ def shown(value: Any) -> Any:
 
 
 def err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """A status line on stderr; `--no-user-output-enabled` silences them (as gcloud's does)
+    but never an error line (`ERROR: ...`)."""
+    if state.get("user_output", True) or message.startswith("ERROR: "):
+        print(message, file=sys.stderr, flush=True)
 
 
 def interrupt_on_signals() -> None:
-    """SIGTERM/SIGHUP to a foreground vcli act like Ctrl-C: cancel, clean up, exit."""
+    """SIGTERM/SIGHUP to a foreground vcli act like Ctrl-C: cancel, clean up, exit, with the
+    shell's code for the signal (143, 129; 130 for Ctrl-C: `interrupted_code`)."""
     import signal
 
     def handler(signum: int, frame: Any) -> None:
+        state["signal"] = signum
         raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+
+
+def interrupted_code() -> int:
+    """The exit code of a run that was interrupted: 128 + the signal (SIGTERM 143, SIGHUP 129),
+    130 for Ctrl-C (SIGINT)."""
+    return 128 + state["signal"] if state.get("signal") else 130
 
 
 #: Longest part of a user's value an error line repeats, and longest error line.
@@ -93,7 +105,7 @@ def command(path: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from vcli.errors import ExitCode, VcliError
+            from vcli.errors import VcliError
 
             try:
                 return fn(*args, **kwargs)
@@ -106,7 +118,14 @@ def command(path: str) -> Callable[[F], F]:
                 raise typer.Exit(int(e.exit_code)) from None
             except KeyboardInterrupt:
                 err(f"ERROR: (vcli.{path}) Interrupted.")
-                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+                raise typer.Exit(interrupted_code()) from None
+            except BrokenPipeError:
+                # The reader went away (`| head -1`): stop quietly, as `cat` would (SIGPIPE's
+                # 141); stdout is pointed at /dev/null so that Python's exit flush stays quiet.
+                import os
+
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(128 + 13) from None
 
         return wrapper  # type: ignore[return-value]
 

@@ -380,8 +380,18 @@ def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: s
     except ValueError as e:
         raise InvalidValueError("--config", str(e)) from None
     except ImportError as e:
-        raise UsageError(f"the {spec.study_spec.algorithm.value} suggester needs an optional package ({e.name}): "
-                         "pip install 'vcli[tune]'") from None
+        raise UsageError(f"the {spec.study_spec.algorithm.value} suggester"
+                         f"{' with --bayesian-backend=skopt' if bayesian_backend == 'skopt' else ''} needs a package "
+                         f"vcli's base install lacks ({e.name}): {install_hint('tune')}") from None
+
+
+def install_hint(extra: str) -> str:
+    """How to add vcli's `extra` to the installation running now: `pipx inject` under pipx
+    (where `pip install` would go to another environment), else pip in this interpreter."""
+    packages = {"tune": "scikit-optimize==0.10.2 scikit-learn"}.get(extra, f"'vcli[{extra}]'")
+    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in sys.prefix + os.sep:
+        return f"pipx inject vcli {packages}"
+    return f"{sys.executable} -m pip install 'vcli[{extra}]'"
 
 
 def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None) -> PlannedStudy:
