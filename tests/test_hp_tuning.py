@@ -465,3 +465,23 @@ def test_async_study_returns_at_once_and_runs_in_the_background(tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "JOB_STATE_SUCCEEDED"
     assert [t["state"] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]] == ["SUCCEEDED"] * 2
+
+
+def test_a_trainer_module_that_cannot_be_imported_fails_the_study_at_once(tmp_path: Path) -> None:
+    """A typo in python-module would fail every trial the same way: the first failure ends the
+    study, naming the module and Python's own error line, instead of burning the budget."""
+    pkg, echo = _toy(tmp_path)
+    (pkg / "__init__.py").write_text("")
+    home = tmp_path / "home"
+    # pythonPackageSpec: the module is looked for where it runs (here: the working directory).
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=typo", "--metric=metric-id=score,goal=maximize",
+             "--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=python:3.11,python-module=toy.tyop",
+             "--parameter-spec=parameter-id=x,min=0.0,max=6.0", "--max-trial-count=10", "--parallel-trial-count=1",
+             "--algorithm=random-search", "--format=json", timeout=300, VCLI_TEST_ECHO=str(echo))
+    assert r.returncode == 6, r.stderr
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_FAILED"
+    assert len(study["trials"]) == 1
+    assert "could not import its module [toy.tyop]" in study["error"]["message"]
+    assert "No module named 'toy'" in study["error"]["message"]
+    assert "No module named 'toy'" in study["trials"][0]["infeasibleReason"]

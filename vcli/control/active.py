@@ -4,6 +4,7 @@ from, and when each measurement was first seen."""
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Iterable
@@ -12,10 +13,11 @@ from vcli.control.jobs import JobPlan, JobRun
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower
 from vcli.metrics import MetricReader
-from vcli.spec import Trial
+from vcli.spec import CustomJobSpec, Trial
 from vcli.store import ReplicaRow
 
-__all__ = ["ActiveTrial", "default_failure_budget", "restored_placements", "seconds_since"]
+__all__ = ["ActiveTrial", "default_failure_budget", "restored_placements", "seconds_since", "trainer_modules",
+           "unimportable_module"]
 
 
 @dataclass
@@ -53,7 +55,7 @@ class ActiveTrial:
         for rec in self.follower.poll():
             if rec.stream == "stdout":
                 new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
-            elif rec.message.strip():
+            elif rec.stream == "stderr" and rec.message.strip():
                 self.last_error = rec.message.strip()[:300]
         return new
 
@@ -90,3 +92,33 @@ def seconds_since(iso: str | None) -> float:
         return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
     except ValueError:
         return 0.0
+
+
+def trainer_modules(spec: CustomJobSpec) -> tuple[str, ...]:
+    """The Python modules a trial job's pools run (`pythonModule`, autopackaging's module)."""
+    out = []
+    for pool in spec.worker_pool_specs:
+        for module in (pool.python_package_spec.python_module if pool.python_package_spec else None,
+                       pool.local_package.python_module if pool.local_package else None):
+            if module:
+                out.append(module)
+    return tuple(dict.fromkeys(out))
+
+
+#: How Python says a module is missing: `python -m x.y` ("No module named x.y") and an import
+#: of it or of its package ("ModuleNotFoundError: No module named 'x'").
+_NO_MODULE = re.compile(r"No module named '?([\w.]+)'?")
+
+
+def unimportable_module(last_error: str | None, modules: tuple[str, ...]) -> str | None:
+    """The module of `modules` that `last_error` (a trainer's last stderr line) says cannot be
+    found, it or its package; None otherwise (a module the trainer itself imports is not
+    the job's: a missing dependency may depend on the trial's parameters)."""
+    m = _NO_MODULE.search(last_error or "")
+    if m is None:
+        return None
+    missing = m.group(1)
+    for module in modules:
+        if module == missing or module.startswith(missing + "."):
+            return module
+    return None

@@ -33,7 +33,14 @@ from typing import Any
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.codec.trial import trial_args
-from vcli.control.active import ActiveTrial, default_failure_budget, restored_placements, seconds_since
+from vcli.control.active import (
+    ActiveTrial,
+    default_failure_budget,
+    restored_placements,
+    seconds_since,
+    trainer_modules,
+    unimportable_module,
+)
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
@@ -88,6 +95,8 @@ class StudyRun:
     queued: list[PendingTrial] = field(default_factory=list)
     _waiting_logged: bool = False
     _waiting_since: float = 0.0
+    #: Set when a trial failed in a way every trial would (its module cannot be imported).
+    _fatal: str | None = None
 
     def __post_init__(self) -> None:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
@@ -98,6 +107,7 @@ class StudyRun:
             self.store.home / "jobs" / self.study_id / "output"
         )
         self.strategy = self._strategy()
+        self._modules = trainer_modules(self.spec.trial_job_spec)
         self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         timeout = self.spec.study_timeout_seconds
@@ -146,6 +156,8 @@ class StudyRun:
             if self.store.cancel_requested(self.study_id):
                 return self._end_cancelled()
         self._poll_active()
+        if self._fatal is not None:
+            return self._fail(self._fatal)
         if self._failed > self.failure_budget:
             return self._fail(f"{self._failed} trials failed, more than the budget of {self.failure_budget} "
                               "(maxFailedTrialCount). See each trial's infeasibleReason.")
@@ -422,6 +434,10 @@ class StudyRun:
         )
         if counts_as_failure:
             self._failed += 1
+            if self._fatal is None and (missing := unimportable_module(active.last_error, self._modules)):
+                self._fatal = (f"Trial {trial.id}'s trainer could not import its module [{missing}] "
+                               f"({active.last_error}); every trial would fail the same way, so the study stops. "
+                               "Check pythonModule and the package (local-package-path, packageUris).")
         self.trials[trial.id] = trial
         self.suggester.tell(trial)
         self._save(trial)
