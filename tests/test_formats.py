@@ -170,9 +170,14 @@ def test_filter(expr, expected):
     assert names(apply_filter(JOBS, expr)) == expected
 
 
-def test_bad_filter_is_a_usage_error():
+@pytest.mark.parametrize("bad", [
+    "state=", "state=(JOB_STATE_FAILED", "(state=JOB_STATE_FAILED", "state=JOB_STATE_FAILED)",
+    "state:JOB AND displayName:exp OR labels.team:nlp", "AND state:x", "state:x OR", "NOT",
+    "=x", "name.nosuch()=1", "displayName~(", "state=x AND", "name[x]=1", "'unterminated",
+])
+def test_bad_filter_is_a_usage_error(bad):
     with pytest.raises(UsageError) as info:
-        apply_filter(JOBS, "state")
+        apply_filter(JOBS, bad)
     assert str(info.value).startswith("argument --filter:")
 
 
@@ -302,3 +307,196 @@ def test_log_printer_colours_the_task_on_a_terminal(tmp_path, monkeypatch):
     assert first.startswith("\x1b[36m[workerpool0-0]\x1b[0m ")  # cyan, then magenta: one colour per task
     assert second.startswith("\x1b[35m[workerpool1-0]\x1b[0m ")
     assert re.sub(r"\x1b\[[0-9;]*m", "", text) == "[workerpool0-0] a line longer than twenty columns [x]\n[workerpool1-0] second\n"
+
+
+# --------------------------------------------------------------------------- gcloud's language, table-driven
+
+STUDY = {
+    "name": "projects/local/locations/local/hyperparameterTuningJobs/77",
+    "displayName": "lr-sweep",
+    "state": "JOB_STATE_SUCCEEDED",
+    "createTime": "2025-05-01T10:00:00Z",
+    "endTime": "2025-05-01T11:02:03.5Z",
+    "labels": {"team": "nlp", "env": "dev"},
+    "trials": [
+        {"id": "1", "state": "SUCCEEDED", "parameters": [{"parameterId": "lr", "value": 0.1}]},
+        {"id": "2", "state": "INFEASIBLE", "parameters": [{"parameterId": "lr", "value": 0.01}]},
+        {"id": "3", "state": "STOPPING"},
+    ],
+}
+
+# (format, expected stdout) for one resource (describe).
+FORMAT_CASES = [
+    ("json(displayName,state)", '{\n  "displayName": "lr-sweep",\n  "state": "JOB_STATE_SUCCEEDED"\n}\n'),
+    ("yaml(displayName,labels.team)", "displayName: lr-sweep\nlabels:\n  team: nlp\n"),
+    ("json(trials[].id)", '{\n  "trials": [\n    {\n      "id": "1"\n    },\n    {\n      "id": "2"\n    },\n'
+                          '    {\n      "id": "3"\n    }\n  ]\n}\n'),
+    ("json(trials.len())", '{\n  "trials": 3\n}\n'),
+    ("value(trials.len())", "3\n"),
+    ("table(displayName, trials.len():label=TRIALS)", "DISPLAY_NAME  TRIALS\nlr-sweep      3\n"),
+    ("value(name.segment(-4), name.segment(1))", "locations\tlocal\n"),
+    ("value(name.segment())", "77\n"),
+    ("value(displayName.upper(), state.lower())", "LR-SWEEP\tjob_state_succeeded\n"),
+    ("value(trials[].id)", "1;2;3\n"),
+    ("value[delimiter=','](trials[].id)", "1,2,3\n"),
+    ("value[separator=' | '](displayName,state)", "lr-sweep | JOB_STATE_SUCCEEDED\n"),
+    ("value(trials[].id.join('+'))", "1+2+3\n"),
+    ("value(labels.list())", "env=dev,team=nlp\n"),
+    ("value(trials.state)", "SUCCEEDED;INFEASIBLE;STOPPING\n"),
+    ("value(trials[-1].id, trials[0].parameters[0].value)", "3\t0.1\n"),
+    ("value(trials[].id.slice(1:))", "2;3\n"),
+    ("value(trials[].state.sort())", "INFEASIBLE;STOPPING;SUCCEEDED\n"),
+    ("value(labels.nope.yesno(yes=set, no=unset), labels.team.yesno())", "unset\tYes\n"),
+    ("value(firstof(description, displayName))", "lr-sweep\n"),
+    ("value(format('{0}/{1}', displayName, state))", "lr-sweep/JOB_STATE_SUCCEEDED\n"),
+    ("value(duration(start=createTime, end=endTime))", "PT1H2M3.5S\n"),
+    ("value(trials[0].parameters[0].value.float(precision=2))", "0.1\n"),
+    ("get(displayName)", "lr-sweep\n"),
+    ("csv[no-heading,separator=';'](displayName,state)", "lr-sweep;JOB_STATE_SUCCEEDED\n"),
+    ("flattened(displayName,labels)", "---\ndisplayName: lr-sweep\nlabels.env:  dev\nlabels.team: nlp\n"),
+    ("flattened[no-pad](labels)", "---\nlabels.env: dev\nlabels.team: nlp\n"),
+    ("text(trials[0].id)", "---\ntrials[0].id: 1\n"),
+    ("table[box](displayName, state)", "┌──────────────┬─────────────────────┐\n│ DISPLAY_NAME │ STATE               │\n"
+                                       "├──────────────┼─────────────────────┤\n│ lr-sweep     │ JOB_STATE_SUCCEEDED │\n"
+                                       "└──────────────┴─────────────────────┘\n"),
+    ("table[title=Studies](displayName)", "Studies\nDISPLAY_NAME\nlr-sweep\n"),
+    ("table(displayName:align=right, trials.len():label=N:align=right)", "DISPLAY_NAME  N\n    lr-sweep  3\n"),
+    ("disable", ""),
+]
+
+
+@pytest.mark.parametrize("fmt,expected", FORMAT_CASES, ids=[c[0] for c in FORMAT_CASES])
+def test_gcloud_format_expressions(fmt, expected):
+    assert out(fmt, STUDY, is_list=False) == expected
+
+
+def test_projected_json_list_keeps_nesting_and_sort_attributes_order_rows():
+    docs = json.loads(out("json(displayName, jobSpec.workerPoolSpecs[1].replicaCount:sort=1:reverse)"))
+    assert docs == [
+        {"displayName": "exp-beta, with comma", "jobSpec": {"workerPoolSpecs": [{"replicaCount": "10"}]}},
+        {"displayName": "exp-alpha", "jobSpec": {"workerPoolSpecs": [{"replicaCount": "9"}]}},
+        {"displayName": "baseline run", "jobSpec": {"workerPoolSpecs": [{"replicaCount": "2"}]}},
+    ]
+    assert out("value(displayName:sort=1)").splitlines() == ["baseline run", "exp-alpha", "exp-beta, with comma"]
+    assert list(yaml.safe_load_all(out("yaml(labels.team)"))) == [{"labels": {"team": "vision"}}, {}, {"labels": {"team": "nlp"}}]
+
+
+# Everything here is gcloud syntax vcli does not implement: refused, never ignored.
+UNSUPPORTED_FORMATS = [
+    "list", "multi(a:format=json)", "diff(a,b)", "config", "object", "xml", "table[all-box](name)",
+    "json[pretty-print]", "value(name.baseurl())", "value(name.encode(base64))", "value(name.size())",
+    "table(name:wrap)", "table(name:width=10)", "value(name.basename().foo)", "value(name):xx",
+    "value(name)(state)", "none(name)", "value(firstof)x", "value(name[a])", "value(name..x)",
+    "value(name.slice(a:b))", "value(name.segment(x))", "value(name.date(nosuch=1))", "csv[box](name)",
+    "table[pad=x](name)", "value(name:sort=first)", "value(name:align=middle)",
+]
+
+
+@pytest.mark.parametrize("fmt", UNSUPPORTED_FORMATS)
+def test_unsupported_format_constructs_are_refused(fmt):
+    with pytest.raises(UsageError) as info:
+        parse_format(fmt)
+    assert str(info.value).startswith("argument --format:")
+
+
+FILTER_CASES = [
+    ("state=JOB_STATE_FAILED OR state=JOB_STATE_RUNNING", ["exp-beta, with comma", "baseline run"]),
+    ("NOT state=JOB_STATE_FAILED", ["exp-alpha", "baseline run"]),
+    ("-state=JOB_STATE_FAILED", ["exp-alpha", "baseline run"]),
+    ("-labels.team:*", ["exp-beta, with comma"]),
+    ("labels.team:*", ["exp-alpha", "baseline run"]),
+    ("state:(failed running)", ["exp-beta, with comma", "baseline run"]),
+    ("state=(JOB_STATE_FAILED JOB_STATE_SUCCEEDED)", ["exp-alpha", "exp-beta, with comma"]),
+    ("displayName:exp labels.team:nlp OR labels.team:vision", ["exp-alpha"]),
+    ("(displayName:exp AND labels.team:vision) OR state=JOB_STATE_RUNNING", ["exp-alpha", "baseline run"]),
+    ("NOT (displayName:exp OR state=JOB_STATE_RUNNING)", []),
+    ("displayName=exp-*", ["exp-alpha", "exp-beta, with comma"]),
+    ("displayName=*run", ["baseline run"]),
+    ("displayName!~^exp", ["baseline run"]),
+    ("name.basename()=1002", ["exp-beta, with comma"]),
+    ("jobSpec.workerPoolSpecs.len()=2", ["exp-alpha", "exp-beta, with comma", "baseline run"]),
+    ("jobSpec.workerPoolSpecs.machineSpec.machineType=e2-2", ["exp-beta, with comma"]),
+    ("jobSpec.workerPoolSpecs[].replicaCount>9", ["exp-beta, with comma"]),
+    ("enableWebAccess=true", ["exp-beta, with comma"]),
+    ("vision", ["exp-alpha"]),
+    ('"with comma"', ["exp-beta, with comma"]),
+    ("createTime>=2025-05-02T00:00:00Z createTime<2025-05-03", ["baseline run"]),
+    ("createTime>-P1D", []),
+    ("createTime<-P1D", ["exp-alpha", "exp-beta, with comma", "baseline run"]),
+    ("labels:team", ["exp-alpha", "baseline run"]),
+    ("state = JOB_STATE_FAILED", ["exp-beta, with comma"]),
+]
+
+
+@pytest.mark.parametrize("expr,expected", FILTER_CASES, ids=[c[0] for c in FILTER_CASES])
+def test_gcloud_filter_expressions(expr, expected):
+    assert names(apply_filter(JOBS, expr)) == expected
+
+
+def test_filter_on_a_study_reaches_into_its_trials():
+    assert apply_filter([STUDY], "trials.state=INFEASIBLE") == [STUDY]
+    assert apply_filter([STUDY], "trials.state=FAILED") == []
+    assert apply_filter([STUDY], "trials.len()>=3 AND trials.len()<4") == [STUDY]
+    assert apply_filter([STUDY], "trials.parameters.value<0.05") == [STUDY]
+
+
+def test_unsupported_constructs_exit_2_through_the_cli(run_vcli, filled_home):
+    for args in (["--format=list"], ["--format=value(name.baseurl())"], ["--format=table(name:wrap)"],
+                 ["--filter=a:1 AND b:2 OR c:3"], ["--filter=state=(x"], ["--sort-by=name.nosuch()"]):
+        r = run_vcli("custom-jobs", "list", *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith("ERROR: (vcli.custom-jobs.list) argument --"), r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+    r = run_vcli("custom-jobs", "list", "--format=json(displayName)", "--filter=displayName:exp OR displayName:base",
+                 "--sort-by=~displayName")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [{"displayName": "exp-beta"}, {"displayName": "exp-alpha"}, {"displayName": "baseline"}]
+
+
+def _on_a_terminal(*args: str) -> str:
+    """Run vcli with stdout on a pseudo-terminal (stderr piped); what the terminal showed."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="150")
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", *args], stdout=slave, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_list_on_a_terminal_is_one_line_per_resource_and_yaml_when_piped(run_vcli, filled_home, vcli_home):
+    from vcli.store import Store
+
+    store = Store(vcli_home)
+    trials = [{"id": str(i), "state": "SUCCEEDED", "parameters": [], "finalMeasurement": {"metrics": []}} for i in range(1, 41)]
+    row = store.create_job(kind="hyperparameterTuningJob", display_name="sweep",
+                           record={"studySpec": {}, "trialJobSpec": {}, "trials": trials, "bestTrialId": "7"},
+                           state="JOB_STATE_SUCCEEDED")
+    store.close()
+    shown = _on_a_terminal("hp-tuning-jobs", "list")
+    lines = shown.splitlines()
+    assert lines[0].split() == ["ID", "DISPLAY_NAME", "STATE", "TRIALS", "BEST_TRIAL", "CREATED"], shown
+    assert lines[1].split()[:3] == [str(row.id), "sweep", "JOB_STATE_SUCCEEDED"] and len(lines) == 2, shown
+    assert [ln.split()[1] for ln in _on_a_terminal("custom-jobs", "list", "--sort-by=displayName").splitlines()[1:]] == [
+        "baseline", "exp-alpha", "exp-beta"]
+    # An explicit --format wins on a terminal; piped, gcloud's YAML.
+    assert _on_a_terminal("hp-tuning-jobs", "list", "--format=value(displayName)") == "sweep\n"
+    r = run_vcli("hp-tuning-jobs", "list")
+    assert [d["displayName"] for d in yaml.safe_load_all(r.stdout)] == ["sweep"]

@@ -20,6 +20,7 @@ from vcli.cli.output import (
     emit,
     exit_code_for,
     get_row,
+    list_format,
     list_output,
     print_cancel,
     stream_logs,
@@ -355,7 +356,7 @@ def list_(
     rows = store.list_jobs(JobKind.CUSTOM_JOB, include_trial_jobs=include_trials)
     resources = [custom_job_resource(store, r) for r in rows]
     warn_orphaned(resources, "custom-jobs")
-    list_output(resources, "value(name)" if uri else fmt, filter_, sort_by, limit)
+    list_output(resources, "value(name)" if uri else list_format(fmt, "customJob"), filter_, sort_by, limit)
 
 
 @app.command("describe", cls=GcloudCommand)

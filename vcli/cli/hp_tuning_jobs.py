@@ -17,7 +17,17 @@ import typer
 from vcli.cli import options as o
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
-from vcli.cli.output import check_format, emit, exit_code_for, get_row, list_output, print_cancel, stream_logs, warn_orphaned
+from vcli.cli.output import (
+    check_format,
+    emit,
+    exit_code_for,
+    get_row,
+    list_format,
+    list_output,
+    print_cancel,
+    stream_logs,
+    warn_orphaned,
+)
 from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code
 from vcli.enums import JobKind, JobState, RpcCode
 
@@ -266,7 +276,7 @@ def list_(
     rows = store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)
     resources = [hp_tuning_job_resource(store, r) for r in rows]
     warn_orphaned(resources, "hp-tuning-jobs")
-    list_output(resources, "value(name)" if uri else fmt, filter_, sort_by, limit)
+    list_output(resources, "value(name)" if uri else list_format(fmt, "hyperparameterTuningJob"), filter_, sort_by, limit)
 
 
 @app.command("describe", cls=GcloudCommand)

@@ -12,11 +12,12 @@ import typer
 from vcli.cli import complete
 from vcli.enums import ExecutorKind
 
-FORMAT_HELP = "json|yaml|value(...)|table(...)|csv(...)|none"
+FORMAT_HELP = ("gcloud's NAME[ATTRIBUTES](KEY,...): json|yaml|value(...)|table(...)|csv(...)|get(...)|flattened|none, "
+               "e.g. 'table(name.basename():label=ID, state, trials.len())'; see the README")
 
 Format = Annotated[Optional[str], typer.Option("--format", help=FORMAT_HELP)]
 Region = Annotated[Optional[str], typer.Option("--region", help="The location in printed resource names (default: local); jobs run here.")]
-Filter = Annotated[Optional[str], typer.Option("--filter", help="e.g. state=JOB_STATE_RUNNING, displayName~^exp")]
+Filter = Annotated[Optional[str], typer.Option("--filter", help="gcloud's filter expressions, e.g. 'state=JOB_STATE_RUNNING OR displayName~^exp', '-labels.team:*'")]
 SortBy = Annotated[Optional[str], typer.Option("--sort-by", help="e.g. ~createTime")]
 Limit = Annotated[Optional[int], typer.Option("--limit")]
 Labels = Annotated[Optional[str], typer.Option("--labels", help="KEY=VALUE,...")]

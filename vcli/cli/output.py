@@ -27,6 +27,25 @@ def emit(resources: Any, fmt: Optional[str], *, is_list: bool, default: str = "y
     sys.stdout.flush()
 
 
+#: `list` on a terminal without --format: one line per resource (gcloud's YAML, which it
+#: prints everywhere, runs to thousands of lines for a few studies). Piped, `list` prints
+#: gcloud's YAML, so scripts see what gcloud gives them.
+TERMINAL_LIST_FORMATS = {
+    "customJob": "table(name.basename():label=ID, displayName, state, createTime.date('%Y-%m-%d %H:%M'):label=CREATED)",
+    "hyperparameterTuningJob": "table(name.basename():label=ID, displayName, state, trials.len():label=TRIALS:align=right, "
+                               "bestTrialId:label=BEST_TRIAL:align=right, createTime.date('%Y-%m-%d %H:%M'):label=CREATED)",
+}
+
+
+def list_format(fmt: Optional[str], kind: str) -> Optional[str]:
+    """`fmt`, or on a terminal with no --format (and no --flatten) the compact table for `kind`."""
+    from vcli.cli.support import state
+
+    if fmt is None and not state.get("flatten") and sys.stdout.isatty():
+        return TERMINAL_LIST_FORMATS[kind]
+    return fmt
+
+
 def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Optional[str],
                 sort_by: Optional[str], limit: Optional[int]) -> None:
     """`list`: --filter, --sort-by and --limit, then the resources; `Listed 0 items.` when none."""
