@@ -26,6 +26,7 @@ NEVER = {
     "vcli.dashboard": {"vcli.executors", "vcli.control", "vcli.cli"},
     "vcli.store": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.view"},
     "vcli.executors": {"vcli.control", "vcli.cli", "vcli.view", "vcli.dashboard", "vcli.plots"},
+    "vcli.formats": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.store", "vcli.view"},
 }
 
 
@@ -104,3 +105,40 @@ def test_placement_is_where_executors_get_it() -> None:
     from vcli.placement.types import Placement
 
     assert FromExecutors is Placement
+
+
+#: Where the size limits of the tuning-wing step hold (modules, functions, complexity).
+SIZED = ["vcli/tuning", "vcli/control", "vcli/codec/flags.py", "vcli/executors/supervisor.py"]
+
+
+def _sized_files() -> list[Path]:
+    out: list[Path] = []
+    for entry in SIZED:
+        path = REPO / entry
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return out
+
+
+def test_the_package_root_stays_small() -> None:
+    modules = sorted(p.name for p in (REPO / "vcli").glob("*.py"))
+    assert len(modules) <= 15, modules
+
+
+def test_no_module_over_500_lines_nor_function_over_60_lines_or_complexity_15() -> None:
+    from radon.complexity import cc_visit
+
+    too_long, too_complex = [], []
+    for path in _sized_files():
+        source = path.read_text()
+        rel = path.relative_to(REPO)
+        if source.count("\n") > 500:
+            too_long.append(f"{rel}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                too_long.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+        for block in cc_visit(source):
+            for b in [block, *getattr(block, "methods", [])]:
+                if b.complexity > 15 and type(b).__name__ != "Class":
+                    too_complex.append(f"{rel}:{b.lineno} {b.name}: complexity {b.complexity}")
+    assert not too_long, too_long
+    assert not too_complex, too_complex

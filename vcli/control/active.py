@@ -16,8 +16,8 @@ from vcli.metrics import MetricReader
 from vcli.spec import CustomJobSpec, Trial
 from vcli.store import ReplicaRow
 
-__all__ = ["ActiveTrial", "default_failure_budget", "restored_placements", "seconds_since", "trainer_modules",
-           "unimportable_module"]
+__all__ = ["ActiveTrial", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
+           "seconds_since", "trainer_modules", "unimportable_module"]
 
 
 @dataclass
@@ -122,3 +122,23 @@ def unimportable_module(last_error: str | None, modules: tuple[str, ...]) -> str
         if module == missing or module.startswith(missing + "."):
             return module
     return None
+
+
+def fatal_failure(trial_id: str, last_error: str | None, modules: tuple[str, ...]) -> str | None:
+    """Why the whole study must stop after this failed trial (its trainer's module cannot be
+    imported: every trial would fail the same way), or None."""
+    missing = unimportable_module(last_error, modules)
+    if missing is None:
+        return None
+    return (f"Trial {trial_id}'s trainer could not import its module [{missing}] ({last_error}); every trial "
+            "would fail the same way, so the study stops. Check pythonModule and the package "
+            "(local-package-path, packageUris).")
+
+
+def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> str:
+    """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported."""
+    missing = [k for k in metric_ids if not any(k in m.metrics for m in reader.measurements)]
+    names = ", ".join(missing or metric_ids)
+    return (f"The trial finished without reporting the metric [{names}] (report it with "
+            f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`)"
+            + ("." if len(metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))

@@ -36,10 +36,11 @@ from vcli.codec.trial import trial_args
 from vcli.control.active import (
     ActiveTrial,
     default_failure_budget,
+    fatal_failure,
+    missing_metric_reason,
     restored_placements,
     seconds_since,
     trainer_modules,
-    unimportable_module,
 )
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
@@ -402,7 +403,7 @@ class StudyRun:
         if active.fail_reason is not None:
             return final, active.fail_reason, True
         if job_state == JobState.JOB_STATE_SUCCEEDED:
-            return (final, None, False) if final is not None else (None, self._missing_metric(active), True)
+            return (final, None, False) if final is not None else (None, missing_metric_reason(self.metric_ids, active.reader), True)
         if active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
             if final is None:
                 return None, f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}.", False
@@ -410,14 +411,6 @@ class StudyRun:
         msg = (active.run.error or {}).get("message", job_state.value)
         said = f" The trainer's last error line: {active.last_error}" if active.last_error else ""
         return None, f"The trial's custom job ended {job_state.value}: {msg}{said}", True
-
-    def _missing_metric(self, active: ActiveTrial) -> str:
-        """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported."""
-        missing = [k for k in self.metric_ids if not any(k in m.metrics for m in active.reader.measurements)]
-        names = ", ".join(missing or self.metric_ids)
-        return (f"The trial finished without reporting the metric [{names}] (report it with "
-                f"cloudml-hypertune, or print a line `{(missing or self.metric_ids)[0]}=VALUE`)"
-                + ("." if len(self.metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
 
     def _conclude(self, active: ActiveTrial, job_state: JobState) -> None:
         final, reason, counts_as_failure = self._outcome(active, job_state)
@@ -434,10 +427,7 @@ class StudyRun:
         )
         if counts_as_failure:
             self._failed += 1
-            if self._fatal is None and (missing := unimportable_module(active.last_error, self._modules)):
-                self._fatal = (f"Trial {trial.id}'s trainer could not import its module [{missing}] "
-                               f"({active.last_error}); every trial would fail the same way, so the study stops. "
-                               "Check pythonModule and the package (local-package-path, packageUris).")
+            self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
         self.trials[trial.id] = trial
         self.suggester.tell(trial)
         self._save(trial)
