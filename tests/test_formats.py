@@ -500,3 +500,41 @@ def test_list_on_a_terminal_is_one_line_per_resource_and_yaml_when_piped(run_vcl
     assert _on_a_terminal("hp-tuning-jobs", "list", "--format=value(displayName)") == "sweep\n"
     r = run_vcli("hp-tuning-jobs", "list")
     assert [d["displayName"] for d in yaml.safe_load_all(r.stdout)] == ["sweep"]
+
+
+def test_a_backtracking_filter_regex_is_stopped_and_an_outer_alarm_survives():
+    import signal
+    import time
+
+    fired = []
+    old = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 3.0)  # an outer timer (e.g. a test harness's) is kept
+        start = time.monotonic()
+        with pytest.raises(UsageError) as info:
+            apply_filter([{"displayName": "a" * 40 + "!"}], "displayName~(a+)+$", seconds=1.0)
+        took = time.monotonic() - start
+        assert 0.9 < took < 2.5, took
+        assert "took more than 1 s" in str(info.value) and str(info.value).startswith("argument --filter:")
+        time.sleep(max(0.0, start + 3.5 - time.monotonic()))
+        assert len(fired) == 1 and 2.5 < fired[0] - start < 3.5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_backtracking_filter_exits_2_through_the_cli(run_vcli, vcli_home):
+    import time
+
+    from vcli.store import Store
+
+    store = Store(vcli_home)
+    store.create_job(kind="customJob", display_name="a" * 40 + "!", state="JOB_STATE_SUCCEEDED",
+                     record={"jobSpec": {"workerPoolSpecs": []}, "labels": {}})
+    store.close()
+    start = time.monotonic()
+    r = run_vcli("custom-jobs", "list", "--filter=displayName~(a+)+$", "--format=value(displayName)")
+    assert time.monotonic() - start < 30
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "took more than 5 s" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert run_vcli("custom-jobs", "list", "--filter=displayName~^(a|b)+!$", "--format=value(displayName)").stdout == "a" * 40 + "!\n"

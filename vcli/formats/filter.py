@@ -37,11 +37,69 @@ def compile_filter(expr: str) -> Predicate:
     return pred
 
 
-def apply_filter(resources: list[dict[str, Any]], expr: str | None) -> list[dict[str, Any]]:
+#: How long one `--filter` may take over all resources: bounds a regex that backtracks
+#: catastrophically (`(a+)+$`), which Python's `re` would otherwise run for hours.
+FILTER_SECONDS = 5.0
+
+
+def apply_filter(resources: list[dict[str, Any]], expr: str | None,
+                 *, seconds: float = FILTER_SECONDS) -> list[dict[str, Any]]:
+    """The resources `expr` selects; UsageError if it cannot be parsed or takes longer than
+    `seconds` (measured in the main thread only: elsewhere it is not bounded)."""
     if not expr or not expr.strip():
         return resources
     pred = compile_filter(expr)
-    return [r for r in resources if pred(r)]
+    with _time_limit(seconds) as limited:
+        try:
+            return [r for r in resources if pred(r)]
+        except _FilterTimeout:
+            pass
+    raise UsageError(f"argument {FLAG}: [{expr}] took more than {limited.seconds:g} s over "
+                     f"{len(resources)} resource(s); a regular expression that backtracks (nested "
+                     "repeats such as (a+)+) is the usual cause: simplify it")
+
+
+class _FilterTimeout(BaseException):
+    """Raised by SIGALRM inside the filter loop (a BaseException: no `except Exception` eats it)."""
+
+
+class _time_limit:
+    """SIGALRM after `seconds` in the main thread, restoring any timer and handler set before
+    (the remaining time of an outer timer is kept)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._armed = False
+
+    def __enter__(self) -> _time_limit:
+        import signal
+        import threading
+        import time
+
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return self
+        self._started = time.monotonic()
+        self._old_handler = signal.signal(signal.SIGALRM, self._fire)
+        self._old_timer = signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self._armed = True
+        return self
+
+    @staticmethod
+    def _fire(*_: Any) -> None:
+        raise _FilterTimeout()
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+        import time
+
+        if not self._armed:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old_handler)
+        delay, interval = self._old_timer
+        if delay > 0:
+            left = delay - (time.monotonic() - self._started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), interval)
 
 
 class _Parser:
@@ -181,14 +239,11 @@ class _Parser:
         ch = self.src[self.i]
         if ch in "'\"":
             return [self.quoted()]
-        if ch == "(":
+        if ch == "(" and op not in ("~", "!~"):  # after ~ a `(` is the regular expression's own
             try:
                 j = closing(self.src, self.i, FLAG)
             except UsageError:
-                if op not in ("~", "!~"):  # a regex with an unbalanced `(` is the regex's error
-                    raise self.fail(f"the value list after [{op}] is not closed") from None
-                j = -1
-        if ch == "(" and j >= 0:
+                raise self.fail(f"the value list after [{op}] is not closed") from None
             inner, self.i = self.src[self.i + 1:j], j + 1
             items = [t[1:-1] if t[:1] in "'\"" else t for t in re.findall(r""""[^"]*"|'[^']*'|[^\s]+""", inner)]
             items = [t for t in items if t != "OR"]
