@@ -298,3 +298,60 @@ def test_parallel_container_trials_have_private_working_directories(client, tmp_
     assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
     assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in trials) == [0.1, 0.2]
     assert _tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source
+
+
+def _image_command_config(tmp_path: Path, image: str) -> Path:
+    """A job whose one pool runs a command in `image`; it prints whether it ran in a container
+    (its mount namespace is not this process's: this machine may itself be a container, and
+    containers share the host's network and hostname)."""
+    cfg = tmp_path / f"job-{image.replace(':', '-')}.yaml"
+    cfg.write_text(textwrap.dedent(f"""\
+        workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4}}
+            replicaCount: 1
+            containerSpec:
+              imageUri: {image}
+              command: [python3, -c, "import os; print('in-container', os.readlink('/proc/self/ns/mnt') != '{os.readlink('/proc/self/ns/mnt')}')"]
+        """))
+    return cfg
+
+
+def test_a_pool_with_an_image_and_a_command_runs_in_the_image(client, tmp_path: Path) -> None:
+    """As on Vertex (gcloud's own --config example): an image pool is a container pool, with
+    no executor chosen and a Docker engine that has the image; otherwise its command runs on
+    this host and one Note line says why."""
+    home = tmp_path / "home"
+    r = vcli(home, "custom-jobs", "create", "--display-name=img", f"--config={_image_command_config(tmp_path, 'vcli-base:bookworm')}",
+             timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "with the docker executor" in r.stderr and "Note: workerpool0" not in r.stderr
+    assert "in-container True" in r.stdout
+    assert not _containers(client, job_id_from_stderr(r.stderr))
+
+    r = vcli(home, "custom-jobs", "create", "--display-name=img", f"--config={_image_command_config(tmp_path, 'vcli-no-such:1')}",
+             timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "in-container False" in r.stdout
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("Note: workerpool0")]
+    assert len(notes) == 1 and "not inside image [vcli-no-such:1]" in notes[0] and "is not in the local Docker engine" in notes[0]
+
+    r = vcli(home, "custom-jobs", "create", "--display-name=img", "--executor=local",
+             f"--config={_image_command_config(tmp_path, 'vcli-base:bookworm')}", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "in-container False" in r.stdout
+    assert "not inside image [vcli-base:bookworm]: the local executor runs processes" in r.stderr
+
+
+def test_study_validate_only_says_when_its_image_is_missing(client, tmp_path: Path) -> None:
+    """Studies validate like jobs: a missing image is reported at --validate-only (still exit 0:
+    the study is valid, the machine cannot run it now)."""
+    args = ["--display-name=t", "--metric=metric-id=score,goal=maximize", "--executor=docker", "--validate-only",
+            "--parameter-spec=parameter-id=x,min=0,max=1", "--max-trial-count=2", "--format=none"]
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", *args,
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=vcli-no-such:1")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: the docker executor cannot run it now (exit code 3 at create): Image [vcli-no-such:1] is not in " \
+           "the local Docker engine" in r.stderr
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", *args,
+             f"--worker-pool-spec=machine-type=n1-standard-4,container-image-uri={TRAINER_IMAGE}")
+    assert r.returncode == 0 and "WARNING" not in r.stderr, r.stderr

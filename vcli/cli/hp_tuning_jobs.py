@@ -117,8 +117,10 @@ def create(
         for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec):
             err(notice)
         if validate_only:
-            runner.check_study(study)
+            not_now = runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")
+            if not_now:
+                err(f"WARNING: the {study.execution.kind.value} executor cannot run it now (exit code 3 at create): {not_now}")
             emit({"displayName": study.display_name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
         elif async_:
             _submit_async(study, fmt)

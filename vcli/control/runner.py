@@ -180,13 +180,14 @@ def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
 
 def launch_notices(kind: ExecutorKind, spec: CustomJobSpec) -> list[str]:
     """Lines to print before a job or study launches: accelerators and reduction servers this
-    executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders."""
+    executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders,
+    image pools whose command runs on the host."""
     from vcli import codec
-    from vcli.control.wiring import accelerator_notices, reduction_server_notices
+    from vcli.control.wiring import accelerator_notices, image_command_notices, reduction_server_notices
 
     gcs = codec.gcs_notice(spec)
     return [*accelerator_notices(kind, spec), *reduction_server_notices(spec), *([gcs] if gcs else []),
-            *codec.placeholder_notices(spec)]
+            *codec.placeholder_notices(spec), *image_command_notices(kind, spec)]
 
 
 def secret_values(spec: CustomJobSpec) -> dict[str, str]:
@@ -425,14 +426,22 @@ def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] |
                         suggester=suggester, seed=int(rec["seed"]), shm_size=rec.get("shmSize"), record=dict(rec))
 
 
-def check_study(study: PlannedStudy) -> None:
-    """Plan one trial job and check it with the executor (`--validate-only`); records nothing."""
+def check_study(study: PlannedStudy) -> str | None:
+    """Plan one trial job and check it with the executor (`--validate-only`); records nothing.
+    Returns why the executor could not run it now (engine down, image missing), as
+    `custom-jobs create --validate-only` reports it, or None."""
     from vcli.control.jobs import plan_job
+    from vcli.errors import ExecutorError
 
     plan = plan_job(study.spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=study.store.home / "jobs" / "validate-only",
                     executor=study.execution.executor, trial_id="1", placer=study.execution.placer)
     plan.release_placement()
     study.execution.executor.check(plan.launches)
+    try:
+        study.execution.executor.ready(plan.launches)
+    except ExecutorError as e:
+        return str(e)
+    return None
 
 
 def submit_study(study: PlannedStudy) -> JobRow:

@@ -44,15 +44,87 @@ def needs_containers(spec: Any) -> bool:
     return False
 
 
+def image_commands(spec: Any) -> list[tuple[int, str]]:
+    """(pool index, image) of the pools that name an image AND a command (not a local package
+    or a reduction server): on Vertex such a pool runs its command inside the image."""
+    out = []
+    for i, pool in enumerate(spec.worker_pool_specs):
+        cs = pool.container_spec
+        if cs is not None and cs.image_uri and cs.command and pool.local_package is None and not pool.is_reduction_server:
+            out.append((i, cs.image_uri))
+    return out
+
+
+_DOCKER_ANSWERS: dict[tuple[str, ...], str | None] = {}
+
+
+def docker_cannot_run(pools: list[tuple[int, str]]) -> str | None:
+    """Why this machine's Docker engine cannot run these images now (no SDK, no engine, an
+    image neither present nor pullable), or None when it can. Asked once per process."""
+    key = tuple(image for _, image in pools)
+    if key not in _DOCKER_ANSWERS:
+        from vcli.errors import ExecutorError
+        from vcli.executors.docker import engine
+
+        try:
+            client = engine.connect(None, timeout=5)
+        except ExecutorError as e:
+            _DOCKER_ANSWERS[key] = str(e)
+        else:
+            reason = None
+            try:
+                for image in key:
+                    if engine.has_registry_host(image):
+                        continue
+                    try:
+                        client.images.get(image)
+                    except engine.sdk().errors.ImageNotFound:
+                        reason = engine.image_missing_message(image)
+                        break
+                    except Exception as e:  # any engine error means "not here"
+                        reason = f"the Docker engine did not answer about [{image}]: {e}"
+                        break
+            finally:
+                client.close()
+            _DOCKER_ANSWERS[key] = reason
+    return _DOCKER_ANSWERS[key]
+
+
+def image_command_notices(kind: ExecutorKind, spec: Any) -> list[str]:
+    """One line per pool whose image the chosen executor does not run its command in."""
+    if kind not in (ExecutorKind.LOCAL, ExecutorKind.RAY):
+        return []
+    pools = image_commands(spec)
+    if not pools:
+        return []
+    chosen = kind is ExecutorKind.RAY or os.environ.get("VCLI_EXECUTOR") or _configured_executor()
+    reason = None if chosen else docker_cannot_run(pools)
+    # No reason while Docker could run it: then --executor=local chose the host.
+    why = (f"the docker executor cannot run it here ({reason.rstrip('.')})" if reason
+           else f"the {kind.value} executor runs processes")
+    return [f"Note: workerpool{i} runs its command on this host's Python, not inside image [{image}]: {why}. "
+            "--executor=docker runs it in the image, as Vertex does." for i, image in pools]
+
+
+def _configured_executor() -> str | None:
+    from vcli import properties
+
+    return properties.get("executor")
+
+
 def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
     """`--executor`, else $VCLI_EXECUTOR, else `vcli config set executor`; else docker when a
-    pool of `spec` must run as a container (an image and no command), else local."""
+    pool of `spec` must run as a container (an image and no command) or names an image and a
+    command that this machine's Docker engine can run (as on Vertex, where an image pool is a
+    container pool); else local (`image_command_notices` then says so)."""
     from vcli import properties
     from vcli.errors import UsageError
 
     name = flag or os.environ.get("VCLI_EXECUTOR") or properties.get("executor")
     if not name:
-        name = ExecutorKind.DOCKER.value if spec is not None and needs_containers(spec) else ExecutorKind.LOCAL.value
+        in_images = spec is not None and (needs_containers(spec) or
+                                          (image_commands(spec) and docker_cannot_run(image_commands(spec)) is None))
+        name = ExecutorKind.DOCKER.value if in_images else ExecutorKind.LOCAL.value
     try:
         kind = ExecutorKind(name)
     except ValueError:
