@@ -377,3 +377,27 @@ def test_package_paths_outside_the_package_are_refused(run_vcli, vcli_home, tmp_
                  f"--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=x,local-package-path={pkg},{key}")
     assert r.returncode == 1, r.stderr
     assert "must name a path inside the package" in one_error_line(r)
+
+
+def test_strategies_and_disk_spec_without_local_effect_are_named(run_vcli, tmp_path):
+    cfg = tmp_path / "job.yaml"
+    pool = ("workerPoolSpecs:\n  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n"
+            "    diskSpec: {bootDiskType: pd-ssd, bootDiskSizeGb: 200}\n"
+            "    pythonPackageSpec: {executorImageUri: python:3.11, pythonModule: trainer.task}\n")
+    for strategy, named in (("SPOT", True), ("FLEX_START", False)):
+        cfg.write_text(pool + f"scheduling:\n  strategy: {strategy}\n")
+        r = run_vcli("custom-jobs", "create", "--display-name=x", f"--config={cfg}", "--validate-only", "--format=none")
+        assert r.returncode == 0, r.stderr
+        note = next(line for line in r.stderr.splitlines() if line.startswith("Note: [--config]"))
+        assert "workerPoolSpecs[0].diskSpec" in note
+        assert ("scheduling.strategy" in note) is named
+
+
+def test_flex_start_waits_24_hours_by_default() -> None:
+    from vcli.spec import Scheduling
+
+    assert Scheduling(strategy="FLEX_START").wait_limit_seconds == 24 * 3600
+    assert Scheduling(strategy="FLEX_START", max_wait_seconds=0).wait_limit_seconds is None
+    assert Scheduling(strategy="FLEX_START", max_wait_seconds=60).wait_limit_seconds == 60
+    assert Scheduling(max_wait_seconds=0).wait_limit_seconds is None
+    assert Scheduling().wait_limit_seconds is None

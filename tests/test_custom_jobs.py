@@ -97,10 +97,13 @@ def test_reduction_server_job_trains_with_its_workers_alone(tmp_path: Path) -> N
         {"machineSpec": {"machineType": "n1-highcpu-16"}, "replicaCount": 2, "containerSpec": {"imageUri": REDUCTION_SERVER}},
     ]}))
     note = "Note: workerpool2 is Vertex's Reduction Server"
-    check = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", "--validate-only", "--format=json")
+    # The trainer's command is this machine's interpreter: the local executor, named (with no
+    # executor chosen, an image and a command run in the image, as on Vertex).
+    check = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", "--validate-only",
+                 "--format=json", "--executor=local")
     assert check.returncode == 0, check.stderr
     assert note in check.stderr and json.loads(check.stdout)["executor"] == "local"
-    r = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", timeout=600)
+    r = vcli(home, "custom-jobs", "create", "--display-name=rs", f"--config={config}", "--executor=local", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stderr.count(note) == 1
     job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
@@ -391,3 +394,68 @@ def test_a_secret_a_local_replica_inherits_from_the_shell_is_masked_too(tmp_path
     logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
     assert "tok <redacted> 14" in logs.stdout and "supersecret123" not in logs.stdout
     assert not [f for f in home.rglob("*") if f.is_file() and b"supersecret123" in f.read_bytes()]
+
+
+RESTART_TRAINER = '''
+import json, os, sys, time
+ckpt = os.environ["AIP_CHECKPOINT_DIR"]
+os.makedirs(ckpt, exist_ok=True)
+task = json.loads(os.environ["CLUSTER_SPEC"])["task"]
+if task["type"] == "workerpool0":  # the chief checkpoints every step and resumes from the last
+    path = os.path.join(ckpt, "step")
+    step = int(open(path).read()) if os.path.exists(path) else 0
+    print("resumed from step", step, flush=True)
+    while step < 40:
+        step += 1
+        with open(path + ".tmp", "w") as f:
+            f.write(str(step))
+        os.replace(path + ".tmp", path)
+        time.sleep(0.05)
+    print("chief done at step", step, flush=True)
+else:  # the worker fails once (or always), after the chief made progress
+    marker = os.path.join(ckpt, "worker-failed")
+    time.sleep(0.6)
+    if os.environ.get("FAIL_ALWAYS") or not os.path.exists(marker):
+        open(marker, "a").close()
+        print("worker fails", flush=True)
+        sys.exit(1)
+'''
+
+
+def _restart_job(tmp_path: Path, scheduling: str, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "restart_trainer.py").write_text(RESTART_TRAINER)
+    pool = ("  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n"
+            "    pythonPackageSpec: {executorImageUri: python:3.11, pythonModule: restart_trainer}\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"workerPoolSpecs:\n{pool}{pool}scheduling:\n{textwrap.indent(scheduling, '  ')}\n")
+    home = tmp_path / "home"
+    r = vcli(home, "custom-jobs", "create", "--display-name=restart", f"--config={cfg}", "--executor=local",
+             "--format=json", timeout=120, PYTHONPATH=str(pkg), **env)
+    return r, home
+
+
+def test_restart_job_on_worker_restart_resumes_from_the_checkpoint(tmp_path: Path) -> None:
+    r, home = _restart_job(tmp_path, "restartJobOnWorkerRestart: true")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == "JOB_STATE_SUCCEEDED"
+    assert sum(line.startswith("Restarting job") for line in r.stderr.splitlines()) == 1
+    assert "replica workerpool1-0 exited with code 1 (restartJobOnWorkerRestart; restart 1 of at most 3)" in r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    resumed = [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "resumed from step" in line]
+    assert len(resumed) == 2 and resumed[0] == 0 and resumed[1] > 0, logs  # the second run went on from the checkpoint
+    assert "chief done at step 40" in logs
+    assert sum("\tRestarting job" in line for line in logs.splitlines()) == 2  # a line in each replica's log
+
+
+def test_disable_retries_fails_the_job_and_restarts_are_bounded(tmp_path: Path) -> None:
+    r, _ = _restart_job(tmp_path / "a", "restartJobOnWorkerRestart: true\ndisableRetries: true")
+    assert r.returncode == 6, r.stderr
+    assert json.loads(r.stdout)["state"] == "JOB_STATE_FAILED" and "Restarting job" not in r.stderr
+    r, _ = _restart_job(tmp_path / "b", "restartJobOnWorkerRestart: true", FAIL_ALWAYS="1")
+    assert r.returncode == 6, r.stderr
+    assert sum(line.startswith("Restarting job") for line in r.stderr.splitlines()) == 3
+    assert "restart 3 of at most 3" in r.stderr
+    assert "The replica workerpool1-0 exited with a non-zero status of 1" in json.loads(r.stdout)["error"]["message"]

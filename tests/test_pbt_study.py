@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import describe, read_stderr_until, spawn, vcli, wait_for
+from tests.helpers import describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
 
 TOY = """
 import json, os, sys, time
@@ -178,7 +178,7 @@ def test_a_pbt_study_survives_its_controller_and_resumes(tmp_path: Path) -> None
     home = tmp_path / "home"
     proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=11", "--format=json")
     try:
-        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         read_stderr_until(proc, "is replaced", 120)
         wait_for(lambda: any("parentTrialId" in t["populationBasedTraining"]
                              for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])), 30, "an exploit")

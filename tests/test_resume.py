@@ -134,7 +134,7 @@ def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
                  f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
     try:
-        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         # Kill it in the middle: some trials done, two running.
         wait_for(lambda: len([t for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])
                               if t["state"] == "SUCCEEDED"]) >= 3, 120, "three trials done")
@@ -199,7 +199,7 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
         """))
     proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3")
     try:
-        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: sum(t["state"] == "SUCCEEDED" for t in describe(home, "hp-tuning-jobs", study_id).get("trials", []))
                  >= 2, 120, "two trials done")
         _kill_controller(proc)
@@ -284,7 +284,7 @@ def test_a_study_resumed_from_another_directory_runs_what_create_ran(tmp_path: P
         env=vcli_env(home), cwd=project, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
     try:
-        study_id = read_stderr_until(proc, "submitted successfully", 60).split("[", 1)[1].split("]", 1)[0]
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: any(t["state"] == "SUCCEEDED" for t in describe(home, "hp-tuning-jobs", study_id)
                              .get("trials", [])), 60, "the first trial done")
         _kill_controller(proc)

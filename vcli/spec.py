@@ -205,6 +205,18 @@ class Scheduling:
         default=None, metadata=vertex(choices=("STRATEGY_UNSPECIFIED", "ON_DEMAND", "LOW_COST", "STANDARD", "SPOT", "FLEX_START"))
     )
 
+    #: Vertex's default wait of a FLEX_START job for its resources.
+    FLEX_START_WAIT_SECONDS: ClassVar[float] = 24 * 3600.0
+
+    @property
+    def wait_limit_seconds(self) -> float | None:
+        """How long the job may wait for its resources (every replica placed at once), None for
+        ever: `maxWaitDuration`, 0 meaning for ever as on Vertex; FLEX_START's default 24 h."""
+        limit = self.max_wait_seconds
+        if limit is None and self.strategy == "FLEX_START":
+            return self.FLEX_START_WAIT_SECONDS
+        return None if limit == 0 else limit
+
 
 @dataclass(frozen=True, kw_only=True)
 class CustomJobSpec:

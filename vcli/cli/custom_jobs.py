@@ -141,7 +141,7 @@ def create(
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        for notice in runner.launch_notices(job.execution.kind, job.spec):
+        for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto):
             err(notice)
         if validate_only:
             _print_validated(display_name, job, fmt)

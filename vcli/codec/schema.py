@@ -165,9 +165,15 @@ def _kind(typ: Any, facts: Vertex) -> Kind:
 
 
 #: Modelled (recorded, shown by `describe`) but meaningless on a local run.
-NO_LOCAL_EFFECT = frozenset(("CustomJobSpec", f) for f in (
+NO_LOCAL_EFFECT = frozenset([*(("CustomJobSpec", f) for f in (
     "serviceAccount", "network", "persistentResourceId", "tensorboard", "experiment", "experimentRun",
-    "enableWebAccess", "enableDashboardAccess"))
+    "enableWebAccess", "enableDashboardAccess")),
+    # Replicas use the host's disks; there is no boot disk to size.
+    ("WorkerPoolSpec", "diskSpec")])
+#: Fields that mean something locally for these values only: FLEX_START's wait for every
+#: replica at once is vcli's gang placement (bounded by maxWaitDuration, 24 h by default);
+#: SPOT, LOW_COST, STANDARD and ON_DEMAND choose how Google bills and preempts VMs.
+LOCAL_EFFECT_ONLY_FOR = {("Scheduling", "strategy"): frozenset(("FLEX_START",))}
 
 
 def _set(value: Any) -> bool:
@@ -287,7 +293,9 @@ class Decoder:
                 raise self.error(sub, f"unknown field of {msg.name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
             out[key] = self.decode(val, schema[key].kind, sub)
             unmodelled = schema[key].attr is None and msg.cls is not None  # not a wrapper's inner field
-            if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT) and _set(out[key]):
+            only_for = LOCAL_EFFECT_ONLY_FOR.get((msg.name, key))
+            if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT
+                    or (only_for is not None and out[key] not in only_for)) and _set(out[key]):
                 self.no_effect.append(sub)
         return out
 

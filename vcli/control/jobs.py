@@ -16,14 +16,15 @@ change is written to the store before anything else hears of it.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
+from vcli.control import restart
 from vcli.control.clock import SYSTEM_CLOCK, Clock
-from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job
+from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job, replica_address, with_trial_args
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor, ReplicaHandle, ReplicaLaunch, ReplicaStatus
-from vcli.spec import CustomJobSpec, JobState, ReplicaState, RpcCode
+from vcli.spec import JobState, ReplicaState, RpcCode
 from vcli.store import Store, now_iso
 
 # The public names, with those that moved to `vcli.control.plan` re-exported: importers keep
@@ -45,7 +46,6 @@ __all__ = [
 STOP_GRACE_SECONDS = 3.0
 #: After the chief succeeds, how long other workers may take to finish on their own.
 WORKER_DRAIN_SECONDS = 30.0
-
 
 
 @dataclass
@@ -92,6 +92,10 @@ class JobRun:
     #: Seconds between heartbeats written to the store (`JobRow.heartbeat`).
     heartbeat_seconds: float = 2.0
     _last_beat: float = float("-inf")
+    stop_grace_seconds: float = STOP_GRACE_SECONDS
+    #: How often the job restarted (`vcli.control.restart`), and whether it is doing so now.
+    restarts: int = 0
+    restarting: bool = False
 
     @property
     def job_id(self) -> str:
@@ -108,15 +112,24 @@ class JobRun:
     def start(self) -> None:
         """Prepare (possibly a long image build) and start every replica, in a background thread."""
         self._started_at = self.clock.now()
-        self._replicas = [_Replica(launch=l) for l in self.plan.launches]
-        for r in self._replicas:
-            self.store.upsert_replica(
-                self.job_id, r.launch.task_name, host=r.launch.placement.host,
-                address=_address(r.launch), state=ReplicaState.PENDING.value, log_path=r.launch.log_path,
-                metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
-            )
+        self.adopt_plan(self.plan)
         self._set_state(JobState.JOB_STATE_PENDING)
         self._launch_in_background()
+
+    def adopt_plan(self, plan: JobPlan) -> None:
+        """Run `plan` (the job's, or a restart's new one): its replicas, recorded PENDING."""
+        self.plan = plan
+        replicas = [_Replica(launch=l) for l in plan.launches]
+        for r in replicas:
+            self.store.upsert_replica(
+                self.job_id, r.launch.task_name, host=r.launch.placement.host,
+                address=replica_address(r.launch), state=ReplicaState.PENDING.value, log_path=r.launch.log_path,
+                metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
+            )
+        self._replicas = replicas
+
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
 
     def attach(self, stored: Mapping[str, Any], *, final: _Ending | None = None, running_for: float = 0.0) -> None:
         """Take over a job a previous controller started (`resume`), instead of `start()`.
@@ -168,10 +181,11 @@ class JobRun:
             make_dirs(self.plan)
         except OSError as e:
             raise StoreError(f"Cannot create the job's directories: {e.strerror or e} ({e.filename}).") from e
-        self._worker = threading.Thread(target=self._launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
+        self._worker = threading.Thread(target=self.launch_all, name=f"vcli-start-{self.job_id}", daemon=True)
         self._worker.start()
 
-    def _launch_all(self) -> None:
+    def launch_all(self) -> None:
+        """(The start thread) prepare and start every replica without a handle, in order."""
         try:
             todo = [r for r in self._replicas if r.handle is None]
             launches = self.executor.prepare([r.launch for r in todo], cancelled=self._cancel, progress=self.on_progress)
@@ -221,7 +235,7 @@ class JobRun:
         # Sampled before the replicas are polled: when False, every replica had its handle then.
         starting = self._worker is not None and self._worker.is_alive()
         ending = self._startup_failure() or self._timed_out(now)
-        if ending is None:
+        if ending is None and not self.restarting:
             self._mark_running(starting)
             ending = self._collect_exits(now)
         if ending is None and not starting:
@@ -274,11 +288,27 @@ class JobRun:
             if status.running:
                 continue
             self._record_exit(r, status)
+            if status.exit_code != 0 and restart.restart_allowed(self):
+                self._restart(r, status)
+                return None
             if status.exit_code != 0:
                 return self._replica_failed(r, status)
             if r.launch.replica.pool_index == 0 and r.launch.replica.index == 0:
                 self._chief_done_at = now
         return None
+
+    def _restart(self, r: _Replica, status: ReplicaStatus) -> None:
+        """Restart every replica (`vcli.control.restart`), in the start thread."""
+        self.restarts += 1
+        message = restart.restart_message(self, r.launch.task_name, status)
+        self.on_progress(message)
+        for other in self._replicas:
+            _log_vcli(other.launch, message)
+        self.restarting = True
+        old, self._chief_done_at = list(self._replicas), None
+        self._worker = threading.Thread(target=restart.restart_job, args=(self, old), name=f"vcli-restart-{self.job_id}",
+                                        daemon=True)
+        self._worker.start()
 
     def _record_exit(self, r: _Replica, status: ReplicaStatus) -> None:
         """Mark `r` ended with `status`: SUCCEEDED or FAILED in the store, and a vcli line in its log."""
@@ -427,17 +457,6 @@ class JobRun:
         self.store.set_state(self.job_id, state.value, error=error)
 
 
-def _address(launch: ReplicaLaunch) -> str:
-    spec = launch.env.get("CLUSTER_SPEC", "")
-    import json
-
-    try:
-        data = json.loads(spec)
-        return data["cluster"][f"workerpool{launch.replica.pool_index}"][launch.replica.index]
-    except (ValueError, KeyError, IndexError):
-        return ""
-
-
 def _log_vcli(launch: ReplicaLaunch, message: str) -> None:
     from vcli.logs import LogWriter
 
@@ -475,17 +494,3 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
     except StoreError as e:
         run.abort(e)
         raise
-
-
-def with_trial_args(spec: CustomJobSpec, args: Sequence[str]) -> CustomJobSpec:
-    """Append hyperparameter args to every pool's containerSpec / pythonPackageSpec args."""
-    pools = []
-    for pool in spec.worker_pool_specs:
-        if pool.container_spec is not None:
-            pool = replace(pool, container_spec=replace(pool.container_spec, args=pool.container_spec.args + tuple(args)))
-        if pool.python_package_spec is not None:
-            pool = replace(
-                pool, python_package_spec=replace(pool.python_package_spec, args=pool.python_package_spec.args + tuple(args))
-            )
-        pools.append(pool)
-    return replace(spec, worker_pool_specs=tuple(pools))

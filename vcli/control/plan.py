@@ -8,9 +8,9 @@ reserved addresses, the Vertex environment, output and log paths), held in a `Jo
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
@@ -66,6 +66,8 @@ class JobPlan:
     base_output_directory: str
     #: The placer that reserved capacity (GPUs) for this job; released when the job ends.
     placer: Placer = local_placer
+    #: Plans the same job again, placed anew (a restart: `vcli.control.restart`).
+    replan: Callable[[], JobPlan] | None = None
 
     def release_placement(self) -> None:
         self.placer.release(self.job_id)
@@ -125,7 +127,13 @@ def plan_job(
         shm_size=shm_size,
     )
     launches = tuple(_launch(ctx, replica, placement) for replica, placement in zip(replicas, placements))
-    return JobPlan(job_id=job_id, spec=spec, launches=launches, base_output_directory=ctx.base, placer=placer)
+
+    def replan() -> JobPlan:
+        return plan_job(spec, job_id=job_id, job_dir=job_dir, executor=executor, trial_id=trial_id,
+                        base_output_directory=ctx.base, placer=placer, shm_size=shm_size, holder=holder)
+
+    return JobPlan(job_id=job_id, spec=spec, launches=launches, base_output_directory=ctx.base, placer=placer,
+                   replan=replan)
 
 
 def _restored(replicas: Sequence[ReplicaId],
@@ -228,3 +236,29 @@ def make_dirs(plan: JobPlan) -> None:
     for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
         if plan.launches:
             os.makedirs(plan.launches[0].env[key], exist_ok=True)
+
+
+def replica_address(launch: ReplicaLaunch) -> str:
+    """The replica's `host:port` as its CLUSTER_SPEC names it ('' if none)."""
+    spec = launch.env.get("CLUSTER_SPEC", "")
+    import json
+
+    try:
+        data = json.loads(spec)
+        return data["cluster"][f"workerpool{launch.replica.pool_index}"][launch.replica.index]
+    except (ValueError, KeyError, IndexError):
+        return ""
+
+
+def with_trial_args(spec: CustomJobSpec, args: Sequence[str]) -> CustomJobSpec:
+    """Append hyperparameter args to every pool's containerSpec / pythonPackageSpec args."""
+    pools = []
+    for pool in spec.worker_pool_specs:
+        if pool.container_spec is not None:
+            pool = replace(pool, container_spec=replace(pool.container_spec, args=pool.container_spec.args + tuple(args)))
+        if pool.python_package_spec is not None:
+            pool = replace(
+                pool, python_package_spec=replace(pool.python_package_spec, args=pool.python_package_spec.args + tuple(args))
+            )
+        pools.append(pool)
+    return replace(spec, worker_pool_specs=tuple(pools))

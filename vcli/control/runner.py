@@ -45,7 +45,13 @@ class PlannedJob:
 
 def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None, *,
           leases: bool = True) -> Execution:
-    return open_execution(executor_kind(executor, spec), hosts, leases=leases)
+    from dataclasses import replace
+
+    from vcli import properties
+
+    execution = open_execution(executor_kind(executor, spec), hosts, leases=leases)
+    auto = not (executor or os.environ.get("VCLI_EXECUTOR") or properties.get("executor"))
+    return replace(execution, auto=auto)
 
 
 #: How often a job that waits for GPUs held by other vcli processes tries again.
@@ -55,13 +61,14 @@ WAIT_RETRY_SECONDS = 0.25
 def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None) -> Any:
     """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli
     processes, users or controllers): says once what it waits for through `on_wait`, and
-    waits at most `scheduling.maxWaitDuration` (unset: until they are free). Without
+    waits at most `scheduling.maxWaitDuration` (unset or 0: until they are free; FLEX_START:
+    24 h unless set). Without
     `on_wait` a busy GPU raises `NoCapacityError` at once."""
     import time
 
     from vcli.placement import NoCapacityError
 
-    limit = spec.scheduling.max_wait_seconds if spec.scheduling else None
+    limit = spec.scheduling.wait_limit_seconds if spec.scheduling else None
     started = time.monotonic()
     said = False
     while True:
@@ -178,7 +185,7 @@ def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
     return restored_placements(rows)
 
 
-def launch_notices(kind: ExecutorKind, spec: CustomJobSpec) -> list[str]:
+def launch_notices(kind: ExecutorKind, spec: CustomJobSpec, *, auto: bool = False) -> list[str]:
     """Lines to print before a job or study launches: accelerators and reduction servers this
     executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders,
     image pools whose command runs on the host."""
@@ -187,7 +194,7 @@ def launch_notices(kind: ExecutorKind, spec: CustomJobSpec) -> list[str]:
 
     gcs = codec.gcs_notice(spec)
     return [*accelerator_notices(kind, spec), *reduction_server_notices(spec), *([gcs] if gcs else []),
-            *codec.placeholder_notices(spec), *image_command_notices(kind, spec)]
+            *codec.placeholder_notices(spec), *image_command_notices(kind, spec, auto=auto)]
 
 
 def secret_values(spec: CustomJobSpec) -> dict[str, str]:

@@ -347,7 +347,7 @@ class StudyRun:
                 self._waiting_logged = True
                 self._waiting_since = self.clock.now()
             sched = self.spec.trial_job_spec.scheduling
-            limit = sched.max_wait_seconds if sched else None
+            limit = sched.wait_limit_seconds if sched else None
             if limit is not None and self.clock.now() - self._waiting_since > limit:
                 raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
             return None

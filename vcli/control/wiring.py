@@ -29,6 +29,8 @@ class Execution:
     executor: Executor
     #: `placer(replicas, spec=..., job_id=...) -> placements` (see `vcli.control.jobs.Placer`).
     placer: Any
+    #: Chosen by vcli from the spec (no --executor, $VCLI_EXECUTOR or configured executor).
+    auto: bool = False
 
     def close(self) -> None:
         self.executor.close()
@@ -90,26 +92,19 @@ def docker_cannot_run(pools: list[tuple[int, str]]) -> str | None:
     return _DOCKER_ANSWERS[key]
 
 
-def image_command_notices(kind: ExecutorKind, spec: Any) -> list[str]:
-    """One line per pool whose image the chosen executor does not run its command in."""
+def image_command_notices(kind: ExecutorKind, spec: Any, *, auto: bool) -> list[str]:
+    """One line per pool whose image the executor does not run its command in; `auto`: vcli
+    chose the executor (then the reason is why Docker could not)."""
     if kind not in (ExecutorKind.LOCAL, ExecutorKind.RAY):
         return []
     pools = image_commands(spec)
     if not pools:
         return []
-    chosen = kind is ExecutorKind.RAY or os.environ.get("VCLI_EXECUTOR") or _configured_executor()
-    reason = None if chosen else docker_cannot_run(pools)
-    # No reason while Docker could run it: then --executor=local chose the host.
+    reason = docker_cannot_run(pools) if auto else None
     why = (f"the docker executor cannot run it here ({reason.rstrip('.')})" if reason
            else f"the {kind.value} executor runs processes")
     return [f"Note: workerpool{i} runs its command on this host's Python, not inside image [{image}]: {why}. "
             "--executor=docker runs it in the image, as Vertex does." for i, image in pools]
-
-
-def _configured_executor() -> str | None:
-    from vcli import properties
-
-    return properties.get("executor")
 
 
 def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:

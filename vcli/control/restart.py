@@ -1,0 +1,64 @@
+"""`scheduling.restartJobOnWorkerRestart`: a replica that fails restarts the whole job.
+
+Vertex restarts every replica of a job whose worker restarted, for trainers that cannot take
+a worker leaving and joining (most all-reduce trainers); `disableRetries` turns that off. vcli
+counts a replica that exits non-zero as such a restart: the job's other replicas are stopped,
+their handles released, the job is placed again (its GPUs may go to another waiter meanwhile,
+as on Vertex, where new VMs come up) and every replica starts again with the same job id,
+output, checkpoint and log paths, so a trainer that checkpoints resumes from its last one. At
+most `MAX_JOB_RESTARTS` times; the next failure fails the job.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from vcli.executors import ReplicaStatus
+
+if TYPE_CHECKING:
+    from vcli.control.jobs import JobRun
+
+#: How many times one job is restarted before a failing replica fails it.
+MAX_JOB_RESTARTS = 3
+#: How often a restarting job whose GPUs went to someone else tries to place itself again.
+REPLAN_RETRY_SECONDS = 0.25
+
+
+def restart_allowed(run: JobRun) -> bool:
+    """Does this job restart (rather than fail) when a replica exits non-zero now?"""
+    sched = run.plan.spec.scheduling
+    return (sched is not None and sched.restart_job_on_worker_restart and not sched.disable_retries
+            and run.plan.replan is not None and run.restarts < MAX_JOB_RESTARTS)
+
+
+def restart_message(run: JobRun, task_name: str, status: ReplicaStatus) -> str:
+    detail = f" ({status.message})" if status.message else ""
+    return (f"Restarting job {run.job_id}: replica {task_name} exited with code {status.exit_code}{detail} "
+            f"(restartJobOnWorkerRestart; restart {run.restarts} of at most {MAX_JOB_RESTARTS}).")
+
+
+def restart_job(run: JobRun, old: list[Any]) -> None:
+    """The restarting thread: stop and release the replicas of `old`, place the job again,
+    record its replicas PENDING and start them all. Stops early when the job is cancelled."""
+    from vcli.placement import NoCapacityError
+
+    running = [r.handle for r in old if r.handle is not None and not r.done]
+    if running:
+        run.executor.stop(running, grace_seconds=run.stop_grace_seconds)
+    run.executor.release([r.handle for r in old if r.handle is not None])
+    run.plan.release_placement()
+    replan = run.plan.replan
+    assert replan is not None
+    while True:
+        if run.cancelled():
+            run.restarting = False
+            return
+        try:
+            plan = replan()
+            break
+        except NoCapacityError:
+            time.sleep(REPLAN_RETRY_SECONDS)
+    run.adopt_plan(plan)
+    run.restarting = False
+    run.launch_all()
