@@ -1,9 +1,10 @@
 """`vcli dashboard`: the real server (`vcli dashboard --port=0` in a subprocess) over a store
 filled by the real CLI, read with real HTTP requests.
 
-Covers the index, the study page (trial rows, the plots when `vcli.plots` is there), a job's
-replicas and a replica's log, escaping of user input, read-only methods, 404s, the loopback
-rule, a clean stop on Ctrl-C and SIGTERM, and the live update of a running study.
+Covers the index, the study page (trial rows, the plots when `vcli.plots` is there, the best
+trial or the Pareto front marked), a job's replicas and a replica's log, escaping of user
+input, read-only methods, 404s, the loopback rule, a clean stop on Ctrl-C and SIGTERM, and
+the live update of a running study (its best trial shown while it runs).
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ import sys
 args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
 for step in (1, 2):
     print(f"score={-(float(args['x']) - 0.3) ** 2 - 0.1 * (2 - step):.6f} step={step}", flush=True)
+"""
+
+TWO_METRICS = """
+import sys
+x = float(dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)["x"])
+print(f"error={x * x:.6f} step=1", flush=True)
+print(f"speed={1 - x:.6f} step=1", flush=True)
 """
 
 #: A trial that ends only when the test creates `<gate>/go-<trial id>`.
@@ -76,7 +84,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
              "--algorithm=random-search", "--max-trial-count=3", "--parallel-trial-count=3", "--seed=1", "--format=json")
     assert r.returncode == 0, r.stderr
     study = json.loads(r.stdout)
-    return {"home": home, "job": job_id, "study": study["name"].rsplit("/", 1)[1], "trials": study["trials"]}
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=dash-pareto", "--metric=metric-id=error,goal=minimize",
+             "--metric=metric-id=speed,goal=maximize", "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+             _pool(_package(tmp, "pareto", TWO_METRICS)), "--algorithm=random-search", "--max-trial-count=4",
+             "--parallel-trial-count=4", "--seed=2", "--format=json")
+    assert r.returncode == 0, r.stderr
+    pareto = json.loads(r.stdout)
+    return {"home": home, "job": job_id, "study": study["name"].rsplit("/", 1)[1], "trials": study["trials"],
+            "best": study["bestTrialId"], "pareto": pareto}
 
 
 @contextlib.contextmanager
@@ -146,10 +161,31 @@ def test_study_page_has_the_trial_rows_and_the_plots(store) -> None:
         assert re.search(r'href="/jobs/\d+">replicas</a>', row.group(1))
     assert f'data-version="{version}"' in body and again == version  # nothing ran: the version holds
     assert trials in body
+    # The best trial: named in the summary with its value, its row marked.
+    best = next(t for t in store["trials"] if t["id"] == store["best"])
+    assert re.search(rf'<dt>Best trial</dt><dd><a href="#trial-{best["id"]}" id="best-trial">trial {best["id"]}</a>: '
+                     rf'score={best["finalMeasurement"]["metrics"][0]["value"]:.6g} at step 2 ', body)
+    assert re.findall(r'<tr id="trial-(\d+)" class="best">', body) == [best["id"]]
     # The plots (vcli.plots), inline SVG: history, one slice per parameter, intermediate values.
     keys = re.findall(r'<figure data-key="([^"]+)" title="[^"]+">\s*<svg', body)
-    assert {"history", "slice-x", "intermediate"} <= set(keys), keys
+    assert {"history", "slice-x", "intermediate", "rank", "edf", "timeline"} <= set(keys), keys
     assert "vcli[plot]" not in body
+
+
+def test_a_multi_objective_study_page_marks_the_pareto_front(store) -> None:
+    pareto = store["pareto"]
+    sid = pareto["name"].rsplit("/", 1)[1]
+    with dashboard(store["home"]) as base:
+        status, body, _ = get(f"{base}studies/{sid}")
+    assert status == 200
+    front = pareto["optimalTrialIds"]
+    assert front and sorted(re.findall(r'<tr id="trial-(\d+)" class="pareto">', body), key=int) == sorted(front, key=int)
+    for t in front:
+        assert re.search(rf'<td>{t} <span class="badge" title="on the Pareto front[^"]*">pareto</span></td>', body)
+    assert "<dt>Pareto front</dt><dd>trials " + ", ".join(f'<a href="#trial-{t}">{t}</a>' for t in front) in body
+    # A figure per objective where a figure plots one objective.
+    keys = set(re.findall(r'<figure data-key="([^"]+)"', body))
+    assert {"parallel-error", "parallel-speed", "intermediate-error", "intermediate-speed", "pareto", "timeline"} <= keys
 
 
 def test_without_matplotlib_the_study_page_says_how_to_get_the_plots(store, tmp_path: Path) -> None:
@@ -239,8 +275,8 @@ def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
             api = f"{base}api/studies/{sid}"
 
             def trial_state(trial: str) -> str | None:
-                found = re.search(rf'<tr id="trial-{trial}"[^>]*><td>{trial}</td><td><span[^>]*>(\w+)<',
-                                  get_json(f"{api}/parts/trials")["html"])
+                found = re.search(rf'<tr id="trial-{trial}"[^>]*><td>{trial}(?: <span class="badge"[^>]*>\w+</span>)?</td>'
+                                  r"<td><span[^>]*>(\w+)<", get_json(f"{api}/parts/trials")["html"])
                 return found.group(1) if found else None
 
             wait_for(lambda: trial_state("1") == "ACTIVE", 30, "trial 1 running")
@@ -253,9 +289,16 @@ def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
             wait_for(lambda: trial_state("1") == "SUCCEEDED", 5, "trial 1 SUCCEEDED in the table")
             assert after != before
             assert 'data-key="history"' in get_json(f"{api}/parts/figures")["html"]  # drawn again, with trial 1
+            # While trial 2 runs, the best trial so far is trial 1, in the summary and the table.
+            assert trial_state("2") == "ACTIVE"
+            summary = get_json(f"{api}/parts/summary")["html"]
+            assert re.search(r'<dt>Best trial so far</dt><dd><a href="#trial-1" id="best-trial">trial 1</a>: score=[-0-9.e]+ at step 1 ',
+                             summary), summary
+            assert re.search(r'<tr id="trial-1" class="best">', get_json(f"{api}/parts/trials")["html"])
             (gate / "go-2").touch()
             assert study.wait(timeout=60) == 0
             assert trial_state("2") == "SUCCEEDED" and get_json(f"{api}/version")["version"] != after
+            assert "<dt>Best trial</dt>" in get_json(f"{api}/parts/summary")["html"]  # no longer "so far"
 
 
 def test_the_read_only_store_refuses_writes_and_creates_nothing(tmp_path: Path) -> None:
@@ -280,8 +323,9 @@ def test_the_read_only_store_refuses_writes_and_creates_nothing(tmp_path: Path) 
 
 def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None:
     """The page's own script, in headless Chromium: while a study runs, a trial's row turns
-    SUCCEEDED and the figures appear without a reload; no console error; every request goes to
-    the dashboard itself. A screenshot is kept as a CI artifact."""
+    SUCCEEDED, the figures appear and the summary names it the best trial so far, without a
+    reload; no console error; every request goes to the dashboard itself. A screenshot is kept
+    as a CI artifact."""
     from tests.harness.browser import Browser
 
     with gated_study(tmp_path, "live-browser") as (home, gate, sid, study):
@@ -297,6 +341,14 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
                 assert time.monotonic() < deadline, browser.evaluate("document.body.innerText")[-2000:]
                 time.sleep(0.2)
             assert browser.evaluate("window.__sameDocument") is True
+            # The best trial while the study runs: trial 1, trial 2 still ACTIVE.
+            deadline = time.monotonic() + 10
+            while not browser.evaluate("(document.getElementById('best-trial') || {}).textContent === 'trial 1'"):
+                assert time.monotonic() < deadline, browser.evaluate("document.body.innerText")[:2000]
+                time.sleep(0.2)
+            assert browser.evaluate(f"{row_state.format(2)}") == "ACTIVE"
+            assert browser.evaluate("document.querySelector('#trial-1').classList.contains('best')") is True
+            assert "Best trial so far" in browser.evaluate("document.querySelector('[data-part=summary]').innerText")
             artifacts = Path(os.environ.get("VCLI_ARTIFACTS_DIR") or tmp_path)
             artifacts.mkdir(parents=True, exist_ok=True)
             assert browser.screenshot(artifacts / "dashboard-study.png").stat().st_size > 10_000

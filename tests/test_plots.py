@@ -2,7 +2,9 @@
 
 Three studies run through the CLI once per module (the local executor, a script trainer):
 one objective and three parameters (every figure but the Pareto front), two objectives (the
-Pareto front), and one under the median early-stopping rule (the stopped trials' marks).
+per-objective figures and the Pareto front), and one under the median early-stopping rule
+(the stopped trials' marks). The figures' own contracts that need no study run (the colour
+key of many trials, the timeline's bars) are checked on trials built here.
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ for step in range(1, 5):
     print(f"accuracy={(1 - x) * (1 - 0.5 ** step):.6f} step={step}", flush=True)
 """
 
-SINGLE_FIGURES = {"history", "parallel", "slice-x", "slice-n", "slice-kind", "intermediate", "importance"}
+#: The report's figures for the single-objective study, in report order.
+SINGLE_ORDER = ["history", "parallel", "slice-x", "slice-n", "slice-kind", "intermediate", "importance",
+                "contour", "rank", "edf", "timeline"]
+SINGLE_FIGURES = set(SINGLE_ORDER)
+#: The two-objective study's: one figure per objective where a figure plots one objective.
+TWO_FIGURES = {"history", "parallel-error", "parallel-speed", "slice-x", "slice-y", "intermediate-error",
+               "intermediate-speed", "importance-error", "importance-speed", "contour-error", "contour-speed",
+               "rank-error", "rank-speed", "edf", "timeline", "pareto"}
 # The only URIs a report may name: the SVG and XLink namespaces (identifiers, never fetched).
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 
@@ -114,6 +123,21 @@ def test_the_default_report_is_one_self_contained_page(single, tmp_path: Path) -
     for t in study["trials"]:
         assert f"<title>trial {t['id']}: score=" in history
     assert "stopped early" not in html and "Pareto" not in html
+    # The trial table: a row per trial in trial order, the best one marked, its values as in the study.
+    table = html[html.index('<table class="trials">'):]
+    assert re.findall(r'<tr id="trial-(\d+)"', table) == [t["id"] for t in study["trials"]]
+    assert re.findall(r'<tr id="trial-(\d+)" class="best">', table) == [study["bestTrialId"]]
+    for t in study["trials"]:
+        row = re.search(rf'<tr id="trial-{t["id"]}"[^>]*>(.*?)</tr>', table).group(1)
+        cells = re.findall(r"<td>(.*?)</td>", row)
+        params = {p["parameterId"]: p["value"] for p in t["parameters"]}
+        assert cells[1] == "SUCCEEDED" and cells[2:5] == [f"{params['x']:.6g}", str(params["n"]), params["kind"]]
+        assert cells[5] == f"{t['finalMeasurement']['metrics'][0]['value']:.6g}" and cells[6] == "3"
+        assert re.fullmatch(r"\d+(\.\d)? s", cells[7]) and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cells[8])
+    # The timeline has a bar per trial, its tooltip naming the trial's duration.
+    timeline = _figure_svg(html, "timeline")
+    assert sorted(re.findall(r"<title>trial (\d+): completed, \d+(?:\.\d)? s \(", timeline), key=int) == \
+        sorted((t["id"] for t in study["trials"]), key=int)
 
 
 def test_svg_output_writes_one_standalone_svg_per_figure(single, tmp_path: Path) -> None:
@@ -135,8 +159,7 @@ def test_png_output_writes_real_pngs(single, tmp_path: Path) -> None:
     home, sid, _ = single
     r = _plot(home, tmp_path, sid, "--output=study.png")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines() == [f"Wrote study-{k}.png." for k in
-                                     ["history", "parallel", "slice-x", "slice-n", "slice-kind", "intermediate", "importance"]]
+    assert r.stderr.splitlines() == [f"Wrote study-{k}.png." for k in SINGLE_ORDER]
     for k in SINGLE_FIGURES:
         path = tmp_path / f"study-{k}.png"
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -149,7 +172,17 @@ def test_a_multi_objective_report_shows_the_pareto_front(two_metrics, tmp_path: 
     r = _plot(home, tmp_path, sid, "--output=report.html")
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "report.html").read_text()
-    assert "pareto" in _figure_ids(html)
+    assert _figure_ids(html) == TWO_FIGURES
+    # Each objective's figures are its own: titled by it, its values in the tooltips.
+    for metric in ("error", "speed"):
+        for base in ("parallel", "intermediate", "importance", "contour", "rank"):
+            svg = _figure_svg(html, f"{base}-{metric}")
+            label = re.search(r'aria-label="([^"]+)"', svg).group(1)
+            assert metric in label and ("speed" if metric == "error" else "error") not in label, (base, label)
+        assert re.search(rf"<title>trial \d+: {metric}=[^<]* at step 2, succeeded</title>", _figure_svg(html, f"intermediate-{metric}"))
+    # Slices and the history have a panel per objective: each trial's point in each.
+    assert len(re.findall(r"<title>trial \d+: error=", _figure_svg(html, "slice-x"))) == 12
+    assert len(re.findall(r"<title>trial \d+: error=", _figure_svg(html, "history"))) == 12
     # The trials highlighted are the ones `create` reported as the front.
     reported = set(re.findall(r"^  trial (\d+): error=", create_stderr, re.M))
     assert reported
@@ -170,6 +203,71 @@ def test_trials_stopped_early_are_marked(tmp_path: Path) -> None:
     assert stopped, "the median rule stopped no trial: nothing to mark"
     marked = set(re.findall(r"<title>trial (\d+): accuracy=[^<]*, stopped early \(median\)</title>", intermediate))
     assert marked == stopped
+    # The history marks them apart from the trials that completed (their own points, legend entry).
+    history = _figure_svg((tmp_path / "report.html").read_text(), "history")
+    assert set(re.findall(r"<title>trial (\d+): accuracy=[^<]*\(stopped early \(median\)\)</title>", history)) == stopped
+    assert len(re.findall(r"<title>trial \d+: accuracy=[^<(]*</title>", history)) == 7 - len(stopped)
+    # So do the timeline (the bar's outcome) and the trial table.
+    html = (tmp_path / "report.html").read_text()
+    assert set(re.findall(r"<title>trial (\d+): stopped early \(median\), ", _figure_svg(html, "timeline"))) == stopped
+    assert set(re.findall(r'<tr id="trial-(\d+)"[^>]*><td>\d+[^<]*(?:<span[^>]*>[^<]*</span>)?</td><td>SUCCEEDED <span class="how">stopped early \(median\)</span>', html)) == stopped
+
+
+def _synthetic(n: int, *, metrics: int = 1):
+    """A study of `n` finished trials with 3 measurements each, started a second apart, two at a time."""
+    from datetime import UTC, datetime, timedelta
+
+    from vcli.spec import DoubleValueSpec, Goal, Measurement, MetricSpec, ParameterSpec, StudySpec, Trial, TrialState
+
+    params = [ParameterSpec(parameter_id=p, value_spec=DoubleValueSpec(min_value=0, max_value=1)) for p in ("a", "b")]
+    ms = (MetricSpec(metric_id="loss", goal=Goal.MINIMIZE), MetricSpec(metric_id="cost", goal=Goal.MINIMIZE))[:metrics]
+    t0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+    trials = []
+    for i in range(1, n + 1):
+        a, b = (i * 0.37) % 1, (i * 0.61) % 1
+        steps = tuple(Measurement(step_count=s, metrics={"loss": (a - 0.5) ** 2 + b / s, "cost": a + b + s}) for s in (1, 2, 3))
+        start = t0 + timedelta(seconds=(i - 1) // 2 * 3)
+        trials.append(Trial(id=str(i), parameters={"a": a, "b": b}, state=TrialState.SUCCEEDED, measurements=steps,
+                            final_measurement=steps[-1], start_time=start.isoformat().replace("+00:00", "Z"),
+                            end_time=(start + timedelta(seconds=2.5)).isoformat().replace("+00:00", "Z")))
+    return StudySpec(metrics=ms, parameters=tuple(params)), params, trials
+
+
+@pytest.mark.parametrize("n", [6, 25])
+def test_the_intermediate_values_have_a_colour_key_for_any_number_of_trials(n: int) -> None:
+    """Up to 10 trials a legend names each one; beyond, a colour bar keyed by trial number."""
+    from vcli.plots import render
+
+    spec, params, trials = _synthetic(n)
+    (fig,) = [f for f in render.draw(spec, params, trials)[0] if f.key == "intermediate"]
+    (ax, *bars) = fig.figure.axes
+    if n <= render.LEGEND_TRIALS:
+        assert bars == [] and [t.get_text() for t in ax.get_legend().get_texts()] == [f"trial {i}" for i in range(1, n + 1)]
+    else:
+        (bar,) = bars
+        assert bar.get_ylabel() == "trial" and bar.get_ylim() == (1.0, float(n))
+        assert ax.get_legend() is None  # no trial-by-trial legend of 25 entries
+    # the colours follow the trial: no two trials share one
+    colours = [line.get_color() for line in ax.get_lines()]
+    assert len({tuple(c) if not isinstance(c, str) else c for c in colours}) == n
+
+
+def test_the_timeline_shows_durations_and_how_many_ran_at_once() -> None:
+    from datetime import UTC, datetime
+
+    from vcli.plots import render
+
+    spec, params, trials = _synthetic(6, metrics=2)
+    (fig,) = [f for f in render.draw(spec, params, trials, now=datetime(2024, 5, 1, 13, tzinfo=UTC))[0]
+              if f.key == "timeline"]
+    bars_ax, load_ax = fig.figure.axes
+    (bars,) = bars_ax.collections
+    boxes = [p.vertices for p in bars.get_paths()]
+    assert [(round(b[:, 0].min(), 3), round(b[:, 0].max(), 3)) for b in boxes] == \
+        [(0.0, 2.5), (0.0, 2.5), (3.0, 5.5), (3.0, 5.5), (6.0, 8.5), (6.0, 8.5)]
+    (line,) = load_ax.get_lines()
+    assert max(line.get_ydata()) == 2 and line.get_ydata()[-1] == 0
+    assert fig.members[bars.get_gid()][0].startswith("trial 1: completed, 2.5 s (12:00:00 to 12:00:02 UTC)")
 
 
 def test_an_unknown_output_extension_is_one_line(single, tmp_path: Path) -> None:

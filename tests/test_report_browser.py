@@ -27,8 +27,23 @@ for step in (1, 2, 3):
     print(f"score={-(x - 0.3) ** 2 - (n - 2) ** 2 / 10 - (3 - step) * 0.1:.6f} step={step}", flush=True)
 """
 
-#: The report's figures for a finished single-metric study of parameters x and n.
-FIGURES = ("fig-history", "fig-parallel", "fig-slice-x", "fig-slice-n", "fig-intermediate", "fig-importance")
+TWO_METRICS = """
+import sys
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+x = float(args["x"]); n = int(args["n"])
+for step in (1, 2):
+    print(f"error={x * x + n / (10 * step):.6f} step={step}", flush=True)
+    print(f"speed={(1 - x) ** 2 + n / 4:.6f} step={step}", flush=True)
+"""
+
+#: The report's figures for a finished single-metric study of parameters x and n: Optuna's
+#: plots (contour, rank, EDF and timeline among them).
+FIGURES = ("fig-history", "fig-parallel", "fig-slice-x", "fig-slice-n", "fig-intermediate", "fig-importance",
+           "fig-contour", "fig-rank", "fig-edf", "fig-timeline")
+#: ... and for a two-metric study: a figure per objective where a figure plots one objective.
+PER_OBJECTIVE = ("parallel", "intermediate", "importance", "contour", "rank")
+TWO_FIGURES = ("fig-history", "fig-slice-x", "fig-slice-n", "fig-edf", "fig-timeline", "fig-pareto",
+               *(f"fig-{base}-{metric}" for base in PER_OBJECTIVE for metric in ("error", "speed")))
 
 #: For each id: [width, height] of its <svg> (the element itself, or the first one inside it).
 SVG_SIZES = """Object.fromEntries(%s.map(id => {
@@ -84,6 +99,46 @@ def test_the_report_of_a_finished_study_renders_offline_with_every_figure(tmp_pa
     assert "seen" in title
     empty = {fig: size for fig, size in sizes.items() if not size or min(size) <= 0}
     assert not empty, f"figures missing or empty (no <svg>, or a zero-sized one): {empty}"
+    _assert_not_blank(shot)
+
+
+def test_a_multi_objective_report_has_a_figure_per_objective_offline(tmp_path: Path) -> None:
+    """Every figure that plots one objective is drawn once per metric (each titled by its own),
+    next to the contour, rank, EDF, timeline and Pareto figures and the trial table, all
+    rendered by Chromium with no network and no console error."""
+    home = tmp_path / "pareto"
+    _, study, _ = script_study(home, tmp_path, TWO_METRICS, "--metric=metric-id=error,goal=minimize",
+                               "--metric=metric-id=speed,goal=minimize",
+                               "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                               "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                               "--algorithm=random-search", "--max-trial-count=6", "--parallel-trial-count=3", "--seed=7")
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 6
+    report = tmp_path / "pareto.html"
+    r = vcli(home, "hp-tuning-jobs", "plot", study["name"].rsplit("/", 1)[1], f"--output={report}")
+    assert r.returncode == 0, r.stderr
+
+    with Browser(offline=True) as browser:
+        browser.open(report.as_uri())
+        sizes = browser.evaluate(SVG_SIZES % json.dumps(TWO_FIGURES))
+        drawn = browser.evaluate("Array.from(document.querySelectorAll('svg.vcli-figure-svg')).map(s => s.id)")
+        labels = browser.evaluate("Object.fromEntries(Array.from(document.querySelectorAll('svg.vcli-figure-svg'))"
+                                  ".map(s => [s.id, s.getAttribute('aria-label')]))")
+        rows = browser.evaluate("Array.from(document.querySelectorAll('table.trials tr[id]')).map(r => "
+                                "[r.id, r.className, r.getBoundingClientRect().height])")
+        shot = browser.screenshot(_artifacts_dir(tmp_path) / "study-report-multi-objective.png")
+        errors = browser.console_errors
+
+    assert errors == []
+    assert sorted(drawn) == sorted(TWO_FIGURES)
+    empty = {fig: size for fig, size in sizes.items() if not size or min(size) <= 0}
+    assert not empty, f"figures missing or empty: {empty}"
+    for base in PER_OBJECTIVE:
+        for metric, other in (("error", "speed"), ("speed", "error")):
+            label = labels[f"fig-{base}-{metric}"]
+            assert metric in label and other not in label, (base, metric, label)
+    # The trial table: every trial, visible, the Pareto front's trials marked.
+    assert [r[0] for r in rows] == [f"trial-{t['id']}" for t in study["trials"]] and all(r[2] > 0 for r in rows)
+    assert {r[0] for r in rows if r[1] == "pareto"} == {f"trial-{t}" for t in study["optimalTrialIds"]}
     _assert_not_blank(shot)
 
 

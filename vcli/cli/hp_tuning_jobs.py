@@ -114,7 +114,8 @@ def create(
     if kms:
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec):
+        for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec,
+                                              auto=study.execution.auto):
             err(notice)
         if validate_only:
             not_now = runner.check_study(study)
@@ -358,22 +359,27 @@ def tensorboard(
     region: o.Region = None,
 ) -> None:
     """vcli: serve TensorBoard over every trial's AIP_TENSORBOARD_LOG_DIR, one run per trial named
-    by its id and parameters. Runs in the foreground until Ctrl-C."""
+    by its id and parameters, each a session of the HPARAMS dashboard. Runs in the foreground
+    until Ctrl-C."""
     import os
 
+    from vcli import codec
     from vcli.codec.gcs import local_path
     from vcli.plots import tensorboard as tb
     from vcli.store import Store
 
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
-    params = {t.id: t.parameters for t in store.trials(row.id)}
+    trials = store.trials(row.id)
+    params = {t.id: t.parameters for t in trials}
     outputs = [(c.trial_id, params.get(c.trial_id, {}), c.record["outputDirectory"])
                for c in store.child_jobs(row.id) if c.trial_id and c.record.get("outputDirectory")]
     runs = tb.runs(outputs, local_path)
-    argv = tb.tensorboard_argv(runs, host=host, port=port)
+    spec = codec.study_spec_from_stored(row.record["studySpec"])
+    study = tb.StudyLogs(str(store.job_dir(row.id) / "tensorboard"), spec, codec.iter_parameters(spec.parameters), trials)
+    argv = tb.tensorboard_argv(runs, host=host, port=port, study=study)
     for r in runs:
-        err(f"{r.name}: {r.log_dir}" + ("" if r.present else " (not on this machine: not served)"))
+        err(f"{r.name}: {r.log_dir}" + ("" if r.present else " (not on this machine: its HPARAMS session only)"))
     sys.stderr.flush()
     sys.stdout.flush()
     # exec: TensorBoard takes this process's place, so Ctrl-C or a kill stops it and nothing is left.

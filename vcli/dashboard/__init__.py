@@ -1,7 +1,9 @@
 """`vcli dashboard` (vcli extension): a read-only local web server over vcli's store.
 
-Pages: `/` lists custom jobs and studies; `/studies/ID` shows a study's summary, its plots
-(`vcli.plots`, drawn server-side and cached per study version) and its trial table;
+Pages: `/` lists custom jobs and studies; `/studies/ID` shows a study's summary (with its best
+trial, or with several metrics its Pareto front, current while the study runs), its plots
+(`vcli.plots`, drawn server-side and cached per study version) and its trial table (the best
+trial or the front's trials marked, trials stopped early marked);
 `/jobs/ID` a job's (or a trial's) replicas with links to `/jobs/ID/logs/TASK`, a replica's
 log, followed while it grows. Every page is self-contained (inline CSS and script, nothing
 from the network) and keeps itself current by polling JSON under `/api/`: a page asks for its

@@ -27,7 +27,9 @@ a{color:#1a5fb4}h1{font-size:1.4rem;margin:.3rem 0 1rem}h2{font-size:1.1rem;marg
 nav{font-size:.9rem;color:#5c6370}#live{float:right;font-size:.8rem;color:#5c6370}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
 th,td{text-align:left;padding:.3rem .6rem;border-bottom:1px solid #e3e6ea;vertical-align:top}
-th{background:#f4f6f8;font-weight:600}tr.best td{background:#fff6d5}
+th{background:#f4f6f8;font-weight:600}tr.best td,tr.pareto td{background:#fff6d5}
+tr.stopped-early td:nth-child(2)::after{content:" stopped early";font-size:.75rem;color:#a04a00;font-weight:400}
+.badge{font-size:.72rem;font-weight:600;color:#8a5a00;background:#ffe8a3;border-radius:3px;padding:0 .3rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt{color:#5c6370}dd{margin:0}
 .state{font-weight:600;font-size:.85rem}.s-ok{color:#26a269}.s-bad{color:#c01c28}.s-run{color:#1a5fb4}.s-idle{color:#77767b}
 .figures{display:flex;flex-wrap:wrap;gap:1rem}figure{margin:0;flex:1 1 520px;max-width:100%}
@@ -170,13 +172,37 @@ def study_summary(view: StudyView) -> str:
         items.append(("Started", when(row.start_time)))
     if row.end_time:
         items.append(("Ended", when(row.end_time)))
-    if rec.get("bestTrialId"):
-        items.append(("Best trial", esc(rec["bestTrialId"])))
+    items.extend(result_items(view))
     if rec.get("stopReason"):
         items.append(("Stopped because", esc(rec["stopReason"])))
     if row.error:
         items.append(("Error", esc(row.error.get("message"))))
     return "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
+
+
+def result_items(view: StudyView) -> list[tuple[str, str]]:
+    """The study's result so far, current while it runs (`vcli.plots.data.optimal_ids`, the
+    rule of the controller and the live table): its best trial with the value, step and
+    parameters, or with several metrics the trials of the Pareto front; each links to its row."""
+    from vcli.plots import data as d
+
+    spec, trials = view.spec, view.trials
+    running = not JobState(view.row.state).is_final()
+    if len(spec.metrics) > 1:
+        front = d.optimal_ids(spec, trials)
+        if not front:
+            return [("Pareto front", '<span class="note">none yet</span>')]
+        links = ", ".join(f'<a href="#trial-{esc(i)}">{esc(i)}</a>' for i in front)
+        return [("Pareto front" + (" so far" if running else ""), f'trials {links} <span class="note">({len(front)} not dominated)</span>')]
+    top = d.study_best(spec, trials)
+    if top is None:
+        return [("Best trial", '<span class="note">none yet</span>')]
+    t, metric = top.trial, spec.metrics[0]
+    step = t.final_measurement.step_count if t.final_measurement else ""
+    args = " ".join(f"{p.parameter_id}={d.fmt(t.parameters[p.parameter_id])}" for p in view.params if p.parameter_id in t.parameters)
+    return [("Best trial" + (" so far" if running else ""),
+             f'<a href="#trial-{esc(t.id)}" id="best-trial">trial {esc(t.id)}</a>: '
+             f'{esc(metric.metric_id)}={esc(d.fmt(top.value))} at step {esc(step)} <span class="mono">{esc(args)}</span>')]
 
 
 def figures_part(figures: Figures) -> str:
@@ -192,11 +218,15 @@ def figures_part(figures: Figures) -> str:
 def trial_table(view: StudyView) -> str:
     if not view.trials:
         return '<p class="note">No trial yet.</p>'
+    from vcli.plots import data as d
+
     pids = [p.parameter_id for p in view.params]
     mids = [m.metric_id for m in view.spec.metrics]
-    best = view.row.record.get("bestTrialId")
+    result = set(d.optimal_ids(view.spec, view.trials))
+    mark = "pareto" if len(mids) > 1 else "best"
     head = ("<tr><th>Trial</th><th>State</th>" + "".join(f"<th>{esc(p)}</th>" for p in pids)
-            + "".join(f"<th>{esc(m)}</th>" for m in mids) + "<th>Step</th><th>Stop reason</th><th>Logs</th></tr>")
+            + "".join(f"<th>{esc(m)}</th>" for m in mids)
+            + "<th>Step</th><th>Duration</th><th>Stop reason</th><th>Logs</th></tr>")
     rows = []
     for t in view.trials:
         final = t.final_measurement
@@ -204,13 +234,20 @@ def trial_table(view: StudyView) -> str:
         job = view.trial_jobs.get(t.id)
         reason = "; ".join(x for x in (t.stop_reason, t.infeasible_reason,
                                        f"early stopping: {t.early_stopping_rule}" if t.early_stopping_rule else None) if x)
-        cells = [esc(t.id), state(t.state.value), *[esc(number(t.parameters.get(p))) for p in pids],
+        span = d.span(t)
+        badge = f' <span class="badge" title="{esc(BADGES[mark])}">{mark}</span>' if t.id in result else ""
+        cells = [esc(t.id) + badge, state(t.state.value), *[esc(number(t.parameters.get(p))) for p in pids],
                  *[esc(number(latest.metrics.get(m)) if latest else "") for m in mids],
-                 esc(latest.step_count if latest else ""), esc(reason),
+                 esc(latest.step_count if latest else ""),
+                 esc(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "", esc(reason),
                  f'<a href="/jobs/{quote(job)}">replicas</a>' if job else ""]
-        cls = ' class="best"' if t.id == best else ""
+        classes = [c for c in (mark if t.id in result else "", "stopped-early" if t.early_stopping_rule else "") if c]
+        cls = f' class="{" ".join(classes)}"' if classes else ""
         rows.append(f'<tr id="trial-{esc(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+BADGES = {"best": "the best trial so far", "pareto": "on the Pareto front: no other trial is better on every metric"}
 
 
 # ------------------------------------------------------------------ a job and its logs

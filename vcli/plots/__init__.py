@@ -2,24 +2,36 @@
 package also holds a study's other ways out: `export`, a table or an Optuna study, and
 `tensorboard`, its trials as TensorBoard runs.)
 
-The figures (keys in report order; each left out when the study has no data for it):
+The figures (keys in report order; each left out when the study has no data for it). A study
+of several metrics gets the per-objective figures once per metric, keyed `<key>-<metric_id>`
+(`parallel-error`, `parallel-speed`); a study of one keeps the bare key:
 
-* ``history``: the objective (first metric; one panel per metric) of every finished trial in
-  trial order, with the best-so-far line for the metric's goal.
-* ``parallel``: parallel coordinates of every parameter and the objective, lines coloured by it.
-* ``slice-<parameter_id>``: one per parameter, the objective against its value (categories as
-  categories, a log axis for UNIT_LOG_SCALE).
-* ``intermediate``: every trial's measurements of the objective by step; trials stopped early by
-  a rule marked with an x, those stopped by the study with a square, PBT exploits with a
-  triangle at the step they start from.
-* ``importance``: hyperparameter importances (`vcli.plots.importance`: a random forest); needs
-  2 parameters and 4 finished trials, else a note says why.
+* ``history``: every finished trial's value by trial, one panel per metric, with the
+  best-so-far line; trials stopped early by a rule, replaced by a PBT exploit or stopped by
+  the study are marked apart from the ones that completed (legend).
+* ``parallel`` (per objective): parallel coordinates of every parameter and the objective,
+  lines coloured by it.
+* ``slice-<parameter_id>``: one per parameter, each objective against its value (one panel per
+  metric; categories as categories, a log axis for UNIT_LOG_SCALE).
+* ``intermediate`` (per objective): every trial's measurements by step; trials stopped early
+  by a rule marked with an x, those stopped by the study with a square, PBT exploits with a
+  triangle at the step they start from. Up to 10 trials a legend names each; beyond, colours
+  follow the trial number with a colour bar as the key.
+* ``importance`` (per objective): hyperparameter importances (`vcli.plots.importance`: a
+  random forest); needs 2 parameters and 4 finished trials, else a note says why.
+* ``contour`` (per objective): the objective interpolated over each pair of parameters, with
+  the trials as points (at most 4 parameters: the most important ones); needs 2 parameters.
+* ``rank`` (per objective): the trials over each pair of parameters coloured by their rank.
+* ``edf``: the empirical distribution of each objective's values (one panel per metric).
+* ``timeline``: a bar per trial from its start to its end, coloured by outcome, and how many
+  trials ran at once.
 * ``pareto``: with several metrics, the first two plotted with the non-dominated trials
   highlighted (`vcli.tuning.pareto`).
 
-"Finished" is SUCCEEDED with a finite final value of the first metric. A study with none still
-gets a report, which says so. Nothing here loads anything from a network: the HTML has inline
-CSS and inline SVG (text drawn as paths), no scripts and no links.
+"Finished" is SUCCEEDED with a finite final value of the metric. A study with none still
+gets a report, which says so. The HTML report also has a summary (the best trial or the
+Pareto front) and a table of every trial. Nothing here loads anything from a network: the
+HTML has inline CSS and inline SVG (text drawn as paths), no scripts and no links.
 
 matplotlib (and scikit-learn for importances) are imported only when figures are drawn;
 without matplotlib, drawing raises a one-line UsageError saying `pip install 'vcli[plot]'`.
@@ -30,6 +42,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from html import escape
 from typing import Sequence
 
@@ -37,7 +50,7 @@ from vcli.errors import UsageError
 from vcli.plots import data as d
 from vcli.spec import Algorithm, ParameterSpec, StudySpec, Trial
 
-__all__ = ["Figure", "study_figures", "report_html", "write_report", "OUTPUT_EXTENSIONS"]
+__all__ = ["Figure", "study_figures", "report_html", "trial_table", "write_report", "OUTPUT_EXTENSIONS"]
 
 #: What `write_report` can write, by the output path's extension.
 OUTPUT_EXTENSIONS = (".html", ".svg", ".png")
@@ -54,17 +67,20 @@ class Figure:
     svg: str
 
 
-def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> list[Figure]:
+def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
+                  now: datetime | None = None) -> list[Figure]:
     """Every figure the study has data for, in report order. `params` is every parameter,
-    conditional ones included (`codec.iter_parameters`); `trials` in trial order."""
-    return _figures(spec, params, trials)[0]
+    conditional ones included (`codec.iter_parameters`); `trials` in trial order; `now` is
+    where running trials end on the timeline (default: the current time)."""
+    return _figures(spec, params, trials, now)[0]
 
 
-def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> str:
+def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
+                now: datetime | None = None) -> str:
     """The report as one self-contained HTML5 document: a summary table (the study, its
     algorithm and goals, trials by state, the best trial or the Pareto front), a line for
-    each figure left out, and the figures inline."""
-    figures, notes = _figures(spec, params, trials)
+    each figure left out, the figures inline, and a table of every trial (`trial_table`)."""
+    figures, notes = _figures(spec, params, trials, now)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -82,6 +98,8 @@ def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], tr
         '<section class="figures">',
         *[f'<figure class="vcli-figure" data-key="{escape(f.key)}">\n{f.svg}\n</figure>' for f in figures],
         "</section>",
+        '<h2 id="trials">Trials</h2>',
+        trial_table(spec, params, trials),
         "</main>",
         "</body>",
         "</html>",
@@ -113,10 +131,11 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
     return written
 
 
-def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> tuple[list[Figure], list[str]]:
+def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial],
+             now: datetime | None) -> tuple[list[Figure], list[str]]:
     from vcli.plots import render
 
-    drawn, notes = render.draw(spec, params, trials)
+    drawn, notes = render.draw(spec, params, trials, now=now)
     return [Figure(f.key, f.title, render.svg_element(f)) for f in drawn], notes
 
 
@@ -139,7 +158,7 @@ def _summary(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trial
         front = pareto_front(trials, spec.metrics)
         rows.append(("Pareto front", escape(", ".join(f"trial {t.id}" for t in front) or "none yet")))
     else:
-        top = d.best(spec.metrics[0], trials)
+        top = d.study_best(spec, trials)
         if top is None:
             rows.append(("Best trial", "none yet"))
         else:
@@ -148,6 +167,39 @@ def _summary(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trial
                 f"{p.parameter_id}={d.fmt(top.trial.parameters[p.parameter_id])}" for p in params if p.parameter_id in top.trial.parameters))))
     body = "\n".join(f"<tr><th scope=\"row\">{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<table class="summary">\n{body}\n</table>'
+
+
+def trial_table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> str:
+    """Every trial as a row of an HTML table (`<table class="trials">`, rows
+    `<tr id="trial-<id>">`): its number, state and outcome (`stopped early (median)`, ...),
+    parameters, final value of each metric, final step, duration and start time (an
+    infeasible trial's reason where its outcome goes). The study's
+    result is marked: the best trial (class `best`, "best") or the Pareto front's trials
+    (class `pareto`, "Pareto"). Values that are not there (an inactive conditional parameter,
+    a metric not reported) are empty cells."""
+    if not trials:
+        return '<p class="note">No trial yet.</p>'
+    result = set(d.optimal_ids(spec, trials))
+    mark = "Pareto" if len(spec.metrics) > 1 else "best"
+    head = ("<tr><th>Trial</th><th>State</th>" + "".join(f"<th>{escape(p.parameter_id)}</th>" for p in params)
+            + "".join(f"<th>{escape(m.metric_id)}</th>" for m in spec.metrics)
+            + "<th>Step</th><th>Duration</th><th>Started (UTC)</th></tr>")
+    rows = []
+    for t in trials:
+        final = t.final_measurement
+        how = d.outcome_label(t) if d.outcome(t) in ("stopped-early", "pbt", "stopped") else t.infeasible_reason
+        state = escape(t.state.value) + (f' <span class="how">{escape(how)}</span>' if how else "")
+        span = d.span(t) if t.end_time else None
+        start = d.parse_time(t.start_time)
+        cells = [escape(t.id) + (f' <span class="mark">{mark}</span>' if t.id in result else ""), state,
+                 *[escape(d.fmt(t.parameters[p.parameter_id])) if p.parameter_id in t.parameters else "" for p in params],
+                 *[escape(d.fmt(final.metrics[m.metric_id])) if final and m.metric_id in final.metrics else "" for m in spec.metrics],
+                 escape(str(final.step_count)) if final else "",
+                 escape(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "",
+                 escape(f"{start:%Y-%m-%d %H:%M:%S}") if start else ""]
+        cls = f' class="{"pareto" if mark == "Pareto" else "best"}"' if t.id in result else ""
+        rows.append(f'<tr id="trial-{escape(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f'<table class="trials">\n{head}\n' + "\n".join(rows) + "\n</table>"
 
 
 # System fonts only: nothing to download, and the figures' text is drawn as paths anyway.
@@ -164,4 +216,11 @@ _CSS = (
     ".figures{display:flex;flex-wrap:wrap;gap:1rem;margin-top:1rem}"
     "figure.vcli-figure{flex:1 1 auto;margin:0;background:#fff;border:1px solid #d8dce3;border-radius:6px;padding:.5rem}"
     "figure.vcli-figure svg{display:block;max-width:100%;height:auto;margin:0 auto}"
+    "h2{font-size:1.15rem;margin:1.5rem 0 .6rem}"
+    "table.trials{border-collapse:collapse;background:#fff;width:100%;font-variant-numeric:tabular-nums;font-size:14px}"
+    "table.trials th,table.trials td{border:1px solid #d8dce3;padding:.3rem .55rem;text-align:left;vertical-align:top}"
+    "table.trials th{background:#eef1f5;font-weight:600;position:sticky;top:0}"
+    "table.trials tr.best td,table.trials tr.pareto td{background:#fff6d5}"
+    "span.mark{font-size:.75rem;font-weight:600;color:#8a5a00;background:#ffe8a3;border-radius:3px;padding:0 .3rem}"
+    "span.how{font-size:.8rem;color:#a04a00}"
 )

@@ -1,15 +1,19 @@
 """What the study report shows, worked out from the study alone (standard library only).
 
-A trial counts as *finished* for the plots when it SUCCEEDED with a finite final value of the
-study's first metric (trials stopped early by a rule are SUCCEEDED too, Vertex semantics). The
-first metric is the objective of the history, slice, parallel-coordinates, intermediate and
-importance figures; the Pareto figure is the one that looks at several metrics.
+A trial counts as *finished* for a metric when it SUCCEEDED with a finite final value of that
+metric (trials stopped early by a rule are SUCCEEDED too, Vertex semantics). Every metric is
+an objective: the figures that plot one objective are drawn once per metric.
+
+A trial's *outcome* (`outcome`) says how it ended, for the marks and colours of the figures
+and the tables: completed, stopped early by a rule, replaced by a PBT exploit, stopped by the
+study (goal value, time budget, cancel), infeasible, running or requested.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Sequence
 
 from vcli.spec import (
@@ -22,15 +26,17 @@ from vcli.spec import (
     ParameterSpec,
     ParameterValue,
     ScaleType,
+    StudySpec,
     Trial,
     TrialState,
 )
+from vcli.tuning.pareto import pareto_front
 from vcli.tuning.result import best_trial, final_value
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A finished trial and its final value of the objective (the first metric)."""
+    """A finished trial and its final value of one objective."""
 
     trial: Trial
     value: float
@@ -64,6 +70,31 @@ def best(metric: MetricSpec, trials: Sequence[Trial]) -> Finished | None:
     top = best_trial(trials, metric)
     value = final_value(top, metric.metric_id) if top is not None else None
     return Finished(top, value) if top is not None and value is not None else None
+
+
+def study_best(spec: StudySpec, trials: Sequence[Trial]) -> Finished | None:
+    """The study's best trial as its controller names it, or None (and always None with
+    several metrics: the result is then the Pareto front). With Population Based Training
+    only the trials that trained to maxStepCount compete (all finished ones while none has):
+    the rule of `vcli.control.population`, which the views may not import."""
+    if len(spec.metrics) != 1:
+        return None
+    metric = spec.metrics[0]
+    pbt = spec.population_based_training_spec
+    if pbt is not None:
+        done = [f.trial for f in finished(metric, trials)]
+        full = [t for t in done if t.final_measurement is not None and t.final_measurement.step_count >= pbt.max_step_count]
+        trials = full or done
+    return best(metric, trials)
+
+
+def optimal_ids(spec: StudySpec, trials: Sequence[Trial]) -> list[str]:
+    """The ids of the study's result so far, in trial order: its best trial (`study_best`)
+    or, with several metrics, the Pareto front (`vcli.tuning.pareto`)."""
+    if len(spec.metrics) > 1:
+        return [t.id for t in pareto_front(trials, spec.metrics)]
+    top = study_best(spec, trials)
+    return [top.trial.id] if top is not None else []
 
 
 def is_categorical(p: ParameterSpec) -> bool:
@@ -130,3 +161,68 @@ def counts_by_state(trials: Sequence[Trial]) -> dict[str, int]:
     for t in trials:
         counts[t.state.value] += 1
     return {k: n for k, n in counts.items() if n}
+
+
+# ------------------------------------------------------------------ how a trial ended
+
+#: Outcomes, in the order legends list them.
+OUTCOMES = ("completed", "stopped-early", "pbt", "stopped", "infeasible", "running", "requested")
+
+
+def outcome(trial: Trial) -> str:
+    """How the trial ended (module docstring), one of OUTCOMES. PBT's exploits are recorded as
+    the early-stopping rule "pbt"; any other rule is "stopped-early"; a stop reason without
+    a rule is the study's own stop."""
+    if trial.state in (TrialState.ACTIVE, TrialState.STOPPING):
+        return "running"
+    if trial.state == TrialState.REQUESTED:
+        return "requested"
+    if trial.state == TrialState.INFEASIBLE:
+        return "infeasible"
+    if trial.early_stopping_rule == "pbt":
+        return "pbt"
+    if trial.early_stopping_rule:
+        return "stopped-early"
+    return "stopped" if trial.stop_reason else "completed"
+
+
+def outcome_label(trial: Trial) -> str:
+    """The outcome in words: `completed`, `stopped early (median)`, `replaced by a PBT exploit`,
+    `stopped by the study`, `infeasible`, `running`, `requested`."""
+    kind = outcome(trial)
+    if kind == "stopped-early":
+        return f"stopped early ({trial.early_stopping_rule})"
+    return {"pbt": "replaced by a PBT exploit", "stopped": "stopped by the study"}.get(kind, kind)
+
+
+def parse_time(iso: str | None) -> datetime | None:
+    """A stored RFC 3339 time (`2024-05-01T10:00:00.123Z`) as an aware datetime; None for
+    None or text that is not such a time."""
+    if not iso:
+        return None
+    try:
+        when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def span(trial: Trial, now: datetime | None = None) -> tuple[datetime, datetime] | None:
+    """(start, end) of the trial; a started trial without an end (running) ends at `now`
+    (default: the current time); None for a trial that never started."""
+    start = parse_time(trial.start_time)
+    if start is None:
+        return None
+    end = parse_time(trial.end_time) or now or datetime.now(UTC)
+    return start, max(start, end)
+
+
+def fmt_duration(seconds: float) -> str:
+    """`0.7 s`, `42 s`, `3 min 05 s`, `2 h 07 min`."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"

@@ -4,14 +4,27 @@ The table has one row per trial and these columns, in order: `trial_id`, `state`
 per parameter (`param_<id>`, empty where a conditional parameter was inactive), one per
 metric (`metric_<id>`: the final measurement's value), `final_step`, `start_time`,
 `end_time`, `duration_seconds`, `infeasible_reason`, `early_stopping_rule`, and for PBT
-`pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`. Values keep their types (integers as
-integers); CSV writes them as text, Parquet with their types.
+`pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`. Values keep their types: INTEGER
+parameters and whole DISCRETE values are integers (`16`, not `16.0`: the value the trainer
+received as `--batch_size=16`), other numbers floats; CSV writes them as text, Parquet with
+their types.
 
 An Optuna storage URL (`sqlite:///study.db`, any URL `optuna.storages.RDBStorage` takes)
-gets a new study named after the vcli study (its id appended), one direction per metric,
-every trial with its parameters and distributions, its final values, and its intermediate
-values by step (the first metric's), so `optuna-dashboard` and `optuna.load_study` show it.
-SUCCEEDED trials are COMPLETE, INFEASIBLE ones FAIL, running ones RUNNING.
+gets a new study named after the vcli study (its id appended), one direction per metric and
+the metrics' ids as its metric names (`Study.set_metric_names`), and every trial with:
+
+* its state: SUCCEEDED is COMPLETE, or PRUNED when an early-stopping rule stopped it (PBT's
+  exploits included, rule "pbt"), with the final measurement as its value(s), as Optuna's
+  own pruned trials keep their last intermediate value; INFEASIBLE is FAIL; ACTIVE and
+  STOPPING are RUNNING; REQUESTED is WAITING;
+* its real start and end (`datetime_start`, `datetime_complete`: the stored times, as the
+  naive local times Optuna itself records), so durations and optuna-dashboard's timeline
+  are the study's own;
+* its parameters and their distributions (whole, evenly spaced DISCRETE values as an
+  `IntDistribution` with a step, other DISCRETE values as a `CategoricalDistribution`);
+* its intermediate values by step (the first metric's: Optuna keeps one per step);
+* user attributes `vcli_trial_id`, and where they apply `infeasible_reason`,
+  `early_stopping_rule`, `stop_reason`, `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`.
 
 csv is the standard library's; pyarrow and optuna are imported only for their formats, and
 a missing one is one line saying what to install.
@@ -20,10 +33,13 @@ a missing one is one line saying what to install.
 from __future__ import annotations
 
 import csv
+import math
+import warnings
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from vcli.errors import UsageError
+from vcli.plots.data import parse_time
 from vcli.spec import (
     CategoricalValueSpec,
     DiscreteValueSpec,
@@ -31,6 +47,7 @@ from vcli.spec import (
     Goal,
     IntegerValueSpec,
     ParameterSpec,
+    ParameterValue,
     ScaleType,
     StudySpec,
     Trial,
@@ -47,10 +64,11 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
                "start_time", "end_time", "duration_seconds", "infeasible_reason", "early_stopping_rule"]
     if pbt:
         columns += ["pbt_member", "pbt_parent_trial_id", "pbt_start_step"]
+    specs = {p.parameter_id: p for p in params}
     rows = []
     for t in trials:
         final = t.final_measurement
-        row: list[Any] = [t.id, t.state.value, *[t.parameters.get(p) for p in pids],
+        row: list[Any] = [t.id, t.state.value, *[typed(specs[p], t.parameters[p]) if p in t.parameters else None for p in pids],
                           *[final.metrics.get(m) if final else None for m in mids],
                           final.step_count if final else None, t.start_time, t.end_time, _duration(t),
                           t.infeasible_reason, t.early_stopping_rule]
@@ -62,11 +80,25 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
     return columns, rows
 
 
+def typed(p: ParameterSpec, value: ParameterValue) -> ParameterValue:
+    """A parameter's value with the type a table keeps: INTEGER as int, a whole DISCRETE
+    value as int (as `--<id>=16` gave it to the trainer), another number as float, a
+    category as is."""
+    v = p.value_spec
+    if isinstance(v, IntegerValueSpec):
+        return int(value)
+    if isinstance(v, DiscreteValueSpec):
+        f = float(value)
+        return int(f) if f.is_integer() else f
+    if isinstance(v, DoubleValueSpec):
+        return float(value)
+    return value
+
+
 def _duration(t: Trial) -> float | None:
-    if not t.start_time or not t.end_time:
+    start, end = parse_time(t.start_time), parse_time(t.end_time)
+    if start is None or end is None:
         return None
-    start = datetime.fromisoformat(t.start_time.replace("Z", "+00:00"))
-    end = datetime.fromisoformat(t.end_time.replace("Z", "+00:00"))
     return round((end - start).total_seconds(), 3)
 
 
@@ -95,30 +127,109 @@ def write_parquet(path: str, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, ParameterSpec],
               trials: Sequence[Trial]) -> str:
-    """Create an Optuna study at storage `url` holding `trials`; returns its name."""
+    """Create an Optuna study at storage `url` holding `trials` (module docstring); returns
+    its name. A storage that already has a study of that name is a UsageError naming it."""
     try:
         import optuna
     except ImportError:
         raise UsageError("argument --to: exporting to an Optuna storage needs optuna: pip install optuna") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["maximize" if m.goal == Goal.MAXIMIZE else "minimize" for m in spec.metrics]
-    study = optuna.create_study(storage=url, study_name=study_name, directions=directions)
-    first = spec.metrics[0].metric_id
-    for t in trials:
-        state = {TrialState.SUCCEEDED: optuna.trial.TrialState.COMPLETE,
-                 TrialState.INFEASIBLE: optuna.trial.TrialState.FAIL}.get(t.state, optuna.trial.TrialState.RUNNING)
-        values = None
-        if state == optuna.trial.TrialState.COMPLETE and t.final_measurement is not None:
-            values = [t.final_measurement.metrics[m.metric_id] for m in spec.metrics]
-        study.add_trial(optuna.trial.create_trial(
-            state=state,
-            params=dict(t.parameters),
-            distributions={k: _distribution(optuna, params[k]) for k in t.parameters if k in params},
-            values=values,
-            intermediate_values={m.step_count: m.metrics[first] for m in t.measurements if first in m.metrics},
-            user_attrs={"vcli_trial_id": t.id, **({"infeasible_reason": t.infeasible_reason} if t.infeasible_reason else {})},
-        ))
+    try:
+        study = optuna.create_study(storage=url, study_name=study_name, directions=directions)
+    except optuna.exceptions.DuplicatedStudyError:
+        raise UsageError(f"argument --to: {url} already has an Optuna study named [{study_name}]; "
+                         "delete it (optuna delete-study) or export to another storage") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # set_metric_names is "experimental"
+        study.set_metric_names([m.metric_id for m in spec.metrics])
+    now = datetime.now()
+    study.add_trials([_frozen(optuna, spec, params, t, number, now) for number, t in enumerate(trials)])
     return study_name
+
+
+def _frozen(optuna: Any, spec: StudySpec, params: Mapping[str, ParameterSpec], t: Trial, number: int, now: datetime) -> Any:
+    """The vcli trial `t` as an Optuna FrozenTrial (module docstring). A finished trial without
+    a stored end ends at its start; a started one without a start time starts at `now`."""
+    states = optuna.trial.TrialState
+    state, values = _state_and_values(optuna, spec, t)
+    start = _local(t.start_time)
+    end = _local(t.end_time)
+    if state != states.WAITING and start is None:
+        start = end or now
+    if state.is_finished():
+        end = max(end or start, start)
+    else:
+        end = None
+    first = spec.metrics[0].metric_id
+    intermediate = {m.step_count: v for m in t.measurements if (v := _number(m.metrics.get(first))) is not None}
+    kept = {k: v for k, v in t.parameters.items() if k in params}
+    return optuna.trial.FrozenTrial(
+        number=number, state=state, value=None, values=values,
+        datetime_start=start if state != states.WAITING else None, datetime_complete=end,
+        params={k: _optuna_value(params[k], v) for k, v in kept.items()},
+        distributions={k: _distribution(optuna, params[k]) for k in kept},
+        user_attrs=_attrs(t), system_attrs={}, intermediate_values=intermediate, trial_id=number,
+    )
+
+
+def _state_and_values(optuna: Any, spec: StudySpec, t: Trial) -> tuple[Any, list[float] | None]:
+    """The Optuna state of `t` (module docstring) and its values, one per metric, for a
+    COMPLETE or PRUNED trial with a number for each (else None)."""
+    states = optuna.trial.TrialState
+    state = {TrialState.SUCCEEDED: states.PRUNED if t.early_stopping_rule else states.COMPLETE,
+             TrialState.INFEASIBLE: states.FAIL, TrialState.REQUESTED: states.WAITING}.get(t.state, states.RUNNING)
+    final = t.final_measurement
+    if state not in (states.COMPLETE, states.PRUNED) or final is None:
+        return state, None
+    found = [_number(final.metrics.get(m.metric_id)) for m in spec.metrics]
+    if all(v is not None and not math.isnan(v) for v in found):
+        return state, found  # type: ignore[return-value]
+    # Optuna requires the values of a COMPLETE trial; vcli's result leaves such a trial out too
+    return (states.FAIL if state == states.COMPLETE else state), None
+
+
+def _attrs(t: Trial) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"vcli_trial_id": t.id}
+    for key, value in (("infeasible_reason", t.infeasible_reason), ("early_stopping_rule", t.early_stopping_rule),
+                       ("stop_reason", t.stop_reason)):
+        if value:
+            attrs[key] = value
+    if t.lineage is not None:
+        attrs["pbt_member"] = t.lineage.member
+        if t.lineage.parent_trial_id:
+            attrs["pbt_parent_trial_id"] = t.lineage.parent_trial_id
+            attrs["pbt_start_step"] = t.lineage.start_step
+    return attrs
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _local(iso: str | None) -> datetime | None:
+    """A stored UTC time as the naive local time Optuna records (`datetime.now()`)."""
+    when = parse_time(iso)
+    return when.astimezone().replace(tzinfo=None) if when is not None else None
+
+
+def _whole_steps(values: Sequence[float]) -> int | None:
+    """The step of DISCRETE values that are whole numbers evenly spaced (8, 16, 24), else None."""
+    xs = sorted(set(values))
+    if len(xs) < 2 or not all(float(x).is_integer() for x in xs):
+        return None
+    steps = {int(b - a) for a, b in zip(xs, xs[1:])}
+    return steps.pop() if len(steps) == 1 else None
+
+
+def _optuna_value(p: ParameterSpec, value: ParameterValue) -> ParameterValue:
+    v = p.value_spec
+    if isinstance(v, IntegerValueSpec) or (isinstance(v, DiscreteValueSpec) and _whole_steps(v.values)):
+        return int(value)
+    return typed(p, value)
 
 
 def _distribution(optuna: Any, p: ParameterSpec) -> Any:
@@ -129,6 +240,9 @@ def _distribution(optuna: Any, p: ParameterSpec) -> Any:
     if isinstance(v, IntegerValueSpec):
         return optuna.distributions.IntDistribution(v.min_value, v.max_value, log=log)
     if isinstance(v, DiscreteValueSpec):
-        return optuna.distributions.CategoricalDistribution(tuple(float(x) for x in v.values))
+        step = _whole_steps(v.values)
+        if step:
+            return optuna.distributions.IntDistribution(int(min(v.values)), int(max(v.values)), step=step)
+        return optuna.distributions.CategoricalDistribution(tuple(int(x) if float(x).is_integer() else float(x) for x in v.values))
     assert isinstance(v, CategoricalValueSpec)
     return optuna.distributions.CategoricalDistribution(tuple(v.values))

@@ -9,11 +9,11 @@ same in any browser without a font being installed or downloaded.
 An SVG for the HTML report is made embeddable by `svg_element`: the XML prolog, DOCTYPE and
 the RDF metadata (which names web URIs) are dropped, every id inside is prefixed with the
 figure's own id (several inline SVGs share one id space, and matplotlib numbers its ids the
-same way in every figure), the root gets `id="fig-<key>"`, and each trial's point or line
-gets a `<title>` tooltip naming the trial, its metrics and its parameters.
+same way in every figure), the root gets `id="fig-<key>"`, and each trial's point, line or
+bar gets a `<title>` tooltip naming the trial, its metrics and its parameters.
 
-Points and lines of many trials are one collection each (one artist per trial would make a
-study of hundreds of trials take many seconds to draw); the SVG backend writes a
+Points, lines and bars of many trials are one collection each (one artist per trial would
+make a study of hundreds of trials take many seconds to draw); the SVG backend writes a
 collection's members in order, so the n-th element of its group gets the n-th tooltip.
 """
 
@@ -23,13 +23,14 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from html import escape
 from typing import Any, Sequence
 
 from vcli.errors import UsageError
 from vcli.plots import data as d
 from vcli.plots.importance import METHOD, importances
-from vcli.spec import Goal, MetricSpec, ParameterSpec, StudySpec, Trial
+from vcli.spec import Goal, IntegerValueSpec, MetricSpec, ParameterSpec, StudySpec, Trial
 from vcli.tuning import pareto
 
 RC = {
@@ -44,6 +45,28 @@ RC = {
 BEST = "#d62728"
 POINT = "#1f77b4"
 NO_FINISHED = "This study has no finished trials yet."
+#: Contour and rank plots pair at most this many parameters (the most important ones).
+MAX_PAIR_PARAMETERS = 4
+#: Up to this many trials the intermediate-values plot names each one in a legend; beyond,
+#: a colour bar keyed by trial number is the colour key.
+LEGEND_TRIALS = 10
+
+#: How a finished trial is marked where trials are points (history): by its outcome.
+MARKS = {
+    "completed": {"marker": "o", "color": POINT, "s": 20},
+    "stopped-early": {"marker": "X", "color": "#ff7f0e", "s": 42},
+    "pbt": {"marker": "v", "color": "#8c564b", "s": 34},
+    "stopped": {"marker": "s", "color": "0.45", "s": 26},
+}
+#: Bar colours of the timeline, by outcome (Optuna's: completed blue, pruned orange, failed red, running green).
+TIMELINE_COLOURS = {
+    "completed": "#1f77b4", "stopped-early": "#ff7f0e", "pbt": "#8c564b", "stopped": "#7f7f7f",
+    "infeasible": "#d62728", "running": "#2ca02c",
+}
+TIMELINE_LABELS = {
+    "completed": "completed", "stopped-early": "stopped early by a rule", "pbt": "replaced by a PBT exploit",
+    "stopped": "stopped by the study", "infeasible": "infeasible", "running": "running",
+}
 
 
 @dataclass
@@ -71,6 +94,33 @@ class Drawn:
         return gid
 
 
+@dataclass(frozen=True)
+class Study:
+    """What every figure reads: the spec, every parameter (conditional ones included), the
+    trials in trial order, each metric's finished trials, and the time running trials end at."""
+
+    spec: StudySpec
+    params: Sequence[ParameterSpec]
+    trials: Sequence[Trial]
+    done: dict[str, list[d.Finished]]
+    now: datetime
+
+    @property
+    def metrics(self) -> Sequence[MetricSpec]:
+        return self.spec.metrics
+
+    @property
+    def multi(self) -> bool:
+        return len(self.spec.metrics) > 1
+
+    def key(self, base: str, metric: MetricSpec) -> str:
+        """A per-objective figure's key: `base`, or `base-<metric id>` with several metrics."""
+        return f"{base}-{metric.metric_id}" if self.multi else base
+
+    def describe(self, trial: Trial) -> str:
+        return d.describe(trial, self.params, self.metrics)
+
+
 def matplotlib() -> Any:
     try:
         import matplotlib
@@ -79,37 +129,55 @@ def matplotlib() -> Any:
     return matplotlib
 
 
-def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> tuple[list[Drawn], list[str]]:
-    """Every figure the study has data for, in report order, and one sentence for each figure
-    left out (or for a study with nothing finished yet)."""
+def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
+         now: datetime | None = None) -> tuple[list[Drawn], list[str]]:
+    """Every figure the study has data for, in report order (`vcli.plots`), and one sentence
+    for each figure left out (or for a study with nothing finished yet). `now` is where the
+    timeline's running trials end (default: the current time)."""
     mpl = matplotlib()
-    metric = spec.metrics[0]
-    done = d.finished(metric, trials)
+    s = Study(spec, params, trials, {m.metric_id: d.finished(m, trials) for m in spec.metrics},
+              now or datetime.now(UTC))
     figures: list[Drawn] = []
     notes: list[str] = []
     with mpl.rc_context(RC):
-        if done:
-            figures.append(_history(spec, params, trials))
-            if params:
-                figures.append(_parallel(metric, params, done, spec.metrics))
-            figures.extend(_slice(metric, p, params, done, spec.metrics) for p in params)
+        # importances once per metric: their figure, and which parameters contour and rank pair
+        ranked = {m.metric_id: importances(params, s.done[m.metric_id]) if s.done[m.metric_id] else None
+                  for m in s.metrics}
+        if any(s.done.values()):
+            _finished_figures(s, figures, notes)
         else:
             notes.append(NO_FINISHED)
-        if any(_curve(t, metric.metric_id) for t in trials):
-            figures.append(_intermediate(metric, trials))
-        if done:
-            ranked = importances(params, done)
-            if isinstance(ranked, str):
-                notes.append(ranked)
-            else:
-                figures.append(_importance(metric, ranked))
-        if len(spec.metrics) >= 2:
-            front = _pareto(spec.metrics, params, trials)
+        figures.extend(_intermediate(s, m) for m in s.metrics if any(_curve(t, m.metric_id) for t in trials))
+        for m in s.metrics:
+            found = ranked[m.metric_id]
+            if isinstance(found, dict):
+                figures.append(_importance(s, m, found))
+            elif isinstance(found, str):
+                notes.append(f"{m.metric_id}: {found}" if s.multi else found)
+        if any(s.done.values()):
+            _pairs(s, ranked, figures, notes)
+            figures.append(_edf(s))
+        timeline = _timeline(s)
+        if timeline is not None:
+            figures.append(timeline)
+        if s.multi:
+            front = _pareto(s)
             if front is None:
                 notes.append("The Pareto front needs finished trials with a value of every metric.")
             else:
                 figures.append(front)
     return figures, notes
+
+
+def _finished_figures(s: Study, figures: list[Drawn], notes: list[str]) -> None:
+    """History, parallel coordinates (per objective) and slices, for a study with finished trials."""
+    figures.append(_history(s))
+    if s.params:
+        figures.extend(_parallel(s, m) for m in s.metrics if s.done[m.metric_id])
+    figures.extend(_slice(s, p) for p in s.params)
+    if s.multi:
+        notes.extend(f"{m.metric_id}: no finished trial has a value of it yet, so its figures are left out."
+                     for m in s.metrics if not s.done[m.metric_id])
 
 
 def svg_element(fig: Drawn) -> str:
@@ -169,7 +237,7 @@ def save(fig: Drawn, path: str, fmt: str) -> None:
         fig.figure.savefig(path, format=fmt, dpi=150)
 
 
-# --------------------------------------------------------------------------- the figures
+# --------------------------------------------------------------------------- shared pieces
 
 
 def _figure(key: str, title: str, width: float, height: float) -> Drawn:
@@ -183,6 +251,11 @@ def _figure(key: str, title: str, width: float, height: float) -> Drawn:
 
 def _goal(m: MetricSpec) -> str:
     return f"{m.metric_id} ({'maximize' if m.goal == Goal.MAXIMIZE else 'minimize'})"
+
+
+def _names(metrics: Sequence[MetricSpec]) -> str:
+    ids = [m.metric_id for m in metrics]
+    return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
 
 
 def _x_of(trials: Sequence[Trial]) -> dict[str, float]:
@@ -202,20 +275,36 @@ def _integer_x(ax, locator: type) -> None:
     ax.xaxis.set_major_locator(locator(integer=True))
 
 
-def _history(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> Drawn:
+def _value_norm(values: Sequence[float]) -> Any:
+    from matplotlib.colors import Normalize
+
+    lo, hi = min(values), max(values)
+    return Normalize(lo, hi if hi > lo else lo + 1)
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _history(s: Study) -> Drawn:
+    """One panel per metric: every finished trial's value marked by its outcome (completed,
+    stopped early by a rule, replaced by a PBT exploit, stopped by the study), and the best so far."""
     from matplotlib.ticker import MaxNLocator
 
-    metrics = spec.metrics
-    out = _figure("history", f"Optimisation history: {metrics[0].metric_id} by trial, with the best so far",
-                  7, 1.0 + 2.4 * len(metrics))
-    axes = out.figure.subplots(len(metrics), 1, squeeze=False, sharex=True)[:, 0]
-    x_of = _x_of(trials)
-    for ax, m in zip(axes, metrics):
-        done = d.finished(m, trials)
-        xs = [x_of[f.trial.id] for f in done]
+    out = _figure("history", f"Optimisation history: {_names(s.metrics)} by trial, with the best so far",
+                  7, 1.0 + 2.4 * len(s.metrics))
+    axes = out.figure.subplots(len(s.metrics), 1, squeeze=False, sharex=True)[:, 0]
+    x_of = _x_of(s.trials)
+    for ax, m in zip(axes, s.metrics):
+        done = s.done[m.metric_id]
         if done:
-            ax.scatter(xs, [f.value for f in done], s=20, color=POINT, zorder=3, label="trial",
-                       gid=out.tips([d.describe(f.trial, params, metrics) for f in done]))
+            groups: dict[str, list[d.Finished]] = {}
+            for f in done:
+                groups.setdefault(d.outcome_label(f.trial), []).append(f)
+            for label, members in sorted(groups.items(), key=lambda g: d.OUTCOMES.index(d.outcome(g[1][0].trial))):
+                suffix = "" if label == "completed" else f" ({label})"
+                ax.scatter([x_of[f.trial.id] for f in members], [f.value for f in members], zorder=3, label=label,
+                           gid=out.tips([s.describe(f.trial) + suffix for f in members]), **MARKS[d.outcome(members[0].trial)])
+            xs = [x_of[f.trial.id] for f in done]
             ax.plot(xs, d.best_so_far([f.value for f in done], m.goal), drawstyle="steps-post", color=BEST,
                     lw=1.5, label="best so far")
             ax.legend(loc="best", fontsize=8)
@@ -225,19 +314,22 @@ def _history(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[
     return out
 
 
-def _parallel(metric: MetricSpec, params: Sequence[ParameterSpec], done: Sequence[d.Finished],
-              metrics: Sequence[MetricSpec]) -> Drawn:
+# --------------------------------------------------------------------------- parallel coordinates
+
+
+def _parallel(s: Study, metric: MetricSpec) -> Drawn:
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
     from matplotlib.collections import LineCollection
-    from matplotlib.colors import Normalize
 
+    params, done = s.params, s.done[metric.metric_id]
     n = len(params) + 1
-    out = _figure("parallel", f"Parallel coordinates: every parameter and {metric.metric_id}", max(6.0, 1.4 * n + 2), 4.2)
+    out = _figure(s.key("parallel", metric), f"Parallel coordinates: every parameter and {metric.metric_id}",
+                  max(6.0, 1.4 * n + 2), 4.2)
     ax = out.figure.subplots()
     values = [f.value for f in done]
     lo, hi = min(values), max(values)
-    norm, cmap = Normalize(lo, hi if hi > lo else lo + 1), colormaps["viridis"]
+    norm, cmap = _value_norm(values), colormaps["viridis"]
     ranked = sorted(done, key=lambda f: f.value if metric.goal == Goal.MAXIMIZE else -f.value)  # best drawn last, on top
     lines = []
     for f in ranked:
@@ -245,12 +337,11 @@ def _parallel(metric: MetricSpec, params: Sequence[ParameterSpec], done: Sequenc
         ys.append(0.5 if hi <= lo else (f.value - lo) / (hi - lo))
         lines.append(list(zip(range(n), ys)))
     ax.add_collection(LineCollection(lines, colors=[cmap(norm(f.value)) for f in ranked], linewidths=1.3, alpha=0.8,
-                                     gid=out.tips([d.describe(f.trial, params, metrics) for f in ranked])))
+                                     gid=out.tips([s.describe(f.trial) for f in ranked])))
     for i, p in enumerate(params):
         ax.axvline(i, color="0.35", lw=0.8)
         if d.is_categorical(p):
-            cats = d.categories(p)
-            for c in cats:
+            for c in d.categories(p):
                 _axis_label(ax, i, d.unit(p, c), c)
         else:
             low, high = d.bounds(p)
@@ -276,36 +367,47 @@ def _axis_label(ax: Any, x: float, y: float, text: str) -> None:
             bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
 
 
-def _slice(metric: MetricSpec, p: ParameterSpec, params: Sequence[ParameterSpec], done: Sequence[d.Finished],
-           metrics: Sequence[MetricSpec]) -> Drawn:
+# --------------------------------------------------------------------------- slices
+
+
+def _slice(s: Study, p: ParameterSpec) -> Drawn:
+    """Each objective against one parameter: one panel per metric, points darker the later the trial."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
 
     pid = p.parameter_id
-    out = _figure(f"slice-{pid}", f"Slice: {metric.metric_id} against {pid}", 4.9, 3.4)
-    ax = out.figure.subplots()
+    rows = [m for m in s.metrics if s.done[m.metric_id]]
+    out = _figure(f"slice-{pid}", f"Slice: {_names(rows)} against {pid}", 4.9, 0.6 + 2.8 * len(rows))
+    axes = out.figure.subplots(len(rows), 1, squeeze=False, sharex=True)[:, 0]
     cats = d.categories(p)
-    norm, cmap = Normalize(1, max(len(done), 2)), colormaps["Blues"]
-    points = []  # (x, objective, colour, tooltip)
-    for order, f in enumerate(done, start=1):
-        value = f.trial.parameters.get(pid)
-        if value is None or (cats and str(value) not in cats):
-            continue  # an inactive conditional parameter: this trial says nothing about it
-        x = cats.index(str(value)) if cats else float(value)
-        points.append((x, f.value, cmap(0.3 + 0.7 * norm(order)), d.describe(f.trial, params, metrics)))
-    if points:
-        ax.scatter([p[0] for p in points], [p[1] for p in points], s=26, c=[p[2] for p in points], edgecolors="0.3",
-                   linewidths=0.4, zorder=3, gid=out.tips([p[3] for p in points]))
-    if cats:
-        ax.set_xticks(range(len(cats)), cats)
-        ax.set_xlim(-0.5, len(cats) - 0.5)
-    elif d.is_log(p):
-        ax.set_xscale("log")
-    ax.set_xlabel(pid + (" (log scale)" if d.is_log(p) else ""))
-    ax.set_ylabel(_goal(metric))
-    out.figure.colorbar(ScalarMappable(norm, cmap), ax=ax, label="trial order (later is darker)")
+    order = {t.id: i for i, t in enumerate(s.trials, start=1)}
+    blues = colormaps["Blues"]
+    # the light end of Blues is invisible on white: the key starts where the points do
+    norm, cmap = Normalize(1, max(len(s.trials), 2)), LinearSegmentedColormap.from_list("trial-order", [blues(0.3), blues(1.0)])
+    for ax, m in zip(axes, rows):
+        points = []  # (x, objective, colour, tooltip)
+        for f in s.done[m.metric_id]:
+            value = f.trial.parameters.get(pid)
+            if value is None or (cats and str(value) not in cats):
+                continue  # an inactive conditional parameter: this trial says nothing about it
+            x = cats.index(str(value)) if cats else float(value)
+            points.append((x, f.value, cmap(norm(order[f.trial.id])), s.describe(f.trial)))
+        if points:
+            ax.scatter([q[0] for q in points], [q[1] for q in points], s=26, c=[q[2] for q in points], edgecolors="0.3",
+                       linewidths=0.4, zorder=3, gid=out.tips([q[3] for q in points]))
+        if cats:
+            ax.set_xticks(range(len(cats)), cats)
+            ax.set_xlim(-0.5, len(cats) - 0.5)
+        elif d.is_log(p):
+            ax.set_xscale("log")
+        ax.set_ylabel(_goal(m))
+    axes[-1].set_xlabel(pid + (" (log scale)" if d.is_log(p) else ""))
+    out.figure.colorbar(ScalarMappable(norm, cmap), ax=list(axes), label="trial order (later is darker)")
     return out
+
+
+# --------------------------------------------------------------------------- intermediate values
 
 
 def _curve(t: Trial, metric_id: str) -> list[tuple[int, float]]:
@@ -318,14 +420,21 @@ def _curve(t: Trial, metric_id: str) -> list[tuple[int, float]]:
     return sorted(pts)
 
 
-def _intermediate(metric: MetricSpec, trials: Sequence[Trial]) -> Drawn:
+def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
+    """Every trial's measurements of `metric` by step. Up to LEGEND_TRIALS trials a legend
+    names each; beyond, colours follow the trial number and a colour bar is the key."""
     from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     from matplotlib.ticker import MaxNLocator
 
-    out = _figure("intermediate", f"Intermediate values: {metric.metric_id} by step, every trial", 7, 4.2)
+    out = _figure(s.key("intermediate", metric), f"Intermediate values: {metric.metric_id} by step, every trial", 7, 4.2)
     ax = out.figure.subplots()
-    curves = {t.id: c for t in trials if (c := _curve(t, metric.metric_id))}
-    few = len(curves) <= 10
+    curves = {t.id: c for t in s.trials if (c := _curve(t, metric.metric_id))}
+    few = len(curves) <= LEGEND_TRIALS
+    x_of = _x_of(s.trials)
+    numbers = [x_of[t] for t in curves]
+    norm = Normalize(min(numbers), max(max(numbers), min(numbers) + 1))
     cmap = colormaps["tab10" if few else "viridis"]
     shown: set[str] = set()
 
@@ -335,9 +444,9 @@ def _intermediate(metric: MetricSpec, trials: Sequence[Trial]) -> Drawn:
         shown.add(label)
         return label
 
-    for i, t in enumerate(t for t in trials if t.id in curves):
+    for i, t in enumerate(t for t in s.trials if t.id in curves):
         steps, values = zip(*curves[t.id])
-        color = cmap(i % 10 if few else i / max(len(curves) - 1, 1))
+        color = cmap(i % 10) if few else cmap(norm(x_of[t.id]))
         why = f"stopped early ({t.early_stopping_rule})" if t.early_stopping_rule else (
             f"stopped: {t.stop_reason}" if t.stop_reason else t.state.value.lower())
         ax.plot(steps, values, color=color, lw=1.2, marker=".", ms=4, label=f"trial {t.id}" if few else None,
@@ -350,7 +459,7 @@ def _intermediate(metric: MetricSpec, trials: Sequence[Trial]) -> Drawn:
                        label=once("stopped by the study"))
         lin = t.lineage
         if lin is not None and lin.parent_trial_id:
-            parent = [v for s, v in curves.get(lin.parent_trial_id, []) if s <= lin.start_step]
+            parent = [v for st, v in curves.get(lin.parent_trial_id, []) if st <= lin.start_step]
             anchor = parent[-1] if parent else values[0]
             ax.plot([lin.start_step, steps[0]], [anchor, values[0]], ls=":", color=color, lw=1)
             ax.scatter([lin.start_step], [anchor], marker="^", s=55, color="darkorange", zorder=4,
@@ -361,12 +470,19 @@ def _intermediate(metric: MetricSpec, trials: Sequence[Trial]) -> Drawn:
     ax.set_ylabel(_goal(metric))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=7, ncol=2 if few and len(curves) > 5 else 1)
+    if not few:
+        bar = out.figure.colorbar(ScalarMappable(norm, cmap), ax=ax, label="trial")
+        bar.locator = MaxNLocator(integer=True)
+        bar.update_ticks()
     return out
 
 
-def _importance(metric: MetricSpec, ranked: dict[str, float]) -> Drawn:
+# --------------------------------------------------------------------------- importance
+
+
+def _importance(s: Study, metric: MetricSpec, ranked: dict[str, float]) -> Drawn:
     order = sorted(ranked, key=lambda k: ranked[k])  # barh draws bottom-up: the largest on top
-    out = _figure("importance", f"Hyperparameter importance for {metric.metric_id}\n({METHOD})",
+    out = _figure(s.key("importance", metric), f"Hyperparameter importance for {metric.metric_id}\n({METHOD})",
                   7, 1.2 + 0.4 * len(order))
     ax = out.figure.subplots()
     bars = ax.barh(order, [ranked[k] for k in order], color=POINT)
@@ -376,12 +492,309 @@ def _importance(metric: MetricSpec, ranked: dict[str, float]) -> Drawn:
     return out
 
 
-def _pareto(metrics: Sequence[MetricSpec], params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> Drawn | None:
+# --------------------------------------------------------------------------- contour and rank
+
+
+def _pairs(s: Study, ranked: dict[str, dict[str, float] | str | None], figures: list[Drawn], notes: list[str]) -> None:
+    """Contour and rank figures, one of each per metric with finished trials (or a note)."""
+    if len(s.params) < 2:
+        notes.append(f"Contour plots need at least two parameters; this study has {len(s.params)}.")
+    for m in s.metrics:
+        if not s.done[m.metric_id]:
+            continue
+        chosen, which = _pair_params(s.params, ranked[m.metric_id])
+        if len(chosen) >= 2:
+            figures.append(_contour(s, m, chosen, which))
+    for m in s.metrics:
+        if s.done[m.metric_id] and s.params:
+            chosen, which = _pair_params(s.params, ranked[m.metric_id])
+            figures.append(_rank(s, m, chosen, which))
+
+
+def _pair_params(params: Sequence[ParameterSpec], ranked: dict[str, float] | str | None) -> tuple[list[ParameterSpec], str]:
+    """The parameters a contour or rank figure pairs (at most MAX_PAIR_PARAMETERS: the most
+    important ones when importances are known, else the first ones), in spec order, and a
+    phrase saying which they are when not all."""
+    if len(params) <= MAX_PAIR_PARAMETERS:
+        return list(params), ""
+    if isinstance(ranked, dict):
+        top = set(sorted(ranked, key=lambda k: -ranked[k])[:MAX_PAIR_PARAMETERS])
+        return [p for p in params if p.parameter_id in top], f" (the {MAX_PAIR_PARAMETERS} most important of {len(params)} parameters)"
+    return list(params[:MAX_PAIR_PARAMETERS]), f" (the first {MAX_PAIR_PARAMETERS} of {len(params)} parameters)"
+
+
+def _coord(p: ParameterSpec, value: Any) -> float:
+    """A value on a pair plot's axis: the number itself, its log10 on a log scale, a
+    category's index; NaN for no value (an inactive conditional parameter)."""
+    if value is None:
+        return math.nan
+    if d.is_categorical(p):
+        cats = d.categories(p)
+        return float(cats.index(str(value))) if str(value) in cats else math.nan
+    x = float(value)
+    if d.is_log(p):
+        return math.log10(x) if x > 0 else math.nan
+    return x
+
+
+def _param_axis(ax: Any, p: ParameterSpec, axis: str) -> None:
+    """Ticks and limits of a pair plot's axis for `p` (`axis` "x" or "y"): category names,
+    powers of ten shown as values on a log scale, the spec's range with a margin."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    limits = ax.set_xlim if axis == "x" else ax.set_ylim
+    if d.is_categorical(p):
+        cats = d.categories(p)
+        (ax.set_xticks if axis == "x" else ax.set_yticks)(range(len(cats)), cats)
+        limits(-0.5, len(cats) - 0.5)
+        return
+    lo, hi = (math.log10(b) for b in d.bounds(p)) if d.is_log(p) else d.bounds(p)
+    pad = (hi - lo) * 0.05 or 0.5
+    limits(lo - pad, hi + pad)
+    if d.is_log(p):
+        # whole powers of ten once the range spans a decade (0.01, 0.1, 1), not 0.0316
+        target.set_major_locator(MaxNLocator(nbins=6, integer=hi - lo >= 1.5))
+        target.set_major_formatter(FuncFormatter(lambda v, _: f"{10 ** v:.3g}"))
+    elif isinstance(p.value_spec, IntegerValueSpec):
+        target.set_major_locator(MaxNLocator(nbins=6, integer=True))
+
+
+def _pair_grid(out: Drawn, chosen: Sequence[ParameterSpec]) -> list[tuple[Any, ParameterSpec, ParameterSpec]]:
+    """Axes for every pair of `chosen`: one axes for two parameters, else the lower triangle
+    of a grid (x: the column's parameter, y: the row's); the upper cells are removed."""
+    k = len(chosen)
+    grid = out.figure.subplots(k - 1, k - 1, squeeze=False)
+    cells = []
+    for row in range(k - 1):
+        for col in range(k - 1):
+            ax = grid[row][col]
+            if col > row:
+                ax.remove()
+                continue
+            px, py = chosen[col], chosen[row + 1]
+            cells.append((ax, px, py))
+            if row == k - 2:
+                ax.set_xlabel(px.parameter_id + (" (log)" if d.is_log(px) else ""))
+            if col == 0:
+                ax.set_ylabel(py.parameter_id + (" (log)" if d.is_log(py) else ""))
+    return cells
+
+
+def _pair_points(s: Study, metric: MetricSpec, px: ParameterSpec, py: ParameterSpec) -> list[tuple[float, float, d.Finished]]:
+    pts = []
+    for f in s.done[metric.metric_id]:
+        x, y = _coord(px, f.trial.parameters.get(px.parameter_id)), _coord(py, f.trial.parameters.get(py.parameter_id))
+        if not (math.isnan(x) or math.isnan(y)):
+            pts.append((x, y, f))
+    return pts
+
+
+def _contour(s: Study, metric: MetricSpec, chosen: Sequence[ParameterSpec], which: str) -> Drawn:
+    """For each pair of parameters, the objective interpolated linearly between the trials
+    (a Delaunay triangulation of their points: nothing is drawn outside their hull), with the
+    trials as points."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+
+    k = len(chosen)
+    size = 4.4 if k == 2 else 2.5 * (k - 1) + 1.2
+    out = _figure(s.key("contour", metric), f"Contour: {metric.metric_id} over pairs of parameters{which}", size + 1.0, size)
+    norm, cmap = _value_norm([f.value for f in s.done[metric.metric_id]]), colormaps["viridis"]
+    cells = _pair_grid(out, chosen)
+    for ax, px, py in cells:
+        pts = _pair_points(s, metric, px, py)
+        _fill_contour(ax, pts, norm, cmap)
+        if pts:
+            ax.scatter([q[0] for q in pts], [q[1] for q in pts], s=14, c="white", edgecolors="0.1", linewidths=0.6,
+                       zorder=3, gid=out.tips([s.describe(q[2].trial) for q in pts]))
+        _param_axis(ax, px, "x")
+        _param_axis(ax, py, "y")
+        ax.grid(False)
+    out.figure.colorbar(ScalarMappable(norm, cmap), ax=[c[0] for c in cells], label=_goal(metric))
+    return out
+
+
+def _fill_contour(ax: Any, pts: Sequence[tuple[float, float, d.Finished]], norm: Any, cmap: Any) -> None:
+    """Filled contours of the points' values (equal points averaged); nothing when they do
+    not span a triangle (fewer than three distinct points, or all on one line) or all values
+    are equal."""
+    merged: dict[tuple[float, float], list[float]] = {}
+    for x, y, f in pts:
+        merged.setdefault((x, y), []).append(f.value)
+    if len(merged) < 3:
+        return
+    xs, ys = [k[0] for k in merged], [k[1] for k in merged]
+    zs = [sum(v) / len(v) for v in merged.values()]
+    if max(zs) <= min(zs):
+        return
+    from matplotlib.tri import Triangulation
+
+    levels = [norm.vmin + (norm.vmax - norm.vmin) * i / 14 for i in range(15)]
+    try:
+        ax.tricontourf(Triangulation(xs, ys), zs, levels=levels, cmap=cmap, norm=norm, alpha=0.85, zorder=1)
+    except (ValueError, RuntimeError):  # collinear points: Delaunay has no triangle to fill
+        pass
+
+
+def _rank(s: Study, metric: MetricSpec, chosen: Sequence[ParameterSpec], which: str) -> Drawn:
+    """Optuna's rank plot: the trials over each pair of parameters (over the one parameter and
+    the objective, for a study of one), coloured by their rank, so where the good trials lie
+    shows whatever the spread of the values. The colour bar names the value at each rank."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    done = s.done[metric.metric_id]
+    order = sorted(done, key=lambda f: -metric.goal.sign * f.value)  # best first
+    rank = {f.trial.id: (i / (len(order) - 1) if len(order) > 1 else 0.0) for i, f in enumerate(order)}
+    cmap, norm = colormaps["RdYlBu_r"], Normalize(0, 1)
+    k = len(chosen)
+    size = 4.4 if k <= 2 else 2.5 * (k - 1) + 1.2
+    out = _figure(s.key("rank", metric), f"Rank: trials coloured by their rank in {metric.metric_id}{which}", size + 1.2, size)
+    if k == 1:
+        p = chosen[0]
+        ax = out.figure.subplots()
+        pts = [(_coord(p, f.trial.parameters.get(p.parameter_id)), f.value, f) for f in done]
+        pts = [q for q in pts if not math.isnan(q[0])]
+        cells = [ax]
+        _rank_points(out, s, ax, pts, rank, cmap)
+        _param_axis(ax, p, "x")
+        ax.set_xlabel(p.parameter_id + (" (log)" if d.is_log(p) else ""))
+        ax.set_ylabel(_goal(metric))
+    else:
+        cells = []
+        for ax, px, py in _pair_grid(out, chosen):
+            _rank_points(out, s, ax, _pair_points(s, metric, px, py), rank, cmap)
+            _param_axis(ax, px, "x")
+            _param_axis(ax, py, "y")
+            cells.append(ax)
+    bar = out.figure.colorbar(ScalarMappable(norm, cmap), ax=cells, label=f"{_goal(metric)}, by rank")
+    ticks = [0, 0.25, 0.5, 0.75, 1] if len(order) > 1 else [0]
+    bar.set_ticks(ticks, labels=[("best " if t == 0 else "") + d.fmt(order[round(t * (len(order) - 1))].value) for t in ticks])
+    return out
+
+
+def _rank_points(out: Drawn, s: Study, ax: Any, pts: Sequence[tuple[float, float, d.Finished]],
+                 rank: dict[str, float], cmap: Any) -> None:
+    if not pts:
+        return
+    worst_first = sorted(pts, key=lambda q: -rank[q[2].trial.id])  # the best drawn last, on top
+    ax.scatter([q[0] for q in worst_first], [q[1] for q in worst_first], s=30, c=[cmap(rank[q[2].trial.id]) for q in worst_first],
+               edgecolors="0.25", linewidths=0.4, zorder=3,
+               gid=out.tips([f"rank {round(rank[q[2].trial.id] * 100)}%: {s.describe(q[2].trial)}" for q in worst_first]))
+
+
+# --------------------------------------------------------------------------- EDF
+
+
+def _edf(s: Study) -> Drawn:
+    """Optuna's empirical distribution function: per metric, the share of finished trials
+    whose value is at most x; a second line for the trials that ran to their end when some
+    were stopped early (their values are partial)."""
+    rows = [m for m in s.metrics if s.done[m.metric_id]]
+    out = _figure("edf", f"Empirical distribution of {_names(rows)}", 7, 0.8 + 2.6 * len(rows))
+    axes = out.figure.subplots(len(rows), 1, squeeze=False)[:, 0]
+    for ax, m in zip(axes, rows):
+        done = s.done[m.metric_id]
+        full = [f for f in done if d.outcome(f.trial) == "completed"]
+        lines = [(done, f"all {len(done)} finished trials", "-")]
+        if 0 < len(full) < len(done):
+            lines.append((full, f"the {len(full)} that ran to their end", "--"))
+        for members, label, style in lines:
+            values = sorted(f.value for f in members)
+            xs = [values[0], *values]
+            ys = [0.0, *[(i + 1) / len(values) for i in range(len(values))]]
+            ax.plot(xs, ys, drawstyle="steps-post", ls=style, lw=1.6, label=label,
+                    gid=out.tip(f"{label}: {m.metric_id} from {d.fmt(values[0])} to {d.fmt(values[-1])}"))
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel(_goal(m))
+        ax.set_ylabel("share of trials ≤ x")
+        ax.legend(loc="best", fontsize=8)
+    return out
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _timeline(s: Study) -> Drawn | None:
+    """Optuna's timeline: a bar per started trial from its start to its end (running ones to
+    `now`), coloured by outcome, and below it how many trials ran at once. None when no trial
+    has started."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    spans = [(t, sp) for t in s.trials if (sp := d.span(t, s.now)) is not None]
+    if not spans:
+        return None
+    t0 = min(sp[0] for _, sp in spans)
+    total = max((sp[1] - t0).total_seconds() for _, sp in spans)
+    unit, div = ("s", 1.0) if total < 180 else ("min", 60.0) if total < 3 * 3600 else ("h", 3600.0)
+    x_of = _x_of([t for t, _ in spans])
+    height = 1.6 + min(0.2 * len(spans), 7.0)
+    out = _figure("timeline", "Timeline: when each trial ran, and how many ran at once", 7.5, height + 1.6)
+    bars_ax, load_ax = out.figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [height, 1.4]})
+    boxes, colours, tips = [], [], []
+    least = max(total / div / 400, 1e-9)  # a trial of a few milliseconds still shows as a sliver
+    for t, (start, end) in spans:
+        x0, x1 = (start - t0).total_seconds() / div, (end - t0).total_seconds() / div
+        x1 = max(x1, x0 + least)
+        y = x_of[t.id]
+        boxes.append([(x0, y - 0.38), (x1, y - 0.38), (x1, y + 0.38), (x0, y + 0.38)])
+        kind = d.outcome(t)
+        colours.append(TIMELINE_COLOURS.get(kind, "0.6"))
+        seconds = (end - start).total_seconds()
+        tips.append(f"trial {t.id}: {d.outcome_label(t)}, {d.fmt_duration(seconds)}"
+                    f" ({start:%H:%M:%S} to {end:%H:%M:%S} UTC{', still running' if kind == 'running' else ''})"
+                    f" | {s.describe(t).partition(': ')[2]}".rstrip(" |"))
+    bars_ax.add_collection(PolyCollection(boxes, facecolors=colours, edgecolors="0.2", linewidths=0.4, gid=out.tips(tips)))
+    bars_ax.autoscale_view()
+    ys_of = [x_of[t.id] for t, _ in spans]
+    bars_ax.set_ylim(max(ys_of) + 0.7, min(ys_of) - 0.7)  # the first trial on top, as in a table
+    if len(spans) <= 25:
+        bars_ax.set_yticks(sorted(set(ys_of)), [t.id for t, _ in sorted(spans, key=lambda e: x_of[e[0].id])])
+    else:
+        bars_ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=20))
+    bars_ax.set_ylabel("trial")
+    present = [k for k in TIMELINE_COLOURS if any(d.outcome(t) == k for t, _ in spans)]
+    bars_ax.legend(handles=[Patch(facecolor=TIMELINE_COLOURS[k], edgecolor="0.2", label=TIMELINE_LABELS[k]) for k in present],
+                   loc="best", fontsize=8)
+    _running_at_once(out, load_ax, [(sp[0] - t0).total_seconds() / div for _, sp in spans],
+                     [(sp[1] - t0).total_seconds() / div for _, sp in spans])
+    load_ax.set_xlabel(f"{unit} since the first trial started ({t0:%Y-%m-%d %H:%M:%S} UTC)")
+    return out
+
+
+def _running_at_once(out: Drawn, ax: Any, starts: Sequence[float], ends: Sequence[float]) -> None:
+    """How many trials ran at each moment, from their start and end times (one unit of x)."""
+    from matplotlib.ticker import MaxNLocator
+
+    change: dict[float, int] = {}  # time -> trials started minus ended then (one step per time, no spikes)
+    for x, step in [*((x, 1) for x in starts), *((x, -1) for x in ends)]:
+        change[x] = change.get(x, 0) + step
+    xs, ys, running = [0.0], [0], 0
+    for x in sorted(change):
+        running += change[x]
+        xs.append(x)
+        ys.append(running)
+    ax.plot(xs, ys, drawstyle="steps-post", color="0.25", lw=1.2, gid=out.tip(f"at most {max(ys)} trial(s) at once"))
+    ax.fill_between(xs, ys, step="post", color="0.75", alpha=0.6)
+    ax.set_ylim(0, max(ys) + 0.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+    ax.set_ylabel("running")
+
+
+# --------------------------------------------------------------------------- Pareto front
+
+
+def _pareto(s: Study) -> Drawn | None:
+    metrics = s.metrics
     ids = [m.metric_id for m in metrics]
-    scored = [(t, v) for t in trials if (v := pareto.metric_values(t, ids)) is not None]
+    scored = [(t, v) for t in s.trials if (v := pareto.metric_values(t, ids)) is not None]
     if not scored:
         return None
-    front = {t.id for t in pareto.pareto_front(trials, metrics)}
+    front = {t.id for t in pareto.pareto_front(s.trials, metrics)}
     x, y = metrics[0], metrics[1]
     extra = f" (non-dominated on all {len(metrics)} metrics)" if len(metrics) > 2 else ""
     out = _figure("pareto", f"Pareto front: {x.metric_id} and {y.metric_id}{extra}", 6, 4.4)
@@ -392,7 +805,7 @@ def _pareto(metrics: Sequence[MetricSpec], params: Sequence[ParameterSpec], tria
             ax.scatter([v[0] for _, v in group], [v[1] for _, v in group], s=46 if on else 22, color=BEST if on else "0.6",
                        edgecolors="0.2" if on else "none", zorder=4 if on else 3,
                        label="Pareto front (not dominated)" if on else "dominated",
-                       gid=out.tips([("on the front: " if on else "") + d.describe(t, params, metrics) for t, _ in group]))
+                       gid=out.tips([("on the front: " if on else "") + s.describe(t) for t, _ in group]))
     if len(metrics) == 2:
         # the staircase's corners lie on the dominated side: after each point when x is minimised
         pts = sorted((v[0], v[1]) for t, v in scored if t.id in front)
@@ -402,4 +815,3 @@ def _pareto(metrics: Sequence[MetricSpec], params: Sequence[ParameterSpec], tria
     ax.set_ylabel(_goal(y))
     ax.legend(loc="best", fontsize=8)
     return out
-
