@@ -1,7 +1,8 @@
 """The executor contract (vcli.executors.Executor), tested once for every executor.
 
 Every executor (the in-process fake, local processes, Docker containers, processes on an SSH
-host, processes supervised by Ray actors on a loopback Ray cluster) runs the same replica program (tests/contract_replica.py) through the same cases: start,
+host, processes supervised by Ray actors on a loopback Ray cluster, Slurm steps on a one-node
+Slurm cluster started by the module) runs the same replica program (tests/contract_replica.py) through the same cases: start,
 poll, exit codes, the log format, the environment, metric read-back, port reservation, stop
 with a grace period (polite and stubborn replicas), stop from another executor instance (as
 `cancel` in another terminal does), release, close. A new executor exists when it passes this
@@ -32,7 +33,7 @@ from vcli.logs import read_records
 from vcli.metrics import MetricReader
 from vcli.spec import ReplicaId
 
-KINDS = ["fake", "local", "docker", "ssh", "ray"]
+KINDS = ["fake", "local", "docker", "ssh", "ray", "slurm"]
 BASE_IMAGE = "vcli-base:bookworm"
 
 
@@ -173,7 +174,29 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         address = os.environ["VCLI_TEST_RAY_ADDRESS"]
         return Harness(kind, RayExecutor(address), home, sys.executable, Placement(),
                        another=lambda: RayExecutor(address))
+    if kind == "slurm":  # one single-node Slurm cluster for the module (`_slurm_cluster`)
+        from vcli.executors.slurm import SlurmExecutor
+
+        monkeypatch.setenv("SLURM_CONF", os.environ["VCLI_TEST_SLURM_CONF"])
+        build = lambda: SlurmExecutor(shared_dir=str(home / "slurm"), home=home)
+        return Harness(kind, build(), home, sys.executable, Placement(), another=build)
     raise AssertionError(kind)
+
+
+@pytest.fixture(scope="module")
+def _slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """munged, slurmctld and one slurmd (8 CPUs) on loopback, started by the first slurm case."""
+    from tests.harness.slurm_cluster import Node, SlurmCluster, available
+
+    why = available()
+    if why:
+        pytest.fail(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), [Node("c1", cpus=8)]).start()
+    try:
+        yield str(cluster.conf)
+    finally:
+        cluster.stop()
+        assert cluster.leftovers() == []
 
 
 @pytest.fixture(scope="module")
@@ -201,9 +224,11 @@ def h(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def _ray_address(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ray case needs the module's cluster (started only when a ray case runs)."""
+    """The ray and slurm cases need the module's cluster (started only when such a case runs)."""
     if request.param == "ray":
         monkeypatch.setenv("VCLI_TEST_RAY_ADDRESS", request.getfixturevalue("_ray_cluster"))
+    if request.param == "slurm":
+        monkeypatch.setenv("VCLI_TEST_SLURM_CONF", request.getfixturevalue("_slurm_cluster"))
 
 
 @pytest.fixture(params=[*KINDS, "ssh-docker"])

@@ -83,12 +83,14 @@ class JobKind(VertexEnum):
 
 
 class ExecutorKind(VertexEnum):
-    """What runs replicas (`--executor`): child processes, local containers, SSH hosts, a Ray cluster."""
+    """What runs replicas (`--executor`): child processes, local containers, SSH hosts, a Ray
+    cluster, a Slurm cluster."""
 
     LOCAL = "local"
     DOCKER = "docker"
     SSH = "ssh"
     RAY = "ray"
+    SLURM = "slurm"
 
 
 class StudyEvent(VertexEnum):

@@ -17,6 +17,7 @@ from vcli.spec import ExecutorKind
 
 if TYPE_CHECKING:
     from vcli.executors.ray import RayExecutor
+    from vcli.executors.slurm import SlurmExecutor
     from vcli.executors.ssh import SSHExecutor
     from vcli.hosts import Host
 
@@ -203,6 +204,21 @@ def ray_executor(address: str | None = None) -> RayExecutor:
     return RayExecutor(ray_address(address), home=default_home())
 
 
+def slurm_executor() -> SlurmExecutor:
+    """A Slurm executor with the partition, account, QOS and shared directory of
+    `--slurm-partition`/`--slurm-account`/`--slurm-qos` ($VCLI_SLURM_PARTITION, ...), else the
+    `slurm/...` properties (`vcli config set slurm/partition gpu`), else Slurm's defaults."""
+    from vcli import properties
+    from vcli.executors.slurm import SlurmExecutor
+    from vcli.store import default_home
+
+    def setting(name: str) -> str | None:
+        return os.environ.get(f"VCLI_SLURM_{name.upper().replace('-', '_')}") or properties.get(f"slurm/{name}")
+
+    return SlurmExecutor(partition=setting("partition"), account=setting("account"), qos=setting("qos"),
+                         shared_dir=setting("shared-dir"), home=default_home())
+
+
 def executor_for_handles(name: str) -> Executor:
     """The executor called `name`, able to poll, stop, read and release stored handles.
 
@@ -215,6 +231,8 @@ def executor_for_handles(name: str) -> Executor:
         return ssh_executor([h for n, h in sorted(load_inventory().items()) if n != "local"])
     if name == ExecutorKind.RAY.value:
         return ray_executor()  # actors are named and detached: found from any process
+    if name == ExecutorKind.SLURM.value:
+        return slurm_executor()  # handles name their Slurm job and step: scancel works from anywhere
     return get_executor(name)
 
 
@@ -248,6 +266,11 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
     if kind == ExecutorKind.RAY:
         executor = ray_executor(ray_address)
         return Execution(kind=kind, executor=executor, placer=executor.placer())
+    if kind == ExecutorKind.SLURM:  # one allocation per job or trial (`vcli.executors.slurm`)
+        from vcli.executors.slurm import SlurmPlacer
+
+        slurm = slurm_executor()
+        return Execution(kind=kind, executor=slurm, placer=SlurmPlacer(slurm, submit=leases))
     return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer(leases))
 
 
@@ -255,7 +278,7 @@ def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
     """One line per pool that asks for GPUs this machine does not declare or have (local and
     docker executors; the SSH scheduler refuses such jobs itself). Never silently: the replica
     then runs without the accelerator."""
-    if kind in (ExecutorKind.SSH, ExecutorKind.RAY):
+    if kind in (ExecutorKind.SSH, ExecutorKind.RAY, ExecutorKind.SLURM):
         return []  # their placers refuse what cannot fit
     from vcli.hosts import local_host
 

@@ -136,7 +136,8 @@ class Executor(Protocol):
     """Starts and controls replicas: the whole surface controllers and the CLI may use.
 
     Implementations: `local` (processes), `docker` (containers), `ssh` (processes or containers
-    on inventory hosts), `ray` (processes on a Ray cluster's nodes), and the in-process fake of the test suite; every one must pass
+    on inventory hosts), `ray` (processes on a Ray cluster's nodes), `slurm` (steps of one
+    Slurm allocation per job), and the in-process fake of the test suite; every one must pass
     `tests/test_executor_contract.py`.
 
     Call order for one job: `check` (what `--validate-only` runs: is the job valid here?),
@@ -217,6 +218,14 @@ class Executor(Protocol):
         `launch.log_path`, from where it stopped), so its log goes on without gaps or repeats."""
         ...
 
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The handle of this launch's replica if it was started (by any process) though no
+        handle was recorded: a controller killed between `start` and writing the handle
+        down. `resume` adopts it instead of starting the replica a second time. None when
+        there is none, or when this executor cannot tell (then `start` must replace an earlier
+        incarnation, never run beside it)."""
+        ...
+
     def close(self) -> None:
         """Drop connections and helper threads; the executor is not used afterwards."""
         ...
@@ -245,6 +254,9 @@ class ExecutorBase:
 
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         return None  # replicas whose logs are written where they run need nothing
+
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        return None  # cannot tell: `start` replaces an earlier incarnation
 
     def close(self) -> None:
         return None
@@ -384,4 +396,6 @@ def get_executor(name: str) -> Executor:
         raise UsageError("the ssh executor needs its hosts: build it with vcli.control.wiring")
     if name == ExecutorKind.RAY.value:
         raise UsageError("the ray executor needs its cluster address: build it with vcli.control.wiring")
+    if name == ExecutorKind.SLURM.value:
+        raise UsageError("the slurm executor needs its settings: build it with vcli.control.wiring")
     raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

@@ -1,0 +1,757 @@
+"""The `slurm` executor: a job (or one trial) is ONE Slurm allocation; each replica is a step in it.
+
+Placement (`SlurmPlacer`, what `plan_job` calls): the job's replicas become one `sbatch` of a
+small holder script that keeps the allocation (a heterogeneous job, one component per pool,
+when the pools differ in CPUs, memory or GPUs), so Slurm gang-schedules every replica at once.
+Per task: CPUs and memory from the machine type (capped at the largest node, as the SSH
+scheduler caps them; memory never more per CPU than the leanest node has), GPUs from
+`accelerator-count` (`--gpus-per-task`); replicas of a pool go to distinct nodes when there are
+enough (`--nodes=min(replicas, nodes)`), as on Vertex where each replica is a machine.
+`scheduling.timeout` becomes `--time` (whole minutes, rounded up), the partition, account and
+QOS come from `slurm/partition`, `slurm/account`, `slurm/qos` (or `--slurm-*` flags). A job
+that pends is "no capacity now" (`NoCapacityError`: a study keeps the trial queued, and since a
+study asks only for its next trial, at most `parallelTrialCount` allocations of a study are
+ever in the queue); one that pends longer than `scheduling.maxWaitDuration` is cancelled with
+Slurm's pending reason (`PlacementError`). Once it runs, `scontrol show job -d` tells which
+nodes, CPUs and GPU indices Slurm allocated: each replica gets a `Placement` on one of those
+nodes (`address` = the node's NodeAddr) with its share of the node's GPUs, and ports are
+reserved on the nodes by one short step per node, so CLUSTER_SPEC/TF_CONFIG name where the
+replicas really run.
+
+Replicas: `start` runs `srun --jobid=J [--het-group=C] --overlap -w NODE -N1 -n1` in a session of
+its own (so a `kill -9` of the controller leaves it, and the replica, running), whose task is
+`node.py` (records the step id, sets CUDA_VISIBLE_DEVICES from the GPUs Slurm allocated) exec'ing
+vcli's per-replica supervisor (`vcli/executors/supervisor.py`). The handle's ref is
+`JOBID.STEPID@<status file>`: `poll` reads the supervisor's status file and asks squeue (cached,
+one call a second for every replica); `stop` is `scancel --signal` of the step (TERM, the grace
+period, then USR1: the supervisor kills the whole tree); `release` and `cancel` are `scancel` of
+the whole job, and wait until Slurm has no trace of it in its queue. A job Slurm ended itself
+(TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED) ends its replicas with Slurm's state and reason.
+
+The allocation outlives the controller: its holder script exits (ending the job) only when no
+vcli process renewed its lease file for `VCLI_SLURM_ORPHAN_TIMEOUT` seconds (default 600; every
+poll renews it), so `resume` re-attaches to the same Slurm job, and an abandoned one does not
+hold nodes for ever.
+
+Files: everything replicas read or write is used at the same path on the nodes, so vcli's home
+(replica logs, status and metric files, the package snapshot), the job's output directory and
+the shared directory (`slurm/shared-dir`, default `<vcli home>/slurm`: the supervisor, holder
+script, leases) must be on a filesystem every node mounts at the same path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from vcli.errors import ExecutorError, InvalidValueError
+from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
+from vcli.executors.slurm import client
+from vcli.executors.slurm.client import Component, NodeInfo
+
+#: How long the placer waits for a job it has just submitted to start, before calling the
+#: cluster full for now (later asks do not wait: a study's loop goes on).
+FIRST_WAIT_SECONDS = 3.0
+#: How long `start` waits for a replica's step to report from its node.
+STEP_START_SECONDS = 60.0
+#: How long `start` waits for an allocation of its own (a replica nobody placed) to run.
+STANDALONE_WAIT_SECONDS = 300.0
+#: Seconds between renewals of an allocation's lease file (its holder's orphan clock).
+LEASE_RENEW_SECONDS = 10.0
+#: vcli's own `scheduling.timeout` fires this much after Slurm's `--time` would: Slurm's is in
+#: whole minutes and checked every 30 s, and when it ends the job its reason is what is reported.
+TIMEOUT_GRACE_SECONDS = 150.0
+
+
+@dataclass
+class TaskGroup:
+    """One component of the allocation: `tasks` replicas alike in CPUs, memory and GPUs."""
+
+    pools: tuple[int, ...]
+    tasks: int
+    cpus: int
+    mem_per_cpu_mb: int
+    gpus: int
+    nodes: int
+
+
+@dataclass
+class Allocation:
+    """One Slurm job vcli submitted (the holder), and what it was for."""
+
+    slurm_id: str
+    key: str
+    lease: str
+    groups: list[TaskGroup]
+    submitted: float
+    max_wait: float | None = None
+    job_id: str = ""
+    components: list[Component] = field(default_factory=list)
+
+    @property
+    def hetero(self) -> bool:
+        return len(self.groups) > 1
+
+
+class SlurmExecutor(ExecutorBase):
+    """Replicas as steps of one Slurm allocation per job; see the module docstring."""
+
+    name = "slurm"
+    timeout_grace_seconds = TIMEOUT_GRACE_SECONDS
+
+    def __init__(self, *, partition: str | None = None, account: str | None = None, qos: str | None = None,
+                 shared_dir: str | os.PathLike[str] | None = None, python: str | None = None,
+                 home: str | os.PathLike[str] | None = None) -> None:
+        from vcli import properties
+
+        self.partition = partition or None
+        self.account = account or None
+        self.qos = qos or None
+        self.home = home
+        self.python = python or os.environ.get("VCLI_PYTHON") or properties.get("python") or sys.executable
+        self.shared_dir = os.path.abspath(os.fspath(shared_dir)) if shared_dir else os.path.join(self._home(), "slurm")
+        self.orphan_timeout = int(float(os.environ.get("VCLI_SLURM_ORPHAN_TIMEOUT", "600")))
+        self.queue = client.Queue()
+        self._lock = threading.RLock()
+        #: vcli job id -> its placed allocation.
+        self._allocs: dict[str, Allocation] = {}
+        #: placement key (a study's trial, or a job id) -> an allocation not yet placed.
+        self._pending: dict[str, Allocation] = {}
+        self._ports: dict[str, list[int]] = {}
+        self._renewed: dict[str, float] = {}
+        self._final: dict[str, list[Component]] = {}
+        self._nodes: tuple[float, list[NodeInfo]] | None = None
+        self._bin: str | None = None
+        self._ready = False
+
+    # ------------------------------------------------------------------ cluster facts
+
+    def _home(self) -> str:
+        if self.home is not None:
+            return os.fspath(self.home)
+        from vcli.store import default_home
+
+        return str(default_home())
+
+    def nodes(self) -> list[NodeInfo]:
+        """The partition's nodes (cached for 30 s)."""
+        with self._lock:
+            if self._nodes is None or time.monotonic() - self._nodes[0] > 30:
+                found = client.nodes(self.partition)
+                if not found:
+                    where = f"partition {self.partition}" if self.partition else "the cluster"
+                    raise ExecutorError(f"Slurm lists no node in {where} (sinfo).")
+                self._nodes = (time.monotonic(), found)
+            return self._nodes[1]
+
+    def _address(self, node: str) -> str:
+        return next((n.address for n in self.nodes() if n.name == node), node)
+
+    def _files(self) -> str:
+        """The directory on the shared filesystem holding the supervisor, node.py and the holder
+        script (by content hash: nodes never see half-written files)."""
+        if self._bin is not None:
+            return self._bin
+        from vcli.executors import supervisor
+        from vcli.executors.slurm import node
+
+        sources = {"supervisor.py": _read(supervisor.__file__), "node.py": _read(node.__file__), "holder.sh": HOLDER}
+        digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+        where = os.path.join(self.shared_dir, "bin", digest)
+        if not os.path.isdir(where):
+            tmp = f"{where}.tmp{os.getpid()}"
+            try:
+                os.makedirs(tmp, exist_ok=True)
+                for name, text in sources.items():
+                    with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                        f.write(text)
+                os.chmod(os.path.join(tmp, "holder.sh"), 0o755)
+                os.rename(tmp, where)
+            except FileExistsError:
+                shutil.rmtree(tmp, ignore_errors=True)
+            except OSError as e:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if not os.path.isdir(where):
+                    raise ExecutorError(f"Cannot write vcli's files to the shared directory {self.shared_dir}: "
+                                        f"{e.strerror or e}.") from None
+        for sub in ("leases", "holders"):
+            os.makedirs(os.path.join(self.shared_dir, sub), exist_ok=True)
+        self._bin = where
+        return where
+
+    # ------------------------------------------------------------------ sizing
+
+    def task_groups(self, replicas: Sequence[Any], spec: Any) -> list[TaskGroup]:
+        """The allocation's components for these replicas of `spec`; `PlacementError` when no
+        empty cluster of the partition's nodes could ever hold them."""
+        from vcli.placement import PlacementError, machine_resources
+
+        nodes = self.nodes()
+        largest_cpus = max(n.cpus for n in nodes)
+        per_cpu = [n.memory_mb // n.cpus for n in nodes if n.cpus and n.memory_mb]
+        lean_mb = min(per_cpu) if per_cpu else 0
+        shapes: dict[int, tuple[int, int, int]] = {}
+        counts: dict[int, int] = {}
+        for r in replicas:
+            ms = spec.worker_pool_specs[r.pool_index].machine_spec
+            cpus, mem_gib = machine_resources(ms.machine_type)
+            c = max(1, min(int(math.ceil(cpus or 1)), largest_cpus))
+            mem = int(min(mem_gib * 1024 / c, lean_mb)) if mem_gib and lean_mb else 0
+            shapes[r.pool_index] = (c, mem, int(ms.accelerator_count or 0))
+            counts[r.pool_index] = counts.get(r.pool_index, 0) + 1
+        pools = sorted(counts)
+        if len({shapes[p] for p in pools}) <= 1:
+            units = [(tuple(pools), sum(counts.values()), shapes[pools[0]])] if pools else []
+        else:
+            units = [((p,), counts[p], shapes[p]) for p in pools]
+        groups = [TaskGroup(pools=ps, tasks=n, cpus=s[0], mem_per_cpu_mb=s[1], gpus=s[2], nodes=min(n, len(nodes)))
+                  for ps, n, s in units]
+        most_gpus = max(n.gpus for n in nodes)
+        where = f"partition {self.partition}" if self.partition else "the Slurm cluster"
+        for g in groups:
+            if g.gpus > most_gpus:
+                raise PlacementError(f"workerpool{g.pools[0]} asks for {g.gpus} GPU(s) per replica and no node of {where} "
+                                     f"has that many (most GPUs on one node: {most_gpus}).")
+        need = sum(g.gpus * g.tasks for g in groups)
+        have = sum(n.gpus for n in nodes)
+        if need > have:
+            raise PlacementError(f"the job's replicas ask for {need} GPU(s) in all; {where} has {have}.")
+        return groups
+
+    # ------------------------------------------------------------------ allocations
+
+    def submit(self, groups: list[TaskGroup], *, key: str, name: str, comment: str,
+               timeout_seconds: float | None, max_wait: float | None) -> Allocation:
+        """sbatch the holder for `groups`; the allocation is returned pending."""
+        bin_dir = self._files()
+        token = uuid.uuid4().hex[:12]
+        lease = os.path.join(self.shared_dir, "leases", token)
+        with open(lease, "w", encoding="utf-8") as f:
+            f.write(f"{key}\n")
+        argv = ["sbatch", "--parsable", f"--job-name={name}", "--no-requeue", "--open-mode=append",
+                f"--output={os.path.join(self.shared_dir, 'holders', token + '.out')}", f"--chdir={self.shared_dir}"]
+        if comment:
+            argv.append(f"--comment={comment[:250]}")
+        for i, g in enumerate(groups):
+            if i:
+                argv.append(":")
+            argv += [f"--ntasks={g.tasks}", f"--nodes={g.nodes}", f"--cpus-per-task={g.cpus}"]
+            if g.mem_per_cpu_mb:
+                argv.append(f"--mem-per-cpu={g.mem_per_cpu_mb}M")
+            if g.gpus:
+                argv.append(f"--gpus-per-task={g.gpus}")
+            argv += [f"--{flag}={value}" for flag, value in (("partition", self.partition), ("account", self.account),
+                                                             ("qos", self.qos)) if value]
+            if timeout_seconds:
+                argv.append(f"--time={max(1, math.ceil(timeout_seconds / 60))}")
+        argv += [os.path.join(bin_dir, "holder.sh"), lease, str(self.orphan_timeout)]
+        out = client.run(argv).stdout.strip()
+        slurm_id = out.split(";")[0].strip()
+        if not slurm_id.isdigit():
+            raise ExecutorError(f"sbatch did not give a job id: {out[:200]}")
+        self.queue.invalidate()
+        return Allocation(slurm_id=slurm_id, key=key, lease=lease, groups=groups, submitted=time.monotonic(),
+                          max_wait=max_wait)
+
+    def wait_running(self, alloc: Allocation, seconds: float) -> tuple[str, str]:
+        """The allocation's (state, reason) once it runs, ended, or `seconds` passed."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self._renew(alloc.lease)
+            state, reason = self._job_state(alloc.slurm_id, fresh=True)
+            if state != "PENDING" or time.monotonic() >= deadline:
+                return state, reason
+            time.sleep(0.1)
+
+    def _job_state(self, slurm_id: str, fresh: bool = False) -> tuple[str, str]:
+        """(state, reason): squeue's for a queued job, else scontrol's final one ("" if unknown)."""
+        if fresh:
+            self.queue.invalidate()
+        got = self.queue.job(slurm_id)
+        if got is not None and got[0] != "COMPLETING":
+            return got
+        comps = self._final.get(slurm_id)
+        if comps is None:
+            comps = client.show_job(slurm_id)
+            if comps and comps[0].state not in client.ACTIVE_STATES:
+                self._final[slurm_id] = comps
+        if not comps:
+            return ("GONE", "Slurm no longer knows the job")
+        return comps[0].state, comps[0].reason
+
+    def placements(self, alloc: Allocation, replicas: Sequence[Any]) -> list[Placement]:
+        """Placements on the nodes Slurm allocated, and ports reserved there (one step per node)."""
+        alloc.components = client.show_job(alloc.slurm_id)
+        if len(alloc.components) != len(alloc.groups) or not all(c.shares for c in alloc.components):
+            raise ExecutorError(f"Slurm job {alloc.slurm_id} runs but scontrol does not say on which nodes.")
+        slots: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+        for gi, (group, comp) in enumerate(zip(alloc.groups, alloc.components)):
+            out: list[tuple[str, tuple[int, ...]]] = []
+            for share in comp.shares:
+                fits = max(1, share.cpus // group.cpus)
+                for k in range(fits):
+                    gpus = tuple(share.gpus[k * group.gpus:(k + 1) * group.gpus]) if group.gpus else ()
+                    out.append((share.node, gpus))
+            slots[gi] = out
+        placements: list[Placement] = []
+        used = {gi: 0 for gi in slots}
+        for r in replicas:
+            gi = next(i for i, g in enumerate(alloc.groups) if r.pool_index in g.pools)
+            node, gpus = slots[gi][used[gi] % len(slots[gi])]
+            used[gi] += 1
+            placements.append(Placement(host=node, address=self._address(node), gpu_indices=gpus))
+        self._reserve_ports(alloc, placements, replicas)
+        return placements
+
+    def _reserve_ports(self, alloc: Allocation, placements: Sequence[Placement], replicas: Sequence[Any]) -> None:
+        """One short step per node binds as many ports as replicas go there and prints them."""
+        want: dict[tuple[str, int], int] = {}
+        for p, r in zip(placements, replicas):
+            gi = next(i for i, g in enumerate(alloc.groups) if r.pool_index in g.pools)
+            want[(p.host, gi)] = want.get((p.host, gi), 0) + 1
+        procs = []
+        for (node, gi), count in want.items():
+            argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
+                    "--job-name=vcli-ports", "python3", "-S", "-c", PORTS_CODE, self._address(node), str(count)]
+            procs.append((node, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                 env=client.client_env(), stdin=subprocess.DEVNULL)))
+        for node, proc in procs:
+            try:
+                out, err = proc.communicate(timeout=client.COMMAND_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise ExecutorError(f"Cannot reserve ports on Slurm node {node}: srun did not answer.") from None
+            ports = [int(p) for p in out.split() if p.isdigit()]
+            if proc.returncode != 0 or not ports:
+                raise ExecutorError(f"Cannot reserve ports on Slurm node {node}: {client.first_error(err or out)}")
+            with self._lock:
+                self._ports.setdefault(node, []).extend(ports)
+
+    def _step_target(self, alloc: Allocation, group: int) -> list[str]:
+        return [f"--jobid={alloc.slurm_id}", *([f"--het-group={group}"] if alloc.hetero else [])]
+
+    def cancel_allocation(self, slurm_id: str, wait: float = 15.0) -> None:
+        """scancel the whole job and wait (bounded) until squeue no longer lists it."""
+        client.run(["scancel", slurm_id], check=False)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            self.queue.invalidate()
+            if self.queue.job(slurm_id) is None:
+                return
+            time.sleep(0.1)
+
+    def release_job(self, job_id: str) -> None:
+        """Cancel the allocation placed for vcli job `job_id` (idempotent)."""
+        with self._lock:
+            alloc = self._allocs.pop(job_id, None)
+        if alloc is not None:
+            self.cancel_allocation(alloc.slurm_id)
+            _unlink(alloc.lease)
+
+    def _renew(self, lease: str) -> None:
+        now = time.monotonic()
+        if lease and now - self._renewed.get(lease, float("-inf")) > LEASE_RENEW_SECONDS:
+            self._renewed[lease] = now
+            try:
+                os.utime(lease)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ protocol
+
+    def check(self, launches: Sequence[ReplicaLaunch]) -> None:
+        for launch in launches:
+            if launch.image_uri and launch.local_package is None and not launch.python_module and not launch.command:
+                raise InvalidValueError(
+                    "--executor", f"{launch.task_name} names container image {launch.image_uri}: the slurm executor "
+                    "runs processes; run images with --executor=docker.")
+            process_argv(launch, self.python)
+
+    def command_for(self, launch: ReplicaLaunch) -> list[str]:
+        return process_argv(launch, self.python)
+
+    def ready(self, launches: Sequence[ReplicaLaunch]) -> None:
+        if not self._ready:
+            self.nodes()
+            self._files()
+            self._ready = True
+
+    def prepare(self, launches: Sequence[ReplicaLaunch], *, cancelled: threading.Event,
+                progress: Callable[[str], None]) -> list[ReplicaLaunch]:
+        """The local executor's preparation (private package copy, cached Python environment)
+        under vcli's home, which the nodes see at the same path (the shared filesystem)."""
+        self.check(launches)
+        from vcli.executors.local import LocalExecutor
+
+        return LocalExecutor(python=self.python, home=self.home).prepare(launches, cancelled=cancelled, progress=progress)
+
+    def reserve_port(self, placement: Placement) -> int:
+        """A port reserved on the placement's node when the allocation started (else, for a
+        replica on this machine, one free here)."""
+        with self._lock:
+            pool = self._ports.get(placement.host)
+            if pool:
+                return pool.pop(0)
+        if placement.host.startswith("<"):
+            return 0  # not placed (validation): no node yet
+        from vcli.executors.local import free_port
+
+        return free_port("127.0.0.1")
+
+    def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        alloc = self._alloc_for(launch)
+        gi = self._group_of(alloc, launch)
+        nodes = [s.node for s in alloc.components[gi].shares]
+        node = launch.placement.host if launch.placement.host in nodes else nodes[0]
+        bin_dir = self._files()
+        os.makedirs(launch.output_dir, exist_ok=True)
+        place_seed_dirs(launch)  # on the shared filesystem: the node sees them at the same paths
+        record = os.path.join(launch.output_dir, "replica.slurm")
+        status = os.path.join(launch.output_dir, "replica.status")
+        for path in (record, status):
+            _unlink(path)
+        env = self._replica_env(launch)
+        masks = [a for name in launch.secret_env for a in ("--mask", name)]
+        argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
+                f"--job-name=vcli-{launch.task_name}", f"--chdir={launch.workdir or os.getcwd()}",
+                "python3", "-S", os.path.join(bin_dir, "node.py"), record, "--",
+                "python3", "-S", os.path.join(bin_dir, "supervisor.py"), *masks, status, launch.log_path, "--",
+                *process_argv(launch, self.python)]
+        srun_log = os.path.join(launch.output_dir, "srun.log")
+        with open(srun_log, "ab") as out:
+            popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                     start_new_session=True, close_fds=True)
+        facts = self._await_record(record, popen, srun_log, launch.task_name, node)
+        step = f"{facts['job']}.{facts['step']}"
+        self.queue.invalidate()
+        return ReplicaHandle(executor=self.name, host=node, ref=f"{step}@{status}", task_name=launch.task_name,
+                             details={"slurmJob": alloc.slurm_id, "step": step, "node": node, "job": launch.job_id,
+                                      "lease": alloc.lease, "gpus": facts.get("gpus") or "",
+                                      "partition": self.partition or "(default)"})
+
+    def _replica_env(self, launch: ReplicaLaunch) -> dict[str, str]:
+        from vcli.executors.local import REPLICA_TAG
+
+        env = client.client_env(dict(launch.env))
+        env["VCLI_JOB_ID"] = launch.job_id
+        env[REPLICA_TAG] = f"{launch.job_id}/{launch.task_name}"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if launch.placement.gpu_indices:
+            env["VCLI_SLURM_GPUS"] = ",".join(map(str, launch.placement.gpu_indices))
+        if launch.workdir:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, os.environ.get("PYTHONPATH", "")) if p)
+        return env
+
+    def _await_record(self, record: str, popen: subprocess.Popen[bytes], srun_log: str, task: str,
+                      node: str) -> dict[str, Any]:
+        deadline = time.monotonic() + STEP_START_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                with open(record, encoding="utf-8") as f:
+                    return json.load(f)  # type: ignore[no-any-return]
+            except (FileNotFoundError, ValueError):
+                pass
+            if popen.poll() is not None:
+                time.sleep(0.05)
+                if os.path.exists(record):
+                    continue
+                raise ExecutorError(f"Cannot start replica {task} on Slurm node {node}: "
+                                    f"{client.first_error(_read(srun_log))}")
+            time.sleep(0.01)
+        popen.kill()
+        raise ExecutorError(f"Replica {task}'s Slurm step on node {node} did not start within {STEP_START_SECONDS:g}s "
+                            f"(the shared directory {self.shared_dir} must be visible on the node).")
+
+    def _alloc_for(self, launch: ReplicaLaunch) -> Allocation:
+        """The job's placed allocation; a replica nobody placed (started directly) gets one of its own."""
+        with self._lock:
+            alloc = self._allocs.get(launch.job_id)
+        if alloc is not None and alloc.components:
+            return alloc
+        from vcli.spec import CustomJobSpec, ReplicaId, WorkerPoolSpec
+
+        spec = CustomJobSpec(worker_pool_specs=tuple(
+            WorkerPoolSpec(machine_spec=launch.machine_spec, replica_count=1) for _ in range(launch.replica.pool_index + 1)))
+        replica = ReplicaId(pool_index=launch.replica.pool_index, index=0)
+        groups = self.task_groups([replica], spec)
+        key = f"{launch.job_id}/{launch.task_name}"
+        alloc = self.submit(groups, key=key, name=f"vcli-{launch.job_id}", comment=f"vcli replica {key}",
+                            timeout_seconds=None, max_wait=None)
+        state, reason = self.wait_running(alloc, STANDALONE_WAIT_SECONDS)
+        if state != "RUNNING":
+            self.cancel_allocation(alloc.slurm_id)
+            raise ExecutorError(f"Slurm job {alloc.slurm_id} for replica {launch.task_name} did not run: {state} ({reason}).")
+        alloc.components = client.show_job(alloc.slurm_id)
+        alloc.job_id = key
+        with self._lock:
+            self._allocs[key] = alloc
+        return alloc
+
+    @staticmethod
+    def _group_of(alloc: Allocation, launch: ReplicaLaunch) -> int:
+        return next((i for i, g in enumerate(alloc.groups) if launch.replica.pool_index in g.pools), 0)
+
+    def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
+        step, status_path = _parse_ref(handle.ref)
+        self._renew(handle.details.get("lease", ""))
+        done = _read_status(status_path)
+        slurm_id = handle.details.get("slurmJob", step.split(".")[0])
+        if done is not None:
+            return self._ended(done, slurm_id)
+        state, reason = self._job_state(slurm_id)
+        if state in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+            if self.queue.has_step(step):
+                return ReplicaStatus(running=True)
+            self.queue.invalidate()  # a step that just started may not be listed yet: ask again
+            if self.queue.has_step(step) or (done := _read_status(status_path)) is None and self._young(status_path):
+                return ReplicaStatus(running=True)
+            if done is not None:
+                return self._ended(done, slurm_id)
+            return ReplicaStatus(running=False, message=f"its Slurm step {step} ended without an exit status")
+        if state == "COMPLETING" or state in client.ACTIVE_STATES:
+            return ReplicaStatus(running=True)
+        done = _read_status(status_path)
+        if done is not None:
+            return self._ended(done, slurm_id)
+        return ReplicaStatus(running=False, message=_slurm_end(slurm_id, state, reason))
+
+    def _ended(self, done: Mapping[str, Any], slurm_id: str) -> ReplicaStatus:
+        code = int(done["exitCode"])
+        signame = done.get("signal")
+        message = f"killed by signal {signame}" if signame else None
+        if code != 0:
+            state, reason = self._job_state(slurm_id)
+            if state in client.KILLED_BY_SLURM:
+                message = _slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
+        return ReplicaStatus(running=False, exit_code=code, message=message)
+
+    @staticmethod
+    def _young(status_path: str) -> bool:
+        """Did the replica start within the last few seconds (squeue may not list its step yet)?"""
+        try:
+            return time.time() - os.path.getmtime(os.path.join(os.path.dirname(status_path), "replica.slurm")) < 5
+        except OSError:
+            return False
+
+    def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
+        live = [h for h in handles if self.poll(h).running]
+        if not live:
+            return
+        self._signal(live, "TERM")
+        deadline = time.monotonic() + grace_seconds
+        while live and time.monotonic() < deadline:
+            time.sleep(0.05)
+            live = [h for h in live if _read_status(_parse_ref(h.ref)[1]) is None and self._step_alive(h)]
+        if live:
+            # The grace period is over. scancel signals every process of the step (Slurm's
+            # process tracking), the supervisor included: its status is then written here.
+            self._signal(live, "KILL")
+        self._await_gone(handles, 10.0)
+        for h in live:
+            _write_status_once(_parse_ref(h.ref)[1], {"exitCode": 137, "signal": "SIGKILL", "endTime": time.time()})
+
+    def _step_alive(self, handle: ReplicaHandle) -> bool:
+        state, _ = self._job_state(handle.details.get("slurmJob", ""))
+        return state in client.ACTIVE_STATES and state != "PENDING"
+
+    def _signal(self, handles: Sequence[ReplicaHandle], signame: str) -> None:
+        steps = [_parse_ref(h.ref)[0] for h in handles]
+        client.run(["scancel", f"--signal={signame}", *steps], check=False)
+
+    def _await_gone(self, handles: Sequence[ReplicaHandle], seconds: float) -> None:
+        """Until every step of `handles` has left squeue (its supervisor finished sweeping the
+        tree); a step still there then is cancelled outright."""
+        deadline = time.monotonic() + seconds
+        steps = [_parse_ref(h.ref)[0] for h in handles]
+        while time.monotonic() < deadline:
+            self.queue.invalidate()
+            left = [s for s in steps if self.queue.has_step(s)]
+            if not left:
+                return
+            time.sleep(0.1)
+        client.run(["scancel", *left], check=False)
+
+    def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        """Wait for the replicas' supervisors to finish, then scancel their jobs (the whole
+        allocation: nothing of it is left on any node) and forget them."""
+        if not handles:
+            return
+        self._await_gone([h for h in handles if _read_status(_parse_ref(h.ref)[1]) is not None], 10.0)
+        for slurm_id in dict.fromkeys(h.details.get("slurmJob", "") for h in handles):
+            if slurm_id:
+                self.cancel_allocation(slurm_id)
+        with self._lock:
+            for h in handles:
+                for key, alloc in list(self._allocs.items()):
+                    if alloc.slurm_id == h.details.get("slurmJob"):
+                        del self._allocs[key]
+                        _unlink(alloc.lease)
+
+    def close(self) -> None:
+        """Cancel allocations submitted for trials or jobs that never got them (pending ones)."""
+        with self._lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for alloc in pending:
+            self.cancel_allocation(alloc.slurm_id, wait=5.0)
+            _unlink(alloc.lease)
+
+
+class SlurmPlacer:
+    """The `plan_job` placer of a `SlurmExecutor`: one allocation per job or trial.
+
+    `submit=False` (validation, print-env) checks that the job could ever fit and places
+    nothing: replicas get a placeholder node."""
+
+    def __init__(self, executor: SlurmExecutor, *, submit: bool = True) -> None:
+        self.executor = executor
+        self.submit = submit
+
+    def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
+                 holder: Mapping[str, Any] | None = None, **_: Any) -> list[Placement]:
+        from vcli.placement import NoCapacityError, PlacementError
+
+        if spec is None:
+            return [Placement() for _ in replicas]
+        ex = self.executor
+        groups = ex.task_groups(replicas, spec)
+        if not self.submit:
+            return [Placement(host=f"<slurm node {i}>", address="<slurm node>") for i in range(len(replicas))]
+        job_id = job_id or uuid.uuid4().hex[:12]
+        holder = holder or {}
+        key = f"study {holder['study']} trial {holder.get('trial')}" if holder.get("study") else job_id
+        with ex._lock:
+            alloc = ex._pending.get(key)
+        first = alloc is None
+        if alloc is None:
+            sched = spec.scheduling
+            name = f"vcli-{holder['study']}-t{holder.get('trial')}" if holder.get("study") else f"vcli-{job_id}"
+            alloc = ex.submit(groups, key=key, name=name, comment=f"vcli {key}",
+                              timeout_seconds=sched.timeout_seconds if sched else None,
+                              max_wait=sched.max_wait_seconds if sched else None)
+            with ex._lock:
+                ex._pending[key] = alloc
+        state, reason = ex.wait_running(alloc, FIRST_WAIT_SECONDS if first else 0.0)
+        if state == "PENDING":
+            waited = time.monotonic() - alloc.submitted
+            if alloc.max_wait is not None and waited >= alloc.max_wait:
+                self._drop(key)
+                raise PlacementError(f"Slurm job {alloc.slurm_id} pended longer than scheduling.maxWaitDuration "
+                                     f"({alloc.max_wait:g}s; Slurm's reason: {reason}) and was cancelled.")
+            raise NoCapacityError(f"Slurm job {alloc.slurm_id} is pending ({reason}).")
+        if state != "RUNNING":
+            self._drop(key)
+            raise ExecutorError(f"Slurm job {alloc.slurm_id} did not run: {state} ({reason}).")
+        try:
+            placements = ex.placements(alloc, replicas)
+        except BaseException:
+            self._drop(key)
+            raise
+        with ex._lock:
+            ex._pending.pop(key, None)
+            alloc.job_id = job_id
+            ex._allocs[job_id] = alloc
+        return placements
+
+    def _drop(self, key: str) -> None:
+        with self.executor._lock:
+            alloc = self.executor._pending.pop(key, None)
+        if alloc is not None:
+            self.executor.cancel_allocation(alloc.slurm_id)
+            _unlink(alloc.lease)
+
+    def release(self, job_id: str) -> None:
+        self.executor.release_job(job_id)
+
+    def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Any]) -> None:
+        """Nothing to do: the job's allocation is Slurm's, held for it whatever vcli process runs."""
+
+
+#: The holder script: keeps the allocation until vcli scancels it, or until no vcli process
+#: renewed its lease for ORPHAN seconds (then the job ends, and every step with it).
+HOLDER = """#!/bin/sh
+# vcli: holds this Slurm allocation for a vcli job; its replicas run as steps in it.
+lease="$1"; orphan="${2:-600}"
+while :; do
+    sleep 5
+    now=$(date +%s)
+    seen=$(stat -c %Y "$lease" 2>/dev/null || echo 0)
+    if [ $((now - seen)) -gt "$orphan" ]; then
+        echo "vcli: no vcli process renewed $lease for ${orphan}s: ending the allocation" >&2
+        exit 0
+    fi
+done
+"""
+
+#: Run on a node: binds COUNT ports on ADDRESS at once (so they differ), prints them, lets go.
+PORTS_CODE = ("import socket,sys\nss=[]\nfor _ in range(int(sys.argv[2])):\n s=socket.socket()\n"
+              " s.bind((sys.argv[1],0))\n ss.append(s)\nprint(' '.join(str(s.getsockname()[1]) for s in ss))")
+
+
+def _slurm_end(slurm_id: str, state: str, reason: str) -> str:
+    why = {"TIMEOUT": "its time limit (--time, from scheduling.timeout) ran out",
+           "NODE_FAIL": "a node of the allocation failed", "OUT_OF_MEMORY": "it ran out of memory",
+           "PREEMPTED": "it was preempted", "CANCELLED": "it was cancelled", "DEADLINE": "its deadline passed",
+           "GONE": "Slurm no longer knows it"}.get(state, "")
+    said = f" ({reason})" if reason and reason != "None" else ""
+    return f"Slurm ended job {slurm_id}: {state}{said}" + (f": {why}" if why else "")
+
+
+def _parse_ref(ref: str) -> tuple[str, str]:
+    step, _, status = ref.partition("@")
+    return step, status
+
+
+def _read_status(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, ValueError, IsADirectoryError):
+        return None
+    return data if isinstance(data, dict) and "exitCode" in data else None
+
+
+def _write_status_once(path: str, status: dict[str, Any]) -> None:
+    """Write a replica's status file unless its supervisor wrote one (never overwritten)."""
+    tmp = f"{path}.vcli{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(status, f)
+        os.link(tmp, path)
+    except OSError:
+        pass
+    finally:
+        _unlink(tmp)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
