@@ -207,6 +207,29 @@ def test_containers_outlive_a_killed_controller_and_resume_reattaches(client, tm
     assert not _containers(client, job_id)
 
 
+def test_resume_adopts_a_container_whose_start_was_never_recorded(client, tmp_path: Path) -> None:
+    """A controller killed between starting a container and recording its handle leaves the
+    replica PENDING in the store while it runs: resume finds it by name and labels and adopts
+    it, never starting that replica a second time."""
+    from vcli.store import Store
+
+    home = tmp_path / "home"
+    job_id = _orphan(client, home, "pending-window", 8)
+    before = {c.id for c in _containers(client, job_id) if c.status == "running"}
+    store = Store(home)
+    store.upsert_replica(job_id, "workerpool1-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert [x["state"] for x in job["replicas"]] == ["SUCCEEDED", "SUCCEEDED"]
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    assert logs.count("\tcontainer workerpool1-0") == 1, logs  # adopted, not started again
+    assert logs.count("\tcontainer workerpool0-0") == 1, logs
+    assert len(before) == 2 and not _containers(client, job_id)
+
+
 def test_cancel_of_an_orphaned_container_job_removes_everything(client, tmp_path: Path) -> None:
     home = tmp_path / "home"
     job_id = _orphan(client, home, "orphan", 600)

@@ -372,6 +372,36 @@ def test_stop_from_another_executor_instance(h: Harness) -> None:
     assert not h.executor.poll(handle).running
 
 
+#: Executors that can find a replica whose handle was never recorded (the others say None).
+FINDERS = {"local", "docker"}
+
+
+def test_find_a_replica_whose_handle_was_never_recorded(h: Harness) -> None:
+    """What `resume` does after a controller died between `start` and recording the handle:
+    another executor finds the running replica (and, once it ended, its exit), and only its."""
+    launch = h.launch("out:up", "sleep:300")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "up")
+    other = h.another()
+    never = h.launch("exit:0")
+    assert other.find(never) is None
+    found = other.find(launch)
+    if h.kind not in FINDERS:
+        assert found is None or other.poll(found).running
+        other.close()
+        h.executor.stop([handle], grace_seconds=5)
+        return
+    assert found is not None and found.task_name == launch.task_name
+    assert ReplicaHandle.from_json(found.to_json()) == found
+    assert other.poll(found).running
+    other.stop([found], grace_seconds=5)
+    ended = other.find(launch)
+    assert ended is not None and not other.poll(ended).running
+    other.release([found])
+    other.close()
+    assert not h.executor.poll(handle).running
+
+
 def test_stop_and_release_are_idempotent(h: Harness) -> None:
     handle, status, _ = h.run("exit:0")
     h.executor.stop([handle], grace_seconds=1)

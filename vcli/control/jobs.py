@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from vcli.control import restart
+from vcli.control import recovery
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job, replica_address, with_trial_args
 from vcli.errors import StoreError, VcliError
@@ -93,7 +93,7 @@ class JobRun:
     heartbeat_seconds: float = 2.0
     _last_beat: float = float("-inf")
     stop_grace_seconds: float = STOP_GRACE_SECONDS
-    #: How often the job restarted (`vcli.control.restart`), and whether it is doing so now.
+    #: How often the job restarted (`vcli.control.recovery`), and whether it is doing so now.
     restarts: int = 0
     restarting: bool = False
 
@@ -161,10 +161,13 @@ class JobRun:
 
         One with a handle is taken as it is, never restarted: an ended one keeps its exit (a
         chief that succeeded starts the workers' drain now), a running one is handed to the
-        executor to watch unless the job has already ended. One without stays unstarted.
+        executor to watch unless the job has already ended. One without is one the executor
+        may still `find` (started by a controller killed before it recorded the handle), else
+        it stays unstarted.
         """
         r = _Replica(launch=launch)
         if row is None or not row.handle:
+            r.handle = recovery.found(self, launch) if final is None else None
             return r
         r.handle = ReplicaHandle.from_json(row.handle)
         if row.state.is_final():
@@ -265,8 +268,11 @@ class JobRun:
         return JobState.JOB_STATE_FAILED, {"code": RpcCode.INVALID_ARGUMENT, "message": msg}
 
     def _timed_out(self, now: float) -> _Ending | None:
-        """FAILED (code 4) once the job has run longer than its `scheduling.timeout`."""
-        if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds:
+        """FAILED (code 4) once the job has run longer than its `scheduling.timeout`, plus the
+        executor's `timeout_grace_seconds` when its scheduler enforces the timeout itself
+        (Slurm's --time: its own reason is what gets reported)."""
+        grace = float(getattr(self.executor, "timeout_grace_seconds", 0.0))
+        if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds + grace:
             return (
                 JobState.JOB_STATE_FAILED,
                 {"code": RpcCode.DEADLINE_EXCEEDED, "message": f"Job exceeded its scheduling.timeout of {self.timeout_seconds:g}s and was stopped."},
@@ -288,7 +294,7 @@ class JobRun:
             if status.running:
                 continue
             self._record_exit(r, status)
-            if status.exit_code != 0 and restart.restart_allowed(self):
+            if status.exit_code != 0 and recovery.restart_allowed(self):
                 self._restart(r, status)
                 return None
             if status.exit_code != 0:
@@ -298,15 +304,15 @@ class JobRun:
         return None
 
     def _restart(self, r: _Replica, status: ReplicaStatus) -> None:
-        """Restart every replica (`vcli.control.restart`), in the start thread."""
+        """Restart every replica (`vcli.control.recovery`), in the start thread."""
         self.restarts += 1
-        message = restart.restart_message(self, r.launch.task_name, status)
+        message = recovery.restart_message(self, r.launch.task_name, status)
         self.on_progress(message)
         for other in self._replicas:
             _log_vcli(other.launch, message)
         self.restarting = True
         old, self._chief_done_at = list(self._replicas), None
-        self._worker = threading.Thread(target=restart.restart_job, args=(self, old), name=f"vcli-restart-{self.job_id}",
+        self._worker = threading.Thread(target=recovery.restart_job, args=(self, old), name=f"vcli-restart-{self.job_id}",
                                         daemon=True)
         self._worker.start()
 

@@ -66,7 +66,7 @@ class JobPlan:
     base_output_directory: str
     #: The placer that reserved capacity (GPUs) for this job; released when the job ends.
     placer: Placer = local_placer
-    #: Plans the same job again, placed anew (a restart: `vcli.control.restart`).
+    #: Plans the same job again, placed anew (a restart: `vcli.control.recovery`).
     replan: Callable[[], JobPlan] | None = None
 
     def release_placement(self) -> None:

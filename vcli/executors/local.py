@@ -251,6 +251,20 @@ class LocalExecutor(ExecutorBase):
             _kill(pid, signal.SIGUSR1)  # the grace period is over: SIGKILL the whole tree
         self._wait_gone(targets, 10.0)
 
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The replica's supervisor, found by the replica's tag in its environment and its
+        command line; an ended one by the status file it left (no pid then)."""
+        status_path = os.path.join(launch.output_dir, "replica.status")
+        tag = _tag(launch.job_id, launch.task_name)
+        for pid in tagged_processes(tag, exclude=os.getpid()):
+            if _is_supervisor(pid, launch.job_id) and SUPERVISOR.encode() in _cmdline(pid):
+                return ReplicaHandle(executor=self.name, host="local", ref=f"{pid}@{launch.job_id}@{status_path}",
+                                     task_name=launch.task_name)
+        if _read_status(status_path) is not None:
+            return ReplicaHandle(executor=self.name, host="local", ref=f"0@{launch.job_id}@{status_path}",
+                                 task_name=launch.task_name)
+        return None
+
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
         """The contract's copy, with the replica's trainer tree stopped for it (its supervisor
         keeps watching): a trainer that rewrites its checkpoint every few milliseconds still
@@ -377,6 +391,14 @@ def _stat_fields(pid: int) -> list[bytes]:
     except OSError:
         return []
     return stat[stat.rfind(b")") + 2:].split()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _is_supervisor(pid: int, job_id: str) -> bool:

@@ -438,6 +438,24 @@ class DockerExecutor(ExecutorBase):
             pass
         return client.containers.create(**kwargs)
 
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The replica's container (by its name, checked against its job and task labels) if it
+        was ever started; one only created is left for `start` to replace."""
+        docker = sdk()
+
+        try:
+            info = self.client().api.inspect_container(container_name(launch))
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.DockerException as e:
+            raise self._wrap(e, f"looking for the container of replica {launch.task_name}") from e
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        started = str((info.get("State") or {}).get("StartedAt") or "")
+        if labels.get(LABEL_JOB) != launch.job_id or labels.get(LABEL_TASK) != launch.task_name \
+                or not started or started.startswith("0001-"):
+            return None
+        return ReplicaHandle(executor=self.name, host=launch.placement.host, ref=info["Id"], task_name=launch.task_name)
+
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         """Stream an adopted container's output into its log again, after the last line there."""
         with self._lock:

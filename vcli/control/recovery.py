@@ -1,4 +1,9 @@
-"""`scheduling.restartJobOnWorkerRestart`: a replica that fails restarts the whole job.
+"""How a job recovers: replicas whose handle was never recorded are found again (`found`), and
+with `scheduling.restartJobOnWorkerRestart` a replica that fails restarts the whole job.
+
+A controller killed between an executor's `start` and writing the handle down leaves a
+replica running that the store calls PENDING; `resume` asks the executor to `find` it and
+adopts it, so no replica ever runs twice.
 
 Vertex restarts every replica of a job whose worker restarted, for trainers that cannot take
 a worker leaving and joining (most all-reduce trainers); `disableRetries` turns that off. vcli
@@ -14,7 +19,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from vcli.executors import ReplicaStatus
+from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.spec import ReplicaState
 
 if TYPE_CHECKING:
     from vcli.control.jobs import JobRun
@@ -62,3 +68,13 @@ def restart_job(run: JobRun, old: list[Any]) -> None:
     run.adopt_plan(plan)
     run.restarting = False
     run.launch_all()
+
+
+def found(run: JobRun, launch: ReplicaLaunch) -> ReplicaHandle | None:
+    """The replica of `launch` that an earlier controller started without recording its handle,
+    adopted and recorded RUNNING now; None if the executor finds none."""
+    handle = run.executor.find(launch)
+    if handle is not None:
+        run.executor.adopt(handle, launch)
+        run.store.upsert_replica(run.job_id, launch.task_name, handle=handle.to_json(), state=ReplicaState.RUNNING.value)
+    return handle
