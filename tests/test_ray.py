@@ -313,3 +313,21 @@ def test_zz_a_lost_node_fails_its_trial_within_seconds_and_the_study_completes(c
     # The whole study (the lost trial's end included) took seconds after the kill, not a timeout.
     assert time.monotonic() - killed_at < 60
     assert not processes_with_env("VCLI_RAY_NODE_ID", victim)
+
+
+def test_a_job_larger_than_the_cluster_shares_its_cpus_and_memory_out(cluster: RayCluster, tmp_path: Path) -> None:
+    """Like the README's demo on a one-node `ray start --head`: machine types that ask for more
+    CPUs and memory than the whole cluster has (4 replicas of n1-standard-4: 16 CPUs, 60 GB
+    against 12 CPUs here) run anyway, as with the local executor, each replica asking for an
+    equal share that fits a node, and one Note line says so."""
+    pkg = _package(tmp_path, {"t.py": "import os; print('ran', os.environ['VCLI_RAY_NODE_ID'][:8], flush=True)"})
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=shared",
+             f"--worker-pool-spec={POOL},local-package-path={pkg},script=t.py",
+             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=3", timeout=300, **_env(cluster))
+    assert r.returncode == 0, r.stderr[-3000:]
+    notes = [line for line in r.stderr.splitlines() if line.startswith("Note: the machine types ask for")]
+    assert len(notes) == 1 and "16 CPU" in notes[0] and "12 CPU" in notes[0], r.stderr[-3000:]
+    job_id = job_id_from_stderr(r.stderr)
+    bundles = cluster.bundles()[f"vcli-{job_id}"]
+    assert len(bundles) == 4 and sum(b["CPU"] for b in bundles) <= 12 and all(b["CPU"] <= 2 for b in bundles)
+    assert describe(tmp_path / "home", "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"

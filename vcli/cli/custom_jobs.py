@@ -109,6 +109,9 @@ def create(
     executor: o.Executor = None,
     hosts: o.Hosts = None,
     ray_address: o.RayAddress = None,
+    slurm_partition: o.SlurmPartition = None,
+    slurm_account: o.SlurmAccount = None,
+    slurm_qos: o.SlurmQos = None,
     shm_size: o.ShmSize = None,
     validate_only: o.ValidateOnly = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the job is submitted; it runs in a background vcli process.")] = False,
@@ -124,6 +127,7 @@ def create(
 
     check_format(fmt)
     o.use_ray_address(ray_address)
+    o.use_slurm(slurm_partition, slurm_account, slurm_qos)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
     no_effect: list[str] = []
@@ -141,7 +145,8 @@ def create(
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto):
+        for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto,
+                                              executor=job.execution.executor):
             err(notice)
         if validate_only:
             _print_validated(display_name, job, fmt)

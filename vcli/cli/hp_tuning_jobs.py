@@ -75,6 +75,9 @@ def create(
     executor: o.Executor = None,
     hosts: o.Hosts = None,
     ray_address: o.RayAddress = None,
+    slurm_partition: o.SlurmPartition = None,
+    slurm_account: o.SlurmAccount = None,
+    slurm_qos: o.SlurmQos = None,
     shm_size: o.ShmSize = None,
     validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the study is submitted; it runs in a background vcli process.")] = False,
@@ -91,6 +94,7 @@ def create(
 
     check_format(fmt)
     o.use_ray_address(ray_address)
+    o.use_slurm(slurm_partition, slurm_account, slurm_qos)
     doc, source = codec.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
         algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
@@ -115,7 +119,7 @@ def create(
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
         for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec,
-                                              auto=study.execution.auto):
+                                              auto=study.execution.auto, executor=study.execution.executor):
             err(notice)
         if validate_only:
             not_now = runner.check_study(study)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vcli.control.wiring import Execution, executor_kind, open_execution
+from vcli.errors import VcliError
 from vcli.spec import CustomJobSpec, ExecutorKind, HyperparameterTuningJobSpec, JobKind, JobState
 from vcli.store import JobRow, Store, new_id
 from vcli.tuning.events import StudyListener
@@ -45,8 +46,6 @@ class PlannedJob:
 
 def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None, *,
           leases: bool = True) -> Execution:
-    from dataclasses import replace
-
     from vcli import properties
 
     execution = open_execution(executor_kind(executor, spec), hosts, leases=leases)
@@ -185,7 +184,7 @@ def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
     return restored_placements(rows)
 
 
-def launch_notices(kind: ExecutorKind, spec: CustomJobSpec, *, auto: bool = False) -> list[str]:
+def launch_notices(kind: ExecutorKind, spec: CustomJobSpec, *, auto: bool = False, executor: Any = None) -> list[str]:
     """Lines to print before a job or study launches: accelerators and reduction servers this
     executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders,
     image pools whose command runs on the host."""
@@ -194,7 +193,18 @@ def launch_notices(kind: ExecutorKind, spec: CustomJobSpec, *, auto: bool = Fals
 
     gcs = codec.gcs_notice(spec)
     return [*accelerator_notices(kind, spec), *reduction_server_notices(spec), *([gcs] if gcs else []),
-            *codec.placeholder_notices(spec), *image_command_notices(kind, spec, auto=auto)]
+            *codec.placeholder_notices(spec), *image_command_notices(kind, spec, auto=auto),
+            *_shared_out(executor, spec)]
+
+
+def _shared_out(executor: Any, spec: CustomJobSpec) -> list[str]:
+    """The Ray executor's note when it shares a job's CPUs and memory out (else nothing)."""
+    notice = getattr(executor, "share_notice", None)
+    try:
+        note = notice(spec) if notice is not None else None
+    except VcliError:
+        return []
+    return [note] if note else []
 
 
 def secret_values(spec: CustomJobSpec) -> dict[str, str]:

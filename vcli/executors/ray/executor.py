@@ -2,7 +2,8 @@
 
 Placement: `RayPlacer` (what `plan_job` calls) turns a job's replicas into one Ray placement
 group, one bundle per replica (CPUs from the machine type, capped at the largest node as the
-SSH scheduler does, memory likewise; GPUs from `accelerator-count`, a fraction too), strategy SPREAD (distinct nodes when they
+SSH scheduler does, memory likewise, and shared out when the job asks for more than the whole
+cluster has: `RayExecutor._bundles`; GPUs from `accelerator-count`, a fraction too), strategy SPREAD (distinct nodes when they
 have room, as on Vertex where each replica is its own VM). All bundles are reserved at once or
 none: a job that no empty cluster could hold fails at once (`PlacementError`), one that does
 not fit now raises `NoCapacityError` (a study keeps the trial queued). A replica's
@@ -116,8 +117,7 @@ class RayExecutor(ExecutorBase):
         from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        largest = {k: max((n["Resources"].get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "memory")}
-        bundles = [self._bundle(r, spec, largest) for r in replicas]
+        bundles, _ = self._bundles(replicas, spec, nodes)
         why = _never_fits(bundles, nodes, [r.task_name for r in replicas])
         if why:
             raise PlacementError(f"Job {job_id} can never fit on the Ray cluster at {self.address}: {why}")
@@ -140,6 +140,41 @@ class RayExecutor(ExecutorBase):
         with self._lock:
             self._groups[job_id] = (pg, {r.task_name: i for i, r in enumerate(replicas)}, bundles)
         return [Placement(host=by_bundle[i], address=ips.get(by_bundle[i], "127.0.0.1")) for i in range(len(replicas))]
+
+    def _bundles(self, replicas: Sequence[Any], spec: Any, nodes: list[dict[str, Any]]) -> tuple[list[dict[str, float]], str | None]:
+        """The job's bundles, and a note when its CPUs and memory were shared out: a job whose
+        machine types ask for more CPUs or memory than the whole cluster has (the README's
+        two-replica demo on a one-node `ray start --head`) runs anyway, as with the local
+        executor, each replica asking for an equal share that fits a node beside its
+        neighbours (GPUs are never shared out)."""
+        largest = {k: max((n["Resources"].get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "memory")}
+        bundles = [self._bundle(r, spec, largest) for r in replicas]
+        if not nodes or not _short_of(bundles, nodes, ("CPU", "memory")):
+            return bundles, None
+        per_node = -(-len(bundles) // len(nodes))  # SPREAD: at most this many on one node
+        smallest = {k: min(n["Resources"].get(k, 0.0) for n in nodes) for k in ("CPU", "memory")}
+        shared = []
+        for b in bundles:
+            b = dict(b)
+            for key in ("CPU", "memory"):
+                if key in b and smallest[key] > 0:
+                    share = smallest[key] / per_node
+                    b[key] = min(b[key], float(int(share)) if key == "memory" else round(share, 2))
+            shared.append(b)
+        asked = _totals(bundles)
+        note = (f"Note: the machine types ask for {_show(asked)} in all and the Ray cluster has "
+                f"{_show(_totals([n['Resources'] for n in nodes], keys=asked))}: each replica asks for at most "
+                f"{_show({k: max(b.get(k, 0.0) for b in shared) for k in asked if k in ('CPU', 'memory')})} "
+                "(its processes share the node, as with the local executor).")
+        return shared, note
+
+    def share_notice(self, spec: Any) -> str | None:
+        """The note `place` would act on for a job of `spec` now (None: nothing shared out)."""
+        from vcli.cluster import replica_ids
+
+        ray = self._ray()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        return self._bundles(replica_ids(spec), spec, nodes)[1]
 
     @staticmethod
     def _bundle(replica: Any, spec: Any, largest: dict[str, float]) -> dict[str, float]:
@@ -440,6 +475,17 @@ def _never_fits(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], na
                 need, have, key = need / 2**30, have / 2**30, "GiB of memory"
             return f"its replicas ask for {need:.4g} {key} in all; the cluster has {have:.4g}"
     return None
+
+
+def _short_of(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], keys: Sequence[str]) -> bool:
+    """Do the bundles ask for more of one of `keys` than all the nodes have together?"""
+    return any(sum(b.get(k, 0.0) for b in bundles) > sum(n["Resources"].get(k, 0.0) for n in nodes) + 1e-9
+               for k in keys)
+
+
+def _totals(bundles: Sequence[dict[str, float]], keys: Sequence[str] | None = None) -> dict[str, float]:
+    names = keys if keys is not None else list(dict.fromkeys(k for b in bundles for k in b))
+    return {k: sum(b.get(k, 0.0) for b in bundles) for k in names if k in ("CPU", "memory", "GPU")}
 
 
 def _show(bundle: dict[str, float]) -> str:
