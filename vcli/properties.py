@@ -8,7 +8,10 @@ directory that stands for Cloud Storage: gs://BUCKET/PATH is DIR/BUCKET/PATH; de
 `<vcli home>/gcs`; see `vcli.codec.gcs`), `gpu/lease-dir` (this machine's host-wide GPU lease
 directory; $VCLI_GPU_LEASE_DIR wins; default /tmp/vcli-gpu-leases; every vcli user of the machine
 must use the same one), `gpu/exclude-busy` (true|false, default true: a GPU whose memory a
-process vcli did not start holds is busy, on machines with nvidia-smi). Path: $VCLI_CONFIG_DIR/properties.json,
+process vcli did not start holds is busy, on machines with nvidia-smi), `slurm/partition`,
+`slurm/account`, `slurm/qos` (what --executor=slurm asks sbatch for; default Slurm's) and
+`slurm/shared-dir` (the directory every Slurm node sees at the same path, for vcli's own files
+there; default `<vcli home>/slurm`). Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 """
 
@@ -30,13 +33,18 @@ KNOWN = {
     "storage/gcs-root": None,
     "gpu/lease-dir": None,
     "gpu/exclude-busy": ("true", "false"),
+    "slurm/partition": None,
+    "slurm/account": None,
+    "slurm/qos": None,
+    "slurm/shared-dir": None,
 }
 
 #: property -> how a value is stored: a directory is made absolute when set, so that it does
 #: not depend on where later commands run.
 _NORMALIZE = {"storage/gcs-root": lambda v: os.path.abspath(os.path.expanduser(v)),
               "python": lambda v: os.path.abspath(os.path.expanduser(v)) if os.sep in v else v,
-              "gpu/lease-dir": lambda v: os.path.abspath(os.path.expanduser(v))}
+              "gpu/lease-dir": lambda v: os.path.abspath(os.path.expanduser(v)),
+              "slurm/shared-dir": lambda v: os.path.abspath(os.path.expanduser(v))}
 
 
 def config_dir() -> Path:

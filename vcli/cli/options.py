@@ -55,6 +55,9 @@ PersistentResourceId = Annotated[Optional[str], typer.Option("--persistent-resou
 EnableWebAccess = Annotated[bool, typer.Option("--enable-web-access", help="Recorded in jobSpec.enableWebAccess; no effect on local runs.")]
 EnableDashboardAccess = Annotated[bool, typer.Option("--enable-dashboard-access", help="Recorded in jobSpec.enableDashboardAccess; no effect on local runs.")]
 RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="vcli: the Ray cluster for --executor=ray (ray://host:10001, host:6379 or auto); as RAY_ADDRESS or `vcli config set ray/address`.")]
+SlurmPartition = Annotated[Optional[str], typer.Option("--slurm-partition", help="vcli: the Slurm partition for --executor=slurm; as `vcli config set slurm/partition`.")]
+SlurmAccount = Annotated[Optional[str], typer.Option("--slurm-account", help="vcli: the Slurm account for --executor=slurm; as `vcli config set slurm/account`.")]
+SlurmQos = Annotated[Optional[str], typer.Option("--slurm-qos", help="vcli: the Slurm QOS for --executor=slurm; as `vcli config set slurm/qos`.")]
 KmsKey = Annotated[Optional[str], typer.Option("--kms-key", "--kms-key-name", help="gcloud: CMEK key for encryptionSpec; accepted, no effect on local runs.")]
 KmsKeyring = Annotated[Optional[str], typer.Option("--kms-keyring", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
 KmsLocation = Annotated[Optional[str], typer.Option("--kms-location", help="gcloud: with --kms-key; accepted, no effect on local runs.")]
@@ -97,6 +100,17 @@ def kms_key_name(key: Optional[str], keyring: Optional[str], location: Optional[
         raise InvalidValueError("--kms-key", f"[{key}] is not a full key name (projects/P/locations/L/keyRings/R/cryptoKeys/K); "
                                 f"give it in full or add {', '.join(missing)}.")
     return f"projects/{project}/locations/{location}/keyRings/{keyring}/cryptoKeys/{key}"
+
+
+def use_slurm(partition: Optional[str], account: Optional[str], qos: Optional[str]) -> None:
+    """`--slurm-partition`/`--slurm-account`/`--slurm-qos` for this run: they go where the slurm
+    executor reads them first ($VCLI_SLURM_PARTITION, ...), which the detached runner of
+    `--async` inherits."""
+    import os
+
+    for name, value in (("PARTITION", partition), ("ACCOUNT", account), ("QOS", qos)):
+        if value:
+            os.environ[f"VCLI_SLURM_{name}"] = value
 
 
 def use_ray_address(address: Optional[str]) -> None:
