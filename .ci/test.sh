@@ -20,6 +20,12 @@ fi
 log "installing vcli[all] into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all]'
 
+# Vertex's own protos, read (not imported) by tests/test_vertex_protos.py: the wheel only.
+if ! ls .ci/cache/google_cloud_aiplatform-2.7.0-*.whl >/dev/null 2>&1; then
+    log "downloading google-cloud-aiplatform 2.7.0's wheel into .ci/cache"
+    .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps -d .ci/cache 'google-cloud-aiplatform==2.7.0'
+fi
+
 if [ -f .ci/ssh-setup.sh ]; then log "ssh setup"; bash .ci/ssh-setup.sh; fi
 if [ -f .ci/docker-setup.sh ]; then log "docker setup"; PATH="$PWD/.venv/bin:$PATH" bash .ci/docker-setup.sh; fi
 if [ -f .ci/browser-setup.sh ]; then log "browser setup"; bash .ci/browser-setup.sh; fi
