@@ -636,7 +636,7 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 
 
 #: Executors that hold a replica still while a directory of it is copied (`vcli.executors.freeze`).
-FREEZING = ["local", "docker"]
+FREEZING = ["local", "docker", "ssh"]
 
 
 @pytest.fixture(params=FREEZING)
@@ -667,6 +667,82 @@ def test_a_replica_that_checkpoints_every_20_ms_is_held_still_for_a_consistent_c
         steps.append(int(tree["step"]))
         hf.sleep(0.2)
     assert steps == sorted(steps) and steps[-1] > steps[0], f"the trainer did not go on between copies: {steps}"
+    assert hf.executor.poll(handle).running
+    hf.executor.stop([handle], grace_seconds=2)
+    hf.wait(handle)
+
+
+#: A controller holding a replica still, as `fetch_dir` does, until it is killed: per kind.
+_HOLDER = """
+import json, os, sys, time
+kind, args = sys.argv[1], sys.argv[2:]
+if kind == "ssh":
+    from vcli.control.wiring import ssh_executor
+    from vcli.executors.ssh.hold import held
+    from vcli.hosts import Host
+    host = Host(**json.loads(args[0]))
+    hold = held(ssh_executor([host])._link(host.name), args[1], args[2])
+elif kind == "local":
+    from vcli.executors.freeze import frozen
+    from vcli.executors.local import tagged_processes
+    hold = frozen([p for p in tagged_processes(args[0], exclude=os.getpid()) if p != int(args[1])])
+else:
+    import docker
+    from vcli.executors.freeze import paused
+    hold = paused(docker.APIClient(base_url=args[1]), args[1], args[0])
+with hold as got:
+    ok = got if isinstance(got, bool) else got[0]()
+    print("held" if ok else "running", flush=True)
+    time.sleep(120)
+"""
+
+
+def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, directory: str) -> list[str]:
+    import dataclasses
+    import json
+
+    if h.kind == "ssh":
+        from vcli.executors.ssh.remote import map_path, parse_ref, replica_tag
+
+        _, job_id, root = parse_ref(handle.ref)
+        host = h.executor._host("lo")  # type: ignore[attr-defined]
+        remote = map_path(os.path.abspath(directory), h.executor._home, root)  # type: ignore[attr-defined]
+        return [json.dumps(dataclasses.asdict(host)), replica_tag(job_id, launch.task_name), remote]
+    if h.kind == "local":
+        return [f"{launch.job_id}/{launch.task_name}", handle.ref.split("@", 1)[0]]
+    from vcli.executors.docker.engine import engine_url
+
+    return [handle.ref, engine_url(None)]
+
+
+def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hf: Harness) -> None:
+    """The hold ends with the controller: one killed (-9) in the middle of a copy never leaves
+    the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host:
+    the hold's channel closes)."""
+    import signal
+    import subprocess
+
+    env = _checkpoint_env(hf)
+    launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)
+    handle = hf.start(launch)
+    hf.wait_for_log(launch, "churning")
+    step = lambda: hf.executor.read_file(handle, env["AIP_CHECKPOINT_DIR"] + "step")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        first = step()
+        time.sleep(0.4)
+        assert step() == first, "the replica was not held still"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while step() == first:
+            assert time.monotonic() < deadline, "the replica stayed stopped after its holder died"
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
     assert hf.executor.poll(handle).running
     hf.executor.stop([handle], grace_seconds=2)
     hf.wait(handle)

@@ -548,9 +548,18 @@ class SSHExecutor(ExecutorBase):
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
         """Download the replica's directory from its host (its outputs stay there after it ended
         and after `release`); any executor with the handle's host can, not only the one that
-        started it. Raises `ExecutorError` if the host cannot be reached."""
-        _, _, root = parse_ref(handle.ref)
-        return download_dir(self._link(handle.host), map_path(os.path.abspath(path), self._home, root), dest)
+        started it. A process replica is held still for the copy (`vcli.executors.ssh.hold`).
+        Raises `ExecutorError` if the host cannot be reached."""
+        token, job_id, root = parse_ref(handle.ref)
+        link = self._link(handle.host)
+        src = map_path(os.path.abspath(path), self._home, root)
+        if not token.isdigit():  # a container on the host: copied as it is (settle rule)
+            return download_dir(link, src, dest)
+        from vcli.executors.ssh.hold import held
+
+        # The trainer tree is stopped between two of its writes for the copy (`hold`).
+        with held(link, replica_tag(job_id, handle.task_name), src):
+            return download_dir(link, src, dest)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Wait until each replica's supervisor has stopped its whole tree (stopping it outright
