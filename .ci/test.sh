@@ -5,7 +5,8 @@
 #
 # Installs (idempotent): Debian packages (docker.io, openssh-server, mmdebstrap, iproute2),
 # a running dockerd with the test images (.ci/docker-setup.sh), sshd prerequisites
-# (.ci/ssh-setup.sh), Debian's chromium for the browser tests (.ci/browser-setup.sh), and a
+# (.ci/ssh-setup.sh), Debian's chromium for the browser tests (.ci/browser-setup.sh), Slurm's
+# daemons and clients and munge for the slurm tests (.ci/slurm-setup.sh; the tests start them), and a
 # virtualenv .venv with vcli[all]. Needs root for apt, dockerd and the browser's namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ fi
 if [ -f .ci/ssh-setup.sh ]; then log "ssh setup"; bash .ci/ssh-setup.sh; fi
 if [ -f .ci/docker-setup.sh ]; then log "docker setup"; PATH="$PWD/.venv/bin:$PATH" bash .ci/docker-setup.sh; fi
 if [ -f .ci/browser-setup.sh ]; then log "browser setup"; bash .ci/browser-setup.sh; fi
+if [ -f .ci/slurm-setup.sh ]; then log "slurm setup"; bash .ci/slurm-setup.sh; fi
 
 # Files tests keep for people to look at (the study report's screenshot): .ci/artifacts/.
 export VCLI_ARTIFACTS_DIR=${VCLI_ARTIFACTS_DIR:-$PWD/.ci/artifacts}

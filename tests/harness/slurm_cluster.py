@@ -113,7 +113,7 @@ class SlurmCluster:
         began = time.monotonic()
         atexit.register(self.stop)
         try:
-            for sub in ("state", "spool", "log", "gpu"):
+            for sub in ("state", "spool", "log", "gpu", *(f"spool/{n.name}" for n in self.nodes)):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             if self.netns:
                 self._namespaces_up()
@@ -135,7 +135,7 @@ class SlurmCluster:
 
     def client(self, argv: Sequence[str]) -> list[str]:
         """`argv` as run where clients reach the controller (the controller namespace, if any)."""
-        return ["ip", "netns", "exec", self.ctl_ns, *argv] if self.ctl_ns else list(argv)
+        return ["nsenter", f"--net=/run/netns/{self.ctl_ns}", *argv] if self.ctl_ns else list(argv)
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **self.env()}
@@ -184,6 +184,20 @@ class SlurmCluster:
             for p in {node.popen.pid, *([pid] if pid else [])}:
                 _kill(p, signal.SIGKILL)
             node.popen.wait(10)
+
+    def kill_node_processes(self, name: str) -> None:
+        """SIGKILL every process in a node's namespace (what is left of a node whose slurmd died:
+        its steps' processes, which a real dead node would have taken with it)."""
+        ns = self.node(name).ns
+        if ns is None:
+            raise ValueError("only nodes in network namespaces have processes of their own")
+        for _ in range(3):
+            pids = _netns_pids(ns)
+            if not pids:
+                return
+            for pid in pids:
+                _kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
 
     def marked_processes(self) -> list[int]:
         """Live processes of this cluster: daemons, steps, tasks and their children."""
@@ -357,7 +371,8 @@ class SlurmCluster:
 
     def _daemon(self, name: str, argv: list[str], ns: str | None) -> subprocess.Popen[bytes]:
         if ns:
-            argv = ["ip", "netns", "exec", ns, *argv]
+            # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts slurmd needs.
+            argv = ["nsenter", f"--net=/run/netns/{ns}", *argv]
         out = open(self.root / "log" / f"{name}.out", "ab")
         popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  env=self._env(), start_new_session=True)
@@ -397,7 +412,7 @@ def _is_daemon(pid: int) -> bool:
     except OSError:
         return False
     return os.path.basename(argv0).decode(errors="replace") in (
-        "munged", "slurmctld", "slurmd", "ip", "unshare", "sh")
+        "munged", "slurmctld", "slurmscriptd", "slurmd", "ip", "nsenter", "unshare", "sh")
 
 
 def _kill(pid: int, sig: int) -> None:

@@ -219,6 +219,13 @@ def slurm_executor() -> SlurmExecutor:
                          shared_dir=setting("shared-dir"), home=default_home())
 
 
+def slurm_check_report() -> dict[str, Any]:
+    """What `vcli slurm check` prints (`vcli.executors.slurm.check.report`)."""
+    from vcli.executors.slurm.check import report
+
+    return report(slurm_executor())
+
+
 def executor_for_handles(name: str) -> Executor:
     """The executor called `name`, able to poll, stop, read and release stored handles.
 
