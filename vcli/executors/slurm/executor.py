@@ -421,7 +421,7 @@ class SlurmExecutor(ExecutorBase):
         status = os.path.join(launch.output_dir, "replica.status")
         for path in (record, status):
             _unlink(path)
-        env = self._replica_env(launch)
+        env = self._replica_env(launch, alloc)
         masks = [a for name in launch.secret_env for a in ("--mask", name)]
         argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
                 f"--job-name=vcli-{launch.task_name}", f"--chdir={launch.workdir or os.getcwd()}",
@@ -433,17 +433,32 @@ class SlurmExecutor(ExecutorBase):
             popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                      start_new_session=True, close_fds=True)
         facts = self._await_record(record, popen, srun_log, launch.task_name, node)
-        step = f"{facts['job']}.{facts['step']}"
         self.queue.invalidate()
-        return ReplicaHandle(executor=self.name, host=node, ref=f"{step}@{status}", task_name=launch.task_name,
-                             details={"slurmJob": alloc.slurm_id, "step": step, "node": node, "job": launch.job_id,
-                                      "lease": alloc.lease, "gpus": facts.get("gpus") or "",
-                                      "partition": self.partition or "(default)"})
+        return self._handle(launch, facts, status)
 
-    def _replica_env(self, launch: ReplicaLaunch) -> dict[str, str]:
+    def _handle(self, launch: ReplicaLaunch, facts: Mapping[str, Any], status: str) -> ReplicaHandle:
+        """The handle of the replica whose step wrote `facts` (node.py's record)."""
+        step = f"{facts['job']}.{facts['step']}"
+        return ReplicaHandle(executor=self.name, host=facts["node"], ref=f"{step}@{status}", task_name=launch.task_name,
+                             details={"slurmJob": facts.get("allocation") or str(facts["job"]), "step": step,
+                                      "node": facts["node"], "job": launch.job_id, "lease": facts.get("lease") or "",
+                                      "gpus": facts.get("gpus") or "", "partition": self.partition or "(default)"})
+
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The replica's step, by the record its node.py wrote into the replica's directory."""
+        try:
+            with open(os.path.join(launch.output_dir, "replica.slurm"), encoding="utf-8") as f:
+                facts = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return self._handle(launch, facts, os.path.join(launch.output_dir, "replica.status"))
+
+    def _replica_env(self, launch: ReplicaLaunch, alloc: Allocation) -> dict[str, str]:
         from vcli.executors.local import REPLICA_TAG
 
         env = client.client_env(dict(launch.env))
+        env["VCLI_SLURM_ALLOCATION"] = alloc.slurm_id
+        env["VCLI_SLURM_LEASE"] = alloc.lease
         env["VCLI_JOB_ID"] = launch.job_id
         env[REPLICA_TAG] = f"{launch.job_id}/{launch.task_name}"
         env.setdefault("PYTHONUNBUFFERED", "1")

@@ -30,7 +30,8 @@ def main(args: list[str]) -> int:
     facts = {"job": os.environ.get("SLURM_JOB_ID", ""), "step": os.environ.get("SLURM_STEP_ID", ""),
              "node": os.environ.get("SLURMD_NODENAME", ""), "pid": os.getpid(),
              "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-             "slurmGpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")}
+             "slurmGpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS"),
+             "allocation": os.environ.get("VCLI_SLURM_ALLOCATION", ""), "lease": os.environ.get("VCLI_SLURM_LEASE", "")}
     tmp = f"{record}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(facts, f)
