@@ -11,7 +11,9 @@ must use the same one), `gpu/exclude-busy` (true|false, default true: a GPU whos
 process vcli did not start holds is busy, on machines with nvidia-smi), `slurm/partition`,
 `slurm/account`, `slurm/qos` (what --executor=slurm asks sbatch for; default Slurm's) and
 `slurm/shared-dir` (the directory every Slurm node sees at the same path, for vcli's own files
-there; default `<vcli home>/slurm`). Path: $VCLI_CONFIG_DIR/properties.json,
+there; default `<vcli home>/slurm`). `tracking/uri` (the MLflow
+tracking URI that turns experiment tracking on; $MLFLOW_TRACKING_URI wins; see `vcli.tracking`).
+Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 """
 
@@ -37,6 +39,7 @@ KNOWN = {
     "slurm/account": None,
     "slurm/qos": None,
     "slurm/shared-dir": None,
+    "tracking/uri": None,
 }
 
 #: property -> how a value is stored: a directory is made absolute when set, so that it does

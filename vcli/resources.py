@@ -56,6 +56,10 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     if rec.get("encryptionSpec"):
         out["encryptionSpec"] = rec["encryptionSpec"]
     out["outputDirectory"] = rec.get("outputDirectory")
+    if rec.get("tracking"):  # the job's MLflow run (vcli.tracking)
+        from vcli.tracking import shown as tracking_shown
+
+        out["tracking"] = tracking_shown(rec["tracking"])
     if rec.get("executor"):
         out["executor"] = rec["executor"]
     if row.parent_id:
@@ -103,6 +107,10 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     for key in ("encryptionSpec", "studyTimeout", "goalValue", "seed", "executor", "outputDirectory", "stopReason"):
         if rec.get(key) is not None:
             out[key] = rec[key]
+    if rec.get("tracking"):  # the study's MLflow runs (vcli.tracking)
+        from vcli.tracking import shown as tracking_shown
+
+        out["tracking"] = tracking_shown(rec["tracking"])
     trials = store.trial_records(row.id)
     out["trials"] = trials
     if rec.get("bestTrialId"):

@@ -113,6 +113,7 @@ def create(
     slurm_account: o.SlurmAccount = None,
     slurm_qos: o.SlurmQos = None,
     shm_size: o.ShmSize = None,
+    tracking_uri: o.TrackingUri = None,
     validate_only: o.ValidateOnly = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the job is submitted; it runs in a background vcli process.")] = False,
     fmt: o.Format = None,
@@ -121,7 +122,7 @@ def create(
 
     With --async, a detached vcli process runs the job (as gcloud's create returns at once);
     follow it with stream-logs, stop it with cancel."""
-    from vcli import codec
+    from vcli import codec, tracking
     from vcli.control import runner
     from vcli.errors import UsageError
 
@@ -136,12 +137,16 @@ def create(
     spec = with_cloud_settings(spec, persistent_resource_id=persistent_resource_id, enable_web_access=enable_web_access,
                                enable_dashboard_access=enable_dashboard_access)
     label_map = codec.parse_labels(labels)
+    tracked = tracking.settings(tracking_uri, display_name=display_name, experiment=spec.experiment,
+                                experiment_run=spec.experiment_run)
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project)
     # Only a job that runs here takes (and waits for) host-wide GPU leases; --async's runner does.
     runs_here = not (validate_only or async_)
     job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
                                  ready=not validate_only, leases=runs_here, on_wait=err if runs_here else None)
-    note_no_effect(no_effect, "[--config] ")  # once the job is known to be valid
+    if tracked:
+        job.record["tracking"] = tracked
+    note_no_effect(tracking.effective_no_effect(no_effect, tracked), "[--config] ")  # once the job is known to be valid
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:

@@ -79,6 +79,7 @@ def create(
     slurm_account: o.SlurmAccount = None,
     slurm_qos: o.SlurmQos = None,
     shm_size: o.ShmSize = None,
+    tracking_uri: o.TrackingUri = None,
     validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the study is submitted; it runs in a background vcli process.")] = False,
     fmt: o.Format = None,
@@ -87,7 +88,7 @@ def create(
 
     With --async, a detached vcli process runs the study (as gcloud's create returns at once);
     follow it with describe or stream-logs, stop it with cancel."""
-    from vcli import codec
+    from vcli import codec, tracking
     from vcli.cli.custom_jobs import with_cloud_settings
     from vcli.codec.study_flags import StudyFlags, study_request
     from vcli.control import runner
@@ -109,11 +110,15 @@ def create(
     spec = replace(request.spec, trial_job_spec=with_cloud_settings(
         request.spec.trial_job_spec, service_account=service_account, network=network, enable_web_access=enable_web_access,
         enable_dashboard_access=enable_dashboard_access))
+    tracked = tracking.settings(tracking_uri, display_name=request.display_name, experiment=spec.trial_job_spec.experiment,
+                                experiment_run=spec.trial_job_spec.experiment_run)
     # Only a study that runs here takes host-wide GPU leases; --async's runner does.
     study = runner.plan_study(spec, display_name=request.display_name, labels={**request.labels, **codec.parse_labels(labels)},
                               seed=seed, bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor),
                               hosts=hosts, shm_size=shm_size, leases=not (validate_only or async_))
-    note_no_effect(request.no_effect, "[--config] ")  # once the study is known to be valid
+    if tracked:
+        study.record["tracking"] = tracked
+    note_no_effect(tracking.effective_no_effect(request.no_effect, tracked), "[--config] ")  # once the study is valid
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
     if kms:
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here

@@ -120,3 +120,7 @@ def use_ray_address(address: Optional[str]) -> None:
         import os
 
         os.environ["RAY_ADDRESS"] = address
+
+
+#: `create`'s experiment tracking (see `vcli.tracking`).
+TrackingUri = Annotated[Optional[str], typer.Option("--tracking-uri", help="vcli: log the job to this MLflow tracking URI (a study: a run with a nested run per trial); default $MLFLOW_TRACKING_URI, else `vcli config set tracking/uri`; `off` turns tracking off.")]

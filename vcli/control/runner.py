@@ -147,11 +147,13 @@ def run_custom_job(
     still run are adopted, not started again.
     """
     from vcli.control.jobs import JobRun, run_job
+    from vcli.tracking.hooks import tracked_job
 
-    timeout = job.spec.scheduling.timeout_seconds if job.spec.scheduling else None
-    run = JobRun(store=job.store, executor=job.execution.executor, plan=job.plan, timeout_seconds=timeout,
-                 on_progress=on_progress)
-    state = run_job(run, on_tick=on_tick, attach=job.resume)
+    with tracked_job(job, on_progress):  # with tracking on, an MLflow run that the chief logs into
+        timeout = job.spec.scheduling.timeout_seconds if job.spec.scheduling else None
+        run = JobRun(store=job.store, executor=job.execution.executor, plan=job.plan, timeout_seconds=timeout,
+                     on_progress=on_progress)
+        state = run_job(run, on_tick=on_tick, attach=job.resume)
     return JobOutcome(state, run.startup_error)
 
 
@@ -479,9 +481,14 @@ def study_run(
     """The `StudyRun` controller of a submitted study; `.run()` runs it to its end, telling
     `listener` what happens."""
     from vcli.control.study import StudyRun
+    from vcli.tracking.hooks import study_tracker
+    from vcli.tuning.events import Listeners
 
+    tracker = study_tracker(study.store, study.study_id, study.display_name, study.spec, study.record, listener.progress)
     return StudyRun(
         store=study.store, executor=study.execution.executor, spec=study.spec, study_id=study.study_id,
-        display_name=study.display_name, suggester=study.suggester, listener=listener,
+        display_name=study.display_name, suggester=study.suggester,
+        listener=Listeners(tracker, listener) if tracker is not None else listener,
         placer=study.execution.placer, shm_size=study.shm_size, seed=study.seed,
+        prepare_trial=tracker.prepare_trial if tracker is not None else None,
     )

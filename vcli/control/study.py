@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.codec.trial import trial_args
@@ -98,6 +98,8 @@ class StudyRun:
     _waiting_since: float = 0.0
     #: Set when a trial failed in a way every trial would (its module cannot be imported).
     _fatal: str | None = None
+    #: The plan a new trial runs, given its trial and plan (tracking gives the chief its MLflow run).
+    prepare_trial: Callable[[Trial, JobPlan], JobPlan] | None = None
 
     def __post_init__(self) -> None:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
@@ -325,6 +327,8 @@ class StudyRun:
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
+        if self.prepare_trial is not None:
+            plan = self.prepare_trial(trial, plan)
         run = self._job_run(job_spec, plan)
         self.active[trial_id] = ActiveTrial.follow(trial, run, plan, self.metric_ids, started=self.clock.now())
         mark_controller(self.store, job_row.id)

@@ -1,0 +1,122 @@
+"""The MLflow client as vcli's trackers use it: a handful of calls, each bounded in time.
+
+Importing this module imports MLflow (a second or two): only trackers that are on do.
+
+Time bounds: vcli's own requests to a tracking server give up after
+`MLFLOW_HTTP_REQUEST_TIMEOUT` seconds (5 unless you set it) with no retries inside MLflow
+(`MLFLOW_HTTP_REQUEST_MAX_RETRIES`, 0 unless you set it): vcli retries on its own schedule
+(`vcli.tracking.sync`). These are set in the controller's environment only when unset, and
+`replica_env` gives every replica MLflow's own values back, so a trainer's logging keeps
+MLflow's usual patience. MLflow's "View run ... at" lines are kept off vcli's stdout the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+#: vcli's bounds for its own requests (used when the variable is not set), and no "View run"
+#: lines from MLflow on stdout, which holds vcli's data (`--format=json`).
+CONTROLLER_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                  "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+
+#: The user's values of those variables before vcli set them (None: unset), per process.
+_ORIGINAL: dict[str, str | None] = {}
+
+#: MLflow's batch limits (log_batch: 1000 metrics, 100 params, 100 tags per request).
+_MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
+#: MLflow's limits on a param value and a tag value (characters).
+_PARAM_LEN, _TAG_LEN = 6000, 8000
+
+
+def bound_requests() -> None:
+    """Give this process's MLflow requests vcli's time bounds, unless the user chose theirs."""
+    for name, value in CONTROLLER_ENV.items():
+        if name not in _ORIGINAL:
+            _ORIGINAL[name] = os.environ.get(name)
+            os.environ.setdefault(name, value)
+
+
+def replica_env() -> dict[str, str]:
+    """What replicas get for the variables `bound_requests` set: the user's values, or
+    MLflow's defaults (a local replica inherits the controller's environment)."""
+    from mlflow import environment_variables as ev
+
+    defaults = {"MLFLOW_HTTP_REQUEST_TIMEOUT": ev.MLFLOW_HTTP_REQUEST_TIMEOUT.default,
+                "MLFLOW_HTTP_REQUEST_MAX_RETRIES": ev.MLFLOW_HTTP_REQUEST_MAX_RETRIES.default,
+                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "false"}
+    return {name: _ORIGINAL.get(name) or str(defaults[name]) for name in CONTROLLER_ENV}
+
+
+class Backend:
+    """One tracking URI's MLflow client. Every method may raise (the server down or slow,
+    a refused request): callers (`vcli.tracking.sync`) catch and retry."""
+
+    def __init__(self, uri: str) -> None:
+        bound_requests()
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+
+    def experiment_id(self, name: str) -> str:
+        """The id of experiment `name`, created if missing (another process may create it at
+        the same moment: then its id)."""
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                self.client.restore_experiment(found.experiment_id)
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except Exception:
+            again = self.client.get_experiment_by_name(name)
+            if again is None:
+                raise
+            return again.experiment_id
+
+    def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Any]:
+        """Every run of the experiment whose tag `key` is `value` (all pages)."""
+        out: list[Any] = []
+        token = None
+        while True:
+            page = self.client.search_runs([experiment_id], filter_string=f"tags.`{key}` = '{value}'",
+                                           max_results=1000, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    def create_run(self, experiment_id: str, *, name: str, start_ms: int | None, tags: Mapping[str, str],
+                   params: Mapping[str, str]) -> str:
+        run = self.client.create_run(experiment_id, start_time=start_ms, tags=dict(_tags(tags)), run_name=name)
+        run_id = run.info.run_id
+        self.log(run_id, params=params)
+        return run_id
+
+    def log(self, run_id: str, *, metrics: Sequence[tuple[str, float, int, int]] = (),
+            params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None) -> None:
+        """Log `metrics` (key, value, timestamp ms, step), params and tags, in batches."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        ms = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
+        ps = [Param(k, str(v)[:_PARAM_LEN]) for k, v in (params or {}).items()]
+        tg = [RunTag(k, v) for k, v in _tags(tags or {})]
+        for i in range(0, len(ps), _MAX_PARAMS):
+            self.client.log_batch(run_id, params=ps[i:i + _MAX_PARAMS])
+        for i in range(0, len(tg), _MAX_TAGS):
+            self.client.log_batch(run_id, tags=tg[i:i + _MAX_TAGS])
+        for i in range(0, len(ms), _MAX_METRICS):
+            self.client.log_batch(run_id, metrics=ms[i:i + _MAX_METRICS])
+
+    def end(self, run_id: str, status: str, end_ms: int | None) -> None:
+        self.client.set_terminated(run_id, status=status, end_time=end_ms)
+
+    def steps(self, run_id: str, key: str) -> set[int]:
+        """The steps at which metric `key` of the run is already logged."""
+        return {m.step for m in self.client.get_metric_history(run_id, key)}
+
+
+def _tags(tags: Mapping[str, str]) -> Iterable[tuple[str, str]]:
+    for key, value in tags.items():
+        yield key, str(value)[:_TAG_LEN]
