@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn", "ray", "matplotlib", "tensorboard")
+HEAVY = ("tensorflow", "docker", "paramiko", "skopt", "sklearn", "ray", "matplotlib", "tensorboard", "mlflow")
 MARKER = "@@vcli-heavy-modules@@"
 
 PROBE = f"""
@@ -55,6 +55,18 @@ def test_cli_does_not_import_heavy_packages(vcli_home, argv):
     report = json.loads(line[len(MARKER):])
     assert report["code"] == 0, r.stderr
     assert report["heavy"] == [], f"`vcli {' '.join(argv)}` imported {report['heavy']}"
+
+
+def test_importing_the_sdk_imports_no_heavy_package(vcli_home):
+    """`from vcli import aiplatform` in a notebook costs no TensorFlow, Docker, Ray or MLflow:
+    the controllers (and MLflow, with tracking on) are imported when a job is submitted."""
+    probe = PROBE.replace("from vcli.cli import app", "from vcli import aiplatform\napp = lambda: None")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps([])], env=env, capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    (line,) = [l for l in r.stdout.splitlines() if l.startswith(MARKER)]
+    assert json.loads(line[len(MARKER):])["heavy"] == [], r.stderr
 
 
 def test_the_probe_detects_an_import(vcli_home):

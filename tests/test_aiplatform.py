@@ -1,0 +1,183 @@
+"""`from vcli import aiplatform`: notebook cells written as Vertex's samples write them, with
+only the import changed, run in a fresh interpreter (as a notebook kernel) against a private
+vcli home: a two-replica custom job and a small tuning study reach SUCCEEDED through vcli's
+own controllers (`vcli custom-jobs list` shows the job), `.trials` is what `vcli
+hp-tuning-jobs describe` says, `run(sync=False)` returns at once and `.wait()` waits, a failed
+job raises as Vertex's SDK does, and arguments that mean nothing here are named once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers import describe, vcli, vcli_env
+
+TRAIN = """
+import json, os, sys, time
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
+task = json.loads(os.environ["CLUSTER_SPEC"])["task"]
+print(f"replica {task['type']}-{task['index']} epochs={args.get('epochs')}", flush=True)
+if args.get("fail"):
+    sys.exit("the trainer failed on purpose")
+if "lr" in args:
+    import hypertune
+    hpt = hypertune.HyperTune()
+    lr, units = float(args["lr"]), int(args["units"])
+    bonus = float(args.get("momentum", 0)) / 10
+    for step in (1, 2, 3):
+        time.sleep(float(args.get("pause", 0.5)))
+        hpt.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="accuracy",
+                                                metric_value=(1 - abs(lr - 0.01)) * units / 64 * step / 3 + bonus,
+                                                global_step=step)
+"""
+
+
+def _notebook(tmp_path: Path, cells: str) -> subprocess.CompletedProcess[str]:
+    """Run the cells in a fresh interpreter with the test's vcli home, from the test's folder."""
+    env = {k: v for k, v in vcli_env(tmp_path / "home").items() if not k.startswith("MLFLOW_")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(cells)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _value(out: str, key: str) -> str:
+    return next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith(key + " "))
+
+
+def test_a_two_replica_custom_job_from_a_notebook(tmp_path: Path) -> None:
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        from vcli import aiplatform
+
+        aiplatform.init(project="my-project", location="us-central1", staging_bucket="gs://my-bucket",
+                        network="projects/123/global/networks/default")
+
+        job = aiplatform.CustomJob.from_local_script(
+            display_name="notebook-two-replicas",
+            script_path="trainer/task.py",
+            container_uri="us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest",
+            args=["--epochs=2"],
+            replica_count=2,
+            machine_type="n1-standard-4",
+        )
+        job.run(service_account="trainer@my-project.iam.gserviceaccount.com", network="default")
+
+        print("STATE", job.state.name)
+        print("RESOURCE", job.resource_name)
+        print("ID", job.name)
+        print("DONE", job.done(), job.state == aiplatform.gapic.JobState.JOB_STATE_SUCCEEDED)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _value(r.stdout, "STATE") == "JOB_STATE_SUCCEEDED" and _value(r.stdout, "DONE") == "True True"
+    job_id = _value(r.stdout, "ID")
+    assert _value(r.stdout, "RESOURCE") == f"projects/my-project/locations/us-central1/customJobs/{job_id}"
+    # Cloud-only arguments: accepted and named, each once (network was given twice).
+    notes = [line for line in r.stderr.splitlines() if line.startswith("Note: vcli.aiplatform")]
+    assert sum("network" in line for line in notes) == 1 and any("service_account" in line for line in notes), r.stderr
+    # The job is vcli's like any other: listed, described, both replicas ran and exited 0.
+    home = tmp_path / "home"
+    listed = vcli(home, "custom-jobs", "list", "--format=value(name.basename())")
+    assert job_id in listed.stdout.split()
+    job = describe(home, "custom-jobs", job_id)
+    assert [x["taskName"] for x in job["replicas"]] == ["workerpool0-0", "workerpool1-0"]
+    assert all(x["exitCode"] == 0 for x in job["replicas"])
+    assert job["outputDirectory"].startswith(str(home / "gcs" / "my-bucket" / "aiplatform-custom-job-"))
+    assert job["jobSpec"]["serviceAccount"] == "trainer@my-project.iam.gserviceaccount.com"
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id)
+    assert "replica workerpool0-0 epochs=2" in logs.stdout and "replica workerpool1-0 epochs=2" in logs.stdout
+
+
+def test_a_tuning_study_from_a_notebook_runs_async_and_its_trials_match_describe(tmp_path: Path) -> None:
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, f"""
+        import json, time
+        from vcli import aiplatform
+        from vcli.aiplatform import hyperparameter_tuning as hpt
+
+        aiplatform.init(project="my-project", location="us-central1")
+
+        worker_pool_specs = [{{
+            "machine_spec": {{"machine_type": "n1-standard-4"}},
+            "replica_count": 1,
+            "container_spec": {{
+                "image_uri": "toy",
+                "command": ["{sys.executable}", "{tmp_path / 'task.py'}"],
+                "args": ["--epochs=1"],
+            }},
+        }}]
+        custom_job = aiplatform.CustomJob(display_name="toy-trial", worker_pool_specs=worker_pool_specs)
+
+        hp_job = aiplatform.HyperparameterTuningJob(
+            display_name="notebook-study",
+            custom_job=custom_job,
+            metric_spec={{"accuracy": "maximize"}},
+            parameter_spec={{
+                "lr": hpt.DoubleParameterSpec(min=0.001, max=0.1, scale="log"),
+                "units": hpt.IntegerParameterSpec(min=8, max=64, scale="linear"),
+                "optimizer": hpt.CategoricalParameterSpec(
+                    values=["adam", "sgd"],
+                    conditional_parameter_spec={{
+                        "momentum": hpt.DoubleParameterSpec(min=0.0, max=0.9, scale="linear", parent_values=["sgd"]),
+                    }},
+                ),
+                "batch": hpt.DiscreteParameterSpec(values=[16, 32, 64], scale="linear"),
+            }},
+            max_trial_count=4,
+            parallel_trial_count=2,
+            search_algorithm="random",
+        )
+
+        started = time.monotonic()
+        hp_job.run(sync=False)
+        print("RETURNED", round(time.monotonic() - started, 2), hp_job.state.name)
+        hp_job.wait()
+        print("WAITED", round(time.monotonic() - started, 2))
+        print("STATE", hp_job.state.name)
+        print("ID", hp_job.name)
+        for trial in hp_job.trials:
+            params = {{p.parameter_id: p.value for p in trial.parameters}}
+            print("TRIAL", trial.id, trial.state.name, json.dumps(params, separators=(",", ":")),
+                  trial.final_measurement.metrics[0].value)
+        print("TRIALS", json.dumps([t.to_dict() for t in hp_job.trials]))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    returned, state_then = _value(r.stdout, "RETURNED").split()
+    assert float(returned) < 10 and state_then in ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING")
+    assert float(_value(r.stdout, "WAITED")) > float(returned) + 1.5  # three 0.5 s steps per trial, at least
+    assert _value(r.stdout, "STATE") == "JOB_STATE_SUCCEEDED"
+    study = describe(tmp_path / "home", "hp-tuning-jobs", _value(r.stdout, "ID"))
+    assert json.loads(_value(r.stdout, "TRIALS")) == study["trials"]
+    trial_lines = [line.split(" ", 4) for line in r.stdout.splitlines() if line.startswith("TRIAL ")]
+    assert len(trial_lines) == 4 and all(state == "SUCCEEDED" for _, _, state, _, _ in trial_lines)
+    for _, _, _, params, _ in trial_lines:
+        p = json.loads(params)
+        assert 0.001 <= p["lr"] <= 0.1 and 8 <= p["units"] <= 64 and p["batch"] in (16, 32, 64)
+        assert ("momentum" in p) == (p["optimizer"] == "sgd")  # the conditional parameter
+    assert study["studySpec"]["algorithm"] == "RANDOM_SEARCH"
+    assert study["studySpec"]["measurementSelectionType"] == "BEST_MEASUREMENT"  # Vertex SDK's default
+
+
+def test_a_failed_job_raises_as_vertex_does_and_import_stays_light(tmp_path: Path) -> None:
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        import sys
+        from vcli import aiplatform
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in
+                       {"tensorflow", "docker", "paramiko", "ray", "mlflow", "sklearn", "matplotlib"})
+        print("HEAVY", heavy)
+        job = aiplatform.CustomJob.from_local_script(display_name="fails", script_path="task.py",
+                                                     container_uri="python:3.11", args=["--fail=1"])
+        try:
+            job.run()
+        except RuntimeError as e:
+            print("RAISED", str(e).splitlines()[0])
+        print("STATE", job.state.name)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _value(r.stdout, "HEAVY") == "[]"
+    assert _value(r.stdout, "RAISED") == "Job failed with:"
+    assert _value(r.stdout, "STATE") == "JOB_STATE_FAILED"

@@ -1,0 +1,387 @@
+"""`aiplatform.CustomJob` and `aiplatform.HyperparameterTuningJob`, run by vcli's controllers.
+
+A job made here is recorded in vcli's store and run by a detached vcli process (the runner of
+`create --async`), exactly as the CLI runs one: it appears in `vcli custom-jobs list` and the
+dashboard, `vcli ... describe/stream-logs/cancel` work on it, and it outlives the notebook's
+kernel, as a Vertex job outlives the notebook that submitted it. `run(sync=True)` waits for
+it (printing its state changes on stderr) and raises `RuntimeError("Job failed with: ...")`
+when it FAILED or was CANCELLED, as Vertex's SDK does; `run(sync=False)` and `submit()` return
+once it is recorded; `wait()` waits. Ctrl-C while waiting stops the waiting, not the job
+(`cancel()` stops the job).
+
+Arguments that only mean something in Google Cloud (credentials, networks, service accounts,
+boot disks, ...) are accepted and named once in a `Note:` line (`vcli.aiplatform.initializer`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+from vcli.aiplatform.initializer import config, note_unused, resource_name
+from vcli.enums import JobKind, JobState
+
+__all__ = ["CustomJob", "HyperparameterTuningJob"]
+
+#: How often `wait()` reads the job's state.
+POLL_SECONDS = 0.5
+
+
+def _camel(value: Any) -> Any:
+    """Vertex SDK dicts (snake_case keys, as its samples write them) in the REST shape
+    (camelCase); enum members (`AcceleratorType.NVIDIA_TESLA_T4`) become their names."""
+    if isinstance(value, Mapping):
+        return {_camel_key(str(k)): _camel(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_camel(v) for v in value]
+    if hasattr(value, "name") and type(value).__module__ != "builtins" and not isinstance(value, str):
+        return value.name
+    return value
+
+
+def _camel_key(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _decode_custom_job(doc: Mapping[str, Any], source: str) -> Any:
+    """A CustomJobSpec REST dict -> `vcli.spec.CustomJobSpec`, checked as `--config` is."""
+    from vcli.codec import Decoder, custom_job_spec_from_dict
+    from vcli.spec import CustomJobSpec
+
+    decoder = Decoder(source)
+    return custom_job_spec_from_dict(decoder.decode_message(dict(doc), CustomJobSpec, ""), decoder)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+class _Job:
+    """What both kinds share: the record in vcli's store, its state, waiting, cancelling."""
+
+    _kind = JobKind.CUSTOM_JOB
+    _collection = "customJobs"
+    _noun = "CustomJob"
+    _group = "custom-jobs"
+
+    def __init__(self, display_name: str, labels: Mapping[str, str] | None) -> None:
+        self.display_name = display_name
+        self.labels = dict(labels or {})
+        self._job_id: str | None = None
+
+    # ------------------------------------------------------------------ the record
+
+    def _store(self) -> Any:
+        from vcli.store import Store
+
+        return Store()
+
+    def _row(self) -> Any:
+        if self._job_id is None:
+            raise RuntimeError(f"{self._noun} resource has not been created.")
+        row = self._store().get_job(self._job_id)
+        if row is None:
+            raise RuntimeError(f"{self._noun} [{self._job_id}] is no longer in vcli's store.")
+        return row
+
+    @property
+    def name(self) -> str:
+        """The job's id (Vertex: the last segment of `resource_name`)."""
+        self._row()
+        return str(self._job_id)
+
+    @property
+    def resource_name(self) -> str:
+        return resource_name(self._collection, self.name)
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self._row().state)
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        return self._row().error
+
+    @property
+    def create_time(self) -> str:
+        return str(self._row().create_time)
+
+    @property
+    def end_time(self) -> str | None:
+        return self._row().end_time
+
+    def done(self) -> bool:
+        return self.state.is_final()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as Vertex's REST resource, as `vcli ... describe --format=json` prints it."""
+        from vcli import resources
+
+        make = resources.custom_job_resource if self._kind == JobKind.CUSTOM_JOB else resources.hp_tuning_job_resource
+        return make(self._store(), self._row())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def wait(self) -> None:
+        """Block until the job ends; RuntimeError if it FAILED or was CANCELLED."""
+        said = None
+        while True:
+            row = self._row()
+            state = JobState(row.state)
+            if state != said:
+                _say(f"{self._noun} {self.resource_name} current state: {state.value}")
+                said = state
+            if state.is_final():
+                break
+            time.sleep(POLL_SECONDS)
+        if state != JobState.JOB_STATE_SUCCEEDED:
+            raise RuntimeError(f"Job failed with:\n{row.error}")
+        _say(f"{self._noun} run completed. Resource name: {self.resource_name}")
+
+    def cancel(self) -> None:
+        """Ask the job to stop (its controller stops every replica; one that died is cleaned
+        up here, as `vcli ... cancel` does). Returns at once, as Vertex's does."""
+        from vcli.control import cancel
+
+        store, row = self._store(), self._row()
+        if cancel.request_cancel(store, row) and not cancel.controller_alive(row):
+            cancel.stop_orphaned(store, row, on_warning=lambda msg: _say(f"WARNING: {msg}"))
+
+    def _created(self, job_id: str) -> None:
+        self._job_id = job_id
+        _say(f"{self._noun} created. Resource name: {self.resource_name}")
+        _say(f"View its logs: vcli {self._group} stream-logs {job_id}  (describe: vcli {self._group} describe {job_id})")
+
+    @staticmethod
+    def _tracking(display_name: str, experiment: str | None, experiment_run: str | None) -> Any:
+        from vcli import tracking
+
+        return tracking.settings(config["tracking_uri"], display_name=display_name,
+                                 experiment=experiment or config["experiment"], experiment_run=experiment_run)
+
+
+def _output_dir(base_output_dir: str | None, staging_bucket: str | None) -> str | None:
+    """The job's output directory: as given, else Vertex's default, a folder per job in the
+    staging bucket (`gs://bucket/aiplatform-custom-job-<time>`)."""
+    bucket = staging_bucket or config["staging_bucket"]
+    if base_output_dir is None and bucket:
+        return f"{bucket.rstrip('/')}/aiplatform-custom-job-{time.strftime('%Y-%m-%d-%H:%M:%S')}"
+    return base_output_dir
+
+
+def _scheduling(timeout: float | None, restart: bool, disable_retries: bool, strategy: Any,
+                max_wait: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if timeout is not None:
+        out["timeout"] = f"{float(timeout):g}s"
+    if restart:
+        out["restartJobOnWorkerRestart"] = True
+    if disable_retries:
+        out["disableRetries"] = True
+    if strategy is not None:
+        out["strategy"] = getattr(strategy, "name", strategy)
+    if max_wait is not None:
+        out["maxWaitDuration"] = f"{float(max_wait):g}s"
+    return out
+
+
+class CustomJob(_Job):
+    """Vertex's `aiplatform.CustomJob`: `CustomJob(display_name, worker_pool_specs, ...)` then
+    `run()`. `worker_pool_specs` are dicts as Vertex's samples write them (snake_case or
+    camelCase keys)."""
+
+    def __init__(self, display_name: str, worker_pool_specs: Sequence[Mapping[str, Any]],
+                 base_output_dir: str | None = None, project: str | None = None, location: str | None = None,
+                 credentials: Any = None, labels: Mapping[str, str] | None = None,
+                 encryption_spec_key_name: str | None = None, staging_bucket: str | None = None,
+                 persistent_resource_id: str | None = None) -> None:
+        super().__init__(display_name, labels)
+        note_unused("CustomJob()", project=project, location=location, credentials=credentials,
+                    encryption_spec_key_name=encryption_spec_key_name, persistent_resource_id=persistent_resource_id)
+        base_output_dir = _output_dir(base_output_dir, staging_bucket)
+        self._doc: dict[str, Any] = {"workerPoolSpecs": _camel(list(worker_pool_specs))}
+        if base_output_dir:
+            self._doc["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
+        self.job_spec = _decode_custom_job(self._doc, f"<aiplatform.CustomJob {display_name}>")
+
+    @classmethod
+    def from_local_script(cls, display_name: str, script_path: str, container_uri: str, enable_autolog: bool = False,
+                          args: Sequence[str] | None = None, requirements: Sequence[str] | None = None,
+                          environment_variables: Mapping[str, str] | None = None, replica_count: int = 1,
+                          machine_type: str = "n1-standard-4", accelerator_type: str = "ACCELERATOR_TYPE_UNSPECIFIED",
+                          accelerator_count: int = 0, boot_disk_type: str = "pd-ssd", boot_disk_size_gb: int = 100,
+                          reduction_server_replica_count: int = 0, reduction_server_machine_type: str | None = None,
+                          reduction_server_container_uri: str | None = None, base_output_dir: str | None = None,
+                          **kwargs: Any) -> CustomJob:
+        """A job that runs one local script (its directory is the package, as gcloud's
+        `local-package-path`): pool 0 one chief, pool 1 `replica_count - 1` workers."""
+        from vcli.aiplatform.local_script import script_pools
+
+        note_unused("CustomJob.from_local_script()", enable_autolog=enable_autolog,
+                    boot_disk_type=boot_disk_type if boot_disk_type != "pd-ssd" else None,
+                    boot_disk_size_gb=boot_disk_size_gb if boot_disk_size_gb != 100 else None,
+                    reduction_server_replica_count=reduction_server_replica_count,
+                    reduction_server_machine_type=reduction_server_machine_type,
+                    reduction_server_container_uri=reduction_server_container_uri)
+        job = cls.__new__(cls)
+        _Job.__init__(job, display_name, kwargs.pop("labels", None))
+        bucket = kwargs.pop("staging_bucket", None)
+        note_unused("CustomJob.from_local_script()", **kwargs)
+        job.job_spec = script_pools(script_path, container_uri, args=args, requirements=requirements,
+                                    env=environment_variables, replica_count=replica_count, machine_type=machine_type,
+                                    accelerator_type=accelerator_type, accelerator_count=accelerator_count,
+                                    base_output_dir=_output_dir(base_output_dir, bucket))
+        return job
+
+    def run(self, service_account: str | None = None, network: str | None = None, timeout: float | None = None,
+            restart_job_on_worker_restart: bool = False, enable_web_access: bool = False,
+            experiment: str | None = None, experiment_run: str | None = None, tensorboard: str | None = None,
+            sync: bool = True, create_request_timeout: float | None = None, disable_retries: bool = False,
+            persistent_resource_id: str | None = None, scheduling_strategy: Any = None,
+            max_wait_duration: float | None = None) -> None:
+        """Submit the job, then (`sync=True`) wait for its end."""
+        self.submit(service_account=service_account, network=network, timeout=timeout,
+                    restart_job_on_worker_restart=restart_job_on_worker_restart, enable_web_access=enable_web_access,
+                    experiment=experiment, experiment_run=experiment_run, tensorboard=tensorboard,
+                    create_request_timeout=create_request_timeout, disable_retries=disable_retries,
+                    persistent_resource_id=persistent_resource_id, scheduling_strategy=scheduling_strategy,
+                    max_wait_duration=max_wait_duration)
+        if sync:
+            self.wait()
+
+    def submit(self, *, service_account: str | None = None, network: str | None = None, timeout: float | None = None,
+               restart_job_on_worker_restart: bool = False, enable_web_access: bool = False,
+               experiment: str | None = None, experiment_run: str | None = None, tensorboard: str | None = None,
+               create_request_timeout: float | None = None, disable_retries: bool = False,
+               persistent_resource_id: str | None = None, scheduling_strategy: Any = None,
+               max_wait_duration: float | None = None) -> None:
+        """Record the job and hand it to a detached vcli runner; returns at once."""
+        from dataclasses import replace
+
+        from vcli.codec import Decoder
+        from vcli.codec.schema import build
+        from vcli.spec import Scheduling
+
+        tracked = self._tracking(self.display_name, experiment, experiment_run)
+        note_unused("CustomJob.run()", service_account=service_account, network=network,
+                    enable_web_access=enable_web_access, tensorboard=tensorboard,
+                    create_request_timeout=create_request_timeout, persistent_resource_id=persistent_resource_id,
+                    experiment=None if tracked else experiment, experiment_run=None if tracked else experiment_run)
+        sched = _scheduling(timeout, restart_job_on_worker_restart, disable_retries, scheduling_strategy,
+                            max_wait_duration)
+        spec = self.job_spec
+        if sched:
+            decoder = Decoder("<aiplatform.CustomJob.run>")
+            spec = replace(spec, scheduling=build(Scheduling, decoder.decode_message(sched, Scheduling, "scheduling")))
+        spec = replace(spec, experiment=experiment or config["experiment"], experiment_run=experiment_run,
+                       service_account=service_account, network=network, enable_web_access=enable_web_access)
+        self._submit_spec(spec, tracked)
+
+    def _submit_spec(self, spec: Any, tracked: Any) -> None:
+        from vcli.control import runner
+
+        job = runner.plan_custom_job(spec, executor=config["executor"], hosts=None, shm_size=None, labels=self.labels,
+                                     leases=False)
+        try:
+            if tracked:
+                job.record["tracking"] = tracked
+            for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto):
+                _say(notice)
+            runner.submit_custom_job(job, self.display_name)
+            runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id],
+                                secrets=runner.secret_values(job.spec))
+        finally:
+            job.close()
+        self._created(job.job_id)
+
+
+_ALGORITHMS = {None: "ALGORITHM_UNSPECIFIED", "grid": "GRID_SEARCH", "random": "RANDOM_SEARCH", "tpe": "TPE"}
+_SELECTIONS = {"best": "BEST_MEASUREMENT", "last": "LAST_MEASUREMENT"}
+
+
+class HyperparameterTuningJob(_Job):
+    """Vertex's `aiplatform.HyperparameterTuningJob`: a study whose trials run `custom_job`."""
+
+    _kind = JobKind.HYPERPARAMETER_TUNING_JOB
+    _collection = "hyperparameterTuningJobs"
+    _noun = "HyperparameterTuningJob"
+    _group = "hp-tuning-jobs"
+
+    def __init__(self, display_name: str, custom_job: CustomJob, metric_spec: Mapping[str, str],
+                 parameter_spec: Mapping[str, Any], max_trial_count: int, parallel_trial_count: int,
+                 max_failed_trial_count: int = 0, search_algorithm: str | None = None,
+                 measurement_selection: str | None = "best", project: str | None = None,
+                 location: str | None = None, credentials: Any = None, labels: Mapping[str, str] | None = None,
+                 encryption_spec_key_name: str | None = None) -> None:
+        from vcli.codec import custom_job_spec_to_dict
+
+        super().__init__(display_name, labels)
+        note_unused("HyperparameterTuningJob()", project=project, location=location, credentials=credentials,
+                    encryption_spec_key_name=encryption_spec_key_name)
+        if search_algorithm not in _ALGORITHMS:
+            raise ValueError(f"search_algorithm must be one of {list(_ALGORITHMS)}, not {search_algorithm!r}")
+        self._doc = {
+            "displayName": display_name,
+            "studySpec": {
+                "metrics": [{"metricId": k, "goal": str(v).upper()} for k, v in metric_spec.items()],
+                "parameters": [p.to_dict(pid) for pid, p in parameter_spec.items()],
+                "algorithm": _ALGORITHMS[search_algorithm],
+                "measurementSelectionType": _SELECTIONS.get(str(measurement_selection).lower(),
+                                                            "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED"),
+            },
+            "trialJobSpec": custom_job_spec_to_dict(custom_job.job_spec),
+            "maxTrialCount": max_trial_count,
+            "parallelTrialCount": parallel_trial_count,
+            "maxFailedTrialCount": max_failed_trial_count,
+        }
+
+    def run(self, service_account: str | None = None, network: str | None = None, timeout: float | None = None,
+            restart_job_on_worker_restart: bool = False, enable_web_access: bool = False,
+            tensorboard: str | None = None, sync: bool = True, create_request_timeout: float | None = None,
+            disable_retries: bool = False, scheduling_strategy: Any = None,
+            max_wait_duration: float | None = None) -> None:
+        """Submit the study (each trial a custom job), then (`sync=True`) wait for its end."""
+        note_unused("HyperparameterTuningJob.run()", service_account=service_account, network=network,
+                    enable_web_access=enable_web_access, tensorboard=tensorboard,
+                    create_request_timeout=create_request_timeout)
+        doc = dict(self._doc)
+        sched = _scheduling(timeout, restart_job_on_worker_restart, disable_retries, scheduling_strategy,
+                            max_wait_duration)
+        if sched:
+            doc["trialJobSpec"] = {**doc["trialJobSpec"], "scheduling": sched}
+        self._submit_doc(doc)
+        if sync:
+            self.wait()
+
+    def _submit_doc(self, doc: Mapping[str, Any]) -> None:
+        from vcli.codec.study_flags import StudyFlags, study_request
+        from vcli.control import runner
+
+        request = study_request(doc, f"<aiplatform.HyperparameterTuningJob {self.display_name}>", StudyFlags())
+        for notice in request.notices:
+            _say(notice)
+        trial_job = request.spec.trial_job_spec
+        tracked = self._tracking(self.display_name, trial_job.experiment, trial_job.experiment_run)
+        study = runner.plan_study(request.spec, display_name=self.display_name, labels=self.labels, seed=None,
+                                  bayesian_backend="gp", executor=config["executor"], hosts=None, shm_size=None,
+                                  leases=False)
+        try:
+            if tracked:
+                study.record["tracking"] = tracked
+            runner.submit_study(study)
+            runner.spawn_runner(study.store, study.study_id, ["hp-tuning-jobs", "run-study", study.study_id],
+                                secrets=runner.secret_values(study.spec.trial_job_spec))
+        finally:
+            study.close()
+        self._created(study.study_id)
+
+    @property
+    def trials(self) -> list[Any]:
+        """The study's trials so far, in Vertex's `Trial` shape (`vcli.aiplatform.trials`)."""
+        from vcli.aiplatform.trials import Trial
+
+        self._row()
+        return [Trial.from_dict(d) for d in self._store().trial_records(str(self._job_id))]

@@ -1,0 +1,48 @@
+"""`CustomJob.from_local_script`: one local script as a job, the way gcloud's autopackaging
+flags describe it (`local-package-path` = the script's directory, `script` = its name).
+
+The process executor runs the script from a private copy of its directory, with `requirements`
+installed into a cached virtual environment; `container_uri` is recorded as the executor image
+(with `--executor=docker` / `init(executor="docker")`, vcli builds the image as gcloud does).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+
+def script_pools(script_path: str, container_uri: str, *, args: Sequence[str] | None, requirements: Sequence[str] | None,
+                 env: Mapping[str, str] | None, replica_count: int, machine_type: str, accelerator_type: str,
+                 accelerator_count: int, base_output_dir: str | None) -> Any:
+    """The CustomJobSpec: pool 0 one chief, pool 1 `replica_count - 1` workers, both running
+    the script with `args` and `env`."""
+    from vcli import codec
+    from vcli.spec import EnvVar
+
+    path = os.path.abspath(os.path.expanduser(script_path))
+    if not os.path.isfile(path):
+        raise ValueError(f"script_path [{script_path}] is not a file")
+    if replica_count < 1:
+        raise ValueError(f"replica_count must be at least 1, not {replica_count}")
+    chief: dict[str, Any] = {"machine-type": machine_type, "replica-count": 1, "local-package-path": os.path.dirname(path),
+                             "script": os.path.basename(path), "executor-image-uri": container_uri}
+    if requirements:
+        chief["requirements"] = list(requirements)
+    if accelerator_count and accelerator_type != "ACCELERATOR_TYPE_UNSPECIFIED":
+        chief["accelerator-type"], chief["accelerator-count"] = accelerator_type, accelerator_count
+    specs = [chief]
+    if replica_count > 1:
+        worker = {k: v for k, v in chief.items() if k in ("machine-type", "accelerator-type", "accelerator-count")}
+        specs.append({**worker, "replica-count": replica_count - 1})
+    spec = codec.CustomJobSpec(worker_pool_specs=codec.worker_pools_from_flags(specs))
+    spec = codec.apply_args_and_command(spec, args=list(args or []), command=None)
+    if env:
+        variables = tuple(EnvVar(name=k, value=str(v)) for k, v in env.items())
+        pools = tuple(replace(p, container_spec=replace(p.container_spec, env=variables)) if p.container_spec else p
+                      for p in spec.worker_pool_specs)
+        spec = replace(spec, worker_pool_specs=pools)
+    if base_output_dir:
+        spec = replace(spec, base_output_directory=codec.resolve_output_uri(base_output_dir, ValueError))
+    return spec
