@@ -310,3 +310,44 @@ def test_tracking_is_off_by_default_and_without_mlflow_imported(tmp_path: Path) 
     assert r.returncode == 0, r.stderr[-3000:]
     assert "MLFLOW-NOT-IMPORTED" in r.stderr
     assert "tracking" not in describe(home, "hp-tuning-jobs", job_id_from_stderr(r.stderr))
+
+
+def test_a_tracker_that_never_answers_times_out_and_the_study_succeeds(tmp_path: Path) -> None:
+    """A server that accepts connections and never answers (a hung proxy): vcli's requests
+    time out (5 s), one WARNING says so, the trial starts without a run, the study SUCCEEDS."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:  # accept and never answer
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    home, pkg = tmp_path / "home", _package(tmp_path)
+    try:
+        started = time.monotonic()
+        r = vcli(home, *_study_args("hung", pkg, [0.5], "--args=--steps=1"), timeout=180,
+                 MLFLOW_TRACKING_URI=f"http://127.0.0.1:{listener.getsockname()[1]}")
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert r.returncode == 0, r.stderr[-3000:]
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "timed out" in warnings[0], r.stderr
+    assert "trial(s) 1 started before their MLflow run existed" in r.stderr
+    assert elapsed < 60, elapsed
