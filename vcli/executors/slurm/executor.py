@@ -546,7 +546,9 @@ class SlurmExecutor(ExecutorBase):
         signame = done.get("signal")
         message = f"killed by signal {signame}" if signame else None
         if code != 0:
-            state, reason = self._job_state(slurm_id)
+            # Asked afresh: Slurm records TIMEOUT/NODE_FAIL before it signals the steps, so a
+            # replica it killed is known as such by the time its status file exists.
+            state, reason = self._job_state(slurm_id, fresh=True)
             if state in client.KILLED_BY_SLURM:
                 message = _slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
         return ReplicaStatus(running=False, exit_code=code, message=message)
