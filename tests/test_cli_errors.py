@@ -177,9 +177,9 @@ def test_print_env_shows_tf_config_for_a_two_pool_job(run_vcli):
     "argv,line",
     [
         (["custom-jobs", "create", "--display-name=j", POOL, "--executor", "bogus"],
-         "ERROR: (vcli.custom-jobs.create) argument --executor: invalid choice: 'bogus' (choose from local, docker, ssh, ray)"),
+         "ERROR: (vcli.custom-jobs.create) argument --executor: invalid choice: 'bogus' (choose from local, docker, ssh, ray, slurm)"),
         (["custom-jobs", "print-env", POOL, "--executor=Local"],
-         "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh, ray)"),
+         "ERROR: (vcli.custom-jobs.print-env) argument --executor: invalid choice: 'Local' (choose from local, docker, ssh, ray, slurm)"),
         (["hp-tuning-jobs", "create", "--display-name=s", "--algorithm=bayes"],
          "ERROR: (vcli.hp-tuning-jobs.create) argument --algorithm: Invalid choice: 'bayes'. "
          "Valid choices are [algorithm-unspecified, grid-search, population-based-training, random-search, tpe]."),
@@ -401,3 +401,34 @@ def test_flex_start_waits_24_hours_by_default() -> None:
     assert Scheduling(strategy="FLEX_START", max_wait_seconds=60).wait_limit_seconds == 60
     assert Scheduling(max_wait_seconds=0).wait_limit_seconds is None
     assert Scheduling().wait_limit_seconds is None
+
+
+@pytest.mark.parametrize("region", ["#", "moon-1", "us-central", "x" * 500])
+def test_a_region_vertex_does_not_serve_is_refused(run_vcli, region):
+    r = run_vcli("custom-jobs", "list", f"--region={region}")
+    assert r.returncode == 1, r.stderr
+    line = one_error_line(r, "ERROR: (vcli.custom-jobs.list) ")
+    assert line.startswith("Invalid value for [region]: Available values are [local, africa-south1,")
+    assert line.endswith(f"but found [{region[:60]}{'...' if len(region) > 60 else ''}].")
+    assert run_vcli("custom-jobs", "list", "--region=europe-west4").returncode == 0
+    assert run_vcli("custom-jobs", "list", "--region=local").returncode == 0
+
+
+def test_validate_only_finds_a_package_uri_that_maps_to_nothing(run_vcli, vcli_home, tmp_path):
+    cfg = tmp_path / "study.yaml"
+    cfg.write_text("displayName: t\nmaxTrialCount: 2\nstudySpec:\n  metrics: [{metricId: score, goal: MAXIMIZE}]\n"
+                   "  parameters: [{parameterId: x, doubleValueSpec: {minValue: 0, maxValue: 1}}]\n"
+                   "trialJobSpec:\n  workerPoolSpecs:\n  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n"
+                   "    pythonPackageSpec: {executorImageUri: python:3.11, pythonModule: x.y, "
+                   "packageUris: [gs://bucket/trainer-0.1.tar.gz]}\n")
+    r = run_vcli("hp-tuning-jobs", "create", f"--config={cfg}", "--validate-only", "--format=none")
+    assert r.returncode == 1, r.stderr
+    line = one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+    assert line.startswith("Invalid value for [trialJobSpec.workerPoolSpecs[0].pythonPackageSpec.packageUris[0]]: the package [")
+    assert line.endswith("/gcs/bucket/trainer-0.1.tar.gz] (gs://bucket/trainer-0.1.tar.gz under storage/gcs-root) is not found")
+    (vcli_home / "gcs" / "bucket").mkdir(parents=True)
+    (vcli_home / "gcs" / "bucket" / "trainer-0.1.tar.gz").write_bytes(b"")
+    assert run_vcli("hp-tuning-jobs", "create", f"--config={cfg}", "--validate-only", "--format=none").returncode == 0
+    r = run_vcli("custom-jobs", "create", "--display-name=j", "--validate-only", "--python-package-uris=./nope.whl",
+                 "--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=python:3.11,python-module=x.y")
+    assert r.returncode == 1 and "packageUris[0]]: the package [./nope.whl] is not found" in r.stderr

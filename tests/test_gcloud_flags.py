@@ -90,7 +90,7 @@ CREATE_CLOUD = [
 OWN_FLAGS = {
     ("custom-jobs", "create"): [
         ["--region=us-central1"], ["--labels=team=x"], ["--args=--epochs=1"], ["--command=python3,-m,trainer.task"],
-        ["--python-package-uris=/tmp/pkg.tar.gz"], ["--persistent-resource-id=pr"], ["--format=json"],
+        ["--python-package-uris={dir}/pkg.tar.gz"], ["--persistent-resource-id=pr"], ["--format=json"],
         ["--config={dir}/job.yaml"], *CREATE_CLOUD,
     ],
     ("hp-tuning-jobs", "create"): [
@@ -117,6 +117,7 @@ def files(tmp_path: Path, vcli_home: Path) -> Path:
     d.mkdir()
     (d / "wide.yaml").write_text("--verbosity: info\n")
     (d / "token").write_text("not-a-token\n")
+    (d / "pkg.tar.gz").write_bytes(b"")  # a packageUris entry must exist (checked at --validate-only)
     (d / "study.yaml").write_text(STUDY)
     (d / "job.yaml").write_text(textwrap.dedent(f"""
         workerPoolSpecs:

@@ -47,6 +47,18 @@ def local_path(uri: str, root: str | None = None) -> str:
     return os.path.join(root or storage_root(), os.path.normpath(rest))
 
 
+def missing_package(uri: str) -> str | None:
+    """Why a packageUris entry (as the spec holds it: a local path, a file:// URI, or a path
+    mapped from gs://) is not there now, or None. Other schemes are the installing
+    executor's to judge."""
+    local = uri[len("file://"):] if uri.startswith("file://") else uri
+    if re.match(r"^[a-z][a-z0-9+.-]+://", local) or os.path.exists(os.path.expanduser(local)):
+        return None
+    root = storage_root().rstrip("/") + "/"
+    gs = f" (gs://{local[len(root):]} under storage/gcs-root)" if local.startswith(root) else ""
+    return f"the package [{local}]{gs} is not found"
+
+
 def arg_root(root: str | None = None) -> str:
     """What gs:// in args becomes: `/gcs` when it exists here (as on Vertex), else the root."""
     return FUSE_ROOT if os.path.isdir(FUSE_ROOT) else (root or storage_root())

@@ -161,10 +161,8 @@ class JobRun:
 
         One with a handle is taken as it is, never restarted: an ended one keeps its exit (a
         chief that succeeded starts the workers' drain now), a running one is handed to the
-        executor to watch unless the job has already ended. One without is one the executor
-        may still `find` (started by a controller killed before it recorded the handle), else
-        it stays unstarted.
-        """
+        executor to watch unless the job has already ended. One without is `find`-ed (a
+        controller killed before it recorded the handle), else stays unstarted."""
         r = _Replica(launch=launch)
         if row is None or not row.handle:
             r.handle = recovery.found(self, launch) if final is None else None
@@ -268,9 +266,8 @@ class JobRun:
         return JobState.JOB_STATE_FAILED, {"code": RpcCode.INVALID_ARGUMENT, "message": msg}
 
     def _timed_out(self, now: float) -> _Ending | None:
-        """FAILED (code 4) once the job has run longer than its `scheduling.timeout`, plus the
-        executor's `timeout_grace_seconds` when its scheduler enforces the timeout itself
-        (Slurm's --time: its own reason is what gets reported)."""
+        """FAILED (code 4) past `scheduling.timeout` plus the executor's `timeout_grace_seconds`
+        (a scheduler that enforces it itself, Slurm's --time, reports its own reason)."""
         grace = float(getattr(self.executor, "timeout_grace_seconds", 0.0))
         if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds + grace:
             return (

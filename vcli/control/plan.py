@@ -262,3 +262,16 @@ def with_trial_args(spec: CustomJobSpec, args: Sequence[str]) -> CustomJobSpec:
             )
         pools.append(pool)
     return replace(spec, worker_pool_specs=tuple(pools))
+
+
+def check_packages(spec: CustomJobSpec, where: str = "") -> None:
+    """Every packageUris entry is there now: `--validate-only` and create find a missing one
+    (a gs:// URI that maps to nothing), not every replica's or trial's start."""
+    from vcli.codec.gcs import missing_package
+    from vcli.errors import InvalidValueError
+
+    for i, pool in enumerate(spec.worker_pool_specs):
+        ps = pool.python_package_spec
+        for j, uri in enumerate(ps.package_uris if ps is not None else ()):
+            if why := missing_package(uri):
+                raise InvalidValueError(f"{where}workerPoolSpecs[{i}].pythonPackageSpec.packageUris[{j}]", why)

@@ -99,7 +99,9 @@ def plan_custom_job(
     """
     from vcli import codec
     from vcli.control.jobs import plan_job
+    from vcli.control.plan import check_packages
 
+    check_packages(spec)
     execution = _open(executor, hosts, spec, leases=leases)
     try:
         store = Store()
@@ -362,6 +364,9 @@ def plan_study(
         import secrets
 
         seed = secrets.randbelow(2**31)
+    from vcli.control.plan import check_packages
+
+    check_packages(spec.trial_job_spec, "trialJobSpec.")
     execution = _open(executor, hosts, spec.trial_job_spec, leases=leases)
     try:
         store = Store()
