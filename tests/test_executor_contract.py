@@ -636,11 +636,22 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 
 
 #: Executors that hold a replica still while a directory of it is copied (`vcli.executors.freeze`).
-FREEZING = ["local", "docker", "ssh"]
+FREEZING = ["local", "docker", "ssh", "ssh-docker", "ray"]
 
 
 @pytest.fixture(params=FREEZING)
 def hf(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    _ray_address(request, monkeypatch)
+    yield from _harness(request.param, tmp_path, monkeypatch)
+
+
+#: Executors whose hold lives in (or with) the controller's process, so that a controller
+#: killed mid-copy must end it (Ray's runs inside the replica's actor, beside the replica).
+HOLDERS = ["local", "docker", "ssh", "ssh-docker"]
+
+
+@pytest.fixture(params=HOLDERS)
+def hk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     yield from _harness(request.param, tmp_path, monkeypatch)
 
 
@@ -676,12 +687,12 @@ def test_a_replica_that_checkpoints_every_20_ms_is_held_still_for_a_consistent_c
 _HOLDER = """
 import json, os, sys, time
 kind, args = sys.argv[1], sys.argv[2:]
-if kind == "ssh":
+if kind in ("ssh", "ssh-docker"):
     from vcli.control.wiring import ssh_executor
     from vcli.executors.ssh.hold import held
     from vcli.hosts import Host
     host = Host(**json.loads(args[0]))
-    hold = held(ssh_executor([host])._link(host.name), args[1], args[2])
+    hold = held(ssh_executor([host])._link(host.name), args[1], args[2], container=args[3] if args[3:] else None)
 elif kind == "local":
     from vcli.executors.freeze import frozen
     from vcli.executors.local import tagged_processes
@@ -701,13 +712,14 @@ def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, direc
     import dataclasses
     import json
 
-    if h.kind == "ssh":
+    if h.kind in ("ssh", "ssh-docker"):
         from vcli.executors.ssh.remote import map_path, parse_ref, replica_tag
 
-        _, job_id, root = parse_ref(handle.ref)
+        token, job_id, root = parse_ref(handle.ref)
         host = h.executor._host("lo")  # type: ignore[attr-defined]
         remote = map_path(os.path.abspath(directory), h.executor._home, root)  # type: ignore[attr-defined]
-        return [json.dumps(dataclasses.asdict(host)), replica_tag(job_id, launch.task_name), remote]
+        container = [token[len("docker:"):]] if token.startswith("docker:") else []
+        return [json.dumps(dataclasses.asdict(host)), replica_tag(job_id, launch.task_name), remote, *container]
     if h.kind == "local":
         return [f"{launch.job_id}/{launch.task_name}", handle.ref.split("@", 1)[0]]
     from vcli.executors.docker.engine import engine_url
@@ -715,12 +727,14 @@ def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, direc
     return [handle.ref, engine_url(None)]
 
 
-def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hf: Harness) -> None:
+def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk: Harness) -> None:
     """The hold ends with the controller: one killed (-9) in the middle of a copy never leaves
-    the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host:
-    the hold's channel closes)."""
+    the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host,
+    processes or containers: the hold's channel closes)."""
     import signal
     import subprocess
+
+    hf = hk
 
     env = _checkpoint_env(hf)
     launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)

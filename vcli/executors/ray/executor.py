@@ -50,6 +50,8 @@ NAMESPACE = "vcli"
 PLACE_WAIT_SECONDS = 1.0
 #: Seconds a call to a replica's actor may take before it counts as unanswered.
 CALL_TIMEOUT_SECONDS = 30.0
+#: How long a replica's actor may take to copy a directory (a checkpoint) for `fetch_dir`.
+FETCH_TIMEOUT_SECONDS = 600.0
 #: Argv word the node replaces by its own interpreter (the driver's path may not exist there).
 NODE_PYTHON = "@node-python@"
 
@@ -356,6 +358,21 @@ class RayExecutor(ExecutorBase):
                 return f.read()
         except (FileNotFoundError, IsADirectoryError):
             return None
+
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """Copied by the replica's actor on its node, the trainer held still for it (see
+        `ReplicaSupervisor.fetch_dir`); once the actor is gone (the replica released), from
+        the shared filesystem as it is."""
+        from vcli.executors import copy_dir_atomically
+
+        ray = self._ray()
+        actor = self._actor(handle)
+        if actor is not None:
+            try:
+                return bool(ray.get(actor.fetch_dir.remote(path, dest), timeout=FETCH_TIMEOUT_SECONDS))
+            except Exception:  # the actor or its node went away: what the filesystem holds
+                pass
+        return copy_dir_atomically(path, dest)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Copy the last log lines, end the replicas' actors, and give their jobs' placement

@@ -126,6 +126,24 @@ class ReplicaSupervisor:
         except (FileNotFoundError, IsADirectoryError):
             return None
 
+    def fetch_dir(self, path: str, dest: str) -> bool:
+        """The contract's copy, taken on this node with the trainer's tree held still
+        (`vcli.executors.freeze`: stopped between two of its writes, continued after, by a
+        watchdog too). The copy runs here to its end whatever happens to the controller that
+        asked, so a replica is never left stopped. `dest` is on the filesystem the Ray
+        executor assumes shared (vcli's home)."""
+        from vcli.executors import copy_dir_atomically
+        from vcli.executors.freeze import copy_still, frozen
+        from vcli.executors.local import tagged_processes
+
+        running = self.popen is not None and self.popen.poll() is None and self._status() is None
+        tree = [p for p in tagged_processes(self.tag, exclude=os.getpid()) if p != self.popen.pid] \
+            if running and self.popen is not None else []
+        if not tree:
+            return copy_dir_atomically(path, dest)
+        with frozen(tree) as (stop, cont):
+            return copy_still(tree, stop, cont, path, dest)
+
     def read_log(self, offset: int) -> tuple[bytes, int]:
         """Whole lines of the log from byte `offset` on, and the offset after them."""
         try:

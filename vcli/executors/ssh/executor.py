@@ -548,17 +548,16 @@ class SSHExecutor(ExecutorBase):
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
         """Download the replica's directory from its host (its outputs stay there after it ended
         and after `release`); any executor with the handle's host can, not only the one that
-        started it. A process replica is held still for the copy (`vcli.executors.ssh.hold`).
+        started it. The replica is held still for the copy (`vcli.executors.ssh.hold`).
         Raises `ExecutorError` if the host cannot be reached."""
         token, job_id, root = parse_ref(handle.ref)
         link = self._link(handle.host)
         src = map_path(os.path.abspath(path), self._home, root)
-        if not token.isdigit():  # a container on the host: copied as it is (settle rule)
-            return download_dir(link, src, dest)
         from vcli.executors.ssh.hold import held
 
-        # The trainer tree is stopped between two of its writes for the copy (`hold`).
-        with held(link, replica_tag(job_id, handle.task_name), src):
+        # The trainer tree is stopped (a container paused) between two of its writes (`hold`).
+        container = token[len("docker:"):] if token.startswith("docker:") else None
+        with held(link, replica_tag(job_id, handle.task_name), src, container=container):
             return download_dir(link, src, dest)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:

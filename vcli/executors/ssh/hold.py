@@ -3,8 +3,9 @@ of `vcli.executors.freeze`: a PBT exploit copies a donor's checkpoint while the 
 
 A small standard-library program runs on the host over its own SSH channel: it stops the
 replica's trainer tree (every process carrying the replica's VCLI_REPLICA tag except vcli's
-supervisor and wrapper, which keep watching) at a moment when none of them holds a file of
-the directory open for writing, says `held`, and continues the tree when its stdin closes.
+supervisor and wrapper, which keep watching; a container is paused with the host's docker
+CLI) at a moment when none of them holds a file of the directory open for writing, says
+`held`, and continues the tree when its stdin closes.
 The channel closing is that end: the download finished, the controller died (even `kill -9`:
 sshd closes the channel), or the connection broke. A replica never stays stopped.
 """
@@ -19,11 +20,18 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     from vcli.executors.ssh.link import HostLink
 
-#: Runs on the host: python3 -S -c HOLD TAG DIR. Prints `held` or `running`, then waits.
+#: Runs on the host: python3 -S -c HOLD tree TAG DIR, or HOLD docker CONTAINER DIR (`docker
+#: pause` through the host's docker CLI). Prints `held` or `running`, then waits.
 HOLD = r"""
 import os, signal, sys, time
-tag, root = sys.argv[1], os.path.realpath(sys.argv[2]).rstrip("/") + "/"
-want, me = ("VCLI_REPLICA=" + tag).encode(), os.getpid()
+import subprocess
+mode, target, root = sys.argv[1], sys.argv[2], os.path.realpath(sys.argv[3]).rstrip("/") + "/"
+want, me = ("VCLI_REPLICA=" + target).encode(), os.getpid()
+def docker(*args):
+    return subprocess.run(["docker", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+def container_pids():
+    out = docker("top", target, "-eo", "pid")
+    return [int(x) for x in out.stdout.split()[1:] if x.isdigit()] if out.returncode == 0 else []
 def tree():
     out = []
     for e in os.listdir("/proc"):
@@ -79,23 +87,33 @@ def writing(pids):
             if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
                 return True
     return False
-pids, held = tree(), False
+def stop(pids):
+    if mode == "docker":
+        return docker("pause", target).returncode == 0
+    send(pids, signal.SIGSTOP)
+    stopped(pids)
+    return True
+def cont(pids):
+    if mode == "docker":
+        docker("unpause", target)
+    else:
+        send(pids, signal.SIGCONT)
+pids, held = (container_pids() if mode == "docker" else tree()), False
 try:
     for attempt in range(40):
-        if not pids:
+        if not pids or not stop(pids):
             break
-        send(pids, signal.SIGSTOP)
-        stopped(pids)
         if not writing(pids):
             held = True
             break
-        send(pids, signal.SIGCONT)
+        cont(pids)
         time.sleep(0.003 * (1 + attempt % 5))
     sys.stdout.write("held\n" if held else "running\n")
     sys.stdout.flush()
     sys.stdin.buffer.read()
 finally:
-    send(pids, signal.SIGCONT)
+    if held or mode != "docker":
+        cont(pids)
 """
 
 #: How long the host may take to hold the tree before the copy goes ahead with it running.
@@ -103,8 +121,9 @@ HOLD_SECONDS = 10.0
 
 
 @contextlib.contextmanager
-def held(link: HostLink, tag: str, directory: str) -> Iterator[bool]:
-    """Hold the replica `tag` on the link's host still while the block copies `directory`;
+def held(link: HostLink, tag: str, directory: str, *, container: str | None = None) -> Iterator[bool]:
+    """Hold the replica `tag` (or its `container`, paused) on the link's host still while the
+    block copies `directory`;
     yields whether it is held (False: the copy goes ahead live, as the contract's settle rule
     allows). The replica is continued when the block ends, or when this process dies."""
     try:
@@ -113,7 +132,8 @@ def held(link: HostLink, tag: str, directory: str) -> Iterator[bool]:
         yield False
         return
     try:
-        chan.exec_command(" ".join(shlex.quote(a) for a in (link.host.python, "-S", "-c", HOLD, tag, directory)))
+        what = ("docker", container) if container else ("tree", tag)
+        chan.exec_command(" ".join(shlex.quote(a) for a in (link.host.python, "-S", "-c", HOLD, *what, directory)))
         answer, deadline = b"", time.monotonic() + HOLD_SECONDS
         while not answer.endswith(b"\n") and time.monotonic() < deadline:
             chan.settimeout(max(0.05, deadline - time.monotonic()))
