@@ -72,7 +72,7 @@ def test_bash_tab_completes_job_ids_study_ids_and_choices(tmp_path: Path) -> Non
     assert sorted(_bash_complete(tmp_path, home, ["vcli", "custom-jobs", "describe", ""])) == sorted(jobs)
     assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "cancel", jobs[1]]) == [jobs[1]]
     assert _bash_complete(tmp_path, home, ["vcli", "hp-tuning-jobs", "stream-logs", ""]) == [study]
-    assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "create", "--executor", ""]) == ["local", "docker", "ssh", "ray"]
+    assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "create", "--executor", ""]) == ["local", "docker", "ssh", "ray", "slurm"]
     assert _bash_complete(tmp_path, home, ["vcli", "hp-tuning-jobs", "create", "--algorithm", "g"]) == ["grid-search"]
 
 
