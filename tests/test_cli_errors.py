@@ -432,3 +432,24 @@ def test_validate_only_finds_a_package_uri_that_maps_to_nothing(run_vcli, vcli_h
     r = run_vcli("custom-jobs", "create", "--display-name=j", "--validate-only", "--python-package-uris=./nope.whl",
                  "--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=python:3.11,python-module=x.y")
     assert r.returncode == 1 and "packageUris[0]]: the package [./nope.whl] is not found" in r.stderr
+
+
+@pytest.mark.parametrize("labels,why", [
+    ({f"k{i}": "v" for i in range(65)}, "at most 64 labels are allowed, found 65."),
+    ({"Team": "x"}, "allowed in keys, which must start with a letter and be at most 63 characters: [Team]."),
+    ({"team": "X Y"}, "allowed in values, at most 63 characters: [X Y]."),
+])
+def test_a_study_document_s_labels_follow_vertex_s_rules(run_vcli, tmp_path, labels, why):
+    import json as _json
+
+    doc = {"displayName": "t", "maxTrialCount": 2, "labels": labels,
+           "studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
+                         "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0, "maxValue": 1}}]},
+           "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+                                                 "containerSpec": {"imageUri": "x", "command": ["true"]}}]}}
+    cfg = tmp_path / "study.json"
+    cfg.write_text(_json.dumps(doc))
+    r = run_vcli("hp-tuning-jobs", "create", f"--config={cfg}", "--validate-only", "--format=none")
+    assert r.returncode == 1, r.stderr
+    line = one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+    assert " at [labels]: " in line and line.endswith(why), line

@@ -190,6 +190,23 @@ _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 
+#: Vertex's limit on a resource's labels.
+MAX_LABELS = 64
+
+
+def label_problem(labels: Mapping[str, Any]) -> str | None:
+    """What breaks Vertex's label rules in `labels` (gcloud's wording), or None."""
+    if len(labels) > MAX_LABELS:
+        return f"at most {MAX_LABELS} labels are allowed, found {len(labels)}."
+    for key, val in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            return ("Only lowercase letters, digits, '_' and '-' are allowed in keys, which must start with a "
+                    f"letter and be at most 63 characters: [{key}].")
+        if not isinstance(val, str) or not _LABEL_VALUE.match(val):
+            return f"Only lowercase letters, digits, '_' and '-' are allowed in values, at most 63 characters: [{val}]."
+    return None
+
+
 def parse_labels(value: str | None) -> dict[str, str]:
     """`--labels=KEY=VALUE,...` with gcloud's rules for keys and values."""
     if not value:
@@ -199,11 +216,9 @@ def parse_labels(value: str | None) -> dict[str, str]:
         key, sep, val = pair.partition("=")
         if not sep:
             raise UsageError(f"argument --labels: Bad syntax for dict arg: [{pair}].")
-        if not _LABEL_KEY.match(key):
-            raise InvalidValueError("--labels", f"Only lowercase letters, digits, '_' and '-' are allowed in keys, which must start with a letter and be at most 63 characters: [{key}].")
-        if not _LABEL_VALUE.match(val):
-            raise InvalidValueError("--labels", f"Only lowercase letters, digits, '_' and '-' are allowed in values, at most 63 characters: [{val}].")
         out[key] = val
+    if problem := label_problem(out):
+        raise InvalidValueError("--labels", problem)
     return out
 
 

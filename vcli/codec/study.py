@@ -13,7 +13,13 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from vcli.codec.flags import metric_from_flag, parameters_from_flags, parse_worker_pool_spec, worker_pools_from_flags
+from vcli.codec.flags import (
+    label_problem,
+    metric_from_flag,
+    parameters_from_flags,
+    parse_worker_pool_spec,
+    worker_pools_from_flags,
+)
 from vcli.codec.job import JOB_OVERRIDES, custom_job_spec_from_dict, custom_job_spec_to_dict
 from vcli.codec.schema import Decoder, build, to_wire
 from vcli.codec.yamlio import load_document
@@ -231,6 +237,8 @@ def hp_tuning_job_from_document(doc: Any, source: str, no_effect: list[str] | No
                             "so give room for them (e.g. 4 x populationSize)")
     if data.get("maxFailedTrialCount", 0) < 0:
         raise decoder.error("maxFailedTrialCount", "must not be negative")
+    if problem := label_problem(data.get("labels") or {}):
+        raise decoder.error("labels", problem)
     if no_effect is not None:  # displayName and labels are returned, so they are used
         no_effect.extend(p for p in decoder.no_effect if p not in ("displayName", "labels"))
     return spec, data.get("displayName"), data.get("labels", {})
