@@ -82,6 +82,51 @@ def mixed5(p):
     return _M5_OFFSET[c] + bowl + 3.0 * (p["momentum"] - m_opt) ** 2 + 0.08 * (p["layers"] - 6) ** 2
 
 
+# ---- quantised (piecewise-constant) problems: plateaus with steps, as real objectives often are
+
+
+def branin_step(p):
+    """Branin floored to a multiple of 0.01: f* = 0.39 on the three plateaus where branin is
+    within 0.0021 of its minimum; every other level is a step of 0.01."""
+    return math.floor(branin(p) * 100.0) / 100.0
+
+
+def hartmann6_step(p):
+    """Hartmann6 rounded up to a multiple of 0.1: f* = -3.3 (where hartmann6 < -3.3, i.e. within
+    0.022 of the optimum; the local minima at regret 0.119 and 0.18 sit at -3.2 and -3.1)."""
+    return math.ceil(hartmann6(p) * 10.0 - 1e-12) / 10.0
+
+
+def mixed5_int(p):
+    """An integer-valued loss: round(10 * mixed5), f* = 0 (mixed5 < 0.05)."""
+    return float(round(10.0 * mixed5(p)))
+
+
+_SVM_DATA = None
+
+
+def svm_digits(p):
+    """1 - validation accuracy of an RBF SVC(C, gamma) on scikit-learn's bundled digits: 300
+    training and 250 validation images (a fixed split), so the loss moves in steps of 1/250.
+    f* = 0.032 is the best of a 121 x 121 log grid over the box (8 errors in 250; 289 of the
+    14,641 grid points reach it, around C = 0.9..1e4, gamma = 0.02..0.2 in log space; the median
+    grid point is 0.096, 207 distinct values); a run that finds a better point gets regret 0."""
+    global _SVM_DATA
+    import numpy as np
+    from sklearn.svm import SVC
+
+    if _SVM_DATA is None:
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        idx = np.random.default_rng(0).permutation(len(y))
+        tr, va = idx[:300], idx[300:550]
+        _SVM_DATA = (X[tr] / 16.0, y[tr], X[va] / 16.0, y[va])
+    Xt, yt, Xv, yv = _SVM_DATA
+    m = SVC(C=p["C"], gamma=p["gamma"], tol=1e-3).fit(Xt, yt)
+    return float(np.mean(m.predict(Xv) != yv))
+
+
 PROBLEMS = {
     "branin": (branin, 0.397887, [("x1", "float", -5.0, 10.0, False, None), ("x2", "float", 0.0, 15.0, False, None)]),
     "hartmann6": (hartmann6, -3.322368, [(f"x{i}", "float", 0.0, 1.0, False, None) for i in range(6)]),
@@ -97,6 +142,15 @@ PROBLEMS = {
         ],
     ),
 }
+PROBLEMS["branin_step"] = (branin_step, 0.39, PROBLEMS["branin"][2])
+PROBLEMS["hartmann6_step"] = (hartmann6_step, -3.3, PROBLEMS["hartmann6"][2])
+PROBLEMS["mixed5_int"] = (mixed5_int, 0.0, PROBLEMS["mixed5"][2])
+PROBLEMS["svm_digits"] = (
+    svm_digits,
+    0.032,
+    [("C", "float", 1e-2, 1e4, True, None), ("gamma", "float", 1e-5, 1.0, True, None)],
+)
+QUANTISED = ("branin_step", "hartmann6_step", "mixed5_int", "svm_digits")
 
 # ---------------------------------------------------------------------------- optimisers
 
@@ -133,6 +187,9 @@ def run_vcli(kind, fn, space, n, q, seed):
     algo = {"random": Algorithm.RANDOM_SEARCH, "tpe": Algorithm.TPE}.get(kind, Algorithm.ALGORITHM_UNSPECIFIED)
     backend = "skopt" if kind == "skopt" else "gp"
     s = get_suggester(_vcli_spec(space, algo), seed=seed, bayesian_backend=backend)
+    # --vcli-attrs '{"quantised_noise": false}': set attributes of the suggester (A/B runs)
+    for k, v in json.loads(os.environ.get("BENCH_VCLI_ATTRS", "{}")).items():
+        setattr(s, k, v)
     ys, t_sugg = [], 0.0
     while len(ys) < n:
         t0 = time.process_time()
@@ -187,6 +244,14 @@ def run_optuna(kind, fn, space, n, q, seed):
             ys.append(v)
         t_sugg += time.process_time() - t0
     return ys, t_sugg / n
+
+
+def _optuna(kind, fn, space, n, q, seed):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("optuna"):
+        return run_optuna(kind, fn, space, n, q, seed)
+    return run_worker(f"optuna_{kind}", fn, space, n, q, seed)
 
 
 def run_hyperopt(fn, space, n, seed):
@@ -247,14 +312,68 @@ def run_gp_minimize(fn, space, n, seed):
     return ys, (time.process_time() - t0) / n
 
 
+# ---------------------------------------------------------------------------- anchors
+# Optimisers that live in their own venv (bench/anchors/make_envs.sh creates them under
+# $BENCH_ENVS, default /work/bench-envs): the bench starts bench/anchors/worker.py there for
+# each run and talks ask/tell over a pipe; the objective is evaluated here.
+
+BENCH_ENVS = Path(os.environ.get("BENCH_ENVS", "/work/bench-envs"))
+ANCHOR_ENV = {"optuna_gp": "torch", "optuna_tpe": "torch", "ax": "torch", "smac": "smac", "hebo": "hebo", "vizier": "vizier"}
+
+
+def run_worker(opt, fn, space, n, q, seed):
+    import subprocess
+    import tempfile
+
+    py = BENCH_ENVS / ANCHOR_ENV[opt] / "bin" / "python"
+    if not py.exists():
+        raise RuntimeError(f"{py} missing: run bench/anchors/make_envs.sh {ANCHOR_ENV[opt]}")
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([str(py), str(ROOT / "bench" / "anchors" / "worker.py"), opt], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def call(msg):
+        proc.stdin.write(json.dumps(msg) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait()
+            err.seek(0)
+            raise RuntimeError(f"{opt} worker died (rc {proc.returncode}): " + err.read()[-2000:])
+        return json.loads(line)
+
+    try:
+        call({"cmd": "init", "space": [list(x) for x in space], "seed": seed, "n": n})
+        ys, cpu, asks = [], 0.0, []
+        while len(ys) < n:
+            r = call({"cmd": "ask", "q": min(q, n - len(ys))})
+            asks.append(r["cpu"])
+            vals = [fn(pt) for pt in r["points"]]
+            cpu += r["cpu"] + call({"cmd": "tell", "values": vals})["cpu"]
+            ys += vals
+        return ys[:n], cpu / len(ys)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def _anchor(opt):
+    return lambda fn, sp, n, q, s: run_worker(opt, fn, sp, n, q, s)
+
+
 OPTIMIZERS = {
     # name: (runner, supports q=4)
     "vcli_gp": (lambda fn, sp, n, q, s: run_vcli("gp", fn, sp, n, q, s), True),
     "vcli_random": (lambda fn, sp, n, q, s: run_vcli("random", fn, sp, n, q, s), False),
     "vcli_skopt": (lambda fn, sp, n, q, s: run_vcli("skopt", fn, sp, n, q, s), True),
     "vcli_tpe": (lambda fn, sp, n, q, s: run_vcli("tpe", fn, sp, n, q, s), True),
-    "optuna_tpe": (lambda fn, sp, n, q, s: run_optuna("tpe", fn, sp, n, q, s), True),
-    "optuna_gp": (lambda fn, sp, n, q, s: run_optuna("gp", fn, sp, n, q, s), True),
+    # Optuna in this interpreter if it has torch, else in the anchors' torch venv (same versions)
+    "optuna_tpe": (lambda fn, sp, n, q, s: _optuna("tpe", fn, sp, n, q, s), True),
+    "optuna_gp": (lambda fn, sp, n, q, s: _optuna("gp", fn, sp, n, q, s), True),
+    "ax": (_anchor("ax"), True),
+    "smac": (_anchor("smac"), True),
+    "hebo": (_anchor("hebo"), True),
+    "vizier": (_anchor("vizier"), True),
     "hyperopt_tpe": (lambda fn, sp, n, q, s: run_hyperopt(fn, sp, n, s), False),
     "skopt_gp_minimize": (lambda fn, sp, n, q, s: run_gp_minimize(fn, sp, n, s), False),
 }
@@ -270,7 +389,7 @@ def one_run(problem, opt, q, seed, n):
         curve.append(max(0.0, best - fstar))
     return {
         "problem": problem, "opt": opt, "q": q, "seed": seed, "n": n,
-        "regret": curve, "cpu_s_per_suggestion": cpu_per_sugg, "wall_s": time.time() - t0,
+        "regret": curve, "ys": ys, "cpu_s_per_suggestion": cpu_per_sugg, "wall_s": time.time() - t0,
     }
 
 
@@ -373,6 +492,7 @@ def summarise(results, problems, opts, seeds, n):
             for c in checkpoints:
                 cells.append(ratio(med.get((problem, opt, 4, c)), med.get((problem, opt, 1, c))))
         lines.append(f"| {problem} | " + " | ".join(cells) + " |")
+    lines.append(significance(results, problems, opts, seeds, checkpoints))
     if "vcli_tpe" in opts:
         lines.append("\n#### vcli_tpe vs Optuna TPE and Hyperopt TPE (median regret ratios; < 1 = vcli better)\n")
         cols = [(ref, q, c) for ref, qs in (("optuna_tpe", (1, 4)), ("hyperopt_tpe", (1,))) for q in qs for c in checkpoints]
@@ -382,6 +502,53 @@ def summarise(results, problems, opts, seeds, n):
             cells = [ratio(med.get((problem, "vcli_tpe", q, c)), med.get((problem, ref, q, c))) for ref, q, c in cols]
             lines.append(f"| {problem} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def significance(results, problems, opts, seeds, checkpoints, ref="vcli_gp"):
+    """`ref` against every other optimiser: median-regret ratio and the two-sided Mann-Whitney
+    U p-value of the two samples of regrets (same seeds), per problem, q and checkpoint.
+    Verdict: better / behind at p < 0.05, else tied."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    idx = {(r["problem"], r["opt"], r["q"], r["seed"]): r for r in results}
+    peers = [o for o in opts if o != ref and o not in ("vcli_random",)]
+    if ref not in opts or not peers:
+        return ""
+    out = [f"\n#### {ref} against each peer (ratio of median regrets, < 1 = {ref} better; "
+           "Mann-Whitney U two-sided p; verdict at p < 0.05)\n",
+           "| problem | q | peer | " + " | ".join(f"ratio @{c} | p @{c}" for c in checkpoints) + " | verdict |",
+           "|" + "---|" * (4 + 2 * len(checkpoints))]
+    for problem in problems:
+        for q in (1, 4):
+            a_runs = [idx.get((problem, ref, q, s)) for s in seeds]
+            a_runs = [r for r in a_runs if r]
+            if not a_runs:
+                continue
+            for peer in peers:
+                b_runs = [idx.get((problem, peer, q, s)) for s in seeds]
+                b_runs = [r for r in b_runs if r]
+                if not b_runs:
+                    continue
+                cells, verdicts = [], []
+                for c in checkpoints:
+                    a = np.array([r["regret"][c - 1] for r in a_runs])
+                    b = np.array([r["regret"][c - 1] for r in b_runs])
+                    ma, mb = float(np.median(a)), float(np.median(b))
+                    ratio = "1 (both 0)" if ma == mb == 0 else ("inf" if mb == 0 else f"{ma / mb:.2f}")
+                    if np.all(a == a[0]) and np.all(b == a[0]):
+                        pv, u = 1.0, 0.5 * len(a) * len(b)
+                    else:
+                        res = mannwhitneyu(a, b)
+                        pv, u = float(res.pvalue), float(res.statistic)
+                    cells.append(f"{ratio} | {pv:.3g}")
+                    if pv < 0.05:  # U < n_a n_b / 2: ref's regrets tend to be the smaller
+                        verdicts.append(f"{'better' if u < 0.5 * len(a) * len(b) else 'behind'} @{c}")
+                    else:
+                        verdicts.append(f"tied @{c}")
+                out.append(f"| {problem} | {q} | {peer} ({len(a_runs)}/{len(b_runs)} seeds) | " + " | ".join(cells)
+                           + " | " + ", ".join(verdicts) + " |")
+    return "\n".join(out)
 
 
 def main(argv=None):
@@ -397,7 +564,13 @@ def main(argv=None):
     ap.add_argument("--recompute", default="", help="comma-separated optimisers whose cached runs are ignored")
     ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--tpe-latency", action="store_true", help="measure vcli_tpe's latency even with --no-latency")
+    ap.add_argument("--latency-n", default="50,200,500", help="completed trials before the timed asks")
+    ap.add_argument("--latency-only", action="store_true", help="only vcli_gp's latency table")
+    ap.add_argument("--vcli-attrs", default="", help="JSON object of attributes set on vcli's suggesters "
+                    "(an A/B run of a setting; use its own --cache)")
     args = ap.parse_args(argv)
+    if args.vcli_attrs:
+        os.environ["BENCH_VCLI_ATTRS"] = args.vcli_attrs
     seeds = list(range(3 if args.quick else args.seeds))
     n = 30 if args.quick else args.trials
     opts = [o for o in (args.only.split(",") if args.only else OPTIMIZERS)]
@@ -406,6 +579,14 @@ def main(argv=None):
     problems = args.problems.split(",") if args.problems else list(PROBLEMS)
     qs = [int(x) for x in args.qs.split(",")]
 
+    lat_n = tuple(int(x) for x in args.latency_n.split(","))
+    if args.latency_only:
+        print(f"#### vcli_gp suggestion latency (wall s, median of 3; history = random points; load avg {os.getloadavg()[0]:.1f})\n")
+        print("| problem | completed trials | ask(1) | ask(4) |")
+        print("|---|---|---|---|")
+        for problem, nh, t1, t4 in latency(lat_n):
+            print(f"| {problem} | {nh} | {t1:.3f} | {t4:.3f} |", flush=True)
+        return
     results, have = [], set()
     if args.cache and Path(args.cache).exists():
         for line in Path(args.cache).read_text().splitlines():
@@ -448,7 +629,7 @@ def main(argv=None):
         print("\n#### vcli_gp suggestion latency (wall s, median of 3; history = random points)\n")
         print("| problem | completed trials | ask(1) | ask(4) |")
         print("|---|---|---|---|")
-        for problem, nh, t1, t4 in latency():
+        for problem, nh, t1, t4 in latency(lat_n):
             print(f"| {problem} | {nh} | {t1:.3f} | {t4:.3f} |")
     if not args.quick and (args.tpe_latency or not args.no_latency):
         print("\n#### vcli_tpe suggestion latency (wall s, median of 3; history = random points)\n")
