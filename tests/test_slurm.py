@@ -5,7 +5,9 @@ controller network namespace, and nodes `h1` and `h2` in namespaces of their own
 UTS hostnames and addresses 10.214.0.11 and .12), 4 CPUs and 2 plain-file GPUs each. vcli runs
 through its real CLI in the controller namespace (`--executor=slurm` via VCLI_EXECUTOR,
 SLURM_CONF naming the cluster); the machine's one filesystem is the cluster's shared
-filesystem. The node-loss test kills h2's slurmd, so it runs last (zz).
+filesystem. Besides the default partition `main` (both nodes), partition `other` has h1 only.
+The node-loss test kills h2's slurmd, so it runs last (zz). The memory test starts a cluster of
+its own (one node on loopback, memory enforced by jobacct_gather: no cgroups here).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     if why:
         pytest.fail(why)
     c = SlurmCluster(tmp_path_factory.mktemp("slurm"), [Node("h1", cpus=4, gpus=2), Node("h2", cpus=4, gpus=2)],
-                     netns=True).start()
+                     netns=True, partitions={"other": ["h1"]}).start()
     try:
         yield c
     finally:
@@ -88,6 +90,7 @@ TRIAL = """
     import json, os, sys, time
     lr = float(sys.argv[1].split("=", 1)[1])
     rec = {"node": os.environ.get("SLURMD_NODENAME"), "job": os.environ.get("SLURM_JOB_ID"),
+           "partition": os.environ.get("SLURM_JOB_PARTITION"),
            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "trial": os.environ.get("CLOUD_ML_TRIAL_ID"),
            "start": time.time()}
     print("up on", rec["node"], flush=True)
@@ -276,9 +279,194 @@ def test_slurm_check_reports_commands_partitions_and_gpus(cluster: SlurmCluster,
     assert {c["command"]: c["ok"] for c in report["commands"]} == {
         "sinfo": True, "squeue": True, "sbatch": True, "srun": True, "scancel": True, "scontrol": True,
         "sacct": False}  # no accounting storage here: sacct cannot answer, and says so
-    assert report["partitions"] == [{"name": "main", "default": True, "state": "up", "nodes": ["h1", "h2"]}]
+    assert report["partitions"] == [{"name": "main", "default": True, "state": "up", "nodes": ["h1", "h2"]},
+                                    {"name": "other", "default": False, "state": "up", "nodes": ["h1"]}]
     assert [(n["name"], n["cpus"], n["gpus"]) for n in report["nodes"]] == [("h1", 4, 2), ("h2", 4, 2)]
     assert report["sharedDirectory"]["visibleOnNodes"] is True
+
+
+#: Records where it runs and what Slurm gave it, prints its CLUSTER_SPEC (as the trainer does),
+#: and runs long enough for the controller to poll its step many times.
+HET = """
+    import json, os, time
+    spec = json.loads(os.environ["CLUSTER_SPEC"])
+    print(f"cluster={json.dumps(spec['cluster'])} task={spec['task']['type']}", flush=True)
+    rec = {"node": os.environ.get("SLURMD_NODENAME"), "cpus": os.environ.get("SLURM_CPUS_ON_NODE"),
+           "task": spec["task"]["type"]}
+    time.sleep(10)  # longer than the 5 s in which a step squeue does not list yet counts as starting
+    out = os.path.join(os.environ["AIP_MODEL_DIR"], f"het-{rec['task']}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(rec, open(out, "w"))
+"""
+
+
+def test_a_heterogeneous_two_pool_job_succeeds_with_its_labels_in_the_slurm_comment(cluster: SlurmCluster,
+                                                                                   tmp_path: Path) -> None:
+    """Pools of 1 and 4 CPUs: one heterogeneous Slurm job (two components, two job ids); the
+    second component's steps are COMPONENT.STEP in squeue, which vcli must poll by."""
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"het.py": HET})
+    proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=het", "--labels=team=vision,run=het1",
+                 f"--worker-pool-spec={SMALL},local-package-path={pkg},script=het.py", f"--worker-pool-spec={WHOLE}")
+    try:
+        wait_for(lambda: len(cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split()) >= 3, 120,
+                 "both replicas' steps")
+        queue = cluster.run("squeue", "-h", "-o", "%i|%k").stdout.split("\n")
+        steps = cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    comps = [line.split("|", 1) for line in queue if line]
+    assert sorted(c[0].split("+")[1] for c in comps) == ["0", "1"], comps  # one job, two components
+    assert all("team=vision" in c[1] and "run=het1" in c[1] for c in comps), comps  # labels -> --comment
+    job = describe(home, "custom-jobs", job_id_from_stderr(err))
+    assert job["state"] == "JOB_STATE_SUCCEEDED", job.get("error")
+    replicas = {x["taskName"]: x for x in job["replicas"]}
+    hosts = [replicas[t]["host"] for t in ("workerpool0-0", "workerpool1-0")]
+    assert sorted(hosts) == ["h1", "h2"]
+    clusters = clusters_from_stdout(out)
+    assert clusters["workerpool0-0"] == clusters["workerpool1-0"] == {
+        "workerpool0": [replicas["workerpool0-0"]["address"]], "workerpool1": [replicas["workerpool1-0"]["address"]]}
+    recs = {r["task"]: r for r in (json.loads(p.read_text()) for p in home.rglob("het-*.json"))}
+    assert (recs["workerpool0"]["cpus"], recs["workerpool1"]["cpus"]) == ("1", "4")
+    # The second component is a job of its own: its step was polled under that id, not the leader's.
+    leader = min(int(c[0].split("+")[0]) for c in comps)
+    assert any(st.startswith(f"{leader + 1}.") for st in steps), steps
+    assert "Note: on Slurm the job (each trial of a study) is a heterogeneous Slurm job of 2 components" in err
+    wait_for(lambda: not cluster.jobs(), 20, "the allocation to leave the queue")
+
+
+def test_resume_keeps_the_jobs_partition_when_the_shell_names_another(cluster: SlurmCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=part", "--max-trial-count=3",
+                 "--parallel-trial-count=1", *STUDY, f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py",
+                 "--slurm-partition=other", TRIAL_SLEEP="4")
+    try:
+        wait_for(lambda: _logs_saying(home, "up on", 1), 120, "the first trial running")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    [study_id] = list_ids(home, "hp-tuning-jobs")
+    # The resuming shell names the other partition: the study keeps its own.
+    r = run(cluster, home, "hp-tuning-jobs", "resume", study_id, timeout=300, VCLI_SLURM_PARTITION="main")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_SUCCEEDED"
+    records = _records(home)
+    assert len(records) == 3 and {(rec["partition"], rec["node"]) for rec in records} == {("other", "h1")}, records
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+
+
+def test_a_job_pending_past_max_wait_duration_is_cancelled_with_slurms_reason(cluster: SlurmCluster,
+                                                                             tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "-N2", "--job-name=blocker", "--output=/dev/null",
+                          "--wrap=sleep 300").stdout.strip()
+    try:
+        wait_for(lambda: "RUNNING" in cluster.run("squeue", "-h", "-j", blocker, "-o", "%T").stdout, 60, "the blocker")
+        config = tmp_path / "job.yaml"
+        config.write_text(textwrap.dedent(f"""
+            workerPoolSpecs:
+              - machineSpec: {{machineType: n1-standard-1}}
+                replicaCount: 1
+                containerSpec:
+                  imageUri: python
+                  command: ["{sys.executable}", "-c", "print('ran')"]
+            scheduling:
+              maxWaitDuration: 6s
+        """))
+        began = time.monotonic()
+        r = run(cluster, home, "custom-jobs", "create", "--display-name=waits", f"--config={config}", timeout=120)
+        took = time.monotonic() - began
+        assert r.returncode != 0, r.stderr
+        assert "pended longer than scheduling.maxWaitDuration (6s; Slurm's pending reason: Resources) and was cancelled" \
+            in r.stderr, r.stderr
+        assert took < 30, took
+        assert cluster.jobs() == [blocker]  # vcli's pending job is gone
+    finally:
+        cluster.run("scancel", blocker, check=False)
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+
+
+def test_validate_only_and_print_env_show_the_slurm_plan_and_submit_nothing(cluster: SlurmCluster,
+                                                                            tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pools = [f"--worker-pool-spec={SMALL},container-image-uri=python,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1",
+             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=2,container-image-uri=python"]
+    with QueueWatch(cluster) as watch:
+        v = run(cluster, home, "custom-jobs", "create", "--display-name=plan", "--validate-only", *pools,
+                "--command=python3,-c,print(1)", "--format=json", timeout=60, VCLI_SLURM_PARTITION="main")
+        p = run(cluster, home, "custom-jobs", "print-env", *pools, "--command=python3,-c,print(1)", "--format=json",
+                timeout=60)
+    assert v.returncode == 0, v.stderr
+    assert ("Note: on Slurm the job (each trial of a study) is a heterogeneous Slurm job of 2 components "
+            "(workerpool0: --ntasks=1 --nodes=1 --cpus-per-task=1 --mem-per-cpu=1000M --gpus-per-task=1; "
+            "workerpool1: --ntasks=2 --nodes=2 --cpus-per-task=4 --mem-per-cpu=1000M) --partition=main") in v.stderr, v.stderr
+    assert json.loads(v.stdout)["executor"] == "slurm"
+    assert p.returncode == 0, p.stderr
+    replicas = json.loads(p.stdout)
+    assert [x["taskName"] for x in replicas] == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+    assert all(x["address"].startswith("<slurm node") for x in replicas), replicas
+    assert replicas[1]["env"]["CLUSTER_SPEC"]["cluster"]["workerpool1"] == [x["address"] for x in replicas[1:]]
+    assert watch.seen == set()  # nothing submitted
+
+
+TICKS = """
+    import time
+    for i in range(8):
+        print(f"tick {i}", flush=True)
+        time.sleep(0.5)
+"""
+
+
+def test_stream_logs_follows_a_slurm_job_to_its_end(cluster: SlurmCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"ticks.py": TICKS})
+    r = run(cluster, home, "custom-jobs", "create", "--async", "--display-name=ticks",
+            f"--worker-pool-spec={SMALL},local-package-path={pkg},script=ticks.py", timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    wait_for(lambda: _logs_saying(home, "tick 0", 1), 120, "the replica running")
+    s = run(cluster, home, "custom-jobs", "stream-logs", job_id, timeout=120)
+    assert s.returncode == 0, s.stderr
+    assert [f"tick {i}" in s.stdout for i in range(8)] == [True] * 8, s.stdout
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    wait_for(lambda: not cluster.jobs(), 30, "squeue to be empty")
+
+
+HOG = """
+    import time
+    held = bytearray(600 << 20)
+    held[::4096] = b"x" * (len(held) // 4096)  # 600 MB resident
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_replica_over_its_memory_fails_with_slurms_out_of_memory_reason(tmp_path: Path) -> None:
+    """A cluster of its own: memory as a consumable resource, enforced without cgroups
+    (jobacct_gather/linux with OverMemoryKill: the step's processes sampled every second)."""
+    home = tmp_path / "home"
+    pkg = _package(tmp_path, {"hog.py": HOG})
+    with SlurmCluster(tmp_path / "mem", [Node("m1", cpus=4, memory_mb=1000)], enforce_memory=True) as mem:
+        began = time.monotonic()
+        r = run(mem, home, "custom-jobs", "create", "--display-name=hog",
+                f"--worker-pool-spec={SMALL},local-package-path={pkg},script=hog.py", timeout=120)
+        took = time.monotonic() - began
+        assert r.returncode == 6, r.stderr[-3000:]
+        job = describe(home, "custom-jobs", job_id_from_stderr(r.stderr))
+        assert job["state"] == "JOB_STATE_FAILED"
+        message = job["error"]["message"]
+        assert "OUT_OF_MEMORY" in message and "exceeded memory limit" in message and "> 262144000" in message, message
+        assert took < 60, took
+        wait_for(lambda: not mem.jobs(), 20, "squeue to be empty")
+    assert mem.leftovers() == []
 
 
 def test_zz_a_node_whose_slurmd_dies_fails_its_trial_and_the_study_goes_on(cluster: SlurmCluster,
@@ -305,3 +493,27 @@ def test_zz_a_node_whose_slurmd_dies_fails_its_trial_and_the_study_goes_on(clust
     assert states.count("INFEASIBLE") == 1 and states.count("SUCCEEDED") == 3, study["trials"]
     failed = next(t for t in study["trials"] if t["state"] == "INFEASIBLE")
     assert "NODE_FAIL" in failed["infeasibleReason"], failed["infeasibleReason"]
+
+
+def test_a_job_slurm_has_forgotten_is_read_from_its_job_completion_log(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No slurmdbd: JobCompType=jobcomp/filetxt, read back with `sacct --completion`. A replica
+    with no status file whose job scontrol no longer knows gets the job's final state from it."""
+    from vcli.executors import ReplicaHandle
+    from vcli.executors.slurm import SlurmExecutor
+
+    with SlurmCluster(tmp_path / "comp", [Node("c1", cpus=2)], jobcomp=True, min_job_age=2) as comp:
+        monkeypatch.setenv("SLURM_CONF", str(comp.conf))
+        job = comp.run("sbatch", "--parsable", "--output=/dev/null", "--wrap=exit 3").stdout.strip()
+        began = time.monotonic()
+        wait_for(lambda: "Invalid job id" in comp.run("scontrol", "show", "job", job, check=False).stderr, 150,
+                 "slurmctld to forget the job")
+        forgotten = time.monotonic() - began
+        status = tmp_path / "replica" / "replica.status"  # never written: the replica left no exit status
+        handle = ReplicaHandle(executor="slurm", host="c1", ref=f"{job}.0@{status}", task_name="workerpool0-0",
+                               details={"slurmJob": job, "step": f"{job}.0"})
+        got = SlurmExecutor(home=tmp_path / "home").poll(handle)
+        assert not got.running
+        assert got.message == f"Slurm ended job {job}: FAILED (from Slurm's job completion log: ExitCode=3:0)", got.message
+        print(f"scontrol forgot the job {forgotten:.0f}s after it was submitted (MinJobAge=2)")
+    assert comp.leftovers() == []

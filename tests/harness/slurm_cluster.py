@@ -86,6 +86,16 @@ class SlurmCluster:
     #: Seconds without an answer from a slurmd before slurmctld calls its node DOWN.
     slurmd_timeout: int = 10
     partition: str = "main"
+    #: Memory enforced without cgroups: jobacct_gather/linux samples each step's processes every
+    #: second and kills a step over its memory (`JobAcctGatherParams=OverMemoryKill`).
+    enforce_memory: bool = False
+    #: More partitions, name -> node names (the first, `partition`, has every node).
+    partitions: dict[str, list[str]] = field(default_factory=dict)
+    #: Record finished jobs with JobCompType=jobcomp/filetxt in `root/jobcomp.txt`.
+    jobcomp: bool = False
+    #: Seconds slurmctld keeps a finished job (scontrol forgets it then; its purge runs about
+    #: once a minute).
+    min_job_age: int = 600
     startup_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -338,11 +348,15 @@ class SlurmCluster:
             # Batch jobs (and heterogeneous jobs, which only the backfill scheduler starts) start
             # within a second or two instead of 3 s / 30 s: the tests wait for many of them.
             "SchedulerType=sched/backfill", "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+            "SelectType=select/cons_tres", f"SelectTypeParameters=CR_Core{'_Memory' if self.enforce_memory else ''}",
             "GresTypes=gpu", "ReturnToService=2", "SlurmdParameters=config_overrides",
-            f"SlurmdTimeout={self.slurmd_timeout}", "KillWait=2", "MinJobAge=600", "InactiveLimit=0",
+            f"SlurmdTimeout={self.slurmd_timeout}", "KillWait=2", f"MinJobAge={self.min_job_age}", "InactiveLimit=0",
             "JobRequeue=0", "MessageTimeout=5", "TCPTimeout=3",
-            "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
+            "AccountingStorageType=accounting_storage/none",
+            *(["JobCompType=jobcomp/filetxt", f"JobCompLoc={self.root / 'jobcomp.txt'}"] if self.jobcomp
+              else ["JobCompType=jobcomp/none"]),
+            *(["JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=1",
+               "JobAcctGatherParams=OverMemoryKill"] if self.enforce_memory else []),
         ]
         gres = ["AutoDetect=off"]
         for node in self.nodes:
@@ -358,6 +372,8 @@ class SlurmCluster:
                 gres.append(f"NodeName={node.name} Name=gpu File={gdir}/nv[0-{node.gpus - 1}]"
                             if node.gpus > 1 else f"NodeName={node.name} Name=gpu File={gdir}/nv0")
         lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        for name, members in self.partitions.items():
+            lines.append(f"PartitionName={name} Nodes={','.join(members)} MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
         (self.root / "gres.conf").write_text("\n".join(gres) + "\n")
 

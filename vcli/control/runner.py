@@ -45,10 +45,10 @@ class PlannedJob:
 
 
 def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = None, *,
-          leases: bool = True) -> Execution:
+          leases: bool = True, job: Mapping[str, Any] | None = None) -> Execution:
     from vcli import properties
 
-    execution = open_execution(executor_kind(executor, spec), hosts, leases=leases)
+    execution = open_execution(executor_kind(executor, spec), hosts, leases=leases, job=job)  # job: labels, record
     auto = not (executor or os.environ.get("VCLI_EXECUTOR") or properties.get("executor"))
     return replace(execution, auto=auto)
 
@@ -76,7 +76,7 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
         except NoCapacityError as e:
             if on_wait is None:
                 raise
-            if limit is not None and time.monotonic() - started >= limit:
+            if limit is not None and time.monotonic() - started >= limit and not getattr(e, "placer_waits", False):
                 raise NoCapacityError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
                                       f"{e}") from None
             if not said:
@@ -102,7 +102,7 @@ def plan_custom_job(
     from vcli.control.plan import check_packages
 
     check_packages(spec)
-    execution = _open(executor, hosts, spec, leases=leases)
+    execution = _open(executor, hosts, spec, leases=leases, job={"labels": labels})
     try:
         store = Store()
         job_id = new_id()
@@ -114,7 +114,7 @@ def plan_custom_job(
             "labels": dict(labels),
             "executor": execution.kind.value,
             "outputDirectory": plan.base_output_directory,
-            "hosts": hosts,
+            "hosts": hosts, **execution.settings(),
             "shmSize": shm_size,
             "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
         }
@@ -279,7 +279,7 @@ def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, s
     rec = row.record
     enter_working_directory(rec)
     spec = with_secret_values(codec.custom_job_spec_from_stored(rec["jobSpec"]), secrets or {})
-    execution = _open(rec.get("executor") or "local", rec.get("hosts"))
+    execution = _open(rec.get("executor") or "local", rec.get("hosts"), job=rec)
     try:
         plan = plan_waiting(lambda: plan_job(
             spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
@@ -367,7 +367,7 @@ def plan_study(
     from vcli.control.plan import check_packages
 
     check_packages(spec.trial_job_spec, "trialJobSpec.")
-    execution = _open(executor, hosts, spec.trial_job_spec, leases=leases)
+    execution = _open(executor, hosts, spec.trial_job_spec, leases=leases, job={"labels": labels})
     try:
         store = Store()
         study_id = new_id()
@@ -384,7 +384,7 @@ def plan_study(
             "studyTimeout": f"{spec.study_timeout_seconds:g}s" if spec.study_timeout_seconds else None,
             "goalValue": spec.goal_value,
             "outputDirectory": spec.trial_job_spec.base_output_directory or str(store.home / "jobs" / study_id / "output"),
-            "hosts": hosts,
+            "hosts": hosts, **execution.settings(),
             "shmSize": shm_size,
             "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
         }
@@ -440,7 +440,7 @@ def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] |
         spec = replace(spec, trial_job_spec=with_secret_values(spec.trial_job_spec, secrets))
     elif len(store.trial_records(row.id)) < spec.max_trial_count:  # trials will start
         spec = replace(spec, trial_job_spec=secrets_from_environment(spec.trial_job_spec, f"Resuming study {row.id}"))
-    execution = _open(rec.get("executor") or "local", rec.get("hosts"))
+    execution = _open(rec.get("executor") or "local", rec.get("hosts"), job=rec)
     try:
         suggester = _suggester(spec, int(rec["seed"]), rec.get("bayesianBackend") or "gp")
     except BaseException:

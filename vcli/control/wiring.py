@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from vcli.executors import Executor, HostHealth, get_executor
 from vcli.spec import ExecutorKind
@@ -35,6 +35,11 @@ class Execution:
 
     def close(self) -> None:
         self.executor.close()
+
+    def settings(self) -> dict[str, Any]:
+        """What the job's record keeps of its executor, for `resume` (`open_execution(job=...)`):
+        the slurm executor's partition, account, QOS and shared directory."""
+        return {"slurm": self.executor.settings()} if self.kind == ExecutorKind.SLURM else {}  # type: ignore[attr-defined]
 
 
 def needs_containers(spec: Any) -> bool:
@@ -204,15 +209,19 @@ def ray_executor(address: str | None = None) -> RayExecutor:
     return RayExecutor(ray_address(address), home=default_home())
 
 
-def slurm_executor() -> SlurmExecutor:
+def slurm_executor(stored: Mapping[str, Any] | None = None) -> SlurmExecutor:
     """A Slurm executor with the partition, account, QOS and shared directory of
     `--slurm-partition`/`--slurm-account`/`--slurm-qos` ($VCLI_SLURM_PARTITION, ...), else the
-    `slurm/...` properties (`vcli config set slurm/partition gpu`), else Slurm's defaults."""
+    `slurm/...` properties (`vcli config set slurm/partition gpu`), else Slurm's defaults.
+    `stored`: a job's own (its record's `slurm`), which win: a resumed job keeps them."""
     from vcli import properties
     from vcli.executors.slurm import SlurmExecutor
     from vcli.store import default_home
 
     def setting(name: str) -> str | None:
+        key = {"shared-dir": "sharedDir"}.get(name, name)
+        if stored is not None and key in stored:
+            return stored[key]  # type: ignore[no-any-return]
         return os.environ.get(f"VCLI_SLURM_{name.upper().replace('-', '_')}") or properties.get(f"slurm/{name}")
 
     return SlurmExecutor(partition=setting("partition"), account=setting("account"), qos=setting("qos"),
@@ -244,11 +253,13 @@ def executor_for_handles(name: str) -> Executor:
 
 
 def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: str | None = None, *,
-                   leases: bool = True) -> Execution:
+                   leases: bool = True, job: Mapping[str, Any] | None = None) -> Execution:
     """The executor for `kind` (`--hosts` implies ssh) with its placer.
 
     `leases=False`: GPUs are placed without host-wide leases (`--validate-only`, `print-env`,
     the half of `create --async` that only submits), on this machine or on SSH hosts.
+
+    `job`: the job's labels (`labels`) and, for a recorded job, its record (`Execution.settings`).
 
     For ray, the cluster places replicas itself: the placer reserves a placement group per job
     (`vcli.executors.ray.RayPlacer`); `ray_address` is `--ray-address` (None: the defaults).
@@ -276,8 +287,8 @@ def open_execution(kind: ExecutorKind, hosts: str | None = None, ray_address: st
     if kind == ExecutorKind.SLURM:  # one allocation per job or trial (`vcli.executors.slurm`)
         from vcli.executors.slurm import SlurmPlacer
 
-        slurm = slurm_executor()
-        return Execution(kind=kind, executor=slurm, placer=SlurmPlacer(slurm, submit=leases))
+        slurm = slurm_executor((job or {}).get("slurm"))
+        return Execution(kind=kind, executor=slurm, placer=SlurmPlacer(slurm, submit=leases, labels=(job or {}).get("labels")))
     return Execution(kind=kind, executor=get_executor(kind.value), placer=_local_placer(leases))
 
 

@@ -159,6 +159,24 @@ def parse_show_job(text: str) -> list[Component]:
     return sorted(comps, key=lambda c: c.offset)
 
 
+def completed(job_id: str) -> tuple[str, str] | None:
+    """(state, exit code) of a job Slurm has forgotten (`MinJobAge` after it ended), from its job
+    completion log: `sacct --completion`, which reads `JobCompLoc` itself when the cluster sets
+    `JobCompType=jobcomp/filetxt` (no slurmdbd needed; the file must be readable here). None when
+    there is no such log or no record of the job."""
+    try:
+        res = run(["sacct", "--completion", "-j", job_id, "-n", "-P", "-o", "jobid,state,exitcode"], check=False)
+    except ExecutorError:
+        return None
+    if res.returncode != 0:
+        return None
+    for line in res.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 3 and parts[0].split("+")[0] == job_id and parts[1].strip():
+            return parts[1].split()[0], parts[2]
+    return None
+
+
 @dataclass
 class NodeInfo:
     name: str

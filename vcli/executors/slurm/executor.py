@@ -130,11 +130,17 @@ class SlurmExecutor(ExecutorBase):
         self._ports: dict[str, list[int]] = {}
         self._renewed: dict[str, float] = {}
         self._final: dict[str, list[Component]] = {}
+        self._completed: dict[str, tuple[str, str]] = {}
         self._nodes: tuple[float, list[NodeInfo]] | None = None
         self._bin: str | None = None
         self._ready = False
 
     # ------------------------------------------------------------------ cluster facts
+
+    def settings(self) -> dict[str, str | None]:
+        """What a job records of this executor (`slurm` in its record), so that `resume` uses the
+        job's partition, account, QOS and shared directory, not the resuming shell's."""
+        return {"partition": self.partition, "account": self.account, "qos": self.qos, "sharedDir": self.shared_dir}
 
     def _home(self) -> str:
         if self.home is not None:
@@ -228,6 +234,27 @@ class SlurmExecutor(ExecutorBase):
             raise PlacementError(f"the job's replicas ask for {need} GPU(s) in all; {where} has {have}.")
         return groups
 
+    def share_notice(self, spec: Any) -> str | None:
+        """The Slurm job that the job (or each trial) becomes, as one `Note:` line (`create`,
+        `--validate-only`): its components with their sbatch options, partition, account, QOS
+        and --time. Nothing is submitted."""
+        from vcli.cluster import replica_ids
+
+        groups = self.task_groups(replica_ids(spec), spec)
+        parts = []
+        for g in groups:
+            opts = [f"--ntasks={g.tasks}", f"--nodes={g.nodes}", f"--cpus-per-task={g.cpus}"]
+            opts += [f"--mem-per-cpu={g.mem_per_cpu_mb}M"] if g.mem_per_cpu_mb else []
+            opts += [f"--gpus-per-task={g.gpus}"] if g.gpus else []
+            parts.append(f"{'+'.join(f'workerpool{p}' for p in g.pools)}: {' '.join(opts)}")
+        sched = spec.scheduling
+        where = [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account), ("qos", self.qos)) if v]
+        if sched and sched.timeout_seconds:
+            where.append(f"--time={max(1, math.ceil(sched.timeout_seconds / 60))}")
+        what = (f"a heterogeneous Slurm job of {len(groups)} components" if len(groups) > 1 else "one Slurm job")
+        return (f"Note: on Slurm the job (each trial of a study) is {what} ({'; '.join(parts)})"
+                f"{' ' + ' '.join(where) if where else ''}: gang-scheduled, replicas as steps in it.")
+
     # ------------------------------------------------------------------ allocations
 
     def submit(self, groups: list[TaskGroup], *, key: str, name: str, comment: str,
@@ -286,7 +313,12 @@ class SlurmExecutor(ExecutorBase):
             if comps and comps[0].state not in client.ACTIVE_STATES:
                 self._final[slurm_id] = comps
         if not comps:
-            return ("GONE", "Slurm no longer knows the job")
+            # Forgotten after MinJobAge: the job completion log may still say how it ended.
+            done = self._completed.get(slurm_id) or client.completed(slurm_id)
+            if done is None:
+                return ("GONE", "Slurm no longer knows the job, and there is no job completion log to ask")
+            self._completed[slurm_id] = done
+            return done[0], f"from Slurm's job completion log: ExitCode={done[1]}"
         return comps[0].state, comps[0].reason
 
     def placements(self, alloc: Allocation, replicas: Sequence[Any]) -> list[Placement]:
@@ -458,6 +490,12 @@ class SlurmExecutor(ExecutorBase):
 
         env = client.client_env(dict(launch.env))
         env["VCLI_SLURM_ALLOCATION"] = alloc.slurm_id
+        # A heterogeneous job's step belongs to its component, a job of its own (the leader's id
+        # + offset): squeue lists it as COMPONENT.STEP, while the step sees the leader's id in
+        # SLURM_JOB_ID. node.py records the component's.
+        gi = self._group_of(alloc, launch)
+        if alloc.hetero and gi < len(alloc.components) and alloc.components[gi].job_id:
+            env["VCLI_SLURM_STEP_JOB"] = alloc.components[gi].job_id
         env["VCLI_SLURM_LEASE"] = alloc.lease
         env["VCLI_JOB_ID"] = launch.job_id
         env[REPLICA_TAG] = f"{launch.job_id}/{launch.task_name}"
@@ -533,6 +571,9 @@ class SlurmExecutor(ExecutorBase):
                 return ReplicaStatus(running=True)
             if done is not None:
                 return self._ended(done, slurm_id)
+            killed = _step_killed(step, status_path)
+            if killed:
+                return ReplicaStatus(running=False, exit_code=137, message=killed)
             return ReplicaStatus(running=False, message=f"its Slurm step {step} ended without an exit status")
         if state == "COMPLETING" or state in client.ACTIVE_STATES:
             return ReplicaStatus(running=True)
@@ -638,9 +679,10 @@ class SlurmPlacer:
     `submit=False` (validation, print-env) checks that the job could ever fit and places
     nothing: replicas get a placeholder node."""
 
-    def __init__(self, executor: SlurmExecutor, *, submit: bool = True) -> None:
+    def __init__(self, executor: SlurmExecutor, *, submit: bool = True, labels: Mapping[str, str] | None = None) -> None:
         self.executor = executor
         self.submit = submit
+        self.labels = dict(labels or {})
 
     def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
                  holder: Mapping[str, Any] | None = None, **_: Any) -> list[Placement]:
@@ -661,9 +703,9 @@ class SlurmPlacer:
         if alloc is None:
             sched = spec.scheduling
             name = f"vcli-{holder['study']}-t{holder.get('trial')}" if holder.get("study") else f"vcli-{job_id}"
-            alloc = ex.submit(groups, key=key, name=name, comment=f"vcli {key}",
+            alloc = ex.submit(groups, key=key, name=name, comment=comment(key, self.labels),
                               timeout_seconds=sched.timeout_seconds if sched else None,
-                              max_wait=sched.max_wait_seconds if sched else None)
+                              max_wait=sched.wait_limit_seconds if sched else None)
             with ex._lock:
                 ex._pending[key] = alloc
         state, reason = ex.wait_running(alloc, FIRST_WAIT_SECONDS if first else 0.0)
@@ -672,8 +714,10 @@ class SlurmPlacer:
             if alloc.max_wait is not None and waited >= alloc.max_wait:
                 self._drop(key)
                 raise PlacementError(f"Slurm job {alloc.slurm_id} pended longer than scheduling.maxWaitDuration "
-                                     f"({alloc.max_wait:g}s; Slurm's reason: {reason}) and was cancelled.")
-            raise NoCapacityError(f"Slurm job {alloc.slurm_id} is pending ({reason}).")
+                                     f"({alloc.max_wait:g}s; Slurm's pending reason: {reason}) and was cancelled.")
+            busy = NoCapacityError(f"Slurm job {alloc.slurm_id} is pending ({reason}).")
+            busy.placer_waits = alloc.max_wait is not None  # type: ignore[attr-defined]  # it cancels the job itself
+            raise busy
         if state != "RUNNING":
             self._drop(key)
             raise ExecutorError(f"Slurm job {alloc.slurm_id} did not run: {state} ({reason}).")
@@ -723,6 +767,11 @@ PORTS_CODE = ("import socket,sys\nss=[]\nfor _ in range(int(sys.argv[2])):\n s=s
               " s.bind((sys.argv[1],0))\n ss.append(s)\nprint(' '.join(str(s.getsockname()[1]) for s in ss))")
 
 
+def comment(key: str, labels: Mapping[str, str]) -> str:
+    """The Slurm job's `--comment` (squeue's %k): `vcli KEY` and the job's labels, `k=v,...`."""
+    return f"vcli {key}" + (" " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else "")
+
+
 def _slurm_end(slurm_id: str, state: str, reason: str) -> str:
     why = {"TIMEOUT": "its time limit (--time, from scheduling.timeout) ran out",
            "NODE_FAIL": "a node of the allocation failed", "OUT_OF_MEMORY": "it ran out of memory",
@@ -730,6 +779,25 @@ def _slurm_end(slurm_id: str, state: str, reason: str) -> str:
            "GONE": "Slurm no longer knows it"}.get(state, "")
     said = f" ({reason})" if reason and reason != "None" else ""
     return f"Slurm ended job {slurm_id}: {state}{said}" + (f": {why}" if why else "")
+
+
+def _step_killed(step: str, status_path: str) -> str | None:
+    """Slurm's reason when it killed a replica's step itself, from what slurmstepd told srun
+    (`srun.log` in the replica's directory): over its memory (jobacct_gather's OverMemoryKill,
+    "StepId=J.S exceeded memory limit (USED > LIMIT), being killed", or a cgroup's oom-kill)."""
+    text = ""
+    for _ in range(10):  # srun may still be writing what slurmstepd said
+        text = _read(os.path.join(os.path.dirname(status_path), "srun.log"))
+        if "memory limit" in text or "oom-kill" in text or "Out Of Memory" in text:
+            break
+        time.sleep(0.1)
+    lines = [ln.strip() for ln in text.splitlines()]
+    said = next((ln for ln in lines if "exceeded memory limit" in ln), None) or next(
+        (ln for ln in lines if "oom-kill" in ln or "Out Of Memory" in ln), None)
+    if said is None:
+        return None
+    said = said.split("error:", 1)[1].strip() if "error:" in said else said
+    return f"Slurm killed its step {step}: OUT_OF_MEMORY ({said}): it ran out of memory"
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:

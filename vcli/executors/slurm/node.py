@@ -27,7 +27,8 @@ def main(args: list[str]) -> int:
         # What Slurm allocated (its own variable, when the cluster sets one, names the same
         # GPUs for the whole job on the node; this is this replica's share of them).
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus
-    facts = {"job": os.environ.get("SLURM_JOB_ID", ""), "step": os.environ.get("SLURM_STEP_ID", ""),
+    # A heterogeneous job's component is a job of its own: its id names the step in squeue.
+    facts = {"job": os.environ.get("VCLI_SLURM_STEP_JOB") or os.environ.get("SLURM_JOB_ID", ""), "step": os.environ.get("SLURM_STEP_ID", ""),
              "node": os.environ.get("SLURMD_NODENAME", ""), "pid": os.getpid(),
              "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "slurmGpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS"),
