@@ -556,3 +556,42 @@ def test_the_install_hint_under_pipx_injects(monkeypatch):
     assert install_hint("tune") == "pipx inject vcli scikit-optimize==0.10.2 scikit-learn"
     monkeypatch.setattr(sys, "prefix", "/srv/env")
     assert install_hint("tune") == f"{sys.executable} -m pip install 'vcli[tune]'"
+
+
+def _step6_params():
+    return tuple(
+        ParameterSpec(parameter_id=f"x{i}", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)) for i in range(6)
+    )
+
+
+def _step6(p) -> float:
+    # a bowl at 0.3 floored to steps of 0.1: plateaus, like an accuracy on a few examples
+    return math.floor(sum((p[f"x{i}"] - 0.3) ** 2 for i in range(6)) * 10.0) / 10.0
+
+
+def test_bayesian_gp_noise_floor_is_quantisation_error_only_for_repeated_values():
+    import numpy as np
+
+    s = _make("gp", _quadratic_params(), seed=0)
+    smooth = np.linspace(0.0, 1.0, 20) ** 2
+    assert s._noise_floor(smooth, smooth) == s.min_noise
+    steps = np.floor(np.linspace(0.0, 3.0, 20))  # 4 levels, 1 apart
+    assert s._noise_floor(steps, steps) == pytest.approx(1.0 / 12.0)
+    s.quantised_noise = False
+    assert s._noise_floor(steps, steps) == s.min_noise
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bayesian_gp_refines_a_step_function_instead_of_exploring_corners(seed):
+    # issue 24: on plateaus the GP sent model-guided points to the box's corners (without the
+    # quantised-objective handling: seed 1 ends at 0.1 after a corner, seed 2 visits 2 corners)
+    s = _make("gp", _step6_params(), seed=seed)
+    corners, best = 0, math.inf
+    for i in range(30):
+        p = s.ask(1)[0].parameters
+        if i >= 10 and sum(min(v, 1.0 - v) < 0.01 for v in p.values()) >= 4:
+            corners += 1
+        best = min(best, _step6(p))
+        s.tell(_done(str(i), p, _step6(p)))
+    assert corners == 0
+    assert best == 0.0
