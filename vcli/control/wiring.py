@@ -71,30 +71,9 @@ def docker_cannot_run(pools: list[tuple[int, str]]) -> str | None:
     image neither present nor pullable), or None when it can. Asked once per process."""
     key = tuple(image for _, image in pools)
     if key not in _DOCKER_ANSWERS:
-        from vcli.errors import ExecutorError
         from vcli.executors.docker import engine
 
-        try:
-            client = engine.connect(None, timeout=5)
-        except ExecutorError as e:
-            _DOCKER_ANSWERS[key] = str(e)
-        else:
-            reason = None
-            try:
-                for image in key:
-                    if engine.has_registry_host(image):
-                        continue
-                    try:
-                        client.images.get(image)
-                    except engine.sdk().errors.ImageNotFound:
-                        reason = engine.image_missing_message(image)
-                        break
-                    except Exception as e:  # any engine error means "not here"
-                        reason = f"the Docker engine did not answer about [{image}]: {e}"
-                        break
-            finally:
-                client.close()
-            _DOCKER_ANSWERS[key] = reason
+        _DOCKER_ANSWERS[key] = engine.cannot_run_images(key)
     return _DOCKER_ANSWERS[key]
 
 
