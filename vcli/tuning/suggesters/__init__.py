@@ -75,7 +75,7 @@ SUGGESTERS: dict[Algorithm, tuple[str, str]] = {
 #: `--bayesian-backend` -> (module, class) of the ALGORITHM_UNSPECIFIED suggester.
 BAYESIAN: dict[str, tuple[str, str]] = {
     "gp": ("vcli.tuning.suggesters.bayesian", "GPSuggester"),
-    "skopt": ("vcli.tuning.suggesters.bayesian", "SkoptSuggester"),
+    "skopt": ("vcli.tuning.suggesters.skopt_backend", "SkoptSuggester"),
 }
 BAYESIAN_BACKENDS = tuple(BAYESIAN)
 
