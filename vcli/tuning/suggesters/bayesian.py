@@ -100,6 +100,7 @@ class GPSuggester(SuggesterBase):
         n_candidates: int = 2048,
         n_local: int = 10,
         max_fit_points: int = 200,
+        max_model_points: int = 300,
         min_noise: float = 1e-8,
         warp_outputs: bool = True,
         quantised_noise: bool = True,
@@ -115,6 +116,7 @@ class GPSuggester(SuggesterBase):
         self.n_candidates = n_candidates
         self.n_local = n_local
         self.max_fit_points = max_fit_points
+        self.max_model_points = max_model_points
         self.min_noise = min_noise
         self.warp_outputs = warp_outputs
         self.quantised_noise = quantised_noise
@@ -159,6 +161,7 @@ class GPSuggester(SuggesterBase):
         sp = self.space
         from vcli.tuning.suggesters import _gp
 
+        obs = self._modelled(obs)
         X = np.array([sp.encode(p) for p, _ in obs])
         Y = np.array([v for _, v in obs], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
@@ -191,6 +194,20 @@ class GPSuggester(SuggesterBase):
             out.append(p)
             P = np.vstack([P, np.array(sp.encode(p))[None, :]])
         return out
+
+    def _modelled(self, obs):
+        """The observations the GP models: all of them up to `max_model_points`; beyond, the
+        best quarter (one metric) and the most recent rest, in trial order. An exact GP costs
+        O(n^3) per fit and O(n^2) per acquisition step: with 2,000 trials an ask took 1.4 s
+        (hartmann6) to 2.0 s (mixed5) here. Deterministic in the history, so replay holds."""
+        cap = self.max_model_points
+        if len(obs) <= cap:
+            return obs
+        best: set[int] = set()
+        if not isinstance(obs[0][1], tuple):
+            best = set(sorted(range(len(obs)), key=lambda i: obs[i][1])[: cap // 4])
+        recent = [i for i in range(len(obs)) if i not in best][-(cap - len(best)):]
+        return [obs[i] for i in sorted(best | set(recent))]
 
     def _noise_floor(self, yraw, y):
         """The GP's noise floor for outputs y (= _transform(yraw)): `min_noise`, or, when the
