@@ -636,7 +636,7 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
 
 
 #: Executors that hold a replica still while a directory of it is copied (`vcli.executors.freeze`).
-FREEZING = ["local", "docker", "ssh", "ssh-docker", "ray"]
+FREEZING = ["local", "docker", "ssh", "ssh-docker", "ray", "slurm"]
 
 
 @pytest.fixture(params=FREEZING)
@@ -647,11 +647,12 @@ def hf(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monke
 
 #: Executors whose hold lives in (or with) the controller's process, so that a controller
 #: killed mid-copy must end it (Ray's runs inside the replica's actor, beside the replica).
-HOLDERS = ["local", "docker", "ssh", "ssh-docker"]
+HOLDERS = ["local", "docker", "ssh", "ssh-docker", "slurm"]
 
 
 @pytest.fixture(params=HOLDERS)
 def hk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    _ray_address(request, monkeypatch)
     yield from _harness(request.param, tmp_path, monkeypatch)
 
 
@@ -693,6 +694,10 @@ if kind in ("ssh", "ssh-docker"):
     from vcli.hosts import Host
     host = Host(**json.loads(args[0]))
     hold = held(ssh_executor([host])._link(host.name), args[1], args[2], container=args[3] if args[3:] else None)
+elif kind == "slurm":
+    from vcli.executors.slurm.hold import held
+    target, node, tag, directory = json.loads(args[0])
+    hold = held(target, node, tag, directory)
 elif kind == "local":
     from vcli.executors.freeze import frozen
     from vcli.executors.local import tagged_processes
@@ -722,6 +727,10 @@ def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, direc
         return [json.dumps(dataclasses.asdict(host)), replica_tag(job_id, launch.task_name), remote, *container]
     if h.kind == "local":
         return [f"{launch.job_id}/{launch.task_name}", handle.ref.split("@", 1)[0]]
+    if h.kind == "slurm":
+        group = handle.details.get("hetGroup")
+        target = [f"--jobid={handle.details['slurmJob']}", *([f"--het-group={group}"] if group else [])]
+        return [json.dumps([target, handle.details["node"], f"{launch.job_id}/{launch.task_name}", directory])]
     from vcli.executors.docker.engine import engine_url
 
     return [handle.ref, engine_url(None)]
@@ -730,7 +739,8 @@ def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, direc
 def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk: Harness) -> None:
     """The hold ends with the controller: one killed (-9) in the middle of a copy never leaves
     the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host,
-    processes or containers: the hold's channel closes)."""
+    processes or containers: the hold's channel closes; Slurm: srun forwards the end of its
+    stdin to the hold's step on the node)."""
     import signal
     import subprocess
 

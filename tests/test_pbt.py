@@ -252,7 +252,7 @@ def test_review_exploits_the_bottom_member_from_the_top_one():
     assert isinstance(got, Exploit)
     assert got.donor.id == "2" and got.start_step == 4 and got.inherited == {"lr": 0.01}
     assert got.parameters["lr"] in (pytest.approx(0.008), pytest.approx(0.012)) or got.parameters["lr"] != 0.01
-    assert got.reason == ("PBT: trial 3 (accuracy 0.2 at step 4) is in the bottom 25% of the 4 members measured near "
+    assert got.reason == ("PBT: trial 3 (accuracy 0.2 at step 4) is in the bottom 25% of the 4 members measured at "
                           "step 4 (population 4); exploiting trial 2 (0.9 at step 4)")
     for t in (pop[0], pop[1], pop[3]):
         assert sched.review(t, pop) is None
@@ -293,14 +293,40 @@ def test_review_never_exploits_at_or_past_max_steps_nor_finished_donors():
     assert PbtScheduler(spec, seed=0).review(pop[2], pop) is None
 
 
-def test_review_ranks_only_the_same_step_window_and_needs_two():
+def test_review_ranks_values_at_the_boundary_and_needs_two():
     spec = study(SIMPLE, perturbation_interval_steps=4)
-    # the others are far ahead (queued members start late) or have no measurement yet
+    # the others are far ahead with no value in step 4's window, or have no measurement yet
     pop = [trial(1, 0, [(20, 9.0)]), trial(2, 1, []), trial(3, 2, [(4, 0.1)]), trial(4, 3, [(12, 5.0)])]
     assert PbtScheduler(spec, seed=0).review(pop[2], pop) is None
-    pop[1] = trial(2, 1, [(3, 0.5)])  # one interval behind: in the window
+    # one member ahead: ranked by the value it had at step 4, exploited from its latest step
+    pop[1] = trial(2, 1, [(3, 0.05), (5, 0.5), (9, 0.05)])
     got = PbtScheduler(spec, seed=0).review(pop[2], pop)
-    assert got is not None and got.donor.id == "2" and got.start_step == 3
+    assert got is not None and got.donor.id == "2" and got.start_step == 9
+    assert "exploiting trial 2 (0.5 at step 5, now at step 9)" in got.reason
+
+
+def test_review_waits_for_members_behind_then_judges_at_the_boundary():
+    """Members drift apart (one starts TensorFlow seconds later): the one ahead is judged at
+    boundary 4 once the one behind gets there, from its value at 4, whatever its step now."""
+    spec = study(SIMPLE, perturbation_interval_steps=4, population_size=2, quantile_fraction=0.5, max_step_count=12)
+    ahead = trial(1, 0, [(s, 0.1 * s) for s in range(1, 10)])
+    behind = trial(2, 1, [])
+    sched = PbtScheduler(spec, seed=0)
+    assert sched.review(ahead, [ahead, behind]) is None  # alone at 4 and 8: nobody to rank against yet
+    behind = trial(2, 1, [(1, 0.3), (2, 0.35)])
+    assert sched.review(ahead, [ahead, behind]) is None  # the member behind has reported: waited for
+    behind = trial(2, 1, [(1, 0.3), (2, 0.35), (3, 0.45), (4, 0.5)])
+    assert sched.review(behind, [ahead, behind]) is None  # 0.5 beats the leader's 0.4 at step 4
+    got = sched.review(ahead, [ahead, behind])
+    assert got is not None and got.donor.id == "2" and got.start_step == 4
+    assert "trial 1 (accuracy 0.4 at step 4)" in got.reason
+    # a member that ended short of the boundary is not waited for; one that never reported is
+    # not waited for once two can be ranked
+    ended = replace(trial(2, 1, [(1, 0.3)]), state=TrialState.SUCCEEDED)
+    assert PbtScheduler(spec, seed=0).review(ahead, [ahead, ended]) is None
+    spec4 = study(SIMPLE, perturbation_interval_steps=4, population_size=3, quantile_fraction=0.34, max_step_count=12)
+    pop = [trial(1, 0, [(4, 0.1)]), trial(2, 1, [(4, 0.9)]), trial(3, 2, [])]
+    assert PbtScheduler(spec4, seed=0).review(pop[0], pop) is not None
 
 
 def test_review_skips_replaced_stopping_infeasible_and_nonfinite():
@@ -392,13 +418,12 @@ def test_pbt_population_exploits_the_bottom_member_and_resumes_from_the_donor():
     assert events, "no exploit happened"
     by_id = {t.id: t for t in trials}
     for judged, decision, population in events:
-        # the replaced trial was the worst of the members ranked in its step window
-        mine = judged.measurements[-1].metrics["accuracy"]
-        boundary = judged.measurements[-1].step_count // 4 * 4
-        window = [p.measurements[-1].metrics["accuracy"] for p in population
-                  if p.id != judged.id and p.measurements and boundary - 4 <= p.measurements[-1].step_count < boundary + 4]
-        assert window and mine <= min(window)
-        assert decision.donor.measurements[-1].metrics["accuracy"] == max(window)
+        # the replaced trial was the worst of the members ranked by their values at the boundary
+        boundary = int(decision.reason.split(" members measured at step ")[1].split(" ")[0])
+        at = {p.id: next(m.metrics["accuracy"] for m in p.measurements if boundary <= m.step_count < boundary + 4)
+              for p in population if any(boundary <= m.step_count < boundary + 4 for m in p.measurements)}
+        assert len(at) >= 2 and at[judged.id] == min(at.values())
+        assert at[decision.donor.id] == max(at.values())
     children = [t for t in trials if t.lineage.parent_trial_id]
     assert len(children) == len(events)
     for child in children:

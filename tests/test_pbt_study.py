@@ -302,19 +302,27 @@ studySpec:
 
 
 def test_pbt_with_the_real_tensorflow_trainer(tmp_path: Path) -> None:
+    """Under a CPU hog (one busy process per core beside the two TensorFlow members): PBT must
+    not depend on the machine being idle. On a loaded machine one member starts TensorFlow
+    seconds after the other (CI saw one reach step 5 before the other's first report); members
+    are compared by their values at each boundary, so the drift costs no exploit."""
+    import subprocess
+
     config = tmp_path / "pbt.yaml"
     config.write_text(TF_PBT)
     home = tmp_path / "home"
-    r = vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3", "--format=json",
-             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path=.,python-module=trainer.task",
-             # Small batches make an epoch last a second or more: PBT reads reports while the
-             # trainer runs, so an epoch must outlast the controller's tick to be judged at it.
-             # A wide interval keeps both members in one step window although one of them
-             # starts TensorFlow seconds later than the other on a loaded machine, and two
-             # boundaries (4, 8) before the last step leave the later member a donor that has
-             # not finished: with one boundary (3 of 6) CI saw the earlier member finish before
-             # the later one reached it, so nothing was exploited.
-             "--args=--epochs=12,--batch_size=8", timeout=900)
+    hogs = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        r = vcli(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3", "--format=json",
+                 "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path=.,python-module=trainer.task",
+                 # Small batches make an epoch last a second or more: PBT reads reports while the
+                 # trainer runs, so an epoch must outlast the controller's tick to be judged at it.
+                 # Two boundaries (4, 8) before the last step leave a donor that has not finished.
+                 "--args=--epochs=12,--batch_size=8", timeout=900)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     assert r.returncode == 0, r.stderr[-4000:]
     study = json.loads(r.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"

@@ -143,14 +143,20 @@ class PbtStrategy(Strategy):
                 run.refresh_measurements(running)
             return run.trials[t.id]
 
-        budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
-        decided = pop.review(active.trial, list(run.trials.values()), budget_left=budget, executor=run.executor,
-                             handle_of=handle_of, refresh=refresh)
-        if decided is not None:
-            replacement, reason = decided
-            run.on_progress(f"Trial {active.trial.id} is replaced: {reason}")
-            run.queued.insert(0, replacement)
-            run.request_stop(active, reason, rule="pbt")
+        # Every running member, not only the one that reported: a member that ran ahead is
+        # judged at a boundary once the others reach it (PbtScheduler.review).
+        others = [a for a in run.active.values() if a is not active and a.stop_reason is None]
+        for member in [active, *others]:
+            if member.trial.state != TrialState.ACTIVE or pop.stepless(member.trial):
+                continue
+            budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
+            decided = pop.review(member.trial, list(run.trials.values()), budget_left=budget, executor=run.executor,
+                                 handle_of=handle_of, refresh=refresh)
+            if decided is not None:
+                replacement, reason = decided
+                run.on_progress(f"Trial {member.trial.id} is replaced: {reason}")
+                run.queued.insert(0, replacement)
+                run.request_stop(member, reason, rule="pbt")
 
     def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
         return self.population.best(trials, metric)

@@ -14,11 +14,16 @@ Vocabulary:
 * A trial's *latest measurement* is its last reported measurement whose value of the study's
   metric is finite (missing, NaN and infinite values are ignored, as if not reported). Steps
   are absolute: a trial resumed from a checkpoint at step 4 reports steps 5, 6, ...
-* *Boundaries* are the multiples of `perturbation_interval_steps`, in absolute steps. A trial
-  is judged at the highest boundary its latest step has reached that lies above its
-  lineage's `start_step`: with interval 2, a trial that started from a checkpoint at step 4
-  is next judged at its first report at or past step 6. A trial that reports sparsely and
-  jumps over boundaries is judged once, at the highest one reached.
+* *Boundaries* are the multiples of `perturbation_interval_steps`, in absolute steps. A
+  trial's *value at boundary b* is its first finite measurement at a step in [b, b +
+  interval). A trial is judged at each boundary above its lineage's `start_step` that it has
+  a value at, once, in order: with interval 2, a trial that started from a checkpoint at
+  step 4 is next judged at its value at 6. A trial that reports sparsely and jumps over a
+  boundary's window has no value there and is not judged at it.
+* Members are compared at the same boundary, whatever their speed: a member that runs ahead
+  is judged once the others reach that boundary too (or end), from the value it had there
+  (`PbtScheduler.review`). Ray Tune's PBT instead ranks members' latest results,
+  whatever their steps.
 
 This module imports nothing heavy (the search-space code it uses is pure Python), since the
 study controller imports it.
@@ -142,14 +147,12 @@ class PbtScheduler:
     m's initial parameters by (seed, m); an exploit's donor and exploration by (seed, trial
     number, boundary). Nothing depends on call history.
 
-    State and replay: the only state is the set of (trial, boundary) pairs already judged, so
-    a trial is never judged twice at one boundary (its later reports below the next boundary
-    are not reviewed again, whether it continued or the controller skipped the exploit).
-    A fresh scheduler (a replacement controller) given the same stored trials returns the
-    same answer as the original for any review the original had not answered yet. A trial
-    the original judged "continue" at boundary b and that has not reached the next boundary
-    may be judged once more at b by a fresh scheduler, against the trials stored by then (as
-    `vcli.tuning.stopping.AshaRule` does for its last rung).
+    State and replay: the only state is the highest boundary judged per trial, so a trial
+    is never judged twice at one boundary (whether it continued or the controller skipped the
+    exploit). A member's value at a boundary never changes once reported, so a fresh
+    scheduler (a replacement controller) given the same stored trials judges each boundary as
+    the original did when the same members had values there; a member that had not reported
+    at that boundary then (a silent one, not waited for) may rank there now.
     """
 
     def __init__(self, study_spec: StudySpec, *, seed: int) -> None:
@@ -179,52 +182,74 @@ class PbtScheduler:
         return self.space.decode(row)
 
     def review(self, trial: Trial, trials: Sequence[Trial]) -> Exploit | None:
-        """Judge the running trial `trial`, which has just reported new measurements.
+        """Judge the running trial `trial` (it has just reported, or another member has).
 
         `trials` is every trial of the study in creation order (`trial` may appear in it with
-        older measurements; the given `trial` wins). Returns None (continue) unless all of:
+        older measurements; the given `trial` wins). `trial` is judged only while it is ACTIVE,
+        is its member's current trial and its latest step is below `max_step_count`. It is
+        judged at each boundary it has a value at (module docstring), once per boundary, in
+        order, and each judgement compares the members' values AT THAT BOUNDARY, wherever
+        they are now (members drift apart: one may start seconds later than another):
 
-        * `trial` is ACTIVE, is its member's current trial and its latest step is below
-          `max_step_count`;
-        * its latest step has reached a boundary not judged yet (module docstring);
-        * ranked against the population, it is in the bottom quantile. The population is the
-          members' current trials that are not INFEASIBLE and have a latest measurement
-          within one interval of the boundary (the *same step window*: boundary - interval
-          <= step < boundary + interval; `trial` itself always counts). Members without a
-          measurement, far behind or far ahead (queued members start late) are left out,
-          so values are only compared at similar training lengths. At least 2 must rank.
-          With n ranked, the quantiles hold `quantile_count(n, quantileFraction)` members;
-          `trial` is in the bottom one when it ranks among the last k. Equal values are
-          ordered by a draw from (seed, boundary, member): members tied at a floor (say,
-          diverged models stuck at 0) take turns at the bottom, boundary after boundary,
-          instead of never (or all at once) being exploited;
-        * a donor exists: one of the top quantile's trials whose latest step is below
-          `max_step_count` (a finished member has nothing left to train from), drawn
-          uniformly from (seed, trial number, boundary).
+        * the ranked population at boundary b: the members' current trials that are not
+          INFEASIBLE and have a value at b (`trial` included);
+        * the judgement at b waits (None now, judged at a later review) while a member that
+          has reported but not reached b yet is still ACTIVE, or while fewer than 2 members
+          have a value at b and an ACTIVE member could still reach it. A member that has not
+          reported at all is not waited for once 2 members can be ranked (a member queued
+          for capacity may start much later). A boundary nobody else can reach any more is
+          passed over;
+        * with n ranked, the quantiles hold `quantile_count(n, quantileFraction)` members;
+          `trial` is exploited when it ranks among the last k and a donor exists: one of the
+          top quantile's trials whose latest step is below `max_step_count` (a finished
+          member has nothing left to train from), drawn uniformly from (seed, trial number,
+          boundary). Equal values are ordered by a draw from (seed, boundary, member):
+          members tied at a floor (say, diverged models stuck at 0) take turns at the bottom,
+          boundary after boundary, instead of never (or all at once) being exploited.
 
-        The exploit's parameters are `explore(donor.parameters, key=(trial number, boundary))`.
+        Every member is ranked from the same values at b, so at each boundary exactly the
+        bottom quantile is exploited, whichever member's review sees it first. The exploit
+        starts from the donor's latest checkpoint (`Exploit.start_step` is the donor's latest
+        step), with `explore(donor.parameters, key=(trial number, boundary))`.
         """
-        judged = self._boundary_to_judge(trial)
-        if judged is None:
+        lineage = trial.lineage
+        if lineage is None or trial.state != TrialState.ACTIVE:
             return None
-        step, value, boundary = judged
+        latest = self._latest(trial)
+        if latest is None or latest[0] >= self.pbt.max_step_count:
+            return None
         current = _current_trials(trial, trials)
-        assert trial.lineage is not None  # _boundary_to_judge judges only trials with one
-        if current.get(trial.lineage.member) is not trial:
+        if current.get(lineage.member) is not trial:
             return None  # already replaced by a newer trial of its member
-        ranked = self._ranked(trial, (step, value), current, boundary)
+        for boundary in self._due(trial, latest[0]):
+            ranked = self._ranked(trial, current, boundary)
+            if ranked is None:
+                return None  # wait for the members still on their way to this boundary
+            self._judged[trial.id] = boundary
+            exploit = self._judge(trial, ranked, boundary)
+            if exploit is not None:
+                return exploit
+        return None
+
+    def _judge(self, trial: Trial, ranked: list[tuple[float, int, Trial, int, float]], boundary: int) -> Exploit | None:
+        """The exploit of `trial` at `boundary` given the population `ranked` there, or None."""
         n = len(ranked)
         if n < 2:
             return None
         k = quantile_count(n, self.pbt.quantile_fraction)
         if [r[2] for r in ranked].index(trial) < n - k:
             return None
-        donors = [r for r in ranked[:k] if r[3] < self.pbt.max_step_count]
+        donors = []
+        for row in ranked[:k]:
+            latest = self._latest(row[2])
+            if latest is not None and latest[0] < self.pbt.max_step_count:
+                donors.append((row, latest))
         if not donors:
             return None
         key = (_trial_number(trial.id), boundary)
-        donor_row = donors[self._rng("donor", *key).randrange(len(donors))]
-        return self._exploit(trial, (step, value), n, donor_row, key)
+        donor_row, donor_latest = donors[self._rng("donor", *key).randrange(len(donors))]
+        own = next(r for r in ranked if r[2] is trial)
+        return self._exploit(trial, (own[3], own[4]), n, donor_row, donor_latest, key)
 
     def explore(self, parameters: Mapping[str, ParameterValue], *, key: Sequence[int]) -> dict[str, ParameterValue]:
         """`parameters` explored, parameter by parameter in spec order (parents first).
@@ -262,69 +287,63 @@ class PbtScheduler:
 
     # ------------------------------------------------------------------ helpers
 
-    def _boundary_to_judge(self, trial: Trial) -> tuple[int, float, int] | None:
-        """(latest step, its value, boundary) when `trial` is due for judging, else None.
-
-        Due: ACTIVE with a lineage, a latest measurement below `max_step_count`, and a
-        boundary above its lineage's start step that it has not been judged at yet. The
-        boundary is recorded as judged here, before the population is even looked at, so a
-        trial is never judged twice at one boundary (the class docstring's only state).
-        """
-        lineage = trial.lineage
-        if lineage is None or trial.state != TrialState.ACTIVE:
-            return None
-        own = self._latest(trial)
-        if own is None:
-            return None
-        step, value = own
-        if step >= self.pbt.max_step_count:
-            return None
+    def _due(self, trial: Trial, step: int) -> list[int]:
+        """The boundaries `trial` still has to be judged at, in order: above its lineage's start
+        step and its last judged boundary, at most its latest `step`, and where it has a value."""
         interval = self.pbt.perturbation_interval_steps
-        boundary = step // interval * interval
-        if boundary <= lineage.start_step or self._judged.get(trial.id, -1) >= boundary:
-            return None
-        self._judged[trial.id] = boundary
-        return step, value, boundary
+        assert trial.lineage is not None
+        first = max(trial.lineage.start_step, self._judged.get(trial.id, -1)) // interval * interval + interval
+        return [b for b in range(first, step // interval * interval + 1, interval) if self._value_at(trial, b)]
 
     def _ranked(
-        self, trial: Trial, own: tuple[int, float], current: Mapping[int, Trial], boundary: int
-    ) -> list[tuple[float, int, Trial, int, float]]:
-        """The population at `boundary`, best first: (score, member, trial, step, value) rows.
-
-        Members' current trials that are not INFEASIBLE, have a latest measurement and (but
-        for `trial`, whose latest is `own`) lie in the same step window as the boundary.
-        Ties are ordered by a draw from (seed, boundary, member) (see `review`).
-        """
+        self, trial: Trial, current: Mapping[int, Trial], boundary: int
+    ) -> list[tuple[float, int, Trial, int, float]] | None:
+        """The population at `boundary`, best first: (score, member, trial, step, value) rows
+        from each member's value there; None while the judgement must wait (see `review`).
+        Ties are ordered by a draw from (seed, boundary, member)."""
         interval = self.pbt.perturbation_interval_steps
         ranked: list[tuple[float, int, Trial, int, float]] = []
+        reported_laggard = silent_laggard = False
         for member, t in sorted(current.items()):
-            latest = own if t is trial else self._latest(t)
-            if t.state == TrialState.INFEASIBLE or latest is None:
+            if t.state == TrialState.INFEASIBLE:
                 continue
-            if t is not trial and not boundary - interval <= latest[0] < boundary + interval:
+            at = self._value_at(t, boundary)
+            if at is not None:
+                ranked.append((self.sign * at[1], member, t, at[0], at[1]))
                 continue
-            ranked.append((self.sign * latest[1], member, t, latest[0], latest[1]))
+            latest = self._latest(t)
+            start = t.lineage.start_step if t.lineage is not None else 0
+            if t.state != TrialState.ACTIVE or start + 1 >= boundary + interval:
+                continue  # ended, or started past this boundary's window: it cannot reach it
+            if latest is None:
+                silent_laggard = True
+            elif latest[0] < boundary:
+                reported_laggard = True
+        if reported_laggard or (len(ranked) < 2 and silent_laggard):
+            return None
         ranked.sort(key=lambda r: (-r[0], self._rng("tie", boundary, r[1]).random()))
         return ranked
 
     def _exploit(
         self, trial: Trial, own: tuple[int, float], n: int, donor_row: tuple[float, int, Trial, int, float],
-        key: tuple[int, int],
+        donor_latest: tuple[int, float], key: tuple[int, int],
     ) -> Exploit:
-        """The decision to replace `trial` (latest `own` = (step, value), ranked among `n`) by
-        the `_ranked` row `donor_row`'s trial, explored with `key`."""
+        """The decision to replace `trial` (`own` = (step, value) at the boundary, ranked among
+        `n`) by the `_ranked` row `donor_row`'s trial, whose latest is `donor_latest`, explored
+        with `key`."""
         step, value = own
         _, _, donor, donor_step, donor_value = donor_row
         reason = (
             f"PBT: trial {trial.id} ({self.metric_id} {value:.4g} at step {step}) is in the bottom "
-            f"{self.pbt.quantile_fraction * 100:g}% of the {n} members measured near step {key[1]} (population "
-            f"{self.pbt.population_size}); exploiting trial {donor.id} ({donor_value:.4g} at step {donor_step})"
+            f"{self.pbt.quantile_fraction * 100:g}% of the {n} members measured at step {key[1]} (population "
+            f"{self.pbt.population_size}); exploiting trial {donor.id} ({donor_value:.4g} at step {donor_step}"
+            + (f", now at step {donor_latest[0]})" if donor_latest[0] != donor_step else ")")
         )
         return Exploit(
             donor=donor,
             parameters=self.explore(donor.parameters, key=key),
             inherited=dict(donor.parameters),
-            start_step=donor_step,
+            start_step=donor_latest[0],
             reason=reason,
         )
 
@@ -333,15 +352,29 @@ class PbtScheduler:
 
     def _latest(self, trial: Trial) -> tuple[int, float] | None:
         """(step, value) of the trial's last reported finite measurement."""
+        finite = self._finite(trial)
+        return finite[-1] if finite else None
+
+    def _value_at(self, trial: Trial, boundary: int) -> tuple[int, float] | None:
+        """(step, value) of the trial's first finite measurement in [boundary, boundary +
+        interval): its value at that boundary, or None when it has none there."""
+        for step, value in self._finite(trial):
+            if boundary <= step < boundary + self.pbt.perturbation_interval_steps:
+                return step, value
+        return None
+
+    def _finite(self, trial: Trial) -> list[tuple[int, float]]:
+        """(step, value) of the trial's finite measurements of the metric, in report order."""
         measurements = trial.measurements or ((trial.final_measurement,) if trial.final_measurement else ())
-        for m in reversed(measurements):
+        out = []
+        for m in measurements:
             try:
                 v = float(m.metrics.get(self.metric_id))  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 continue
             if math.isfinite(v):
-                return int(m.step_count), v
-        return None
+                out.append((int(m.step_count), v))
+        return out
 
     def _prior(self, col: int, u: float) -> ParameterValue:
         """The prior draw of one parameter from a uniform `u` (as `Space.sample_row`)."""

@@ -481,7 +481,8 @@ class SlurmExecutor(ExecutorBase):
         return ReplicaHandle(executor=self.name, host=facts["node"], ref=f"{step}@{status}", task_name=launch.task_name,
                              details={"slurmJob": facts.get("allocation") or str(facts["job"]), "step": step,
                                       "node": facts["node"], "job": launch.job_id, "lease": facts.get("lease") or "",
-                                      "gpus": facts.get("gpus") or "", "partition": self.partition or "(default)"})
+                                      "gpus": facts.get("gpus") or "", "partition": self.partition or "(default)",
+                                      "hetGroup": str(facts.get("hetGroup") or "")})
 
     def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
         """The replica's step, by the record its node.py wrote into the replica's directory."""
@@ -503,6 +504,8 @@ class SlurmExecutor(ExecutorBase):
         gi = self._group_of(alloc, launch)
         if alloc.hetero and gi < len(alloc.components) and alloc.components[gi].job_id:
             env["VCLI_SLURM_STEP_JOB"] = alloc.components[gi].job_id
+        if alloc.hetero:
+            env["VCLI_SLURM_HET_GROUP"] = str(gi)
         env["VCLI_SLURM_LEASE"] = alloc.lease
         env["VCLI_JOB_ID"] = launch.job_id
         env[REPLICA_TAG] = f"{launch.job_id}/{launch.task_name}"
@@ -660,6 +663,23 @@ class SlurmExecutor(ExecutorBase):
                 return
             time.sleep(0.1)
         client.run(["scancel", *left], check=False)
+
+    def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
+        """The contract's copy from the shared filesystem, with a running replica's trainer tree
+        held still on its node for it (`vcli.executors.slurm.hold`): a trainer that rewrites
+        its checkpoint every few milliseconds still gives a consistent copy."""
+        from vcli.executors import copy_dir_atomically
+        from vcli.executors.slurm.hold import held
+
+        step, status_path = _parse_ref(handle.ref)
+        if _read_status(status_path) is not None or not handle.details.get("node"):
+            return copy_dir_atomically(path, dest)  # ended: nothing writes there any more
+        alloc = handle.details.get("slurmJob") or step.split(".")[0]
+        group = handle.details.get("hetGroup", "")
+        target = [f"--jobid={alloc}", *([f"--het-group={group}"] if group else [])]
+        tag = handle.details.get("job", "") + "/" + handle.task_name
+        with held(target, handle.details["node"], tag, path):
+            return copy_dir_atomically(path, dest)
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         try:

@@ -32,7 +32,8 @@ def main(args: list[str]) -> int:
              "node": os.environ.get("SLURMD_NODENAME", ""), "pid": os.getpid(),
              "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "slurmGpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS"),
-             "allocation": os.environ.get("VCLI_SLURM_ALLOCATION", ""), "lease": os.environ.get("VCLI_SLURM_LEASE", "")}
+             "allocation": os.environ.get("VCLI_SLURM_ALLOCATION", ""), "lease": os.environ.get("VCLI_SLURM_LEASE", ""),
+             "hetGroup": os.environ.get("VCLI_SLURM_HET_GROUP", "")}
     tmp = f"{record}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(facts, f)

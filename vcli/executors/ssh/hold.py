@@ -17,104 +17,11 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Iterator
 
+from vcli.executors.freeze import HOLD_PROGRAM as HOLD
+
 if TYPE_CHECKING:
     from vcli.executors.ssh.link import HostLink
 
-#: Runs on the host: python3 -S -c HOLD tree TAG DIR, or HOLD docker CONTAINER DIR (`docker
-#: pause` through the host's docker CLI). Prints `held` or `running`, then waits.
-HOLD = r"""
-import os, signal, sys, time
-import subprocess
-mode, target, root = sys.argv[1], sys.argv[2], os.path.realpath(sys.argv[3]).rstrip("/") + "/"
-want, me = ("VCLI_REPLICA=" + target).encode(), os.getpid()
-def docker(*args):
-    return subprocess.run(["docker", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
-def container_pids():
-    out = docker("top", target, "-eo", "pid")
-    return [int(x) for x in out.stdout.split()[1:] if x.isdigit()] if out.returncode == 0 else []
-def tree():
-    out = []
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == me:
-            continue
-        try:
-            with open("/proc/%s/environ" % e, "rb") as f:
-                if want not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%s/cmdline" % e, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if b"supervisor.py" in cmd or b"wrapper.py" in cmd:
-            continue  # vcli's own: they keep watching the tree
-        out.append(int(e))
-    return out
-def send(pids, sig):
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except OSError:
-            pass
-def stopped(pids):
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        busy = 0
-        for p in pids:
-            try:
-                with open("/proc/%d/stat" % p, "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if data[data.rfind(b")") + 2:][:1] not in (b"T", b"t", b"Z", b"X"):
-                busy += 1
-        if not busy:
-            return
-        time.sleep(0.001)
-def writing(pids):
-    for p in pids:
-        try:
-            fds = os.listdir("/proc/%d/fd" % p)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if not os.readlink("/proc/%d/fd/%s" % (p, fd)).startswith(root):
-                    continue
-                with open("/proc/%d/fdinfo/%s" % (p, fd)) as f:
-                    flags = next((int(l.split()[1], 8) for l in f if l.startswith("flags:")), 0)
-            except (OSError, ValueError):
-                continue
-            if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
-                return True
-    return False
-def stop(pids):
-    if mode == "docker":
-        return docker("pause", target).returncode == 0
-    send(pids, signal.SIGSTOP)
-    stopped(pids)
-    return True
-def cont(pids):
-    if mode == "docker":
-        docker("unpause", target)
-    else:
-        send(pids, signal.SIGCONT)
-pids, held = (container_pids() if mode == "docker" else tree()), False
-try:
-    for attempt in range(40):
-        if not pids or not stop(pids):
-            break
-        if not writing(pids):
-            held = True
-            break
-        cont(pids)
-        time.sleep(0.003 * (1 + attempt % 5))
-    sys.stdout.write("held\n" if held else "running\n")
-    sys.stdout.flush()
-    sys.stdin.buffer.read()
-finally:
-    if held or mode != "docker":
-        cont(pids)
-"""
 
 #: How long the host may take to hold the tree before the copy goes ahead with it running.
 HOLD_SECONDS = 10.0
