@@ -146,24 +146,30 @@ def simulate_pbt(seed: int, population: int, interval: int, max_steps: int, *, e
             if step >= max_steps:
                 t = replace(t, state=TrialState.SUCCEEDED, final_measurement=t.measurements[-1])
             trials[i] = t
-            if not exploit or t.state != TrialState.ACTIVE:
+            if not exploit:
                 continue
-            t0 = time.perf_counter()
-            decision = sched.review(t, trials)
-            decide += time.perf_counter() - t0
-            if decision is None:
-                continue
-            exploits += 1
-            trials[i] = replace(t, state=TrialState.SUCCEEDED, final_measurement=t.measurements[-1],
-                                stop_reason=decision.reason)
-            new = Trial(id=str(len(trials) + 1), parameters=decision.parameters, state=TrialState.ACTIVE,
-                        lineage=PbtLineage(member=m, parent_trial_id=decision.donor.id,
-                                           start_step=decision.start_step, inherited_parameters=decision.inherited))
-            donor_acc, donor_step = state[decision.donor.id]
-            assert donor_step == decision.start_step
-            state[new.id] = (donor_acc, donor_step)
-            current[m] = len(trials)
-            trials.append(new)
+            # As the controller does: every running member is reviewed when one reports (a
+            # member ahead is judged at a boundary once the others have reported there).
+            for j in [m, *(k for k in range(population) if k != m)]:
+                t = trials[current[j]]
+                if t.state != TrialState.ACTIVE:
+                    continue
+                t0 = time.perf_counter()
+                decision = sched.review(t, trials)
+                decide += time.perf_counter() - t0
+                if decision is None:
+                    continue
+                exploits += 1
+                trials[current[j]] = replace(t, state=TrialState.SUCCEEDED, final_measurement=t.measurements[-1],
+                                             stop_reason=decision.reason)
+                new = Trial(id=str(len(trials) + 1), parameters=decision.parameters, state=TrialState.ACTIVE,
+                            lineage=PbtLineage(member=j, parent_trial_id=decision.donor.id,
+                                               start_step=decision.start_step, inherited_parameters=decision.inherited))
+                donor_acc, donor_step = state[decision.donor.id]
+                assert donor_step == decision.start_step
+                state[new.id] = (donor_acc, donor_step)
+                current[j] = len(trials)
+                trials.append(new)
         if not moved:
             break
     best = max(acc for acc, _ in state.values())  # the best final measurement of any trial
