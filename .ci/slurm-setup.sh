@@ -21,30 +21,8 @@ die() { echo "[slurm-setup] ERROR: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run me as root (apt-get, and the test daemons run as root)"
 
-missing=()
-for pkg in slurmctld slurmd slurm-client munge iproute2 util-linux; do
-    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$pkg")
-    fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "apt-get update"
-    timeout 300 apt-get update -q
-    policy=/usr/sbin/policy-rc.d
-    made_policy=""
-    if [ ! -e "$policy" ]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod 755 "$policy"
-        made_policy=1
-    fi
-    log "apt-get install -y ${missing[*]} (service start suppressed)"
-    rc=0
-    timeout 900 apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
-    [ -n "$made_policy" ] && rm -f "$policy"
-    [ "$rc" = 0 ] || die "apt-get install failed ($rc)"
-else
-    log "packages present: slurmctld slurmd slurm-client munge"
-fi
+. "$(dirname "$0")/apt-install.sh"
+apt_install_missing slurmctld slurmd slurm-client munge iproute2 util-linux
 
 log "slurmctld: $(timeout 20 slurmctld -V 2>&1 | head -n 1)"
 log "munged: $(timeout 20 munged --version 2>&1 | head -n 1)"

@@ -21,30 +21,8 @@ die() { echo "[ssh-setup] ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run me as root (apt-get, network namespaces and sshd need it)"
 
 # ----------------------------------------------------------------------------- 1. packages
-missing=()
-for pkg in openssh-server openssh-client iproute2 procps; do
-    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$pkg")
-    fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "apt-get update"
-    timeout 300 apt-get update -q
-    policy=/usr/sbin/policy-rc.d
-    made_policy=""
-    if [ ! -e "$policy" ]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod 755 "$policy"
-        made_policy=1
-    fi
-    log "apt-get install -y ${missing[*]} (service start suppressed)"
-    rc=0
-    timeout 900 apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
-    [ -n "$made_policy" ] && rm -f "$policy"
-    [ "$rc" = 0 ] || die "apt-get install failed ($rc)"
-else
-    log "packages present: openssh-server openssh-client iproute2 procps"
-fi
+. "$(dirname "$0")/apt-install.sh"
+apt_install_missing openssh-server openssh-client iproute2 procps
 
 # ----------------------------------------------------------------------------- 2. /run/sshd
 mkdir -p /run/sshd

@@ -175,3 +175,16 @@ def script_study(home: Path, root: Path, script: str, *flags: str) -> tuple[str,
     assert r.returncode == 0, r.stderr[-3000:]
     study = json.loads(r.stdout)
     return study["name"].rsplit("/", 1)[1], study, r.stderr
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A trainer package `root/pkg` holding `files` (relative path -> source, dedented)."""
+    import textwrap
+
+    pkg = root / "pkg"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        p = pkg / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return pkg

@@ -30,6 +30,7 @@ from tests.helpers import (
     vcli,
     vcli_env,
     wait_for,
+    write_package,
 )
 
 POOL = "machine-type=n1-standard-4,replica-count=1"
@@ -115,14 +116,6 @@ def test_reduction_server_job_trains_with_its_workers_alone(tmp_path: Path) -> N
     assert set(clusters["workerpool0-0"]) == {"chief", "worker"}
 
 
-def _package(tmp_path: Path, files: dict[str, str]) -> Path:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    for name, text in files.items():
-        (pkg / name).write_text(textwrap.dedent(text))
-    return pkg
-
-
 STUBBORN = """
     import os, signal, sys, time
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # like TF's multi-worker runtime
@@ -139,7 +132,7 @@ STUBBORN = """
 
 def test_failing_worker_fails_job_and_stops_chief(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     started = time.monotonic()
     r = vcli(
         home,
@@ -165,7 +158,7 @@ def test_failing_worker_fails_job_and_stops_chief(tmp_path: Path) -> None:
 
 def test_cancel_from_another_process(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(
         home,
         "custom-jobs", "create", "--display-name=cancel-me",
@@ -192,7 +185,7 @@ def test_cancel_from_another_process(tmp_path: Path) -> None:
 
 def test_ctrl_c_cancels(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(
         home,
         "custom-jobs", "create", "--display-name=interrupt-me",
@@ -216,7 +209,7 @@ def test_sigterm_and_sighup_cancel_with_the_shells_exit_code(tmp_path: Path, sig
     """A foreground run that gets SIGTERM (a CI runner's timeout) or SIGHUP (its terminal closed)
     cancels and cleans up as Ctrl-C does, and exits 128 + the signal, as shells expect."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(home, "custom-jobs", "create", "--display-name=signalled",
                  f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
     try:
@@ -235,7 +228,7 @@ def test_a_reader_that_goes_away_ends_stream_logs_quietly(tmp_path: Path) -> Non
     """`stream-logs ID | head -1`: vcli stops at once, with no message and SIGPIPE's 141, as
     `cat` does; its pipe partner gets its line."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"chatty.py": "for i in range(20000):\n    print('line', i)\n"})
+    pkg = write_package(tmp_path, {"chatty.py": "for i in range(20000):\n    print('line', i)\n"})
     r = vcli(home, "custom-jobs", "create", "--display-name=chatty", "--format=value(name.basename())",
              f"--worker-pool-spec={POOL},local-package-path={pkg},script=chatty.py", timeout=120)
     assert r.returncode == 0, r.stderr
@@ -250,7 +243,7 @@ def test_a_reader_that_goes_away_ends_stream_logs_quietly(tmp_path: Path) -> Non
 
 def test_scheduling_timeout_fails_job(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     config = tmp_path / "job.yaml"
     config.write_text(
         textwrap.dedent(
@@ -275,7 +268,7 @@ def test_scheduling_timeout_fails_job(tmp_path: Path) -> None:
 
 def test_killed_controller_leaves_supervised_replicas_and_cancel_cleans_up(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(
         home,
         "custom-jobs", "create", "--display-name=orphan-check",
@@ -329,7 +322,7 @@ def test_config_file_job_with_env_and_command(tmp_path: Path, workers: int) -> N
 
 def test_async_create_returns_at_once_and_the_job_runs_in_background(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"stubborn.py": STUBBORN, "quick.py": "import sys; print('quick', sys.argv[1:])\n"})
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN, "quick.py": "import sys; print('quick', sys.argv[1:])\n"})
     started = time.monotonic()
     r = vcli(home, "custom-jobs", "create", "--async", "--display-name=bg",
              f"--worker-pool-spec={POOL},local-package-path={pkg},script=quick.py", "--args=--a=1",

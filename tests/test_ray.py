@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Iterator
@@ -21,7 +20,17 @@ from typing import Iterator
 import pytest
 
 from tests.harness.ray_cluster import AUTH_ENV, RayCluster
-from tests.helpers import REPO, clusters_from_stdout, describe, job_id_from_stderr, processes_with_env, vcli, vcli_env, wait_for
+from tests.helpers import (
+    REPO,
+    clusters_from_stdout,
+    describe,
+    job_id_from_stderr,
+    processes_with_env,
+    vcli,
+    vcli_env,
+    wait_for,
+    write_package,
+)
 
 POOL = "machine-type=n1-standard-4,replica-count=1"
 GPU_POOL = f"{POOL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1"
@@ -39,14 +48,6 @@ def cluster() -> Iterator[RayCluster]:
 
 def _env(cluster: RayCluster) -> dict[str, str]:
     return {"VCLI_EXECUTOR": "ray", "RAY_ADDRESS": cluster.address, **AUTH_ENV}
-
-
-def _package(root: Path, files: dict[str, str]) -> Path:
-    pkg = root / "pkg"
-    pkg.mkdir(parents=True)
-    for name, text in files.items():
-        (pkg / name).write_text(textwrap.dedent(text))
-    return pkg
 
 
 #: A trial that records where it ran (Ray node, GPUs) and when, then reports accuracy.
@@ -91,7 +92,7 @@ def test_a_job_that_can_never_fit_fails_at_once(cluster: RayCluster, tmp_path: P
     began = time.monotonic()
     r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=too-big",
              f"--worker-pool-spec={POOL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=2,"
-             f"local-package-path={_package(tmp_path, {'t.py': 'print(1)'})},script=t.py", timeout=120, **_env(cluster))
+             f"local-package-path={write_package(tmp_path, {'t.py': 'print(1)'})},script=t.py", timeout=120, **_env(cluster))
     assert r.returncode != 0
     assert "can never fit on the Ray cluster" in r.stderr and "2 GPU" in r.stderr, r.stderr[-2000:]
     assert time.monotonic() - began < 60  # no waiting for room that will never come
@@ -163,7 +164,7 @@ def test_container_images_are_refused(cluster: RayCluster, tmp_path: Path) -> No
 
 
 def test_parallel_trials_never_share_a_one_gpu_node(cluster: RayCluster, tmp_path: Path) -> None:
-    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
     r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=gpu-study",
              "--max-trial-count=6", "--parallel-trial-count=3", "--algorithm=random-search", "--seed=1",
              "--metric=metric-id=accuracy,goal=maximize", "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1",
@@ -193,7 +194,7 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 def test_half_gpu_trials_share_one_gpu_two_at_a_time_never_three(cluster: RayCluster, tmp_path: Path) -> None:
     """accelerator-count=0.5: Ray packs two trials onto each node's one fake GPU, never three; each
     trial sees that GPU in CUDA_VISIBLE_DEVICES."""
-    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
     half = "machine-type=n1-standard-1,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=0.5"
     r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=half-gpu",
              "--max-trial-count=9", "--parallel-trial-count=9", "--algorithm=random-search", "--seed=3",
@@ -229,7 +230,7 @@ def test_a_fraction_of_a_gpu_needs_the_ray_executor(tmp_path: Path) -> None:
 
 def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"slow.py": """
+    pkg = write_package(tmp_path, {"slow.py": """
         import subprocess, sys, time
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         print("sleeping", flush=True)
@@ -261,7 +262,7 @@ def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster
     """VCLI_RAY_STREAM_LOGS=1 treats every node as another machine: the actor keeps the log on
     its node and vcli copies its lines into the replica's log file while the job runs."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"talk.py": """
+    pkg = write_package(tmp_path, {"talk.py": """
         import time
         for i in range(5):
             print(f"line {i}", flush=True)
@@ -283,7 +284,7 @@ def test_zz_a_lost_node_fails_its_trial_within_seconds_and_the_study_completes(c
     """Runs last (zz): it kills worker node_c for good."""
     home = tmp_path / "home"
     victim = cluster.node_ids()["node_c"]
-    pkg = _package(tmp_path, {"trial.py": TRIAL.replace(
+    pkg = write_package(tmp_path, {"trial.py": TRIAL.replace(
         'float(os.environ.get("TRIAL_SLEEP", "2"))', f'600 if rec["node"] == "{victim}" else 1')})
     proc = subprocess.Popen([sys.executable, "-m", "vcli", "hp-tuning-jobs", "create", "--display-name=loss",
                              "--max-trial-count=4", "--parallel-trial-count=3", "--max-failed-trial-count=1",
@@ -320,7 +321,7 @@ def test_a_job_larger_than_the_cluster_shares_its_cpus_and_memory_out(cluster: R
     CPUs and memory than the whole cluster has (4 replicas of n1-standard-4: 16 CPUs, 60 GB
     against 12 CPUs here) run anyway, as with the local executor, each replica asking for an
     equal share that fits a node, and one Note line says so."""
-    pkg = _package(tmp_path, {"t.py": "import os; print('ran', os.environ['VCLI_RAY_NODE_ID'][:8], flush=True)"})
+    pkg = write_package(tmp_path, {"t.py": "import os; print('ran', os.environ['VCLI_RAY_NODE_ID'][:8], flush=True)"})
     r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=shared",
              f"--worker-pool-spec={POOL},local-package-path={pkg},script=t.py",
              "--worker-pool-spec=machine-type=n1-standard-4,replica-count=3", timeout=300, **_env(cluster))

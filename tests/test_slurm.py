@@ -35,6 +35,7 @@ from tests.helpers import (
     processes_with_env,
     vcli_env,
     wait_for,
+    write_package,
 )
 
 SMALL = "machine-type=n1-standard-1,replica-count=1"
@@ -75,14 +76,6 @@ def run(cluster: SlurmCluster, home: Path, *args: str, timeout: float = 300, **e
         out, err = proc.communicate()
         raise AssertionError(f"vcli {' '.join(args)} timed out after {timeout}s\n{out}\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _package(root: Path, files: dict[str, str]) -> Path:
-    pkg = root / "pkg"
-    pkg.mkdir(parents=True)
-    for name, text in files.items():
-        (pkg / name).write_text(textwrap.dedent(text))
-    return pkg
 
 
 #: A trial that records where it ran (Slurm node, job, GPUs) and when, then reports accuracy.
@@ -165,7 +158,7 @@ def test_two_replica_multiworker_job_runs_on_two_slurm_nodes(cluster: SlurmClust
 def test_a_study_on_gpu_nodes_keeps_parallel_allocations_and_never_shares_a_gpu(cluster: SlurmCluster,
                                                                                  tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
     with QueueWatch(cluster) as watch:
         r = run(cluster, home, "hp-tuning-jobs", "create", "--display-name=gpu-study", "--max-trial-count=8",
                 "--parallel-trial-count=2", *STUDY,
@@ -185,6 +178,39 @@ def test_a_study_on_gpu_nodes_keeps_parallel_allocations_and_never_shares_a_gpu(
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (key, spans)
 
 
+def test_two_vcli_homes_share_one_cluster_and_never_share_a_gpu(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Two users (two vcli homes) run a study each on the cluster at once, 3 trials in parallel
+    each against 4 GPUs in all: Slurm queues what does not fit, every trial succeeds, and no
+    GPU ever runs two trials, across both studies."""
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
+    homes = [tmp_path / "alice", tmp_path / "bob"]
+    with QueueWatch(cluster) as watch:
+        procs = [spawn(cluster, home, "hp-tuning-jobs", "create", f"--display-name=shared-{i}", "--max-trial-count=5",
+                       "--parallel-trial-count=3", *STUDY,
+                       f"--worker-pool-spec={SMALL},accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1,"
+                       f"local-package-path={pkg},script=trial.py", TRIAL_SLEEP="3")
+                 for i, home in enumerate(homes)]
+        outs = []
+        try:
+            for proc in procs:
+                outs.append(proc.communicate(timeout=600))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+        assert [t["state"] for t in json.loads(out)["trials"]] == ["SUCCEEDED"] * 5
+    assert watch.most <= 6, f"{watch.most} Slurm jobs at once"
+    records = [rec for home in homes for rec in _records(home)]
+    assert len(records) == 10 and len({rec["job"] for rec in records}) == 10
+    for key in {(rec["node"], rec["cuda"]) for rec in records}:  # one GPU, one trial at a time
+        spans = sorted((rec["start"], rec["end"]) for rec in records if (rec["node"], rec["cuda"]) == key)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (key, spans)
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+
+
 SLOW = """
     import subprocess, sys, time
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -196,7 +222,7 @@ SLOW = """
 def test_cancel_from_another_terminal_empties_the_queue_and_leaves_no_process(cluster: SlurmCluster,
                                                                                tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"slow.py": SLOW})
+    pkg = write_package(tmp_path, {"slow.py": SLOW})
     proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=slow",
                  f"--worker-pool-spec={SMALL},local-package-path={pkg},script=slow.py", f"--worker-pool-spec={SMALL}")
     try:
@@ -218,7 +244,7 @@ def test_cancel_from_another_terminal_empties_the_queue_and_leaves_no_process(cl
 
 def test_kill_9_of_the_controller_then_resume_keeps_the_slurm_jobs(cluster: SlurmCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
     proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=crash", "--max-trial-count=4",
                  "--parallel-trial-count=2", *STUDY, f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py",
                  TRIAL_SLEEP="8")
@@ -250,7 +276,7 @@ def test_kill_9_of_the_controller_then_resume_keeps_the_slurm_jobs(cluster: Slur
 
 def test_a_job_slurm_kills_for_its_time_limit_reports_slurms_reason(cluster: SlurmCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"slow.py": SLOW})
+    pkg = write_package(tmp_path, {"slow.py": SLOW})
     config = tmp_path / "job.yaml"
     config.write_text(textwrap.dedent(f"""
         workerPoolSpecs:
@@ -305,7 +331,7 @@ def test_a_heterogeneous_two_pool_job_succeeds_with_its_labels_in_the_slurm_comm
     """Pools of 1 and 4 CPUs: one heterogeneous Slurm job (two components, two job ids); the
     second component's steps are COMPONENT.STEP in squeue, which vcli must poll by."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"het.py": HET})
+    pkg = write_package(tmp_path, {"het.py": HET})
     proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=het", "--labels=team=vision,run=het1",
                  f"--worker-pool-spec={SMALL},local-package-path={pkg},script=het.py", f"--worker-pool-spec={WHOLE}")
     try:
@@ -339,9 +365,110 @@ def test_a_heterogeneous_two_pool_job_succeeds_with_its_labels_in_the_slurm_comm
     wait_for(lambda: not cluster.jobs(), 20, "the allocation to leave the queue")
 
 
+#: Records the GPUs Slurm gave its replica and where, then outlives a controller's kill -9.
+HETGPU = """
+    import json, os, time
+    spec = json.loads(os.environ["CLUSTER_SPEC"])
+    task = spec["task"]["type"]
+    print("up on", os.environ.get("SLURMD_NODENAME"), flush=True)
+    rec = {"node": os.environ.get("SLURMD_NODENAME"), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+           "job": os.environ.get("SLURM_JOB_ID"), "task": task, "cluster": spec["cluster"]}
+    time.sleep(12)
+    out = os.path.join(os.environ["AIP_MODEL_DIR"], f"hetgpu-{task}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(rec, open(out, "w"))
+"""
+
+
+def test_a_heterogeneous_job_of_pools_with_different_gpus_is_resumed_after_kill_9(cluster: SlurmCluster,
+                                                                                   tmp_path: Path) -> None:
+    """Pools of 1 GPU (1 CPU) and 2 GPUs (4 CPUs): one heterogeneous Slurm job whose components
+    ask for different gres. The controller is killed (-9) while both run; `resume` re-attaches
+    to both components' steps (same Slurm job, each replica started once) and the job SUCCEEDS."""
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"hetgpu.py": HETGPU})
+    gpu = "accelerator-type=NVIDIA_TESLA_T4"
+    proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=hetgpu",
+                 f"--worker-pool-spec={SMALL},{gpu},accelerator-count=1,local-package-path={pkg},script=hetgpu.py",
+                 f"--worker-pool-spec={WHOLE},{gpu},accelerator-count=2")
+    try:
+        wait_for(lambda: _logs_saying(home, "up on", 2), 120, "both replicas running")
+        before = sorted(cluster.jobs())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert len(before) == 2 and len({j.split("+")[0] for j in before}) == 1, before  # one job, two components
+    assert sorted(cluster.jobs()) == before  # the replicas go on without their controller
+    [job_id] = list_ids(home, "custom-jobs")
+    r = run(cluster, home, "custom-jobs", "resume", job_id, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED", job.get("error")
+    recs = {rec["task"]: rec for rec in (json.loads(p.read_text()) for p in home.rglob("hetgpu-*.json"))}
+    assert sorted(recs) == ["workerpool0", "workerpool1"]
+    assert len(recs["workerpool0"]["cuda"].split(",")) == 1 and len(recs["workerpool1"]["cuda"].split(",")) == 2, recs
+    assert recs["workerpool0"]["node"] != recs["workerpool1"]["node"]  # 4 CPUs and 2 GPUs: a node of its own
+    assert {recs[t]["job"] for t in recs} == {before[0].split("+")[0]}  # re-attached, not resubmitted
+    logs = [p for p in home.rglob("replica.log") if "up on" in p.read_text()]
+    assert len(logs) == 2 and all(p.read_text().count("up on") == 1 for p in logs)  # each started once
+    wait_for(lambda: not cluster.jobs(), 20, "the allocation to leave the queue")
+
+
+def test_a_study_trial_carries_the_labels_and_pends_no_longer_than_its_max_wait(cluster: SlurmCluster,
+                                                                               tmp_path: Path) -> None:
+    """Study trials as custom jobs: the study's labels in each trial's Slurm --comment, and a
+    trial whose Slurm job pends past trialJobSpec.scheduling.maxWaitDuration is cancelled with
+    Slurm's pending reason."""
+    home = tmp_path / "home"
+    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "-N2", "--job-name=blocker", "--output=/dev/null",
+                          "--wrap=sleep 300").stdout.strip()
+    config = tmp_path / "study.yaml"
+    config.write_text(textwrap.dedent(f"""
+        displayName: waits
+        maxTrialCount: 2
+        parallelTrialCount: 1
+        studySpec:
+          metrics: [{{metricId: accuracy, goal: MAXIMIZE}}]
+          parameters: [{{parameterId: lr, doubleValueSpec: {{minValue: 0.01, maxValue: 1}}}}]
+          algorithm: RANDOM_SEARCH
+        trialJobSpec:
+          workerPoolSpecs:
+            - machineSpec: {{machineType: n1-standard-1}}
+              replicaCount: 1
+              containerSpec: {{imageUri: python, command: ["{sys.executable}", "-c", "print('accuracy=0.5')"]}}
+          scheduling:
+            maxWaitDuration: 8s
+    """))
+    try:
+        wait_for(lambda: "RUNNING" in cluster.run("squeue", "-h", "-j", blocker, "-o", "%T").stdout, 60, "the blocker")
+        proc = spawn(cluster, home, "hp-tuning-jobs", "create", f"--config={config}", "--labels=team=vision,sweep=s1",
+                     "--format=json")
+        try:
+            wait_for(lambda: len(cluster.jobs()) == 2, 60, "the first trial's Slurm job pending")
+            queue = dict(line.split("|", 1) for line in cluster.run("squeue", "-h", "-o", "%i|%k").stdout.split("\n")
+                         if line)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+        trial_job = next(comment for job, comment in queue.items() if job != blocker)
+        assert "team=vision" in trial_job and "sweep=s1" in trial_job, queue
+        assert proc.returncode != 0, out
+        assert "pended longer than scheduling.maxWaitDuration (8s; Slurm's pending reason: Resources) and was cancelled" \
+            in err, err[-3000:]
+        assert cluster.jobs() == [blocker]  # the trial's pending job is gone
+    finally:
+        cluster.run("scancel", blocker, check=False)
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+
+
 def test_resume_keeps_the_jobs_partition_when_the_shell_names_another(cluster: SlurmCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"trial.py": TRIAL})
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
     proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=part", "--max-trial-count=3",
                  "--parallel-trial-count=1", *STUDY, f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py",
                  "--slurm-partition=other", TRIAL_SLEEP="4")
@@ -427,7 +554,7 @@ TICKS = """
 
 def test_stream_logs_follows_a_slurm_job_to_its_end(cluster: SlurmCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"ticks.py": TICKS})
+    pkg = write_package(tmp_path, {"ticks.py": TICKS})
     r = run(cluster, home, "custom-jobs", "create", "--async", "--display-name=ticks",
             f"--worker-pool-spec={SMALL},local-package-path={pkg},script=ticks.py", timeout=60)
     assert r.returncode == 0, r.stderr
@@ -453,7 +580,7 @@ def test_a_replica_over_its_memory_fails_with_slurms_out_of_memory_reason(tmp_pa
     """A cluster of its own: memory as a consumable resource, enforced without cgroups
     (jobacct_gather/linux with OverMemoryKill: the step's processes sampled every second)."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"hog.py": HOG})
+    pkg = write_package(tmp_path, {"hog.py": HOG})
     with SlurmCluster(tmp_path / "mem", [Node("m1", cpus=4, memory_mb=1000)], enforce_memory=True) as mem:
         began = time.monotonic()
         r = run(mem, home, "custom-jobs", "create", "--display-name=hog",
@@ -473,7 +600,7 @@ def test_zz_a_node_whose_slurmd_dies_fails_its_trial_and_the_study_goes_on(clust
                                                                           tmp_path: Path) -> None:
     """Runs last (zz): h2's slurmd is killed for good."""
     home = tmp_path / "home"
-    pkg = _package(tmp_path, {"trial.py": TRIAL.replace(
+    pkg = write_package(tmp_path, {"trial.py": TRIAL.replace(
         'float(os.environ.get("TRIAL_SLEEP", "1"))', '600 if rec["node"] == "h2" else 1')})
     proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=loss", "--max-trial-count=4",
                  "--parallel-trial-count=2", "--max-failed-trial-count=1", *STUDY,

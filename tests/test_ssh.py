@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.harness import netns
+from tests.helpers import write_package
 
 pytestmark = [pytest.mark.ssh]
 
@@ -113,15 +114,6 @@ def _job_id(stderr: str) -> str:
         if "CustomJob [" in line and "customJobs/" in line:
             return line.split("customJobs/")[1].split("]")[0]
     raise AssertionError(f"no job id in:\n{stderr}")
-
-
-def _package(tmp: Path, files: dict[str, str]) -> Path:
-    pkg = tmp / "pkg"
-    for rel, text in files.items():
-        p = pkg / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text))
-    return pkg
 
 
 # =========================================================================== (a) MWMS across hosts
@@ -226,7 +218,7 @@ def test_injection_args_reach_the_trainer_verbatim(cluster: netns.NetnsCluster, 
     env = Env(cluster, tmp_path)
     if os.path.exists("/tmp/pwned"):
         os.remove("/tmp/pwned")
-    pkg = _package(tmp_path, {"dump.py": """
+    pkg = write_package(tmp_path, {"dump.py": """
         import json, os, sys
         out = os.path.join(os.environ["AIP_MODEL_DIR"], "argv.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -265,7 +257,7 @@ LOST_HOST_ORPHAN_TIMEOUT = "8"
 
 def test_host_loss_fails_the_job_quickly_and_stops_the_rest(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": LOST_HOST_ORPHAN_TIMEOUT})
-    pkg = _package(tmp_path, {"sleeper.py": """
+    pkg = write_package(tmp_path, {"sleeper.py": """
         import os, sys, time
         print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
         time.sleep(600)
@@ -370,7 +362,7 @@ TREE_SIZE = 6  # the trainer and the five processes it starts
 
 def test_whole_trees_go_when_a_job_succeeds_or_a_sibling_fails(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path)
-    pkg = _package(tmp_path, TREE)
+    pkg = write_package(tmp_path, TREE)
     pool = "machine-type=n1-standard-4,replica-count=1"
     package = f"local-package-path={pkg}"
     # Success: every replica's helpers are gone once the job has SUCCEEDED, on every host.
@@ -401,7 +393,7 @@ def _wait_tree(cluster: netns.NetnsCluster, host: str, job_id: str) -> None:
 
 def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path)
-    pkg = _package(tmp_path, TREE)
+    pkg = write_package(tmp_path, TREE)
     pool = f"machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},script=tree_sleep.py"
     # 1. `custom-jobs cancel` from another terminal while the controller runs.
     proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=c1",
@@ -471,7 +463,7 @@ def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subpro
 
 def test_resume_reattaches_a_replica_whose_controller_died(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path)
-    pkg = _package(tmp_path, {"slow.py": """
+    pkg = write_package(tmp_path, {"slow.py": """
         import os, time
         print("trainer pid", os.getpid(), flush=True)
         print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
@@ -497,7 +489,7 @@ def test_resume_reattaches_a_replica_whose_controller_died(cluster: netns.NetnsC
 
 def test_an_orphaned_replica_is_stopped_after_the_orphan_timeout(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "3"})
-    pkg = _package(tmp_path, TREE)
+    pkg = write_package(tmp_path, TREE)
     proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=orphan",
                      f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
                      "script=tree_sleep.py")
@@ -569,7 +561,7 @@ def test_plan_job_gives_the_placer_the_spec_and_job_id() -> None:
 
 def test_study_over_two_one_gpu_hosts(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path, extra={h: {"gpus": {"count": 1, "type": "NVIDIA_TESLA_T4"}} for h in ("h1", "h2")})
-    pkg = _package(tmp_path, {"trial.py": """
+    pkg = write_package(tmp_path, {"trial.py": """
         import json, os, sys, time
         lr = float(sys.argv[1].split("=", 1)[1])
         rec = {"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time()}
@@ -612,7 +604,7 @@ def test_two_controllers_never_share_a_gpu_of_one_ssh_host(cluster: netns.NetnsC
     for who in ("alice", "bob"):
         (tmp_path / who).mkdir()
         envs[who] = Env(cluster, tmp_path / who, extra=gpus)
-    pkg = _package(tmp_path, {"trial.py": f"""
+    pkg = write_package(tmp_path, {"trial.py": f"""
         import json, os, sys, time, uuid
         rec = {{"name": sys.argv[1], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time()}}
         open(os.path.join({str(records)!r}, sys.argv[1] + ".started"), "w").close()
@@ -671,7 +663,7 @@ def test_two_controllers_never_share_a_gpu_of_one_ssh_host(cluster: netns.NetnsC
 def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
     env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": LOST_HOST_ORPHAN_TIMEOUT})
     h2 = cluster.host("h2").address
-    pkg = _package(tmp_path, {"trial.py": f"""
+    pkg = write_package(tmp_path, {"trial.py": f"""
         import json, os, sys, time
         on_h2 = "{h2}:" in os.environ["CLUSTER_SPEC"]
         print("up on", "h2" if on_h2 else "h1", flush=True)
@@ -793,7 +785,7 @@ def test_pbt_copies_a_checkpoint_from_one_host_to_the_other(cluster: netns.Netns
     from tests.test_pbt_study import TOY
 
     env = Env(cluster, tmp_path, extra={h: {"gpus": {"count": 1, "type": "NVIDIA_TESLA_T4"}} for h in ("h1", "h2")})
-    pkg = _package(tmp_path, {"toy.py": TOY})
+    pkg = write_package(tmp_path, {"toy.py": TOY})
     config = tmp_path / "pbt.yaml"
     config.write_text(textwrap.dedent("""
         displayName: pbt-ssh
