@@ -344,13 +344,14 @@ class SuggesterBase:
         self.signs = tuple(-1.0 if m.goal == Goal.MAXIMIZE else 1.0 for m in study_spec.metrics)
         self.seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
         self._trials: dict[str, Trial] = {}
+        self._keys: dict[str, ParamKey] = {}  # trial id -> its key (computed once, at tell)
         self._outstanding: list[tuple[ParamKey, dict[str, ParameterValue]]] = []
 
     # ------------------------------------------------------------------ protocol
 
     def tell(self, trial: Trial) -> None:
         self._trials[trial.id] = trial  # dict keeps first-insertion order on update
-        k = self.space.key(trial.parameters)
+        k = self._keys[trial.id] = self.space.key(trial.parameters)
         for i, (ok, _) in enumerate(self._outstanding):
             if ok == k:
                 del self._outstanding[i]
@@ -436,6 +437,6 @@ class SuggesterBase:
         ]
 
     def known_keys(self) -> set[ParamKey]:
-        keys = {self.space.key(t.parameters) for t in self._trials.values()}
+        keys = set(self._keys.values())
         keys.update(k for k, _ in self._outstanding)
         return keys

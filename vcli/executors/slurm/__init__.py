@@ -1,6 +1,9 @@
 """The `slurm` executor (`--executor=slurm`): a job, or one trial, is one Slurm allocation.
 
-    executor.py   `SlurmExecutor` and `SlurmPlacer` (allocations, steps, polling, cancel)
+    executor.py   `SlurmExecutor` (allocations, steps, polling, cancel)
+    placer.py     `SlurmPlacer`: one allocation per job or trial, and its placements
+    status.py     a replica's status file, and Slurm's words for how a job or step ended
+    hold.py       holding a replica still on its node while a directory of it is copied
     client.py     the Slurm commands vcli runs (sbatch, srun, squeue, scontrol, scancel, sinfo)
                   and the parsing of their output
     node.py       what runs first in each replica's step on its node (standard library only)
@@ -17,8 +20,12 @@ __all__ = ["SlurmExecutor", "SlurmPlacer"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from vcli.executors.slurm import executor
+    if name == "SlurmExecutor":
+        from vcli.executors.slurm.executor import SlurmExecutor
 
-        return getattr(executor, name)
+        return SlurmExecutor
+    if name == "SlurmPlacer":
+        from vcli.executors.slurm.placer import SlurmPlacer
+
+        return SlurmPlacer
     raise AttributeError(name)

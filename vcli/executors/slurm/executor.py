@@ -58,10 +58,17 @@ from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
 from vcli.executors.slurm import client
 from vcli.executors.slurm.client import Component, NodeInfo
+from vcli.executors.slurm.status import (
+    REASON_STATES,
+    parse_ref,
+    read_status,
+    read_text,
+    slurm_end,
+    step_killed,
+    unlink,
+    write_status_once,
+)
 
-#: How long the placer waits for a job it has just submitted to start, before calling the
-#: cluster full for now (later asks do not wait: a study's loop goes on).
-FIRST_WAIT_SECONDS = 3.0
 #: How long `start` waits for a replica's step to report from its node.
 STEP_START_SECONDS = 60.0
 #: How long `start` waits for an allocation of its own (a replica nobody placed) to run.
@@ -73,9 +80,6 @@ LEASE_RENEW_SECONDS = 10.0
 TIMEOUT_GRACE_SECONDS = 150.0
 #: How long a replica killed by a signal vcli did not send waits for slurmctld to say why.
 VERDICT_SECONDS = 5.0
-#: scontrol's reason while a job it ended is still COMPLETING -> the state it ends in.
-_REASON_STATES = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "NodeFail": "NODE_FAIL",
-                  "DeadLine": "DEADLINE", "OutOfMemory": "OUT_OF_MEMORY"}
 
 
 @dataclass
@@ -178,7 +182,7 @@ class SlurmExecutor(ExecutorBase):
         from vcli.executors import supervisor
         from vcli.executors.slurm import node
 
-        sources = {"supervisor.py": _read(supervisor.__file__), "node.py": _read(node.__file__), "holder.sh": HOLDER}
+        sources = {"supervisor.py": read_text(supervisor.__file__), "node.py": read_text(node.__file__), "holder.sh": HOLDER}
         digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
         where = os.path.join(self.shared_dir, "bin", digest)
         if not os.path.isdir(where):
@@ -396,7 +400,7 @@ class SlurmExecutor(ExecutorBase):
             alloc = self._allocs.pop(job_id, None)
         if alloc is not None:
             self.cancel_allocation(alloc.slurm_id)
-            _unlink(alloc.lease)
+            unlink(alloc.lease)
 
     def _renew(self, lease: str) -> None:
         now = time.monotonic()
@@ -459,7 +463,7 @@ class SlurmExecutor(ExecutorBase):
         record = os.path.join(launch.output_dir, "replica.slurm")
         status = os.path.join(launch.output_dir, "replica.status")
         for path in (record, status):
-            _unlink(path)
+            unlink(path)
         env = self._replica_env(launch, alloc)
         masks = [a for name in launch.secret_env for a in ("--mask", name)]
         argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
@@ -530,7 +534,7 @@ class SlurmExecutor(ExecutorBase):
                 if os.path.exists(record):
                     continue
                 raise ExecutorError(f"Cannot start replica {task} on Slurm node {node}: "
-                                    f"{client.first_error(_read(srun_log))}")
+                                    f"{client.first_error(read_text(srun_log))}")
             time.sleep(0.01)
         popen.kill()
         raise ExecutorError(f"Replica {task}'s Slurm step on node {node} did not start within {STEP_START_SECONDS:g}s "
@@ -566,9 +570,9 @@ class SlurmExecutor(ExecutorBase):
         return next((i for i, g in enumerate(alloc.groups) if launch.replica.pool_index in g.pools), 0)
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
-        step, status_path = _parse_ref(handle.ref)
+        step, status_path = parse_ref(handle.ref)
         self._renew(handle.details.get("lease", ""))
-        done = _read_status(status_path)
+        done = read_status(status_path)
         slurm_id = handle.details.get("slurmJob", step.split(".")[0])
         if done is not None:
             return self._ended(done, slurm_id)
@@ -577,20 +581,20 @@ class SlurmExecutor(ExecutorBase):
             if self.queue.has_step(step):
                 return ReplicaStatus(running=True)
             self.queue.invalidate()  # a step that just started may not be listed yet: ask again
-            if self.queue.has_step(step) or (done := _read_status(status_path)) is None and self._young(status_path):
+            if self.queue.has_step(step) or (done := read_status(status_path)) is None and self._young(status_path):
                 return ReplicaStatus(running=True)
             if done is not None:
                 return self._ended(done, slurm_id)
-            killed = _step_killed(step, status_path)
+            killed = step_killed(step, status_path)
             if killed:
                 return ReplicaStatus(running=False, exit_code=137, message=killed)
             return ReplicaStatus(running=False, message=f"its Slurm step {step} ended without an exit status")
         if state == "COMPLETING" or state in client.ACTIVE_STATES:
             return ReplicaStatus(running=True)
-        done = _read_status(status_path)
+        done = read_status(status_path)
         if done is not None:
             return self._ended(done, slurm_id)
-        return ReplicaStatus(running=False, message=_slurm_end(slurm_id, state, reason))
+        return ReplicaStatus(running=False, message=slurm_end(slurm_id, state, reason))
 
     def _ended(self, done: Mapping[str, Any], slurm_id: str) -> ReplicaStatus:
         code = int(done["exitCode"])
@@ -599,7 +603,7 @@ class SlurmExecutor(ExecutorBase):
         if code != 0:
             state, reason = self._slurm_verdict(slurm_id, killed=bool(signame))
             if state in client.KILLED_BY_SLURM:
-                message = _slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
+                message = slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
         return ReplicaStatus(running=False, exit_code=code, message=message)
 
     def _slurm_verdict(self, slurm_id: str, *, killed: bool) -> tuple[str, str]:
@@ -611,8 +615,8 @@ class SlurmExecutor(ExecutorBase):
         deadline = time.monotonic() + (VERDICT_SECONDS if killed and slurm_id not in self._stopping else 0.0)
         while True:
             state, reason = self._job_state(slurm_id, fresh=True)
-            if state in client.ACTIVE_STATES and reason in _REASON_STATES:
-                state = _REASON_STATES[reason]
+            if state in client.ACTIVE_STATES and reason in REASON_STATES:
+                state = REASON_STATES[reason]
             if state not in client.ACTIVE_STATES or time.monotonic() >= deadline:
                 return state, reason
             time.sleep(0.25)
@@ -633,21 +637,21 @@ class SlurmExecutor(ExecutorBase):
         deadline = time.monotonic() + grace_seconds
         while live and time.monotonic() < deadline:
             time.sleep(0.05)
-            live = [h for h in live if _read_status(_parse_ref(h.ref)[1]) is None and self._step_alive(h)]
+            live = [h for h in live if read_status(parse_ref(h.ref)[1]) is None and self._step_alive(h)]
         if live:
             # The grace period is over. scancel signals every process of the step (Slurm's
             # process tracking), the supervisor included: its status is then written here.
             self._signal(live, "KILL")
         self._await_gone(handles, 10.0)
         for h in live:
-            _write_status_once(_parse_ref(h.ref)[1], {"exitCode": 137, "signal": "SIGKILL", "endTime": time.time()})
+            write_status_once(parse_ref(h.ref)[1], {"exitCode": 137, "signal": "SIGKILL", "endTime": time.time()})
 
     def _step_alive(self, handle: ReplicaHandle) -> bool:
         state, _ = self._job_state(handle.details.get("slurmJob", ""))
         return state in client.ACTIVE_STATES and state != "PENDING"
 
     def _signal(self, handles: Sequence[ReplicaHandle], signame: str) -> None:
-        steps = [_parse_ref(h.ref)[0] for h in handles]
+        steps = [parse_ref(h.ref)[0] for h in handles]
         self._stopping.update(h.details.get("slurmJob", s.split(".")[0]) for h, s in zip(handles, steps))
         client.run(["scancel", f"--signal={signame}", *steps], check=False)
 
@@ -655,7 +659,7 @@ class SlurmExecutor(ExecutorBase):
         """Until every step of `handles` has left squeue (its supervisor finished sweeping the
         tree); a step still there then is cancelled outright."""
         deadline = time.monotonic() + seconds
-        steps = [_parse_ref(h.ref)[0] for h in handles]
+        steps = [parse_ref(h.ref)[0] for h in handles]
         while time.monotonic() < deadline:
             self.queue.invalidate()
             left = [s for s in steps if self.queue.has_step(s)]
@@ -671,8 +675,8 @@ class SlurmExecutor(ExecutorBase):
         from vcli.executors import copy_dir_atomically
         from vcli.executors.slurm.hold import held
 
-        step, status_path = _parse_ref(handle.ref)
-        if _read_status(status_path) is not None or not handle.details.get("node"):
+        step, status_path = parse_ref(handle.ref)
+        if read_status(status_path) is not None or not handle.details.get("node"):
             return copy_dir_atomically(path, dest)  # ended: nothing writes there any more
         alloc = handle.details.get("slurmJob") or step.split(".")[0]
         group = handle.details.get("hetGroup", "")
@@ -693,7 +697,7 @@ class SlurmExecutor(ExecutorBase):
         allocation: nothing of it is left on any node) and forget them."""
         if not handles:
             return
-        self._await_gone([h for h in handles if _read_status(_parse_ref(h.ref)[1]) is not None], 10.0)
+        self._await_gone([h for h in handles if read_status(parse_ref(h.ref)[1]) is not None], 10.0)
         for slurm_id in dict.fromkeys(h.details.get("slurmJob", "") for h in handles):
             if slurm_id:
                 self.cancel_allocation(slurm_id)
@@ -702,7 +706,7 @@ class SlurmExecutor(ExecutorBase):
                 for key, alloc in list(self._allocs.items()):
                     if alloc.slurm_id == h.details.get("slurmJob"):
                         del self._allocs[key]
-                        _unlink(alloc.lease)
+                        unlink(alloc.lease)
 
     def close(self) -> None:
         """Cancel allocations submitted for trials or jobs that never got them (pending ones)."""
@@ -711,80 +715,7 @@ class SlurmExecutor(ExecutorBase):
             self._pending.clear()
         for alloc in pending:
             self.cancel_allocation(alloc.slurm_id, wait=5.0)
-            _unlink(alloc.lease)
-
-
-class SlurmPlacer:
-    """The `plan_job` placer of a `SlurmExecutor`: one allocation per job or trial.
-
-    `submit=False` (validation, print-env) checks that the job could ever fit and places
-    nothing: replicas get a placeholder node."""
-
-    def __init__(self, executor: SlurmExecutor, *, submit: bool = True, labels: Mapping[str, str] | None = None) -> None:
-        self.executor = executor
-        self.submit = submit
-        self.labels = dict(labels or {})
-
-    def __call__(self, replicas: Sequence[Any], spec: Any = None, job_id: str | None = None,
-                 holder: Mapping[str, Any] | None = None, **_: Any) -> list[Placement]:
-        from vcli.placement import NoCapacityError, PlacementError
-
-        if spec is None:
-            return [Placement() for _ in replicas]
-        ex = self.executor
-        groups = ex.task_groups(replicas, spec)
-        if not self.submit:
-            return [Placement(host=f"<slurm node {i}>", address="<slurm node>") for i in range(len(replicas))]
-        job_id = job_id or uuid.uuid4().hex[:12]
-        holder = holder or {}
-        key = f"study {holder['study']} trial {holder.get('trial')}" if holder.get("study") else job_id
-        with ex._lock:
-            alloc = ex._pending.get(key)
-        first = alloc is None
-        if alloc is None:
-            sched = spec.scheduling
-            name = f"vcli-{holder['study']}-t{holder.get('trial')}" if holder.get("study") else f"vcli-{job_id}"
-            alloc = ex.submit(groups, key=key, name=name, comment=comment(key, self.labels),
-                              timeout_seconds=sched.timeout_seconds if sched else None,
-                              max_wait=sched.wait_limit_seconds if sched else None)
-            with ex._lock:
-                ex._pending[key] = alloc
-        state, reason = ex.wait_running(alloc, FIRST_WAIT_SECONDS if first else 0.0)
-        if state == "PENDING":
-            waited = time.monotonic() - alloc.submitted
-            if alloc.max_wait is not None and waited >= alloc.max_wait:
-                self._drop(key)
-                raise PlacementError(f"Slurm job {alloc.slurm_id} pended longer than scheduling.maxWaitDuration "
-                                     f"({alloc.max_wait:g}s; Slurm's pending reason: {reason}) and was cancelled.")
-            busy = NoCapacityError(f"Slurm job {alloc.slurm_id} is pending ({reason}).")
-            busy.placer_waits = alloc.max_wait is not None  # type: ignore[attr-defined]  # it cancels the job itself
-            raise busy
-        if state != "RUNNING":
-            self._drop(key)
-            raise ExecutorError(f"Slurm job {alloc.slurm_id} did not run: {state} ({reason}).")
-        try:
-            placements = ex.placements(alloc, replicas)
-        except BaseException:
-            self._drop(key)
-            raise
-        with ex._lock:
-            ex._pending.pop(key, None)
-            alloc.job_id = job_id
-            ex._allocs[job_id] = alloc
-        return placements
-
-    def _drop(self, key: str) -> None:
-        with self.executor._lock:
-            alloc = self.executor._pending.pop(key, None)
-        if alloc is not None:
-            self.executor.cancel_allocation(alloc.slurm_id)
-            _unlink(alloc.lease)
-
-    def release(self, job_id: str) -> None:
-        self.executor.release_job(job_id)
-
-    def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Any]) -> None:
-        """Nothing to do: the job's allocation is Slurm's, held for it whatever vcli process runs."""
+            unlink(alloc.lease)
 
 
 #: The holder script: keeps the allocation until vcli scancels it, or until no vcli process
@@ -806,78 +737,3 @@ done
 #: Run on a node: binds COUNT ports on ADDRESS at once (so they differ), prints them, lets go.
 PORTS_CODE = ("import socket,sys\nss=[]\nfor _ in range(int(sys.argv[2])):\n s=socket.socket()\n"
               " s.bind((sys.argv[1],0))\n ss.append(s)\nprint(' '.join(str(s.getsockname()[1]) for s in ss))")
-
-
-def comment(key: str, labels: Mapping[str, str]) -> str:
-    """The Slurm job's `--comment` (squeue's %k): `vcli KEY` and the job's labels, `k=v,...`."""
-    return f"vcli {key}" + (" " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else "")
-
-
-def _slurm_end(slurm_id: str, state: str, reason: str) -> str:
-    why = {"TIMEOUT": "its time limit (--time, from scheduling.timeout) ran out",
-           "NODE_FAIL": "a node of the allocation failed", "OUT_OF_MEMORY": "it ran out of memory",
-           "PREEMPTED": "it was preempted", "CANCELLED": "it was cancelled", "DEADLINE": "its deadline passed",
-           "GONE": "Slurm no longer knows it"}.get(state, "")
-    said = f" ({reason})" if reason and reason != "None" else ""
-    return f"Slurm ended job {slurm_id}: {state}{said}" + (f": {why}" if why else "")
-
-
-def _step_killed(step: str, status_path: str) -> str | None:
-    """Slurm's reason when it killed a replica's step itself, from what slurmstepd told srun
-    (`srun.log` in the replica's directory): over its memory (jobacct_gather's OverMemoryKill,
-    "StepId=J.S exceeded memory limit (USED > LIMIT), being killed", or a cgroup's oom-kill)."""
-    text = ""
-    for _ in range(10):  # srun may still be writing what slurmstepd said
-        text = _read(os.path.join(os.path.dirname(status_path), "srun.log"))
-        if "memory limit" in text or "oom-kill" in text or "Out Of Memory" in text:
-            break
-        time.sleep(0.1)
-    lines = [ln.strip() for ln in text.splitlines()]
-    said = next((ln for ln in lines if "exceeded memory limit" in ln), None) or next(
-        (ln for ln in lines if "oom-kill" in ln or "Out Of Memory" in ln), None)
-    if said is None:
-        return None
-    said = said.split("error:", 1)[1].strip() if "error:" in said else said
-    return f"Slurm killed its step {step}: OUT_OF_MEMORY ({said}): it ran out of memory"
-
-
-def _parse_ref(ref: str) -> tuple[str, str]:
-    step, _, status = ref.partition("@")
-    return step, status
-
-
-def _read_status(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (FileNotFoundError, ValueError, IsADirectoryError):
-        return None
-    return data if isinstance(data, dict) and "exitCode" in data else None
-
-
-def _write_status_once(path: str, status: dict[str, Any]) -> None:
-    """Write a replica's status file unless its supervisor wrote one (never overwritten)."""
-    tmp = f"{path}.vcli{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(status, f)
-        os.link(tmp, path)
-    except OSError:
-        pass
-    finally:
-        _unlink(tmp)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
