@@ -1,52 +1,39 @@
-"""The study report's figures, drawn with matplotlib (imported here only, and only when a
-report is made).
-
-Figures are `matplotlib.figure.Figure` objects made without pyplot (no global figure state,
-no GUI backend: the SVG and Agg canvases are chosen by the output format), drawn under one
-set of rcParams (`RC`). Text is drawn as paths (`svg.fonttype='path'`), so an SVG looks the
-same in any browser without a font being installed or downloaded.
-
-An SVG for the HTML report is made embeddable by `svg_element`: the XML prolog, DOCTYPE and
-the RDF metadata (which names web URIs) are dropped, every id inside is prefixed with the
-figure's own id (several inline SVGs share one id space, and matplotlib numbers its ids the
-same way in every figure), the root gets `id="fig-<key>"`, and each trial's point, line or
-bar gets a `<title>` tooltip naming the trial, its metrics and its parameters.
-
-Points, lines and bars of many trials are one collection each (one artist per trial would
-make a study of hundreds of trials take many seconds to draw); the SVG backend writes a
-collection's members in order, so the n-th element of its group gets the n-th tooltip.
-"""
+"""The study report's figures (`vcli.plots`), drawn on `vcli.plots.canvas`: the optimisation
+history, parallel coordinates, slices, intermediate values, importances, the EDF, the
+timeline and the Pareto front; the parameter pairs (contour and rank) are `vcli.plots.pairs`.
+matplotlib is imported only when a report is made."""
 
 from __future__ import annotations
 
-import io
 import math
-import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 from typing import Any, Sequence
 
-from vcli.errors import UsageError
 from vcli.plots import data as d
+from vcli.plots.canvas import (
+    BEST,
+    POINT,
+    RC,
+    Drawn,
+    Study,
+    axis_label,
+    goal_label,
+    integer_x,
+    matplotlib,
+    metric_names,
+    new_figure,
+    save,
+    svg_element,
+    trial_x,
+    value_norm,
+)
 from vcli.plots.importance import METHOD, importances
-from vcli.spec import Goal, IntegerValueSpec, MetricSpec, ParameterSpec, StudySpec, Trial
+from vcli.spec import Goal, MetricSpec, ParameterSpec, StudySpec, Trial
 from vcli.tuning import pareto
 
-RC = {
-    "svg.fonttype": "path",
-    "svg.hashsalt": "vcli",  # stable ids: the same study gives the same SVG
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "figure.titlesize": 11,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-}
-BEST = "#d62728"
-POINT = "#1f77b4"
+__all__ = ["draw", "save", "svg_element", "Drawn"]
+
 NO_FINISHED = "This study has no finished trials yet."
-#: Contour and rank plots pair at most this many parameters (the most important ones).
-MAX_PAIR_PARAMETERS = 4
 #: Up to this many trials the intermediate-values plot names each one in a legend; beyond,
 #: a colour bar keyed by trial number is the colour key.
 LEGEND_TRIALS = 10
@@ -67,66 +54,6 @@ TIMELINE_LABELS = {
     "completed": "completed", "stopped-early": "stopped early by a rule", "pbt": "replaced by a PBT exploit",
     "stopped": "stopped by the study", "infeasible": "infeasible", "running": "running",
 }
-
-
-@dataclass
-class Drawn:
-    """A drawn figure: its report key and title, the matplotlib figure, and the tooltips of
-    the artists given a gid: one text for a whole artist (`tip`), or one per member of a
-    collection, in order (`tips`)."""
-
-    key: str
-    title: str
-    figure: Any
-    whole: dict[str, str] = field(default_factory=dict)
-    members: dict[str, list[str]] = field(default_factory=dict)
-
-    def tip(self, text: str) -> str:
-        """A fresh gid for an artist whose SVG group should carry `text` as its tooltip."""
-        gid = f"tip{len(self.whole) + len(self.members)}"
-        self.whole[gid] = text
-        return gid
-
-    def tips(self, texts: Sequence[str]) -> str:
-        """A fresh gid for a collection whose n-th member gets `texts[n]` as its tooltip."""
-        gid = f"tip{len(self.whole) + len(self.members)}"
-        self.members[gid] = list(texts)
-        return gid
-
-
-@dataclass(frozen=True)
-class Study:
-    """What every figure reads: the spec, every parameter (conditional ones included), the
-    trials in trial order, each metric's finished trials, and the time running trials end at."""
-
-    spec: StudySpec
-    params: Sequence[ParameterSpec]
-    trials: Sequence[Trial]
-    done: dict[str, list[d.Finished]]
-    now: datetime
-
-    @property
-    def metrics(self) -> Sequence[MetricSpec]:
-        return self.spec.metrics
-
-    @property
-    def multi(self) -> bool:
-        return len(self.spec.metrics) > 1
-
-    def key(self, base: str, metric: MetricSpec) -> str:
-        """A per-objective figure's key: `base`, or `base-<metric id>` with several metrics."""
-        return f"{base}-{metric.metric_id}" if self.multi else base
-
-    def describe(self, trial: Trial) -> str:
-        return d.describe(trial, self.params, self.metrics)
-
-
-def matplotlib() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("Plots need matplotlib: pip install 'vcli[plot]'.") from None
-    return matplotlib
 
 
 def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
@@ -155,7 +82,9 @@ def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tria
             elif isinstance(found, str):
                 notes.append(f"{m.metric_id}: {found}" if s.multi else found)
         if any(s.done.values()):
-            _pairs(s, ranked, figures, notes)
+            from vcli.plots.pairs import pairs
+
+            pairs(s, ranked, figures, notes)
             figures.append(_edf(s))
         timeline = _timeline(s)
         if timeline is not None:
@@ -180,108 +109,6 @@ def _finished_figures(s: Study, figures: list[Drawn], notes: list[str]) -> None:
                      for m in s.metrics if not s.done[m.metric_id])
 
 
-def svg_element(fig: Drawn) -> str:
-    """The figure as a standalone `<svg id="fig-<key>">` element (module docstring)."""
-    buf = io.StringIO()
-    with matplotlib().rc_context(RC):
-        fig.figure.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
-    for gid, tip in fig.whole.items():
-        text = text.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{escape(tip)}</title>', 1)
-    for gid, tips in fig.members.items():
-        text = _title_members(text, gid, tips)
-    root = "fig-" + re.sub(r"[^A-Za-z0-9_.-]", "_", fig.key)
-    ids = set(re.findall(r'\bid="([^"]+)"', text))
-    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{root}-{m[1]}"', text)
-    text = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{root}-{m[1]}"' if m[1] in ids else m[0], text)
-    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{root}-{m[1]})" if m[1] in ids else m[0], text)
-    return text.replace("<svg ", f'<svg id="{root}" class="vcli-figure-svg" aria-label="{escape(fig.title)}" ', 1).strip()
-
-
-def _title_members(text: str, gid: str, tips: Sequence[str]) -> str:
-    """`text` with a `<title>` in each drawn element (`<use>` or `<path>`, outside `<defs>`)
-    of the group `gid`, in order; unchanged when their count is not len(tips)."""
-    start = text.find(f'<g id="{gid}">')
-    if start < 0:
-        return text
-    depth, end = 0, start
-    for m in re.compile(r"<g\b|</g>").finditer(text, start):
-        depth += 1 if m[0] == "<g" else -1
-        if depth == 0:
-            end = m.end()
-            break
-    group = text[start:end]
-    defs_end = group.rfind("</defs>")  # a collection's shared marker comes first, in <defs>
-    body_at = defs_end + len("</defs>") if defs_end >= 0 else 0
-    elements = list(re.finditer(r"<(use|path)\b([^>]*?)/>", group[body_at:]))
-    if len(elements) != len(tips):
-        return text
-    out, pos = [group[:body_at]], 0
-    for m, tip in zip(elements, tips):
-        out.append(group[body_at + pos:body_at + m.start()])
-        out.append(f"<{m[1]}{m[2]}><title>{escape(tip)}</title></{m[1]}>")
-        pos = m.end()
-    out.append(group[body_at + pos:])
-    return text[:start] + "".join(out) + text[end:]
-
-
-def save(fig: Drawn, path: str, fmt: str) -> None:
-    """Write the figure to `path` as `fmt` ("svg" or "png")."""
-    if fmt == "svg":
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(svg_element(fig) + "\n")
-        return
-    with matplotlib().rc_context(RC):
-        fig.figure.savefig(path, format=fmt, dpi=150)
-
-
-# --------------------------------------------------------------------------- shared pieces
-
-
-def _figure(key: str, title: str, width: float, height: float) -> Drawn:
-    """A new figure; a newline in `title` breaks the drawn title (the report's is one line)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    fig.suptitle(title)
-    return Drawn(key, title.replace("\n", " "), fig)
-
-
-def _goal(m: MetricSpec) -> str:
-    return f"{m.metric_id} ({'maximize' if m.goal == Goal.MAXIMIZE else 'minimize'})"
-
-
-def _names(metrics: Sequence[MetricSpec]) -> str:
-    ids = [m.metric_id for m in metrics]
-    return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
-
-
-def _x_of(trials: Sequence[Trial]) -> dict[str, float]:
-    """Each trial's place on a 'trial' axis: its number when ids are numbers, else its order."""
-    if all(t.id.isdigit() for t in trials):
-        return {t.id: float(t.id) for t in trials}
-    return {t.id: float(i + 1) for i, t in enumerate(trials)}
-
-
-def _integer_x(ax, locator: type) -> None:
-    """Whole-number ticks on x (trials, steps), even with one point: matplotlib's automatic
-    limits around a single x span less than one unit and would get fractional ticks."""
-    lo, hi = ax.get_xlim()
-    if hi - lo < 2:
-        mid = round((lo + hi) / 2)
-        ax.set_xlim(mid - 1, mid + 1)
-    ax.xaxis.set_major_locator(locator(integer=True))
-
-
-def _value_norm(values: Sequence[float]) -> Any:
-    from matplotlib.colors import Normalize
-
-    lo, hi = min(values), max(values)
-    return Normalize(lo, hi if hi > lo else lo + 1)
-
-
 # --------------------------------------------------------------------------- history
 
 
@@ -290,10 +117,10 @@ def _history(s: Study) -> Drawn:
     stopped early by a rule, replaced by a PBT exploit, stopped by the study), and the best so far."""
     from matplotlib.ticker import MaxNLocator
 
-    out = _figure("history", f"Optimisation history: {_names(s.metrics)} by trial, with the best so far",
+    out = new_figure("history", f"Optimisation history: {metric_names(s.metrics)} by trial, with the best so far",
                   7, 1.0 + 2.4 * len(s.metrics))
     axes = out.figure.subplots(len(s.metrics), 1, squeeze=False, sharex=True)[:, 0]
-    x_of = _x_of(s.trials)
+    x_of = trial_x(s.trials)
     for ax, m in zip(axes, s.metrics):
         done = s.done[m.metric_id]
         if done:
@@ -308,8 +135,8 @@ def _history(s: Study) -> Drawn:
             ax.plot(xs, d.best_so_far([f.value for f in done], m.goal), drawstyle="steps-post", color=BEST,
                     lw=1.5, label="best so far")
             ax.legend(loc="best", fontsize=8)
-        ax.set_ylabel(_goal(m))
-        _integer_x(ax, MaxNLocator)
+        ax.set_ylabel(goal_label(m))
+        integer_x(ax, MaxNLocator)
     axes[-1].set_xlabel("trial")
     return out
 
@@ -324,12 +151,12 @@ def _parallel(s: Study, metric: MetricSpec) -> Drawn:
 
     params, done = s.params, s.done[metric.metric_id]
     n = len(params) + 1
-    out = _figure(s.key("parallel", metric), f"Parallel coordinates: every parameter and {metric.metric_id}",
+    out = new_figure(s.key("parallel", metric), f"Parallel coordinates: every parameter and {metric.metric_id}",
                   max(6.0, 1.4 * n + 2), 4.2)
     ax = out.figure.subplots()
     values = [f.value for f in done]
     lo, hi = min(values), max(values)
-    norm, cmap = _value_norm(values), colormaps["viridis"]
+    norm, cmap = value_norm(values), colormaps["viridis"]
     ranked = sorted(done, key=lambda f: f.value if metric.goal == Goal.MAXIMIZE else -f.value)  # best drawn last, on top
     lines = []
     for f in ranked:
@@ -342,14 +169,14 @@ def _parallel(s: Study, metric: MetricSpec) -> Drawn:
         ax.axvline(i, color="0.35", lw=0.8)
         if d.is_categorical(p):
             for c in d.categories(p):
-                _axis_label(ax, i, d.unit(p, c), c)
+                axis_label(ax, i, d.unit(p, c), c)
         else:
             low, high = d.bounds(p)
-            _axis_label(ax, i, 0, d.fmt(low))
-            _axis_label(ax, i, 1, d.fmt(high))
+            axis_label(ax, i, 0, d.fmt(low))
+            axis_label(ax, i, 1, d.fmt(high))
     ax.axvline(n - 1, color="0.35", lw=0.8)
-    _axis_label(ax, n - 1, 0, d.fmt(lo))
-    _axis_label(ax, n - 1, 1, d.fmt(hi))
+    axis_label(ax, n - 1, 0, d.fmt(lo))
+    axis_label(ax, n - 1, 1, d.fmt(hi))
     ax.set_xticks(range(n), [p.parameter_id + (" (log)" if d.is_log(p) else "") for p in params] + [metric.metric_id])
     ax.set_yticks([])
     ax.set_xlim(-0.2, n - 0.4)
@@ -357,17 +184,8 @@ def _parallel(s: Study, metric: MetricSpec) -> Drawn:
     ax.grid(False)
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    out.figure.colorbar(ScalarMappable(norm, cmap), ax=ax, label=_goal(metric))
+    out.figure.colorbar(ScalarMappable(norm, cmap), ax=ax, label=goal_label(metric))
     return out
-
-
-def _axis_label(ax: Any, x: float, y: float, text: str) -> None:
-    """A value written beside a parallel-coordinates axis, readable over the lines."""
-    ax.text(x + 0.05, y, text, fontsize=7, va="center", zorder=5,
-            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-
-
-# --------------------------------------------------------------------------- slices
 
 
 def _slice(s: Study, p: ParameterSpec) -> Drawn:
@@ -378,7 +196,7 @@ def _slice(s: Study, p: ParameterSpec) -> Drawn:
 
     pid = p.parameter_id
     rows = [m for m in s.metrics if s.done[m.metric_id]]
-    out = _figure(f"slice-{pid}", f"Slice: {_names(rows)} against {pid}", 4.9, 0.6 + 2.8 * len(rows))
+    out = new_figure(f"slice-{pid}", f"Slice: {metric_names(rows)} against {pid}", 4.9, 0.6 + 2.8 * len(rows))
     axes = out.figure.subplots(len(rows), 1, squeeze=False, sharex=True)[:, 0]
     cats = d.categories(p)
     order = {t.id: i for i, t in enumerate(s.trials, start=1)}
@@ -401,7 +219,7 @@ def _slice(s: Study, p: ParameterSpec) -> Drawn:
             ax.set_xlim(-0.5, len(cats) - 0.5)
         elif d.is_log(p):
             ax.set_xscale("log")
-        ax.set_ylabel(_goal(m))
+        ax.set_ylabel(goal_label(m))
     axes[-1].set_xlabel(pid + (" (log scale)" if d.is_log(p) else ""))
     out.figure.colorbar(ScalarMappable(norm, cmap), ax=list(axes), label="trial order (later is darker)")
     return out
@@ -428,11 +246,11 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
     from matplotlib.colors import Normalize
     from matplotlib.ticker import MaxNLocator
 
-    out = _figure(s.key("intermediate", metric), f"Intermediate values: {metric.metric_id} by step, every trial", 7, 4.2)
+    out = new_figure(s.key("intermediate", metric), f"Intermediate values: {metric.metric_id} by step, every trial", 7, 4.2)
     ax = out.figure.subplots()
     curves = {t.id: c for t in s.trials if (c := _curve(t, metric.metric_id))}
     few = len(curves) <= LEGEND_TRIALS
-    x_of = _x_of(s.trials)
+    x_of = trial_x(s.trials)
     numbers = [x_of[t] for t in curves]
     norm = Normalize(min(numbers), max(max(numbers), min(numbers) + 1))
     cmap = colormaps["tab10" if few else "viridis"]
@@ -466,8 +284,8 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
                        label=once("PBT exploit: starts from a parent's checkpoint"),
                        gid=out.tip(f"trial {t.id} starts at step {lin.start_step} from trial {lin.parent_trial_id}'s checkpoint"))
     ax.set_xlabel("step")
-    _integer_x(ax, MaxNLocator)
-    ax.set_ylabel(_goal(metric))
+    integer_x(ax, MaxNLocator)
+    ax.set_ylabel(goal_label(metric))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=7, ncol=2 if few and len(curves) > 5 else 1)
     if not few:
@@ -482,7 +300,7 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
 
 def _importance(s: Study, metric: MetricSpec, ranked: dict[str, float]) -> Drawn:
     order = sorted(ranked, key=lambda k: ranked[k])  # barh draws bottom-up: the largest on top
-    out = _figure(s.key("importance", metric), f"Hyperparameter importance for {metric.metric_id}\n({METHOD})",
+    out = new_figure(s.key("importance", metric), f"Hyperparameter importance for {metric.metric_id}\n({METHOD})",
                   7, 1.2 + 0.4 * len(order))
     ax = out.figure.subplots()
     bars = ax.barh(order, [ranked[k] for k in order], color=POINT)
@@ -495,205 +313,12 @@ def _importance(s: Study, metric: MetricSpec, ranked: dict[str, float]) -> Drawn
 # --------------------------------------------------------------------------- contour and rank
 
 
-def _pairs(s: Study, ranked: dict[str, dict[str, float] | str | None], figures: list[Drawn], notes: list[str]) -> None:
-    """Contour and rank figures, one of each per metric with finished trials (or a note)."""
-    if len(s.params) < 2:
-        notes.append(f"Contour plots need at least two parameters; this study has {len(s.params)}.")
-    for m in s.metrics:
-        if not s.done[m.metric_id]:
-            continue
-        chosen, which = _pair_params(s.params, ranked[m.metric_id])
-        if len(chosen) >= 2:
-            figures.append(_contour(s, m, chosen, which))
-    for m in s.metrics:
-        if s.done[m.metric_id] and s.params:
-            chosen, which = _pair_params(s.params, ranked[m.metric_id])
-            figures.append(_rank(s, m, chosen, which))
-
-
-def _pair_params(params: Sequence[ParameterSpec], ranked: dict[str, float] | str | None) -> tuple[list[ParameterSpec], str]:
-    """The parameters a contour or rank figure pairs (at most MAX_PAIR_PARAMETERS: the most
-    important ones when importances are known, else the first ones), in spec order, and a
-    phrase saying which they are when not all."""
-    if len(params) <= MAX_PAIR_PARAMETERS:
-        return list(params), ""
-    if isinstance(ranked, dict):
-        top = set(sorted(ranked, key=lambda k: -ranked[k])[:MAX_PAIR_PARAMETERS])
-        return [p for p in params if p.parameter_id in top], f" (the {MAX_PAIR_PARAMETERS} most important of {len(params)} parameters)"
-    return list(params[:MAX_PAIR_PARAMETERS]), f" (the first {MAX_PAIR_PARAMETERS} of {len(params)} parameters)"
-
-
-def _coord(p: ParameterSpec, value: Any) -> float:
-    """A value on a pair plot's axis: the number itself, its log10 on a log scale, a
-    category's index; NaN for no value (an inactive conditional parameter)."""
-    if value is None:
-        return math.nan
-    if d.is_categorical(p):
-        cats = d.categories(p)
-        return float(cats.index(str(value))) if str(value) in cats else math.nan
-    x = float(value)
-    if d.is_log(p):
-        return math.log10(x) if x > 0 else math.nan
-    return x
-
-
-def _param_axis(ax: Any, p: ParameterSpec, axis: str) -> None:
-    """Ticks and limits of a pair plot's axis for `p` (`axis` "x" or "y"): category names,
-    powers of ten shown as values on a log scale, the spec's range with a margin."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    limits = ax.set_xlim if axis == "x" else ax.set_ylim
-    if d.is_categorical(p):
-        cats = d.categories(p)
-        (ax.set_xticks if axis == "x" else ax.set_yticks)(range(len(cats)), cats)
-        limits(-0.5, len(cats) - 0.5)
-        return
-    lo, hi = (math.log10(b) for b in d.bounds(p)) if d.is_log(p) else d.bounds(p)
-    pad = (hi - lo) * 0.05 or 0.5
-    limits(lo - pad, hi + pad)
-    if d.is_log(p):
-        # whole powers of ten once the range spans a decade (0.01, 0.1, 1), not 0.0316
-        target.set_major_locator(MaxNLocator(nbins=6, integer=hi - lo >= 1.5))
-        target.set_major_formatter(FuncFormatter(lambda v, _: f"{10 ** v:.3g}"))
-    elif isinstance(p.value_spec, IntegerValueSpec):
-        target.set_major_locator(MaxNLocator(nbins=6, integer=True))
-
-
-def _pair_grid(out: Drawn, chosen: Sequence[ParameterSpec]) -> list[tuple[Any, ParameterSpec, ParameterSpec]]:
-    """Axes for every pair of `chosen`: one axes for two parameters, else the lower triangle
-    of a grid (x: the column's parameter, y: the row's); the upper cells are removed."""
-    k = len(chosen)
-    grid = out.figure.subplots(k - 1, k - 1, squeeze=False)
-    cells = []
-    for row in range(k - 1):
-        for col in range(k - 1):
-            ax = grid[row][col]
-            if col > row:
-                ax.remove()
-                continue
-            px, py = chosen[col], chosen[row + 1]
-            cells.append((ax, px, py))
-            if row == k - 2:
-                ax.set_xlabel(px.parameter_id + (" (log)" if d.is_log(px) else ""))
-            if col == 0:
-                ax.set_ylabel(py.parameter_id + (" (log)" if d.is_log(py) else ""))
-    return cells
-
-
-def _pair_points(s: Study, metric: MetricSpec, px: ParameterSpec, py: ParameterSpec) -> list[tuple[float, float, d.Finished]]:
-    pts = []
-    for f in s.done[metric.metric_id]:
-        x, y = _coord(px, f.trial.parameters.get(px.parameter_id)), _coord(py, f.trial.parameters.get(py.parameter_id))
-        if not (math.isnan(x) or math.isnan(y)):
-            pts.append((x, y, f))
-    return pts
-
-
-def _contour(s: Study, metric: MetricSpec, chosen: Sequence[ParameterSpec], which: str) -> Drawn:
-    """For each pair of parameters, the objective interpolated linearly between the trials
-    (a Delaunay triangulation of their points: nothing is drawn outside their hull), with the
-    trials as points."""
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-
-    k = len(chosen)
-    size = 4.4 if k == 2 else 2.5 * (k - 1) + 1.2
-    out = _figure(s.key("contour", metric), f"Contour: {metric.metric_id} over pairs of parameters{which}", size + 1.0, size)
-    norm, cmap = _value_norm([f.value for f in s.done[metric.metric_id]]), colormaps["viridis"]
-    cells = _pair_grid(out, chosen)
-    for ax, px, py in cells:
-        pts = _pair_points(s, metric, px, py)
-        _fill_contour(ax, pts, norm, cmap)
-        if pts:
-            ax.scatter([q[0] for q in pts], [q[1] for q in pts], s=14, c="white", edgecolors="0.1", linewidths=0.6,
-                       zorder=3, gid=out.tips([s.describe(q[2].trial) for q in pts]))
-        _param_axis(ax, px, "x")
-        _param_axis(ax, py, "y")
-        ax.grid(False)
-    out.figure.colorbar(ScalarMappable(norm, cmap), ax=[c[0] for c in cells], label=_goal(metric))
-    return out
-
-
-def _fill_contour(ax: Any, pts: Sequence[tuple[float, float, d.Finished]], norm: Any, cmap: Any) -> None:
-    """Filled contours of the points' values (equal points averaged); nothing when they do
-    not span a triangle (fewer than three distinct points, or all on one line) or all values
-    are equal."""
-    merged: dict[tuple[float, float], list[float]] = {}
-    for x, y, f in pts:
-        merged.setdefault((x, y), []).append(f.value)
-    if len(merged) < 3:
-        return
-    xs, ys = [k[0] for k in merged], [k[1] for k in merged]
-    zs = [sum(v) / len(v) for v in merged.values()]
-    if max(zs) <= min(zs):
-        return
-    from matplotlib.tri import Triangulation
-
-    levels = [norm.vmin + (norm.vmax - norm.vmin) * i / 14 for i in range(15)]
-    try:
-        ax.tricontourf(Triangulation(xs, ys), zs, levels=levels, cmap=cmap, norm=norm, alpha=0.85, zorder=1)
-    except (ValueError, RuntimeError):  # collinear points: Delaunay has no triangle to fill
-        pass
-
-
-def _rank(s: Study, metric: MetricSpec, chosen: Sequence[ParameterSpec], which: str) -> Drawn:
-    """Optuna's rank plot: the trials over each pair of parameters (over the one parameter and
-    the objective, for a study of one), coloured by their rank, so where the good trials lie
-    shows whatever the spread of the values. The colour bar names the value at each rank."""
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-
-    done = s.done[metric.metric_id]
-    order = sorted(done, key=lambda f: -metric.goal.sign * f.value)  # best first
-    rank = {f.trial.id: (i / (len(order) - 1) if len(order) > 1 else 0.0) for i, f in enumerate(order)}
-    cmap, norm = colormaps["RdYlBu_r"], Normalize(0, 1)
-    k = len(chosen)
-    size = 4.4 if k <= 2 else 2.5 * (k - 1) + 1.2
-    out = _figure(s.key("rank", metric), f"Rank: trials coloured by their rank in {metric.metric_id}{which}", size + 1.2, size)
-    if k == 1:
-        p = chosen[0]
-        ax = out.figure.subplots()
-        pts = [(_coord(p, f.trial.parameters.get(p.parameter_id)), f.value, f) for f in done]
-        pts = [q for q in pts if not math.isnan(q[0])]
-        cells = [ax]
-        _rank_points(out, s, ax, pts, rank, cmap)
-        _param_axis(ax, p, "x")
-        ax.set_xlabel(p.parameter_id + (" (log)" if d.is_log(p) else ""))
-        ax.set_ylabel(_goal(metric))
-    else:
-        cells = []
-        for ax, px, py in _pair_grid(out, chosen):
-            _rank_points(out, s, ax, _pair_points(s, metric, px, py), rank, cmap)
-            _param_axis(ax, px, "x")
-            _param_axis(ax, py, "y")
-            cells.append(ax)
-    bar = out.figure.colorbar(ScalarMappable(norm, cmap), ax=cells, label=f"{_goal(metric)}, by rank")
-    ticks = [0, 0.25, 0.5, 0.75, 1] if len(order) > 1 else [0]
-    bar.set_ticks(ticks, labels=[("best " if t == 0 else "") + d.fmt(order[round(t * (len(order) - 1))].value) for t in ticks])
-    return out
-
-
-def _rank_points(out: Drawn, s: Study, ax: Any, pts: Sequence[tuple[float, float, d.Finished]],
-                 rank: dict[str, float], cmap: Any) -> None:
-    if not pts:
-        return
-    worst_first = sorted(pts, key=lambda q: -rank[q[2].trial.id])  # the best drawn last, on top
-    ax.scatter([q[0] for q in worst_first], [q[1] for q in worst_first], s=30, c=[cmap(rank[q[2].trial.id]) for q in worst_first],
-               edgecolors="0.25", linewidths=0.4, zorder=3,
-               gid=out.tips([f"rank {round(rank[q[2].trial.id] * 100)}%: {s.describe(q[2].trial)}" for q in worst_first]))
-
-
-# --------------------------------------------------------------------------- EDF
-
-
 def _edf(s: Study) -> Drawn:
     """Optuna's empirical distribution function: per metric, the share of finished trials
     whose value is at most x; a second line for the trials that ran to their end when some
     were stopped early (their values are partial)."""
     rows = [m for m in s.metrics if s.done[m.metric_id]]
-    out = _figure("edf", f"Empirical distribution of {_names(rows)}", 7, 0.8 + 2.6 * len(rows))
+    out = new_figure("edf", f"Empirical distribution of {metric_names(rows)}", 7, 0.8 + 2.6 * len(rows))
     axes = out.figure.subplots(len(rows), 1, squeeze=False)[:, 0]
     for ax, m in zip(axes, rows):
         done = s.done[m.metric_id]
@@ -708,7 +333,7 @@ def _edf(s: Study) -> Drawn:
             ax.plot(xs, ys, drawstyle="steps-post", ls=style, lw=1.6, label=label,
                     gid=out.tip(f"{label}: {m.metric_id} from {d.fmt(values[0])} to {d.fmt(values[-1])}"))
         ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel(_goal(m))
+        ax.set_xlabel(goal_label(m))
         ax.set_ylabel("share of trials ≤ x")
         ax.legend(loc="best", fontsize=8)
     return out
@@ -731,9 +356,9 @@ def _timeline(s: Study) -> Drawn | None:
     t0 = min(sp[0] for _, sp in spans)
     total = max((sp[1] - t0).total_seconds() for _, sp in spans)
     unit, div = ("s", 1.0) if total < 180 else ("min", 60.0) if total < 3 * 3600 else ("h", 3600.0)
-    x_of = _x_of([t for t, _ in spans])
+    x_of = trial_x([t for t, _ in spans])
     height = 1.6 + min(0.2 * len(spans), 7.0)
-    out = _figure("timeline", "Timeline: when each trial ran, and how many ran at once", 7.5, height + 1.6)
+    out = new_figure("timeline", "Timeline: when each trial ran, and how many ran at once", 7.5, height + 1.6)
     bars_ax, load_ax = out.figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [height, 1.4]})
     boxes, colours, tips = [], [], []
     least = max(total / div / 400, 1e-9)  # a trial of a few milliseconds still shows as a sliver
@@ -797,7 +422,7 @@ def _pareto(s: Study) -> Drawn | None:
     front = {t.id for t in pareto.pareto_front(s.trials, metrics)}
     x, y = metrics[0], metrics[1]
     extra = f" (non-dominated on all {len(metrics)} metrics)" if len(metrics) > 2 else ""
-    out = _figure("pareto", f"Pareto front: {x.metric_id} and {y.metric_id}{extra}", 6, 4.4)
+    out = new_figure("pareto", f"Pareto front: {x.metric_id} and {y.metric_id}{extra}", 6, 4.4)
     ax = out.figure.subplots()
     for on in (False, True):
         group = [(t, v) for t, v in scored if (t.id in front) == on]
@@ -811,7 +436,7 @@ def _pareto(s: Study) -> Drawn | None:
         pts = sorted((v[0], v[1]) for t, v in scored if t.id in front)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color=BEST, lw=1, alpha=0.6,
                 drawstyle="steps-post" if x.goal == Goal.MINIMIZE else "steps-pre")
-    ax.set_xlabel(_goal(x))
-    ax.set_ylabel(_goal(y))
+    ax.set_xlabel(goal_label(x))
+    ax.set_ylabel(goal_label(y))
     ax.legend(loc="best", fontsize=8)
     return out
