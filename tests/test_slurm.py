@@ -211,6 +211,35 @@ def test_two_vcli_homes_share_one_cluster_and_never_share_a_gpu(cluster: SlurmCl
     wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
 
 
+def test_a_pbt_study_on_slurm_copies_a_running_donors_checkpoint(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """PBT through the Slurm executor: members are Slurm jobs, a bottom member is replaced by a
+    trial that starts from a copy of a running donor's checkpoint (held still on its node for
+    the copy) and goes on from the donor's step."""
+    from tests.test_pbt_study import PBT_STUDY, TOY
+
+    home = tmp_path / "home"
+    script = tmp_path / "toy.py"
+    script.write_text(TOY)
+    config = tmp_path / "pbt.yaml"
+    config.write_text(PBT_STUDY.format(max_trials=6, population=2, python=sys.executable, script=script,
+                                       extra=", --pause=1.0")
+                      .replace("quantileFraction: 0.25", "quantileFraction: 0.5")
+                      .replace("parallelTrialCount: 4", "parallelTrialCount: 2")
+                      .replace("machineType: n1-standard-4", "machineType: n1-standard-1"))
+    r = run(cluster, home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=1", "--format=json", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    children = [t for t in study["trials"] if "parentTrialId" in t["populationBasedTraining"]]
+    assert children, r.stderr[-3000:]
+    for child in children:
+        start = int(child["populationBasedTraining"]["startStep"])
+        assert int(child["measurements"][0]["stepCount"]) == start + 1, child
+    logs = [p.read_text() for p in home.rglob("replica.log")]
+    assert sum("restored step=" in text for text in logs) == len(children)  # each child began from its copy
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+
+
 SLOW = """
     import subprocess, sys, time
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
