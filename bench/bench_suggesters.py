@@ -493,6 +493,7 @@ def summarise(results, problems, opts, seeds, n):
                 cells.append(ratio(med.get((problem, opt, 4, c)), med.get((problem, opt, 1, c))))
         lines.append(f"| {problem} | " + " | ".join(cells) + " |")
     lines.append(significance(results, problems, opts, seeds, checkpoints))
+    lines.append(standing(results, problems, opts, seeds, checkpoints))
     if "vcli_tpe" in opts:
         lines.append("\n#### vcli_tpe vs Optuna TPE and Hyperopt TPE (median regret ratios; < 1 = vcli better)\n")
         cols = [(ref, q, c) for ref, qs in (("optuna_tpe", (1, 4)), ("hyperopt_tpe", (1,))) for q in qs for c in checkpoints]
@@ -504,13 +505,33 @@ def summarise(results, problems, opts, seeds, n):
     return "\n".join(lines)
 
 
+def _mwu(a, b):
+    """(median ratio text, two-sided Mann-Whitney U p, "better" / "behind" / "tied" for a at
+    p < 0.05) of two samples of regrets."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ma, mb = float(np.median(a)), float(np.median(b))
+    ratio = "1 (both 0)" if ma == mb == 0 else ("inf" if mb == 0 else f"{ma / mb:.2f}")
+    if np.all(a == a[0]) and np.all(b == a[0]):
+        return ratio, 1.0, "tied"
+    res = mannwhitneyu(a, b)
+    pv, u = float(res.pvalue), float(res.statistic)
+    if pv >= 0.05:
+        return ratio, pv, "tied"
+    # U < n_a n_b / 2: a's regrets tend to be the smaller
+    return ratio, pv, "better" if u < 0.5 * len(a) * len(b) else "behind"
+
+
+def _runs(idx, problem, opt, q, seeds):
+    return [r for r in (idx.get((problem, opt, q, s)) for s in seeds) if r]
+
+
 def significance(results, problems, opts, seeds, checkpoints, ref="vcli_gp"):
     """`ref` against every other optimiser: median-regret ratio and the two-sided Mann-Whitney
     U p-value of the two samples of regrets (same seeds), per problem, q and checkpoint.
     Verdict: better / behind at p < 0.05, else tied."""
-    import numpy as np
-    from scipy.stats import mannwhitneyu
-
     idx = {(r["problem"], r["opt"], r["q"], r["seed"]): r for r in results}
     peers = [o for o in opts if o != ref and o not in ("vcli_random",)]
     if ref not in opts or not peers:
@@ -521,33 +542,57 @@ def significance(results, problems, opts, seeds, checkpoints, ref="vcli_gp"):
            "|" + "---|" * (4 + 2 * len(checkpoints))]
     for problem in problems:
         for q in (1, 4):
-            a_runs = [idx.get((problem, ref, q, s)) for s in seeds]
-            a_runs = [r for r in a_runs if r]
+            a_runs = _runs(idx, problem, ref, q, seeds)
             if not a_runs:
                 continue
             for peer in peers:
-                b_runs = [idx.get((problem, peer, q, s)) for s in seeds]
-                b_runs = [r for r in b_runs if r]
+                b_runs = _runs(idx, problem, peer, q, seeds)
                 if not b_runs:
                     continue
                 cells, verdicts = [], []
                 for c in checkpoints:
-                    a = np.array([r["regret"][c - 1] for r in a_runs])
-                    b = np.array([r["regret"][c - 1] for r in b_runs])
-                    ma, mb = float(np.median(a)), float(np.median(b))
-                    ratio = "1 (both 0)" if ma == mb == 0 else ("inf" if mb == 0 else f"{ma / mb:.2f}")
-                    if np.all(a == a[0]) and np.all(b == a[0]):
-                        pv, u = 1.0, 0.5 * len(a) * len(b)
-                    else:
-                        res = mannwhitneyu(a, b)
-                        pv, u = float(res.pvalue), float(res.statistic)
+                    ratio, pv, verdict = _mwu([r["regret"][c - 1] for r in a_runs], [r["regret"][c - 1] for r in b_runs])
                     cells.append(f"{ratio} | {pv:.3g}")
-                    if pv < 0.05:  # U < n_a n_b / 2: ref's regrets tend to be the smaller
-                        verdicts.append(f"{'better' if u < 0.5 * len(a) * len(b) else 'behind'} @{c}")
-                    else:
-                        verdicts.append(f"tied @{c}")
+                    verdicts.append(f"{verdict} @{c}")
                 out.append(f"| {problem} | {q} | {peer} ({len(a_runs)}/{len(b_runs)} seeds) | " + " | ".join(cells)
                            + " | " + ", ".join(verdicts) + " |")
+    return "\n".join(out)
+
+
+def standing(results, problems, opts, seeds, checkpoints, ref="vcli_gp", min_seeds=20):
+    """Where `ref` stands among the model-based peers, per problem, q and checkpoint:
+    **best** (better than every peer, p < 0.05), **tied** (no peer better; the peers it does
+    not beat are named), **behind** (the peers better than it, with p). Only peers with at
+    least `min_seeds` runs take part; the ones with fewer are listed as left out."""
+    idx = {(r["problem"], r["opt"], r["q"], r["seed"]): r for r in results}
+    peers = [o for o in opts if o != ref and o not in ("vcli_random", "vcli_skopt", "vcli_tpe")]
+    out = [f"\n#### Where {ref} stands (Mann-Whitney U two-sided, p < 0.05; peers with >= {min_seeds} seeds)\n",
+           "| problem | q | " + " | ".join(f"@{c}" for c in checkpoints) + " | peers (seeds) |",
+           "|" + "---|" * (3 + len(checkpoints))]
+    for problem in problems:
+        for q in (1, 4):
+            a_runs = _runs(idx, problem, ref, q, seeds)
+            if not a_runs:
+                continue
+            have = {p: _runs(idx, problem, p, q, seeds) for p in peers}
+            used = [p for p in peers if len(have[p]) >= min_seeds]
+            if not used:
+                continue
+            cells = []
+            for c in checkpoints:
+                a = [r["regret"][c - 1] for r in a_runs]
+                res = {p: _mwu(a, [r["regret"][c - 1] for r in have[p]]) for p in used}
+                behind = [f"{p} (p {res[p][1]:.2g})" for p in used if res[p][2] == "behind"]
+                level = [p for p in used if res[p][2] == "tied"]
+                if behind:
+                    cells.append("**behind** " + ", ".join(behind))
+                elif level:
+                    cells.append("tied with " + ", ".join(level))
+                else:
+                    cells.append("**best**")
+            left = [f"{p} ({len(have[p])})" for p in peers if 0 < len(have[p]) < min_seeds]
+            note = ", ".join(f"{p} ({len(have[p])})" for p in used) + ("; left out: " + ", ".join(left) if left else "")
+            out.append(f"| {problem} | {q} | " + " | ".join(cells) + f" | {note} |")
     return "\n".join(out)
 
 
@@ -561,6 +606,7 @@ def main(argv=None):
     ap.add_argument("--problems", default="", help="comma-separated problems")
     ap.add_argument("--qs", default="1,4")
     ap.add_argument("--cache", default="", help="JSON-lines file of finished runs (read and appended)")
+    ap.add_argument("--report-only", action="store_true", help="no new runs: the tables of what --cache holds")
     ap.add_argument("--recompute", default="", help="comma-separated optimisers whose cached runs are ignored")
     ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--tpe-latency", action="store_true", help="measure vcli_tpe's latency even with --no-latency")
@@ -602,7 +648,7 @@ def main(argv=None):
         for q in qs
         if q == 1 or OPTIMIZERS[o][1]
         for s in seeds
-        if (p, o, q, s) not in have
+        if (p, o, q, s) not in have and not args.report_only
     ]
     t_start = time.time()
     print(f"# {len(jobs)} runs to do ({len(results)} cached), {args.jobs} workers", file=sys.stderr, flush=True)

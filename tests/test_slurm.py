@@ -108,6 +108,21 @@ def _logs_saying(home: Path, text: str, count: int) -> list[Path] | None:
     return found if len(found) == count else None
 
 
+def _kill_controller(cluster: SlurmCluster, proc: subprocess.Popen, home: Path, replicas: int, what: str) -> list[str]:
+    """Once `replicas` replica logs say "up on", kill -9 the controller `proc` (and only it)
+    and reap it; Slurm's job ids as they were just before the kill."""
+    try:
+        wait_for(lambda: _logs_saying(home, "up on", replicas), 120, what)
+        before = sorted(cluster.jobs())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return before
+
+
 class QueueWatch:
     """Samples squeue every 0.1 s in the background: the most jobs it ever listed."""
 
@@ -277,16 +292,8 @@ def test_kill_9_of_the_controller_then_resume_keeps_the_slurm_jobs(cluster: Slur
     proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=crash", "--max-trial-count=4",
                  "--parallel-trial-count=2", *STUDY, f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py",
                  TRIAL_SLEEP="8")
-    try:
-        wait_for(lambda: _logs_saying(home, "up on", 2), 120, "two trials running")
-        before = sorted(cluster.jobs())
-        assert len(before) == 2
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    before = _kill_controller(cluster, proc, home, 2, "two trials running")
+    assert len(before) == 2
     time.sleep(1)
     assert sorted(cluster.jobs()) == before  # the allocations and their replicas go on
     [study_id] = list_ids(home, "hp-tuning-jobs")
@@ -420,15 +427,7 @@ def test_a_heterogeneous_job_of_pools_with_different_gpus_is_resumed_after_kill_
     proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=hetgpu",
                  f"--worker-pool-spec={SMALL},{gpu},accelerator-count=1,local-package-path={pkg},script=hetgpu.py",
                  f"--worker-pool-spec={WHOLE},{gpu},accelerator-count=2")
-    try:
-        wait_for(lambda: _logs_saying(home, "up on", 2), 120, "both replicas running")
-        before = sorted(cluster.jobs())
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    before = _kill_controller(cluster, proc, home, 2, "both replicas running")
     assert len(before) == 2 and len({j.split("+")[0] for j in before}) == 1, before  # one job, two components
     assert sorted(cluster.jobs()) == before  # the replicas go on without their controller
     [job_id] = list_ids(home, "custom-jobs")
@@ -501,14 +500,7 @@ def test_resume_keeps_the_jobs_partition_when_the_shell_names_another(cluster: S
     proc = spawn(cluster, home, "hp-tuning-jobs", "create", "--display-name=part", "--max-trial-count=3",
                  "--parallel-trial-count=1", *STUDY, f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py",
                  "--slurm-partition=other", TRIAL_SLEEP="4")
-    try:
-        wait_for(lambda: _logs_saying(home, "up on", 1), 120, "the first trial running")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    _kill_controller(cluster, proc, home, 1, "the first trial running")
     [study_id] = list_ids(home, "hp-tuning-jobs")
     # The resuming shell names the other partition: the study keeps its own.
     r = run(cluster, home, "hp-tuning-jobs", "resume", study_id, timeout=300, VCLI_SLURM_PARTITION="main")
