@@ -596,9 +596,19 @@ def standing(results, problems, opts, seeds, checkpoints, ref="vcli_gp", min_see
     return "\n".join(out)
 
 
+def _open_cache(path, mode):
+    """The --cache file; a .gz one is read and appended to as gzip members."""
+    if path.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, mode, encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed-from", type=int, default=0, help="first seed (seeds run from it to --seeds - 1)")
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="3 seeds, 30 trials, cheap optimisers only, no latency")
     ap.add_argument("--jobs", type=int, default=2)
@@ -617,7 +627,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.vcli_attrs:
         os.environ["BENCH_VCLI_ATTRS"] = args.vcli_attrs
-    seeds = list(range(3 if args.quick else args.seeds))
+    seeds = list(range(0 if args.quick else args.seed_from, 3 if args.quick else args.seeds))
     n = 30 if args.quick else args.trials
     opts = [o for o in (args.only.split(",") if args.only else OPTIMIZERS)]
     if args.quick and not args.only:
@@ -635,7 +645,9 @@ def main(argv=None):
         return
     results, have = [], set()
     if args.cache and Path(args.cache).exists():
-        for line in Path(args.cache).read_text().splitlines():
+        with _open_cache(args.cache, "rt") as f:
+            lines = f.read().splitlines()
+        for line in lines:
             r = json.loads(line)
             if r["n"] >= n and r["opt"] not in args.recompute.split(","):
                 r["regret"] = r["regret"][:n]
@@ -652,7 +664,7 @@ def main(argv=None):
     ]
     t_start = time.time()
     print(f"# {len(jobs)} runs to do ({len(results)} cached), {args.jobs} workers", file=sys.stderr, flush=True)
-    cache = open(args.cache, "a") if args.cache else None
+    cache = _open_cache(args.cache, "at") if args.cache and jobs else None
     with ProcessPoolExecutor(max_workers=args.jobs) as ex:
         futs = {ex.submit(one_run, p, o, q, s, n): (p, o, q, s) for p, o, q, s in jobs}
         for i, fut in enumerate(as_completed(futs), 1):

@@ -37,8 +37,10 @@ for w in "${want[@]}"; do
     smac) mk smac swig smac==2.4.1 ;;
     # HEBO pins an old numpy
     hebo) mk hebo "$TORCH" hebo==0.3.6 ;;
-    # OSS Vizier with its jax designers (GP-UCB-PE default)
-    vizier) mk vizier "google-vizier[jax]==0.1.24" ;;
+    # OSS Vizier with its jax designers (GP-UCB-PE default). Unpinned, pip takes jax 0.10 and
+    # equinox 0.11.7 fails on import (jax.core.Primitive is gone); this set imports and runs.
+    vizier) mk vizier "google-vizier[jax]==0.1.24" jax==0.4.38 jaxlib==0.4.38 equinox==0.11.7 chex==0.1.88 \
+                      flax==0.10.2 optax==0.2.4 orbax-checkpoint==0.10.2 ;;
     *) echo "unknown env $w" >&2 ;;
   esac
 done
