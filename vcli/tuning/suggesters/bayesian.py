@@ -10,8 +10,8 @@
   warped outputs (MAXIMIZE negated); hyperparameters by MAP (Optuna GPSampler's priors),
   L-BFGS-B from two fixed starts; above `max_fit_points` observations the hyperparameters
   are fitted on a deterministic subset (the best quarter plus a seeded random sample) while
-  the posterior uses every observation (150: the fit is O(n^3) per step; at 2,000 trials an
-  ask took 0.20 s with 200, 0.14-0.16 s with 150, benchmark machine idle);
+  the posterior uses every observation (150: the fit is O(n^3) per step; at 2,000 trials
+  ask(1) took 0.23 s with 200 and 0.17-0.18 s with 150, an A/B on the idle bench machine);
 * in a space without categoricals, a quantised objective (at least 10 % of the values
   repeat exactly: plateaus and steps, as
   an accuracy on a few hundred examples or an integer loss; see `_noise_floor`) gets a noise
