@@ -188,3 +188,11 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(text))
     return pkg
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    """For a test's `finally`: SIGKILL the session of a spawned process that is still running
+    and collect its output, so a failed assertion leaves no process behind."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()

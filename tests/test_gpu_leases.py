@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, describe, job_id_from_stderr, read_stderr_until, spawn, vcli, vcli_env, wait_for
+from tests.helpers import REPO, describe, job_id_from_stderr, read_stderr_until, reap, spawn, vcli, vcli_env, wait_for
 from vcli.placement.gpulease import LeaseBusy, LeaseDir
 
 #: A trainer that holds its GPUs for SECONDS and records which, and when (one line, appended
@@ -359,9 +359,7 @@ def test_waiting_jobs_get_a_freed_gpu_first_come_first_served(tmp_path: Path, gp
     finally:
         someone.release([0])
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
+            reap(p)
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     spans = _intervals(log)

@@ -9,8 +9,6 @@ address in RAY_ADDRESS). The node-loss test kills a worker raylet, so it runs la
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from tests.helpers import (
     describe,
     job_id_from_stderr,
     processes_with_env,
+    reap,
     vcli,
     vcli_env,
     wait_for,
@@ -250,9 +249,7 @@ def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp
         assert r.returncode == 0, r.stderr
         proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
     wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 15, "no process of the job left")
     assert cluster.placement_groups()[f"vcli-{job_id}"] == "REMOVED"  # its resources are free again
@@ -302,9 +299,7 @@ def test_zz_a_lost_node_fails_its_trial_within_seconds_and_the_study_completes(c
         cluster.kill_node("node_c")
         out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
     study = json.loads(out)
     states = [t["state"] for t in study["trials"]]

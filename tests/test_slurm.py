@@ -33,6 +33,7 @@ from tests.helpers import (
     job_id_from_stderr,
     list_ids,
     processes_with_env,
+    reap,
     vcli_env,
     wait_for,
     write_package,
@@ -117,9 +118,7 @@ def _kill_controller(cluster: SlurmCluster, proc: subprocess.Popen, home: Path, 
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     return before
 
 
@@ -211,9 +210,7 @@ def test_two_vcli_homes_share_one_cluster_and_never_share_a_gpu(cluster: SlurmCl
                 outs.append(proc.communicate(timeout=600))
         finally:
             for proc in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.communicate()
+                reap(proc)
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 0, err[-3000:]
         assert [t["state"] for t in json.loads(out)["trials"]] == ["SUCCEEDED"] * 5
@@ -278,9 +275,7 @@ def test_cancel_from_another_terminal_empties_the_queue_and_leaves_no_process(cl
         assert r.returncode == 0, r.stderr
         proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
     wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
     wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 20, "no process of the job on any node")
@@ -377,9 +372,7 @@ def test_a_heterogeneous_two_pool_job_succeeds_with_its_labels_in_the_slurm_comm
         steps = cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split()
         out, err = proc.communicate(timeout=180)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert proc.returncode == 0, err[-3000:]
     comps = [line.split("|", 1) for line in queue if line]
     assert sorted(c[0].split("+")[1] for c in comps) == ["0", "1"], comps  # one job, two components
@@ -480,9 +473,7 @@ def test_a_study_trial_carries_the_labels_and_pends_no_longer_than_its_max_wait(
                          if line)
             out, err = proc.communicate(timeout=120)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+            reap(proc)
         trial_job = next(comment for job, comment in queue.items() if job != blocker)
         assert "team=vision" in trial_job and "sweep=s1" in trial_job, queue
         assert proc.returncode != 0, out
@@ -631,9 +622,7 @@ def test_zz_a_node_whose_slurmd_dies_fails_its_trial_and_the_study_goes_on(clust
         cluster.kill_slurmd("h2")
         out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
         cluster.kill_node_processes("h2")  # the stranded trial: a real dead node takes it with it
     assert proc.returncode == 0, err[-3000:]
     study = json.loads(out)

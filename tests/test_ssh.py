@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.harness import netns
-from tests.helpers import write_package
+from tests.helpers import reap, write_package
 
 pytestmark = [pytest.mark.ssh]
 
@@ -284,9 +284,7 @@ def test_host_loss_fails_the_job_quickly_and_stops_the_rest(cluster: netns.Netns
         out, err = proc.communicate(timeout=90)
         took = time.monotonic() - cut
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
         cluster.link_up("h2")
     print(f"host loss -> CLI exit: {took:.1f}s")
     assert proc.returncode != 0
@@ -405,9 +403,7 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
         assert res.returncode == 0, res.stderr
         proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert env.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
     _wait_no_pids(cluster, "h1", job_id, 5)
     # 2. The controller dies (SIGKILL): the remote tree keeps running (to be re-adopted by
@@ -423,9 +419,7 @@ def test_cancel_and_controller_death_leave_nothing_running(cluster: netns.NetnsC
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     time.sleep(5)  # longer than the wrapper's stop grace: nothing is stopping the tree
     assert len(cluster.job_pids("h1", job_id)) >= TREE_SIZE, cluster.job_pids("h1", job_id)
     res = env.run("custom-jobs", "cancel", job_id, timeout=120)
@@ -454,9 +448,7 @@ def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subpro
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
     assert cluster.job_pids(host, job_id), "the replica did not outlive its controller"
     return job_id
 
@@ -644,9 +636,7 @@ def test_two_controllers_never_share_a_gpu_of_one_ssh_host(cluster: netns.NetnsC
         outs = {k: p.communicate(timeout=240) for k, p in procs.items()}
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
+            reap(p)
     for k, p in procs.items():
         assert p.returncode == 0, f"{k}: {outs[k]}"
         assert "Waiting for GPUs" in outs[k][1] and f"held by job {held[0]['job']}" in outs[k][1], outs[k][1]
@@ -688,9 +678,7 @@ def test_study_goes_on_after_a_host_is_lost(cluster: netns.NetnsCluster, tmp_pat
         cluster.link_down("h2")
         out, err = proc.communicate(timeout=180)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        reap(proc)
         cluster.link_up("h2")
     assert proc.returncode == 0, f"{out}\n{err}"
     study = json.loads(out)
