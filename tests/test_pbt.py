@@ -329,6 +329,30 @@ def test_review_waits_for_members_behind_then_judges_at_the_boundary():
     assert PbtScheduler(spec4, seed=0).review(pop[0], pop) is not None
 
 
+def test_a_member_that_trained_to_the_end_while_judgements_waited_is_still_judged():
+    """CI saw it under load: one member diverged and trained all 12 steps before the other's
+    TensorFlow reported once. At boundary 4 it waited for the other; when that one gets
+    there, the ended member is judged from its value at 4 and its member goes on."""
+    spec = study(SIMPLE, perturbation_interval_steps=4, population_size=2, quantile_fraction=0.5, max_step_count=12)
+    done = replace(trial(1, 0, [(s, 0.1) for s in range(1, 13)]), state=TrialState.SUCCEEDED)
+    behind = trial(2, 1, [])
+    sched = PbtScheduler(spec, seed=0)
+    assert sched.review(done, [done, behind]) is None  # nobody to rank against at 4 or 8 yet
+    behind = trial(2, 1, [(1, 0.7), (2, 0.9), (3, 0.93), (4, 0.95)])
+    got = sched.review(done, [done, behind])
+    assert got is not None and got.donor.id == "2" and got.start_step == 4
+    assert "trial 1 (accuracy 0.1 at step 4)" in got.reason
+    assert sched.review(done, [done, behind]) is None  # judged once at 4; 8 waits again
+    # the winner at 4 is not judged at 12 (maxStepCount), nor are members that ended otherwise
+    winner = replace(trial(1, 0, [(s, 0.99) for s in range(1, 13)]), state=TrialState.SUCCEEDED)
+    behind8 = trial(2, 1, [(s, 0.5) for s in range(1, 13)])
+    assert PbtScheduler(spec, seed=0).review(winner, [winner, behind8]) is None
+    for state in (TrialState.STOPPING, TrialState.INFEASIBLE, TrialState.REQUESTED):
+        assert PbtScheduler(spec, seed=0).review(replace(done, state=state), [done, behind]) is None
+    short = replace(trial(1, 0, [(s, 0.1) for s in range(1, 7)]), state=TrialState.SUCCEEDED)
+    assert PbtScheduler(spec, seed=0).review(short, [short, behind]) is None  # ended short of maxStepCount
+
+
 def test_review_skips_replaced_stopping_infeasible_and_nonfinite():
     spec = study(SIMPLE, perturbation_interval_steps=4)
     pop = population_at(4, [0.5, 0.9, 0.2, 0.7])

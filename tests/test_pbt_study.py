@@ -27,6 +27,11 @@ mode = args.get("mode", "")
 ckpt = os.environ["AIP_CHECKPOINT_DIR"].rstrip("/")
 state = {"step": 0, "score": 0.0}
 path = os.path.join(ckpt, "state.json")
+trial = os.environ["CLOUD_ML_TRIAL_ID"]
+if mode == "staggered" and trial == "2":   # a loaded machine: trial 2 starts once trial 1 has ended
+    deadline = time.time() + 120
+    while not os.path.exists(args["marker"]) and time.time() < deadline:
+        time.sleep(0.05)
 if os.path.exists(path):
     with open(path) as f:
         state = json.load(f)
@@ -35,7 +40,8 @@ while state["step"] < steps:
     time.sleep(pause)
     state["step"] += 1
     best_lr = 0.1 if state["step"] <= steps // 2 else 0.01   # the optimum moves half-way
-    state["score"] += max(0.0, 1.0 - abs(lr - best_lr) / 0.1)
+    diverged = mode == "staggered" and trial == "1"
+    state["score"] += 0.0 if diverged else max(0.0, 1.0 - abs(lr - best_lr) / 0.1)
     if mode != "no-checkpoint":
         os.makedirs(ckpt, exist_ok=True)
         with open(path + ".tmp", "w") as f:
@@ -48,6 +54,8 @@ while state["step"] < steps:
             hyperparameter_metric_tag="score", metric_value=state["score"])
     else:
         print(f"score={state['score']:.6f} step={state['step']}", flush=True)
+if mode == "staggered" and trial == "1":
+    open(args["marker"], "w").close()
 """
 
 PBT_STUDY = """
@@ -150,6 +158,35 @@ def test_pbt_exploits_copy_checkpoints_and_explore(tmp_path: Path) -> None:
     for leg in legs[1:]:
         assert trials[leg["trialId"]]["populationBasedTraining"]["startStep"] == str(leg["fromStep"])
     assert "its schedule (PBT lineage):" in r.stderr
+
+
+def test_a_member_that_ended_before_the_other_reported_is_still_exploited(tmp_path: Path) -> None:
+    """What CI saw under load with TensorFlow: member 0 (trial 1) diverged and trained to the
+    end before member 1's first report, so its judgement at the first boundary was still
+    waiting. Once member 1 gets there, trial 1 ranks last and its member goes on as a new
+    trial from member 1's checkpoint; trial 1 itself is not stopped (it had ended)."""
+    marker = tmp_path / "trial-1-done"
+    r = _study(tmp_path, population=2, max_trials=4, extra=f",--mode=staggered,--marker={marker}")
+    assert r.returncode == 0, r.stderr[-4000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    trials = {t["id"]: t for t in study["trials"]}
+    first, second = trials["1"], trials["2"]
+    assert first["state"] == "SUCCEEDED" and _steps(first)[-1] == 8 and "earlyStoppingRule" not in first
+    assert _steps(second)[0] == 1
+    heir = trials["3"]
+    lin = heir["populationBasedTraining"]
+    assert lin["member"] == 0 and lin["parentTrialId"] == "2", lin
+    assert "Trial 1 is replaced (it trained to the end; its member goes on): PBT: trial 1 (score 0 at step 2)" in r.stderr
+    logs = vcli(tmp_path / "home", "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1],
+                "--task-name=workerpool0-0")
+    by_task: dict[str, list[str]] = {}
+    for line in logs.stdout.splitlines():
+        _severity, _ts, task, message = line.split("\t", 3)
+        by_task.setdefault(task, []).append(message)
+    _check_lineage(trials, by_task)
+    last = max((t for t in trials.values() if t["populationBasedTraining"]["member"] == 0), key=lambda t: int(t["id"]))
+    assert _steps(last)[-1] == 8 and last["state"] == "SUCCEEDED"
 
 
 def _check_lineage(trials: dict[str, dict], by_task: dict[str, list[str]]) -> None:

@@ -74,8 +74,8 @@ class Population:
     def review(self, trial: Trial, trials: Sequence[Trial], *, budget_left: int, executor: Executor,
                handle_of: Callable[[Trial], ReplicaHandle | None],
                refresh: Callable[[Trial], Trial]) -> tuple[PendingTrial, str] | None:
-        """What to do about running `trial` that just reported: None (go on), or the trial that
-        replaces it and the reason it is stopped. Copies the donor's checkpoint first: no
+        """What to do about `trial` (running, or trained to the end while its judgement at a
+        boundary waited): None (go on), or the trial that replaces it and the reason. Copies the donor's checkpoint first: no
         copy, no exploit. `refresh(t)` is `t` with every measurement it reported so far: a
         donor that trained to the end while its checkpoint was copied has nothing left to
         give a new trial (the copy holds its final state), so the exploit is dropped."""

@@ -18,7 +18,7 @@ A strategy sees the run through `StudyRun`'s public surface (`trials`, `queued`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vcli.control.population import PendingTrial, Population, schedule, seeded, stored_handle
 from vcli.spec import MetricSpec, Trial, TrialState
@@ -144,19 +144,41 @@ class PbtStrategy(Strategy):
             return run.trials[t.id]
 
         # Every running member, not only the one that reported: a member that ran ahead is
-        # judged at a boundary once the others reach it (PbtScheduler.review).
+        # judged at a boundary once the others reach it (PbtScheduler.review), and so is one
+        # that trained to the end while that judgement waited (its member goes on, if it loses).
         others = [a for a in run.active.values() if a is not active and a.stop_reason is None]
         for member in [active, *others]:
             if member.trial.state != TrialState.ACTIVE or pop.stepless(member.trial):
                 continue
-            budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
-            decided = pop.review(member.trial, list(run.trials.values()), budget_left=budget, executor=run.executor,
-                                 handle_of=handle_of, refresh=refresh)
+            decided = self._review_one(run, member.trial, handle_of, refresh)
             if decided is not None:
-                replacement, reason = decided
-                run.on_progress(f"Trial {member.trial.id} is replaced: {reason}")
-                run.queued.insert(0, replacement)
-                run.request_stop(member, reason, rule="pbt")
+                run.request_stop(member, decided, rule="pbt")
+        for trial in self._ended_members(run):
+            self._review_one(run, trial, handle_of, refresh)
+
+    def _review_one(self, run: StudyRun, trial: Trial, handle_of: Callable[[Trial], Any],
+                    refresh: Callable[[Trial], Trial]) -> str | None:
+        """Queue the replacement of `trial` when the scheduler exploits it; the reason, or None."""
+        budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
+        decided = self.population.review(trial, list(run.trials.values()), budget_left=budget, executor=run.executor,
+                                         handle_of=handle_of, refresh=refresh)
+        if decided is None:
+            return None
+        replacement, reason = decided
+        ended = "" if trial.state == TrialState.ACTIVE else " (it trained to the end; its member goes on)"
+        run.on_progress(f"Trial {trial.id} is replaced{ended}: {reason}")
+        run.queued.insert(0, replacement)
+        return reason
+
+    @staticmethod
+    def _ended_members(run: StudyRun) -> list[Trial]:
+        """The members whose current trial has SUCCEEDED and has no replacement queued."""
+        current: dict[int, Trial] = {}
+        for t in run.trials.values():
+            if t.lineage is not None:
+                current[t.lineage.member] = t
+        queued = {q.lineage.member for q in run.queued if q.lineage is not None}
+        return [t for m, t in sorted(current.items()) if t.state == TrialState.SUCCEEDED and m not in queued]
 
     def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
         return self.population.best(trials, metric)

@@ -22,7 +22,8 @@ Vocabulary:
   boundary's window has no value there and is not judged at it.
 * Members are compared at the same boundary, whatever their speed: a member that runs ahead
   is judged once the others reach that boundary too (or end), from the value it had there
-  (`PbtScheduler.review`). Ray Tune's PBT instead ranks members' latest results,
+  (`PbtScheduler.review`), even when it has trained to maxStepCount meanwhile: in the bottom
+  quantile there, its member goes on as a new trial from the donor's checkpoint. Ray Tune's PBT instead ranks members' latest results,
   whatever their steps.
 
 This module imports nothing heavy (the search-space code it uses is pure Python), since the
@@ -185,9 +186,12 @@ class PbtScheduler:
         """Judge the running trial `trial` (it has just reported, or another member has).
 
         `trials` is every trial of the study in creation order (`trial` may appear in it with
-        older measurements; the given `trial` wins). `trial` is judged only while it is ACTIVE,
-        is its member's current trial and its latest step is below `max_step_count`. It is
-        judged at each boundary it has a value at (module docstring), once per boundary, in
+        older measurements; the given `trial` wins). `trial` is judged only while it is its
+        member's current trial and either ACTIVE with its latest step below `max_step_count`,
+        or SUCCEEDED at `max_step_count`: a member that ran ahead and trained to the end while
+        a judgement waited for the others is still judged at the boundaries below
+        `max_step_count` when they get there (the exploit then starts its member's next trial;
+        nothing is stopped). It is judged at each boundary it has a value at (module docstring), once per boundary, in
         order, and each judgement compares the members' values AT THAT BOUNDARY, wherever
         they are now (members drift apart: one may start seconds later than another):
 
@@ -213,15 +217,13 @@ class PbtScheduler:
         step), with `explore(donor.parameters, key=(trial number, boundary))`.
         """
         lineage = trial.lineage
-        if lineage is None or trial.state != TrialState.ACTIVE:
-            return None
         latest = self._latest(trial)
-        if latest is None or latest[0] >= self.pbt.max_step_count:
+        if lineage is None or latest is None or not self._judgeable(trial, latest[0]):
             return None
         current = _current_trials(trial, trials)
         if current.get(lineage.member) is not trial:
             return None  # already replaced by a newer trial of its member
-        for boundary in self._due(trial, latest[0]):
+        for boundary in self._due(trial, min(latest[0], self.pbt.max_step_count - 1)):
             ranked = self._ranked(trial, current, boundary)
             if ranked is None:
                 return None  # wait for the members still on their way to this boundary
@@ -230,6 +232,14 @@ class PbtScheduler:
             if exploit is not None:
                 return exploit
         return None
+
+    def _judgeable(self, trial: Trial, step: int) -> bool:
+        """May `trial`, whose latest step is `step`, be judged? While ACTIVE below maxStepCount;
+        and once SUCCEEDED at maxStepCount, at the boundaries its judgement still waited on
+        when it ended (its member then goes on as a new trial)."""
+        if trial.state == TrialState.ACTIVE:
+            return step < self.pbt.max_step_count
+        return trial.state == TrialState.SUCCEEDED and step >= self.pbt.max_step_count
 
     def _judge(self, trial: Trial, ranked: list[tuple[float, int, Trial, int, float]], boundary: int) -> Exploit | None:
         """The exploit of `trial` at `boundary` given the population `ranked` there, or None."""
