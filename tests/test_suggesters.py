@@ -607,38 +607,39 @@ def _tell_values(s, values) -> None:
         s.tell(_done(str(i), p, v))
 
 
-@pytest.mark.parametrize("quantised", [True, False])
-def test_bayesian_gp_explores_near_good_points_every_fourth_trial_only_on_a_quantised_objective(quantised):
+def _thompson(s, i):
+    """What the explore rule draws for suggestion i of `s`'s next ask: a Thompson draw of the
+    GP fitted to its history, from the generator keyed by trial number."""
+    from vcli.tuning.suggesters._explore import thompson_row
     from vcli.tuning.suggesters.bayesian import _RNG_EXPLORE
 
+    gp, _, _, _, X, y = s._single_model(s.observations(), s.valueless())
+    x = thompson_row(s._np, s.space, gp, X, y, s.rng(i, _RNG_EXPLORE), s.known_keys(), top=s.explore_top,
+                     sd=s.explore_sd)
+    return s.space.decode(x)
+
+
+@pytest.mark.parametrize("quantised", [True, False])
+def test_bayesian_gp_explores_by_thompson_draws_every_fourth_trial_only_on_a_quantised_objective(quantised):
     # ten values: with repeats (plateaus) or all distinct
     values = [1.0, 1.0, 0.5, 0.5, 0.5, 0.8, 0.8, 0.2, 1.0, 0.5] if quantised else [1.0 + i / 7 for i in range(10)]
     trials = range(10, 18)
     explore = [quantised and t % 4 == 3 for t in trials]  # trials 11 and 15
 
-    def explored(s, i):
-        """What the explore rule draws for suggestion i of the next ask."""
-        return s._near_good(s.observations(), s.rng(i, _RNG_EXPLORE), s.known_keys())
-
     one = _make("gp", _step6_params(), seed=3)
+    one.plateau_radius = 0.0  # the model's own points only (the plateau rule has its own test)
     _tell_values(one, values)
-    asked = []
     for t in trials:
-        expected = explored(one, 0)
+        expected = _thompson(one, 0)
         p = one.ask(1)[0].parameters
         assert (p == expected) == explore[t - 10], t
-        asked.append(p)
         one.tell(_done(str(t), p, values[t % 10] if quantised else 2.0 + t / 13))
-    if quantised:  # each explored point lies near the best of the first ten (the best tenth)
-        sp = one.space
-        best = sp.encode(min(one.observations()[:10], key=lambda o: o[1])[0])
-        for p in (asked[1], asked[5]):
-            assert max(abs(a - b) for a, b in zip(sp.encode(p), best)) < 0.25
     # the same trial numbers asked as one batch: slots 1 and 5 (trials 11 and 15) are
     # explored (keyed by trial number), the model fills the rest
     batch = _make("gp", _step6_params(), seed=3)
+    batch.plateau_radius = 0.0
     _tell_values(batch, values)
-    expected = [explored(batch, i) for i in range(len(trials))]
+    expected = [_thompson(batch, i) for i in range(len(trials))]
     got = [s.parameters for s in batch.ask(len(trials))]
     assert [g == e for g, e in zip(got, expected)] == explore
     # switched off: the model suggests trial 11 too
@@ -646,4 +647,80 @@ def test_bayesian_gp_explores_near_good_points_every_fourth_trial_only_on_a_quan
     off.explore_quantised = False
     _tell_values(off, values)
     off.tell(_done("10", off.ask(1)[0].parameters, 0.5))
-    assert off.ask(1)[0].parameters != explored(off, 0)
+    assert off.ask(1)[0].parameters != _thompson(off, 0)
+
+
+def test_thompson_draws_follow_the_posterior_and_skip_known_points():
+    import numpy as np
+
+    from vcli.tuning.space import Space
+    from vcli.tuning.suggesters import _gp
+    from vcli.tuning.suggesters._explore import thompson_row
+
+    # a GP on a 1-D bowl with its minimum at 0.7: draws land near it, and differ by draw
+    sp = Space(_study((ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)),))
+               .parameters)
+    X = np.linspace(0.0, 1.0, 12)[:, None]
+    y = (X[:, 0] - 0.7) ** 2 * 10.0
+    y = (y - y.mean()) / y.std()
+    gp = _gp.GP(X, y, np.array([False]), np.array([math.log(4.0), 0.0, math.log(1e-4)]))
+    rows = [thompson_row(np, sp, gp, X, y, np.random.default_rng(k), set(), top=0.1, sd=0.05) for k in range(40)]
+    xs = np.array([r[0] for r in rows])
+    assert np.median(np.abs(xs - 0.7)) < 0.1 and len(set(np.round(xs, 6))) > 20
+    # a finite space whose candidates are all known: no row
+    grid = Space(_study(_grid_parameters()).parameters)
+    G = np.array([grid.encode(p) for p in grid.grid()], dtype=float)
+    gy = np.arange(len(G), dtype=float)
+    ggp = _gp.GP(G, (gy - gy.mean()) / gy.std(), np.array([n.kind == "CATEGORICAL" for n in grid.nodes]),
+                 np.zeros(grid.dim + 2))
+    known = {grid.key(p) for p in grid.grid()}
+    assert thompson_row(np, grid, ggp, G, gy, np.random.default_rng(0), known, top=0.1, sd=0.05) is None
+
+
+def test_on_plateau_is_a_max_norm_ball_and_categories_differ():
+    import numpy as np
+
+    from vcli.tuning.suggesters._explore import on_plateau
+
+    level = np.array([[0.5, 0.5, 0.0], [0.1, 0.9, 2.0]])
+    assert on_plateau(np, level, [0.51, 0.49, 0.0], 0.02)
+    assert not on_plateau(np, level, [0.53, 0.5, 0.0], 0.02)  # one column out of the ball
+    assert not on_plateau(np, level, [0.5, 0.5, 1.0], 0.02)  # another category
+    assert on_plateau(np, level, [0.11, 0.9, 2.0], 0.02)
+    assert not on_plateau(np, level[:0], [0.5, 0.5, 0.0], 0.02)
+
+
+def test_a_log_ei_point_on_the_incumbents_plateau_is_replaced():
+    """svm_digits (issue 24): log EI proposed 19 of 20 points in a row within 4 % of the box
+    of one another on the incumbent's level, each scoring the same. On a quantised objective such a point is
+    replaced (uniform or near a good point, by a draw keyed by the trial number); every other
+    model point is log EI's, and a smooth objective is never touched."""
+    import numpy as np
+
+    from vcli.tuning.suggesters._explore import on_plateau
+
+    replaced = kept = 0
+    for seed in (1, 2):
+        s = _make("gp", _step6_params(), seed=seed)
+        history: list[Trial] = []
+        for t in range(36):
+            level = s._incumbent_level(s.observations()) if t >= 10 else None
+            p = s.ask(1)[0].parameters
+            if level is not None and t % 4 != 3:
+                raw = _make("gp", _step6_params(), seed=seed)  # the same history, without the rule
+                raw.plateau_radius = 0.0
+                for done in history:
+                    raw.tell(done)
+                q = raw.ask(1)[0].parameters
+                if on_plateau(np, level, s.space.encode(q), s.plateau_radius):
+                    replaced += 1
+                    assert p != q and not on_plateau(np, level, s.space.encode(p), 1e-9)
+                else:
+                    kept += 1
+                    assert p == q
+            history.append(_done(str(t), p, _step6(p)))
+            s.tell(history[-1])
+    assert replaced >= 3 and kept >= 3, (replaced, kept)
+    smooth = _make("gp", _step6_params(), seed=1)
+    _tell_values(smooth, [1.0 + i / 7 for i in range(10)])
+    assert smooth._incumbent_level(smooth.observations()) is None

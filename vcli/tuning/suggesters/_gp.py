@@ -34,15 +34,26 @@ def matern52(r2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return k, dk
 
 
+def matern52_value(r2: np.ndarray) -> np.ndarray:
+    """`matern52`'s value alone (the same floating-point operations), for callers that need
+    no derivative: a third of the time on the 1,280 x 1,280 matrix of a Thompson draw."""
+    r = np.sqrt(np.maximum(r2, 0.0) * 5.0)
+    e = np.exp(-r)
+    return e * (1.0 + r + r * r / 3.0)
+
+
 def sqdist(X1: np.ndarray, X2: np.ndarray, lam: np.ndarray, is_cat: np.ndarray) -> np.ndarray:
-    """Weighted squared distances, accumulated one column at a time (no 3-D arrays)."""
+    """Weighted squared distances, accumulated one column at a time (no 3-D arrays; in place,
+    with the rounding of lam * d^2 term by term)."""
     out = np.zeros((X1.shape[0], X2.shape[0]))
     for k in range(X1.shape[1]):
         d = X1[:, k, None] - X2[None, :, k]
         if is_cat[k]:
             out += lam[k] * (d != 0.0)
         else:
-            out += lam[k] * (d * d)
+            np.multiply(d, d, out=d)
+            d *= lam[k]
+            out += d
     return out
 
 

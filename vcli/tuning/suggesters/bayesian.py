@@ -20,12 +20,15 @@
   GP is exactly flat there, log EI near it is nil, and the model-guided points went to the
   box's corners (largest variance) instead of refining (issue 24); continuous objectives
   are untouched;
-* on a quantised objective (the same repeat test, categoricals included; one metric) every
-  fourth trial of the model phase (trial number % 4 == 3) is drawn near one of the best
-  tenth of the observations (`_near_good`): the GP reads a plateau as flat and stops
-  refining inside it, while TPE and SMAC3, sampling near their good points, found the
-  optimum (svm_digits, 20 seeds at 60 trials: 9 of 20 runs solved without it, TPE and
-  SMAC3 20; figures with it in bench/README);
+* on a quantised objective (the same repeat test, categoricals included; one metric),
+  `_explore`: every fourth trial of the model phase (trial number % 4 == 3) is a Thompson
+  draw of the GP, over random points and points near the best tenth of the observations;
+  and a log-EI point within 0.02 (unit space) of an observation at the incumbent's level is
+  replaced, by a uniform random point or one near a good point (`_near_good`), half and
+  half. The GP reads a plateau as flat and stops looking inside it, while TPE and SMAC3,
+  sampling near their good points, found the optimum (svm_digits at 60 trials, 40 seeds:
+  34 of 40 runs solved with points near good ones instead, TPE and SMAC3 40; figures in
+  bench/README);
 * log expected improvement, maximised over 2048 Sobol candidates, then a mixed local search
   from the best candidate, 8 roulette-chosen ones and the best observed point: L-BFGS-B
   over the active DOUBLE columns (analytic gradients, preconditioned by the lengthscales)
@@ -53,57 +56,29 @@ from __future__ import annotations
 import math
 
 from vcli.spec import ParameterValue, StudySpec
-from vcli.tuning.space import (
-    CATEGORICAL,
-    DOUBLE,
-    SuggesterBase,
-)
+from vcli.tuning.space import CATEGORICAL, DOUBLE, SuggesterBase
+from vcli.tuning.suggesters._explore import near_good, on_plateau, quantised, thompson_row
+from vcli.tuning.suggesters._parego import PAREGO_RHO, parego_scalarise
 
-# purposes of the seeded generators (the third element of the rng key; 9 is the key the
-# benchmark measured the quantised exploration with, kept so those runs replay)
-_RNG_STARTUP, _RNG_ACQ, _RNG_FIT, _RNG_WEIGHTS, _RNG_EXPLORE = 1, 2, 3, 4, 9
+__all__ = ["GPSuggester", "PAREGO_RHO", "parego_scalarise"]
 
-#: ParEGO's weight of the augmenting sum (Knowles 2006): it breaks the Chebyshev max's ties,
-#: so weakly dominated points never score as well as the points dominating them.
-PAREGO_RHO = 0.05
-
-
-def parego_scalarise(Y, rng, rho: float = PAREGO_RHO):
-    """One value to minimise per row of ``Y`` (n observations x m objectives, each to
-    minimise): ParEGO's augmented Chebyshev scalarisation ``max_j(w_j f_j) + rho *
-    sum_j(w_j f_j)`` with weights ``w`` drawn uniformly from the simplex by ``rng``. A fresh
-    ``w`` per suggestion aims successive suggestions at different parts of the Pareto front.
-
-    Each objective is normalised so that the current front spans [0, 1]: from the best
-    observed value to the worst value among the non-dominated rows (ParEGO uses the range
-    of all observations, but one heavy-tailed objective then squeezes the front into a
-    sliver near 0, and the weights stop trading the objectives off; on the benchmark's
-    mixed problem this lifted the hypervolume after 30 trials from 0.63 to 0.79 of the
-    best). Dominated outliers get values above 1; the GP's output warping tames them."""
-    import numpy as np
-
-    Y = np.asarray(Y, dtype=float)
-    lo = Y.min(axis=0)
-    # row i dominates row j: <= everywhere and < somewhere
-    dominates = np.all(Y[:, None, :] <= Y[None, :, :], axis=2) & np.any(Y[:, None, :] < Y[None, :, :], axis=2)
-    front = Y[~dominates.any(axis=0)]
-    hi = front.max(axis=0)
-    hi = np.where(hi > lo, hi, Y.max(axis=0))
-    span = np.where(hi > lo, hi - lo, 1.0)
-    F = (Y - lo) / span
-    w = rng.dirichlet(np.ones(Y.shape[1]))
-    WF = F * w
-    return WF.max(axis=1) + rho * WF.sum(axis=1)
-
+# purposes of the seeded generators (the third element of the rng key; 9 and 11 are the keys
+# the benchmark measured the quantised exploration with, kept so those runs replay)
+_RNG_STARTUP, _RNG_ACQ, _RNG_FIT, _RNG_WEIGHTS, _RNG_EXPLORE, _RNG_PLATEAU = 1, 2, 3, 4, 9, 11
 
 class GPSuggester(SuggesterBase):
     """vcli's Gaussian-process Bayesian optimiser (see the module docstring)."""
 
     #: on a quantised objective, trial numbers t with t % explore_every == explore_every - 1
-    #: are drawn near a good point (`_near_good`): one of the best `explore_top` fraction of
-    #: the observations, moved by N(0, explore_sd) in the unit space; at most
-    #: `explore_per_ask` such points in one ask (0: no cap)
+    #: are Thompson draws (`_explore.thompson_row`) over random candidates and candidates near
+    #: the best `explore_top` fraction of the observations, moved by N(0, explore_sd) in the
+    #: unit space; at most `explore_per_ask` such points in one ask (0: no cap)
     explore_every, explore_top, explore_sd, explore_per_ask = 4, 0.1, 0.05, 0
+    #: a log-EI point closer than `plateau_radius` (max-norm, unit space) to an observation at
+    #: the incumbent's level is replaced: by a uniform random point with probability
+    #: `plateau_uniform`, else by `_near_good` (0.05 instead of 0.02: hartmann6_step solved
+    #: 10 of 40 runs against 26; near good points only: svm_digits 36 of 40 against 39)
+    plateau_radius, plateau_uniform = 0.02, 0.5
 
     def __init__(
         self,
@@ -156,48 +131,92 @@ class GPSuggester(SuggesterBase):
         known = self.known_keys()
         # trial numbers below n_startup are random (all of them until 2 observations exist)
         n_random = count if len(obs) < 2 else max(0, min(count, self.n_startup - self.n_known))
+        out = self._startup(n_random, known)
+        if len(out) < n_random or n_random == count:  # all random, or a finite space ran out
+            return out
+        return out + self._model_phase(obs, range(n_random, count), known, out, multi)
+
+    def _startup(self, n: int, known: set) -> list[dict[str, ParameterValue]]:
+        """The first `n` suggestions of this ask, random (fewer when a finite space runs out)."""
         out: list[dict[str, ParameterValue]] = []
-        for i in range(n_random):
+        for i in range(n):
             p = self._untried_random(self.rng(i, _RNG_STARTUP), known)
             if p is None:
-                return out
-            known.add(sp.key(p))
+                break
+            known.add(self.space.key(p))
             out.append(p)
-        if n_random == count:
-            return out
-        slots = {} if multi else self._explored(obs, range(n_random, count), known)
-        model_slots = [i for i in range(n_random, count) if i not in slots]
+        return out
+
+    def _model_phase(self, obs, indices, known: set, batch, multi: bool) -> list[dict[str, ParameterValue]]:
+        """The suggestions numbered `indices` in this ask, after the random ones (`batch`):
+        Thompson draws in the explore slots (`_explored`), log EI in the others, in order; a
+        slot left empty (a finite space ran out) ends the list."""
+        valueless = self.objective_valueless() if multi else self.valueless()
+        model = None if multi or not self._explores(obs) else self._single_model(obs, valueless)
+        slots = {} if model is None else self._explored(obs, model, indices, known)
+        model_slots = [i for i in indices if i not in slots]
         if model_slots:
-            valueless = self.objective_valueless() if multi else self.valueless()
-            chosen = self._ask_model(model_slots, obs, valueless, known, out + list(slots.values()))
+            chosen = self._ask_model(model_slots, obs, valueless, known, batch + list(slots.values()), model)
             slots.update(zip(model_slots, chosen))
-        # in trial order; a model slot left empty (a finite space ran out) ends the list
-        for i in range(n_random, count):
+        out: list[dict[str, ParameterValue]] = []
+        for i in indices:
             if i not in slots:
                 break
             out.append(slots[i])
         return out
 
-    def _explored(self, obs, slots, known: set) -> dict[int, dict[str, ParameterValue]]:
-        """{slot: point} for the suggestions of this ask (indices `slots`) that explore near a
-        good point: none unless the objective looks quantised; `known` gains their keys."""
+    def _explores(self, obs) -> bool:
+        """Does this ask take points outside log EI (`_explore`): one metric, quantised?"""
+        return self.explore_quantised and quantised([v for _, v in obs])
+
+    def _explored(self, obs, model, slots, known: set) -> dict[int, dict[str, ParameterValue]]:
+        """{slot: point} for the suggestions of this ask (indices `slots`) that are Thompson
+        draws of `model` (`_single_model`'s); `known` gains their keys."""
+        np = self._np
+        sp = self.space
         out: dict[int, dict[str, ParameterValue]] = {}
-        if not self.explore_quantised or not self._quantised([v for _, v in obs]):
-            return out
         for i in slots:
             if self.explore_per_ask and len(out) >= self.explore_per_ask:
                 break
             if (self.n_known + i) % self.explore_every == self.explore_every - 1:
-                p = self._near_good(obs, self.rng(i, _RNG_EXPLORE), known)
+                rng = self.rng(i, _RNG_EXPLORE)
+                gp, X, y = model[0], model[4], model[5]
+                x = thompson_row(np, sp, gp, X, y, rng, known, top=self.explore_top, sd=self.explore_sd)
+                p = self._untried_random(rng, known) if x is None else sp.decode(x)
                 if p is None:  # a finite space ran out
                     break
-                known.add(self.space.key(p))
+                known.add(sp.key(p))
                 out[i] = p
         return out
 
-    def _ask_model(self, slots, obs, valueless, known, batch) -> list[dict[str, ParameterValue]]:
+    def _single_model(self, obs, valueless):
+        """`_model` for one metric over the modelled observations, plus their rows and the
+        outputs it was fitted to: (gp, theta, best, best_x, X, y)."""
+        np = self._np
+        sp = self.space
+        obs = self._modelled(obs)
+        X = np.array([sp.encode(p) for p, _ in obs], dtype=float)
+        V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
+        y, floor = self._outputs(np.array([v for _, v in obs], dtype=float))
+        return (*self._model(X, y, V, floor), X, y)
+
+    def _outputs(self, yraw):
+        """(the outputs the GP models for raw values `yraw`, its noise floor)."""
+        np = self._np
+        y = self._transform(yraw)
+        floor = self._noise_floor(yraw, y)
+        if floor > self.min_noise and self.quantised_mean is not None:
+            # quantised objective: the GP's prior mean at this quantile of y (the worst value
+            # by default), so far from the data it expects no better than that (with a
+            # categorical it kept runs out of unexplored categories: mixed5_int, 20 seeds, 9
+            # stuck against 3 without, p = 0.03 at 60 trials)
+            y = y - float(np.quantile(y, self.quantised_mean))
+        return y, floor
+
+    def _ask_model(self, slots, obs, valueless, known, batch, model=None) -> list[dict[str, ParameterValue]]:
         """Points from the GP for the suggestions numbered `slots` (indices in this ask, which
-        key their generators); `batch` = points already chosen in this ask, treated as pending.
+        key their generators); `batch` = points already chosen in this ask, treated as pending;
+        `model`: `_single_model`'s, when the caller has it (one metric).
 
         Several objectives: each suggestion gets its own ParEGO scalarisation (weights drawn
         for its trial number) and a GP fitted to it."""
@@ -205,26 +224,19 @@ class GPSuggester(SuggesterBase):
         sp = self.space
         from vcli.tuning.suggesters import _gp
 
-        obs = self._modelled(obs)
-        X = np.array([sp.encode(p) for p, _ in obs])
-        Y = np.array([v for _, v in obs], dtype=float)  # (n,) one objective, (n, m) several
+        level = self._incumbent_level(obs)
+        modelled = self._modelled(obs)
+        X = np.array([sp.encode(p) for p, _ in modelled])
+        Y = np.array([v for _, v in modelled], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
         P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
         out: list[dict[str, ParameterValue]] = []
-        model = None
         for i in slots:
             if model is None or Y.ndim == 2:
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
-                y = self._transform(yraw)
-                floor = self._noise_floor(yraw, y)
-                if floor > self.min_noise and self.quantised_mean is not None:
-                    # quantised objective: the GP's prior mean at this quantile of y (the worst
-                    # value by default), so far from the data it expects no better than that
-                    # (with a categorical it kept runs out of unexplored categories: mixed5_int,
-                    # 20 seeds, 9 stuck against 3 without, p = 0.03 at 60 trials)
-                    y = y - float(np.quantile(y, self.quantised_mean))
+                y, floor = self._outputs(yraw)
                 model = self._model(X, y, V, floor)
-            gp, theta, best, best_x = model
+            gp, theta, best, best_x = model[:4]
             if len(P):  # kriging believer, incumbent lowered to the best fantasy
                 fy, _ = gp.predict(P)
                 acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
@@ -235,9 +247,32 @@ class GPSuggester(SuggesterBase):
                 break
             p = sp.decode(x)
             known.add(sp.key(p))
+            if level is not None and on_plateau(np, level, x, self.plateau_radius):
+                p = self._off_plateau(i, obs, known) or p
             out.append(p)
             P = np.vstack([P, np.array(sp.encode(p))[None, :]])
         return out
+
+    def _incumbent_level(self, obs):
+        """The rows of the observations at the best value, on a quantised objective (one
+        metric, `_explores`); None otherwise."""
+        if not obs or isinstance(obs[0][1], tuple) or not self._explores(obs):
+            return None
+        best = min(v for _, v in obs)
+        return self._np.array([self.space.encode(p) for p, v in obs if v == best], dtype=float)
+
+    def _off_plateau(self, i, obs, known: set) -> dict[str, ParameterValue] | None:
+        """The replacement of suggestion `i`'s log-EI point on the incumbent's plateau: a
+        uniform random point with probability `plateau_uniform`, else `_near_good`; `known`
+        gains its key."""
+        rng = self.rng(i, _RNG_PLATEAU)
+        if rng.random() < self.plateau_uniform:
+            p = self._untried_random(rng, known)
+        else:
+            p = self._near_good(obs, rng, known)
+        if p is not None:
+            known.add(self.space.key(p))
+        return p
 
     def _modelled(self, obs):
         """The observations the GP models: all of them up to `max_model_points`; beyond, the
@@ -253,13 +288,6 @@ class GPSuggester(SuggesterBase):
         recent = [i for i in range(len(obs)) if i not in best][-(cap - len(best)):]
         return [obs[i] for i in sorted(best | set(recent))]
 
-    @staticmethod
-    def _quantised(values) -> bool:
-        """Whether an objective looks quantised: at least 10 % of its observed values (and at
-        least 2) repeat exactly. Continuous objectives practically never repeat a value."""
-        n = len(values)
-        return n - len(set(values)) >= max(2, 0.1 * n)
-
     def _noise_floor(self, yraw, y):
         """The GP's noise floor for outputs y (= _transform(yraw)): `min_noise`, or, when the
         objective looks quantised (at least 10 % of the values repeat exactly: plateaus with
@@ -274,7 +302,7 @@ class GPSuggester(SuggesterBase):
         np = self._np
         # not with a categorical: on mixed5_int (20 seeds) the floor alone left 7 runs short at 60
         # trials against 3 without it (GPSampler 1; p = 0.023 against GPSampler)
-        if not self.quantised_noise or self._is_cat.any() or not self._quantised(yraw):
+        if not self.quantised_noise or self._is_cat.any() or not quantised(yraw):
             return self.min_noise
         levels = np.unique(y)
         if len(levels) < 2:
@@ -326,33 +354,10 @@ class GPSuggester(SuggesterBase):
         return y / sd if sd > 0 else y
 
     def _near_good(self, obs, rng, known: set) -> dict[str, ParameterValue] | None:
-        """A point near a good one: a copy of one of the best `explore_top` of `obs` (drawn
-        uniformly), each numeric column moved by N(0, explore_sd) in the unit space, each
-        categorical redrawn with probability 0.2; one not in `known` in a finite space (after
-        64 tries, a uniform random point).
-
-        Why local, not uniform: where the best plateau is wide and its best level is scattered
-        over it (svm_digits: the 8-error level on 2 % of the grid, within a band where most
-        points make 9 or 10 errors), sampling near the good points finds it early, as TPE's
-        density of good points does; uniform points (every third trial) solved fewer runs by
-        trial 30 there and on hartmann6_step (tables in bench/README)."""
-        np = self._np
-        sp = self.space
-        order = sorted(range(len(obs)), key=lambda j: obs[j][1])
-        top = order[: max(1, int(len(order) * self.explore_top))]
-        base = np.array(sp.encode(obs[top[int(rng.integers(len(top)))]][0]), dtype=float)
-        for _ in range(64):
-            x = base.copy()
-            for c, node in enumerate(sp.nodes):
-                if node.kind == CATEGORICAL:
-                    if rng.random() < 0.2:
-                        x[c] = float(rng.integers(len(node.values)))
-                else:
-                    x[c] = min(1.0, max(0.0, x[c] + self.explore_sd * rng.normal()))
-            p = sp.decode(sp.snap(x[None, :])[0])
-            if sp.key(p) not in known:
-                return p
-        return self._untried_random(rng, known)
+        """`_explore.near_good` with `explore_top` and `explore_sd`; after 64 tries that are
+        all in `known` (a finite space), a uniform random point."""
+        p = near_good(self._np, self.space, obs, rng, known, top=self.explore_top, sd=self.explore_sd)
+        return self._untried_random(rng, known) if p is None else p
 
     def _untried_random(self, rng, known: set) -> dict[str, ParameterValue] | None:
         """A random point; in a finite space one not in `known` (None when all are)."""
