@@ -31,6 +31,9 @@ POOL = "machine-type=n1-standard-4,replica-count"
 TRAINER = """
     import os, sys, time
     print("pid", os.getpid(), os.environ["VCLI_TASK_NAME"], flush=True)
+    hold, deadline = os.environ.get("HOLD_FILE"), time.time() + 120
+    while hold and not os.path.exists(hold) and time.time() < deadline:
+        time.sleep(0.05)  # held at the start until the test has seen every replica alive
     x = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--x=")]
     for step in (1, 2):
         time.sleep(float(os.environ.get("STEP_SECONDS", "1.5")))
@@ -65,16 +68,19 @@ def test_a_custom_job_survives_its_controller_and_resumes(tmp_path: Path) -> Non
     script = _trainer(tmp_path)
     proc = spawn(home, "custom-jobs", "create", "--display-name=resume-me",
                  f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=2,container-image-uri=x",
-                 f"--command=python3,{script}", STEP_SECONDS="4")
+                 f"--command=python3,{script}", STEP_SECONDS="4", HOLD_FILE=str(tmp_path / "go"))
     try:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-        wait_for(lambda: len(running_replicas(job_id)) == 3, 30, "three replicas running")
+        # CI (loaded) saw the first replica end its 8 s before the third had started: the
+        # trainers wait at their start until every replica has been seen alive
+        wait_for(lambda: len(running_replicas(job_id)) == 3, 60, "three replicas running")
         _kill_controller(proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     before = set(processes_with_env("VCLI_JOB_ID", job_id))
     assert len(running_replicas(job_id)) == 3, "replicas must outlive their controller"
+    (tmp_path / "go").touch()
     job = describe(home, "custom-jobs", job_id)
     assert job["state"] == "JOB_STATE_RUNNING" and job["controller"]["alive"] is False, job
     listed = vcli(home, "custom-jobs", "list", "--format=value(name)")
