@@ -177,6 +177,41 @@ def test_a_pbt_study_records_each_exploit_and_its_lineage(tmp_path: Path, server
     assert parent.data.tags["vcli.best_trial_id"] == study["bestTrialId"]
 
 
+def test_a_pbt_trials_start_step_tag_follows_its_first_report(tmp_path: Path, server: MlflowServer) -> None:
+    """The donor may save a newer checkpoint between the exploit and the copy: the trial's first
+    report corrects its start step (CI saw the tag keep the exploit's step: 3 against 4)."""
+    import yaml
+
+    from tests.test_pbt_study import PBT_STUDY
+    from vcli.codec.study import hp_tuning_job_from_document
+    from vcli.spec import JobState, Measurement, PbtLineage, Trial, TrialState
+    from vcli.tracking.study import StudyTracker
+
+    doc = yaml.safe_load(PBT_STUDY.format(max_trials=8, population=2, python=sys.executable, script="toy.py", extra=""))
+    spec, _, _ = hp_tuning_job_from_document(doc, "pbt.yaml")
+    said: list[str] = []
+    tracker = StudyTracker({"uri": server.uri, "experiment": "pbt-start-step", "runName": "pbt-start-step"}, study_id="7",
+                           display_name="pbt-start-step", spec=spec, say=said.append, persist=lambda settings: None)
+    tracker.open()
+    donor = Trial(id="1", parameters={"lr": 0.01}, state=TrialState.ACTIVE, lineage=PbtLineage(member=0))
+    tracker.trial_started(donor)
+    lineage = PbtLineage(member=1, parent_trial_id="1", start_step=3, inherited_parameters={"lr": 0.01})
+    child = Trial(id="2", parameters={"lr": 0.012}, state=TrialState.ACTIVE, lineage=lineage)
+    tracker.trial_started(child)
+    assert tracker.syncer.wait(lambda: tracker._run_id("2") is not None, 30), said
+    corrected = Trial(id="2", parameters={"lr": 0.012}, state=TrialState.SUCCEEDED,
+                      measurements=(Measurement(step_count=5, metrics={"score": 0.5}),),
+                      final_measurement=Measurement(step_count=5, metrics={"score": 0.5}),
+                      lineage=PbtLineage(member=1, parent_trial_id="1", start_step=4, inherited_parameters={"lr": 0.01}))
+    tracker.trial_ended(corrected)
+    tracker.trial_ended(Trial(id="1", parameters={"lr": 0.01}, state=TrialState.SUCCEEDED, lineage=PbtLineage(member=0)))
+    tracker.study_ended(JobState.JOB_STATE_SUCCEEDED, None, [])
+    assert said and said[-1].startswith("MLflow: experiment [pbt-start-step]"), said
+    _, children = _runs(server, "pbt-start-step")
+    assert children["2"].data.tags["vcli.pbt.start_step"] == "4"
+    assert children["2"].data.tags["vcli.pbt.parent_run_id"] == children["1"].info.run_id
+
+
 def test_a_trainer_logs_into_its_trials_run_and_only_the_chief_gets_it(tmp_path: Path, server: MlflowServer) -> None:
     home, pkg = tmp_path / "home", _package(tmp_path)
     r = vcli(home, *_study_args("trainer-logs", pkg, [0.2, 0.6], "--parallel-trial-count=2", "--args=--steps=3,--log=1",

@@ -112,8 +112,12 @@ def trial_tags(trial: Trial, study_id: str, parent_run_id: str | None, lineage_r
 
 
 def state_tags(trial: Trial) -> dict[str, str]:
-    """The tags that follow the trial's state (sent again when they change)."""
+    """The tags that follow the trial's state (sent again when they change). A PBT trial's
+    start step is among them: its first report corrects it when the donor had saved a newer
+    checkpoint by the time it was copied (`Population.resumed_from`)."""
     tags = {"vcli.state": trial.state.value}
+    if trial.lineage is not None and trial.lineage.parent_trial_id:
+        tags["vcli.pbt.start_step"] = str(trial.lineage.start_step)
     for key, value in (("vcli.stop_reason", trial.stop_reason), ("vcli.early_stopping_rule", trial.early_stopping_rule),
                        ("vcli.infeasible_reason", trial.infeasible_reason)):
         if value:
