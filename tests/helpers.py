@@ -132,23 +132,37 @@ def job_id_from_stderr(stderr: str) -> str:
 
 
 def read_stderr_until(proc: subprocess.Popen[str], needle: str, timeout: float) -> str:
-    """Read the background process's stderr lines until one contains `needle`."""
+    """Read the background process's stderr lines until one contains `needle`.
+
+    Byte by byte from the pipe itself, never through `proc.stderr`'s buffers: a buffered
+    `readline` takes every line the pipe holds, and the selector, which sees only the pipe,
+    then waits for more while the needle sits in the buffer (CI, loaded, got the note and the
+    "submitted successfully" line in one read and waited 60 s for nothing). Nothing past the
+    needle's line is read, so a later `communicate()` gets the rest."""
     import selectors
 
     assert proc.stderr is not None
+    fd = proc.stderr.fileno()
     sel = selectors.DefaultSelector()
-    sel.register(proc.stderr, selectors.EVENT_READ)
-    seen = ""
+    sel.register(fd, selectors.EVENT_READ)
+    seen, line = "", b""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sel.select(timeout=0.2):
-            line = proc.stderr.readline()
-            if not line:
+    try:
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=0.2):
+                continue
+            byte = os.read(fd, 1)
+            if not byte:
                 break
-            seen += line
-            if needle in line:
-                return seen
-    raise AssertionError(f"'{needle}' not seen in stderr within {timeout}s:\n{seen}")
+            line += byte
+            if byte == b"\n":
+                text = line.decode(errors="replace")
+                seen, line = seen + text, b""
+                if needle in text:
+                    return seen
+    finally:
+        sel.close()
+    raise AssertionError(f"'{needle}' not seen in stderr within {timeout}s:\n{seen}{line.decode(errors='replace')}")
 
 
 def clusters_from_stdout(stdout: str) -> dict[str, dict[str, list[str]]]:

@@ -685,28 +685,36 @@ def test_a_replica_that_checkpoints_every_20_ms_is_held_still_for_a_consistent_c
 
 
 #: A controller holding a replica still, as `fetch_dir` does, until it is killed: per kind.
+#: With `twice`, it holds the replica once and lets go first (the block ends as a copy's does),
+#: then at once holds it again.
 _HOLDER = """
 import json, os, sys, time
-kind, args = sys.argv[1], sys.argv[2:]
+kind, twice, args = sys.argv[1], sys.argv[2] == "twice", sys.argv[3:]
 if kind in ("ssh", "ssh-docker"):
     from vcli.control.wiring import ssh_executor
     from vcli.executors.ssh.hold import held
     from vcli.hosts import Host
     host = Host(**json.loads(args[0]))
-    hold = held(ssh_executor([host])._link(host.name), args[1], args[2], container=args[3] if args[3:] else None)
+    link = ssh_executor([host])._link(host.name)
+    hold = lambda: held(link, args[1], args[2], container=args[3] if args[3:] else None)
 elif kind == "slurm":
     from vcli.executors.slurm.hold import held
     target, node, tag, directory = json.loads(args[0])
-    hold = held(target, node, tag, directory)
+    hold = lambda: held(target, node, tag, directory)
 elif kind == "local":
     from vcli.executors.freeze import frozen
     from vcli.executors.local import tagged_processes
-    hold = frozen([p for p in tagged_processes(args[0], exclude=os.getpid()) if p != int(args[1])])
+    hold = lambda: frozen([p for p in tagged_processes(args[0], exclude=os.getpid()) if p != int(args[1])])
 else:
     import docker
     from vcli.executors.freeze import paused
-    hold = paused(docker.APIClient(base_url=args[1]), args[1], args[0])
-with hold as got:
+    hold = lambda: paused(docker.APIClient(base_url=args[1]), args[1], args[0])
+if twice:
+    with hold() as got:
+        if not (got if isinstance(got, bool) else got[0]()):
+            print("running", flush=True)
+            sys.exit()
+with hold() as got:
     ok = got if isinstance(got, bool) else got[0]()
     print("held" if ok else "running", flush=True)
     time.sleep(120)
@@ -751,8 +759,8 @@ def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk
     handle = hf.start(launch)
     hf.wait_for_log(launch, "churning")
     step = lambda: hf.executor.read_file(handle, env["AIP_CHECKPOINT_DIR"] + "step")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, "once",
+                               *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         first = step()
@@ -768,6 +776,39 @@ def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk
         holder.kill()
         holder.wait(timeout=10)
     assert hf.executor.poll(handle).running
+    hf.executor.stop([handle], grace_seconds=2)
+    hf.wait(handle)
+
+
+def test_a_hold_that_ended_does_not_let_go_of_the_next_one(hk: Harness) -> None:
+    """A hold's end is complete when its block returns: the replica is continued by then, and
+    nothing of that hold acts later. CI, loaded, saw the copies of one PBT exploit fail: the
+    first copy's watchdog unpaused the container after the second copy had paused it, so the
+    second copied a live checkpoint and gave up. Here a holder lets go and at once holds
+    again: the replica must stay still."""
+    import subprocess
+
+    hf = hk
+    env = _checkpoint_env(hf)
+    launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)
+    handle = hf.start(launch)
+    hf.wait_for_log(launch, "churning")
+    step = lambda: hf.executor.read_file(handle, env["AIP_CHECKPOINT_DIR"] + "step")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, "twice",
+                               *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        first = step()
+        for _ in range(10):
+            time.sleep(0.1)
+            assert step() == first, "the first hold's end let go of the second hold"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while step() == first:
+        assert time.monotonic() < deadline, "the replica stayed stopped after its holder died"
+        time.sleep(0.05)
     hf.executor.stop([handle], grace_seconds=2)
     hf.wait(handle)
 

@@ -11,9 +11,9 @@ copy (even `kill -9`) never leaves a replica stopped.
 Stopped is not enough: a trainer stopped in the middle of writing a file leaves it half
 written. So the copy is taken only at a moment when no process of the replica holds a file of
 the directory open for writing (/proc/PID/fd and fdinfo); otherwise the trainer is continued
-for a few milliseconds and stopped again. Each file is then whole; files written in separate
-steps of a trainer (a weights file, then its index) may still come from two steps, as with
-any copy of a live directory.
+for a few milliseconds (more with each try: `_wait_after`) and stopped again. Each file is
+then whole; files written in separate steps of a trainer (a weights file, then its index)
+may still come from two steps, as with any copy of a live directory.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["HOLD_PROGRAM", "container_pids", "copy_still", "frozen", "paused", "writing_under"]
@@ -122,7 +121,7 @@ try:
             held = True
             break
         cont(pids)
-        time.sleep(0.003 * (1 + attempt % 5))
+        time.sleep(min(0.1, 0.003 * 1.2 ** attempt) * (2 + attempt % 3) / 2)  # = _wait_after(attempt)
     sys.stdout.write("held\n" if held else "running\n")
     sys.stdout.flush()
     sys.stdin.buffer.read()
@@ -163,6 +162,10 @@ finally:
 """
 
 
+#: How long a hold's end waits for its watchdog (its unpause request times out at 30 s).
+_WATCHDOG_SECONDS = 35.0
+
+
 @contextlib.contextmanager
 def _watchdog(args: Sequence[str]) -> Iterator[None]:
     read_end, write_end = os.pipe()  # both close-on-exec: no other child inherits them
@@ -174,11 +177,18 @@ def _watchdog(args: Sequence[str]) -> Iterator[None]:
         raise
     finally:
         os.close(read_end)
-    threading.Thread(target=dog.wait, name="vcli-freeze-watchdog", daemon=True).start()
     try:
         yield
     finally:
         os.close(write_end)  # the watchdog continues the tree now, if this process did not
+        # ... and the hold ends only once it has: a watchdog still on its way would continue
+        # (unpause) the replica in the middle of the next hold (CI, loaded, saw a PBT copy fail
+        # so). One stuck past its request's own timeout is killed: it must not act later.
+        try:
+            dog.wait(timeout=_WATCHDOG_SECONDS)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+            dog.wait()
 
 
 def writing_under(pids: Sequence[int], root: str) -> bool:
@@ -204,8 +214,17 @@ def writing_under(pids: Sequence[int], root: str) -> bool:
     return False
 
 
-#: How many times a copy waits for the trainer to be between writes, and how long at first.
-_TRIES, _BACKOFF = 40, 0.003
+#: How many times a copy waits for the trainer to be between writes.
+_TRIES = 40
+
+
+def _wait_after(attempt: int) -> float:
+    """Seconds the trainer runs before the next try: 3 ms at first, growing by a fifth per
+    try up to 0.1 s, varied so as not to keep meeting a trainer that writes on a fixed period;
+    about 3.8 s over all `_TRIES`. On a loaded machine a trainer continued for only a few
+    milliseconds may not run at all before it is stopped again, and stays in its write: with a
+    fixed 3-15 ms (0.36 s in all), CI under load saw every try of a copy meet the same write."""
+    return min(0.1, 0.003 * 1.2**attempt) * (2 + attempt % 3) / 2
 
 
 def copy_still(pids: Sequence[int], stop: Callable[[], bool], cont: Callable[[], None], src: str,
@@ -227,7 +246,7 @@ def copy_still(pids: Sequence[int], stop: Callable[[], bool], cont: Callable[[],
                 return copy_dir_atomically(src, dest)
         finally:
             cont()
-        time.sleep(_BACKOFF * (1 + attempt % 5))
+        time.sleep(_wait_after(attempt))
     return copy_dir_atomically(src, dest)
 
 

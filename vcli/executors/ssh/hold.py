@@ -55,6 +55,9 @@ def held(link: HostLink, tag: str, directory: str, *, container: str | None = No
     finally:
         try:
             chan.shutdown_write()  # stdin closes: the host continues the tree
+            # ... and the hold ends once it has (its exit status is back): a hold still ending
+            # on the host would continue the replica in the middle of the next one
+            chan.status_event.wait(HOLD_SECONDS)
             chan.close()
         except Exception:
             pass
