@@ -365,11 +365,18 @@ def test_a_heterogeneous_two_pool_job_succeeds_with_its_labels_in_the_slurm_comm
     pkg = write_package(tmp_path, {"het.py": HET})
     proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=het", "--labels=team=vision,run=het1",
                  f"--worker-pool-spec={SMALL},local-package-path={pkg},script=het.py", f"--worker-pool-spec={WHOLE}")
-    try:
-        wait_for(lambda: len(cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split()) >= 3, 120,
-                 "both replicas' steps")
+    seen: dict[str, Any] = {"steps": set(), "queue": []}
+
+    def both_steps() -> bool:  # every step seen so far: one may end before the other shows (CI, loaded)
+        seen["steps"] |= set(cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split())
         queue = cluster.run("squeue", "-h", "-o", "%i|%k").stdout.split("\n")
-        steps = cluster.run("squeue", "-h", "-s", "-o", "%i").stdout.split()
+        if len([line for line in queue if line]) == 2:
+            seen["queue"] = queue
+        return len({st.split(".")[0] for st in seen["steps"]}) >= 2 and bool(seen["queue"])
+
+    try:
+        wait_for(both_steps, 120, "both replicas' steps")
+        queue, steps = seen["queue"], sorted(seen["steps"])
         out, err = proc.communicate(timeout=180)
     finally:
         reap(proc)
