@@ -744,40 +744,49 @@ def _holder_args(h: Harness, handle: ReplicaHandle, launch: ReplicaLaunch, direc
     return [handle.ref, engine_url(None)]
 
 
-def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk: Harness) -> None:
-    """The hold ends with the controller: one killed (-9) in the middle of a copy never leaves
-    the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host,
-    processes or containers: the hold's channel closes; Slurm: srun forwards the end of its
-    stdin to the hold's step on the node)."""
-    import signal
+def _churner_held(hf: Harness, mode: str):
+    """A replica rewriting its checkpoint every 20 ms, and `_HOLDER` (`mode`: once, twice)
+    holding it: (handle, a reader of its step file, the holder), once the holder said held."""
     import subprocess
-
-    hf = hk
 
     env = _checkpoint_env(hf)
     launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)
     handle = hf.start(launch)
     hf.wait_for_log(launch, "churning")
     step = lambda: hf.executor.read_file(handle, env["AIP_CHECKPOINT_DIR"] + "step")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, "once",
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, mode,
                                *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        first = step()
-        time.sleep(0.4)
-        assert step() == first, "the replica was not held still"
-        holder.send_signal(signal.SIGKILL)
-        holder.wait(timeout=10)
-        deadline = time.monotonic() + 5
-        while step() == first:
-            assert time.monotonic() < deadline, "the replica stayed stopped after its holder died"
-            time.sleep(0.05)
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return handle, step, holder
+
+
+def _goes_on(hf: Harness, handle: ReplicaHandle, step: Callable[[], str | None], first: str | None) -> None:
+    """The replica writes a new step within 5 s, and is then stopped."""
+    deadline = time.monotonic() + 5
+    while step() == first:
+        assert time.monotonic() < deadline, "the replica stayed stopped after its holder died"
+        time.sleep(0.05)
     assert hf.executor.poll(handle).running
     hf.executor.stop([handle], grace_seconds=2)
     hf.wait(handle)
+
+
+def test_a_controller_killed_while_it_holds_a_replica_still_leaves_it_running(hk: Harness) -> None:
+    """The hold ends with the controller: one killed (-9) in the middle of a copy never leaves
+    the donor stopped (local: the watchdog's pipe; docker: the watchdog unpauses; an SSH host,
+    processes or containers: the hold's channel closes; Slurm: srun forwards the end of its
+    stdin to the hold's step on the node)."""
+    handle, step, holder = _churner_held(hk, "once")
+    try:
+        first = step()
+        time.sleep(0.4)
+        assert step() == first, "the replica was not held still"
+        holder.kill()
+        holder.wait(timeout=10)
+        _goes_on(hk, handle, step, first)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
 
 
 def test_a_hold_that_ended_does_not_let_go_of_the_next_one(hk: Harness) -> None:
@@ -786,18 +795,8 @@ def test_a_hold_that_ended_does_not_let_go_of_the_next_one(hk: Harness) -> None:
     first copy's watchdog unpaused the container after the second copy had paused it, so the
     second copied a live checkpoint and gave up. Here a holder lets go and at once holds
     again: the replica must stay still."""
-    import subprocess
-
-    hf = hk
-    env = _checkpoint_env(hf)
-    launch = hf.launch("churn:$AIP_CHECKPOINT_DIR", env=env)
-    handle = hf.start(launch)
-    hf.wait_for_log(launch, "churning")
-    step = lambda: hf.executor.read_file(handle, env["AIP_CHECKPOINT_DIR"] + "step")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf.kind, "twice",
-                               *_holder_args(hf, handle, launch, env["AIP_CHECKPOINT_DIR"])], stdout=subprocess.PIPE, text=True)
+    handle, step, holder = _churner_held(hk, "twice")
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         first = step()
         for _ in range(10):
             time.sleep(0.1)
@@ -805,12 +804,7 @@ def test_a_hold_that_ended_does_not_let_go_of_the_next_one(hk: Harness) -> None:
     finally:
         holder.kill()
         holder.wait(timeout=10)
-    deadline = time.monotonic() + 5
-    while step() == first:
-        assert time.monotonic() < deadline, "the replica stayed stopped after its holder died"
-        time.sleep(0.05)
-    hf.executor.stop([handle], grace_seconds=2)
-    hf.wait(handle)
+    _goes_on(hk, handle, step, first)
 
 
 # --------------------------------------------------------------------------- host-wide GPU leases
