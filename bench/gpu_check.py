@@ -55,7 +55,8 @@ TRAINER = textwrap.dedent("""
             x = torch.randn(8192, 256, device=dev)
             y = x[:, :8].sum(1, keepdim=True)
             steps, first = 0, None
-            while time.time() - rec["start"] < seconds:
+            # at least 50 steps: CUDA's start-up alone can take longer than `seconds`
+            while steps < 50 or time.time() - rec["start"] < seconds:
                 loss = ((model(x) - y) ** 2).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -148,7 +149,7 @@ def run_checks(work: Path, declared: int, seconds: float, check: Check) -> None:
     rows = leases()
     check("vcli hosts gpus lists every GPU, all FREE", [r["state"] for r in rows if r["gpu"] is not None] == ["FREE"] * count,
           json.dumps(rows))
-    hosts = vcli("hosts", "list", "--format=json", timeout=60)
+    hosts = vcli("hosts", "list", "--include-local", "--format=json", timeout=60)
     local = next((h for h in json.loads(hosts.stdout or "[]") if h.get("name") == "local"), {})
     gpu_type = local.get("gpuType") or "NVIDIA_TESLA_T4"
     check("vcli detects the GPU type", bool(local.get("gpuType")) or bool(declared), f"gpuType={local.get('gpuType')}")

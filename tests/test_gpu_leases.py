@@ -482,6 +482,43 @@ def _fake_smi(root: Path) -> Path:
     return bin_dir
 
 
+def _smi_listing(root: Path, *names: str) -> Path:
+    """A directory holding an `nvidia-smi` whose `-L` lists GPUs of these names (and a MIG
+    device under the first, as the real one prints it)."""
+    bin_dir = root / "smi-bin"
+    bin_dir.mkdir()
+    lines = "".join(f"GPU {i}: {name} (UUID: GPU-{i:04d})\\n" + ("  MIG 1g.18gb     Device  0: (UUID: MIG-1)\\n" if i == 0 else "")
+                    for i, name in enumerate(names))
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] && printf '{lines}' && exit 0\nexit 2\n")
+    smi.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("names, expected", [
+    (("NVIDIA H200", "NVIDIA H200"), "NVIDIA_H200_141GB"),
+    (("NVIDIA H100 80GB HBM3",), "NVIDIA_H100_80GB"),
+    (("NVIDIA H200", "NVIDIA L40S"), None),  # two kinds, or one Vertex has no name for: no type
+    (("NVIDIA L40S",), None),
+])
+def test_the_local_hosts_gpus_and_their_type_come_from_nvidia_smi(tmp_path: Path, names: tuple[str, ...],
+                                                                   expected: str | None) -> None:
+    """With nothing declared, `nvidia-smi -L` gives the local host its GPUs (MIG lines are not
+    GPUs) and its Vertex accelerator type, which `hosts list` shows and $VCLI_LOCAL_GPU_TYPE
+    overrides. (The real-GPU check saw gpuType empty on an H200: only SSH hosts were typed.)"""
+    env = {"PATH": f"{_smi_listing(tmp_path, *names)}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("VCLI_LOCAL_GPUS", None)
+
+    def local(**extra: str) -> dict:
+        r = vcli(tmp_path / "home", "hosts", "list", "--include-local", "--format=json", timeout=60, **env, **extra)
+        assert r.returncode == 0, r.stderr
+        return next(h for h in json.loads(r.stdout) if h["name"] == "local")
+
+    row = local()
+    assert (row["gpus"], row["gpuIndices"], row.get("gpuType")) == (len(names), ",".join(map(str, range(len(names)))), expected)
+    assert local(VCLI_LOCAL_GPU_TYPE="NVIDIA_TESLA_T4")["gpuType"] == "NVIDIA_TESLA_T4"
+
+
 def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None:
     """nvidia-smi shows a process vcli did not start on GPU 0: a 1-GPU job runs on GPU 1,
     `hosts gpus` shows GPU 0 BUSY and why; `gpu/exclude-busy false` turns the check off."""

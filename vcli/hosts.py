@@ -366,7 +366,8 @@ def remove_host(name: str) -> Host:
 
 def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
     """This machine: GPUs from an inventory entry `local`, else $VCLI_LOCAL_GPUS, else
-    `vcli.placement.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi); CPUs/memory from the OS."""
+    `vcli.placement.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi, which also names the
+    accelerator type unless $VCLI_LOCAL_GPU_TYPE does); CPUs/memory from the OS."""
     inv = load_inventory() if inventory is None else inventory
     base = inv.get(LOCAL) or Host(name=LOCAL, address="127.0.0.1")
     base = replace(base, address="127.0.0.1" if not base.internal_address else base.address)
@@ -374,6 +375,7 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
     if base.gpu_count is None and base.gpu_indices is None:
         declared = os.environ.get("VCLI_LOCAL_GPUS", "").strip()
         indices: tuple[int, ...]
+        gtype = None
         if declared:
             indices = tuple(range(int(declared))) if declared.isdigit() else tuple(
                 int(p) for p in declared.split(",") if p.strip())
@@ -381,11 +383,11 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
             try:
                 from vcli.placement.gpus import detect_local_gpus
 
-                indices = detect_local_gpus()
+                indices, gtype = detect_local_gpus()
             except Exception:  # no GPUs is the safe answer
                 indices = ()
         detected["gpus"] = {"count": len(indices), "indices": list(indices)}
-        gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE")
+        gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE") or gtype
         if gtype:
             detected["gpus"]["type"] = gtype
     detected.setdefault("cpus", os.cpu_count() or 1)

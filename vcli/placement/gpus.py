@@ -25,6 +25,7 @@ library only.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -40,6 +41,7 @@ __all__ = [
     "GpusBusyError",
     "HostGpus",
     "detect_local_gpus",
+    "vertex_gpu_type",
     "visible_devices_env",
 ]
 
@@ -288,21 +290,46 @@ def visible_devices_env(indices: tuple[int, ...] | list[int], *, in_container: b
     return {"NVIDIA_VISIBLE_DEVICES": host, "CUDA_VISIBLE_DEVICES": cuda}
 
 
-def detect_local_gpus() -> tuple[int, ...]:
-    """This machine's GPU indices: $VCLI_GPUS ("0,1,3" or a count), else `nvidia-smi -L`, else ()."""
+#: (a piece of nvidia-smi's GPU name, the Vertex accelerator type); the first match wins, so
+#: the more specific names come first
+_GPU_NAMES = [
+    ("A100 80GB", "NVIDIA_A100_80GB"), ("A100-SXM4-80GB", "NVIDIA_A100_80GB"), ("A100", "NVIDIA_TESLA_A100"),
+    ("H100 80GB", "NVIDIA_H100_80GB"), ("H100", "NVIDIA_H100_80GB"), ("H200", "NVIDIA_H200_141GB"),
+    ("GB200", "NVIDIA_GB200"), ("B200", "NVIDIA_B200"), ("RTX PRO 6000", "NVIDIA_RTX_PRO_6000"),
+    ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"), ("V100", "NVIDIA_TESLA_V100"),
+    ("P100", "NVIDIA_TESLA_P100"), ("P4", "NVIDIA_TESLA_P4"), ("K80", "NVIDIA_TESLA_K80"),
+]
+
+
+def vertex_gpu_type(name: str) -> str | None:
+    """nvidia-smi's GPU name (e.g. "NVIDIA H200") -> Vertex accelerator type (None if unknown).
+    A piece matches as a whole word, so an L40S is not an L4 nor a Tesla P40 a P4."""
+    for needle, vtype in _GPU_NAMES:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(needle)}(?![A-Za-z0-9])", name):
+            return vtype
+    return None
+
+
+def detect_local_gpus() -> tuple[tuple[int, ...], str | None]:
+    """This machine's (GPU indices, Vertex accelerator type): $VCLI_GPUS ("0,1,3" or a count;
+    no type), else `nvidia-smi -L` (the type when every GPU's name maps to the same one, see
+    `vertex_gpu_type`), else ((), None)."""
     declared = os.environ.get("VCLI_GPUS", "").strip()
     if declared:
         if declared.isdigit():
-            return tuple(range(int(declared)))
-        return tuple(int(part) for part in declared.split(",") if part.strip())
+            return tuple(range(int(declared))), None
+        return tuple(int(part) for part in declared.split(",") if part.strip()), None
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return ()
+        return (), None
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(range(sum(1 for line in out.splitlines() if line.startswith("GPU "))))
+        return (), None
+    # "GPU 0: NVIDIA H200 (UUID: GPU-...)"; MIG devices are indented lines below their GPU
+    names = [line.partition(": ")[2].partition(" (UUID")[0] for line in out.splitlines() if line.startswith("GPU ")]
+    types = {vertex_gpu_type(name) for name in names}
+    return tuple(range(len(names))), types.pop() if len(types) == 1 else None
 
 
 #: A waiter that has not tried for this long (a suspended or hung process) keeps no place in

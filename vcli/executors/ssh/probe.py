@@ -17,6 +17,7 @@ from vcli.errors import ExecutorError
 from vcli.executors.ssh.link import q, run_command
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
 from vcli.hosts import Host, KnownHosts
+from vcli.placement.gpus import vertex_gpu_type
 
 __all__ = ["check_hosts", "check_reachability", "probe_host", "vertex_gpu_type"]
 
@@ -57,22 +58,6 @@ _DIAL = ("import socket, sys\n"
          "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close(); print('OK')\n"
          "except OSError as e:\n"
          "    print('FAIL', e)\n")
-
-_GPU_NAMES = [
-    ("A100 80GB", "NVIDIA_A100_80GB"), ("A100-SXM4-80GB", "NVIDIA_A100_80GB"), ("A100", "NVIDIA_TESLA_A100"),
-    ("H100 80GB", "NVIDIA_H100_80GB"), ("H100", "NVIDIA_H100_80GB"), ("H200", "NVIDIA_H200_141GB"),
-    ("B200", "NVIDIA_B200"), ("L4", "NVIDIA_L4"), ("T4", "NVIDIA_TESLA_T4"), ("V100", "NVIDIA_TESLA_V100"),
-    ("P100", "NVIDIA_TESLA_P100"), ("P4", "NVIDIA_TESLA_P4"), ("K80", "NVIDIA_TESLA_K80"),
-]
-
-
-def vertex_gpu_type(name: str) -> str | None:
-    """nvidia-smi's GPU name -> Vertex accelerator type (None if unknown)."""
-    for needle, vtype in _GPU_NAMES:
-        if needle in name:
-            return vtype
-    return None
-
 
 def _parse_probe(out: str) -> dict[str, Any]:
     facts: dict[str, Any] = {"gpus": []}
