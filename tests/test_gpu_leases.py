@@ -490,7 +490,9 @@ def _smi_listing(root: Path, *names: str) -> Path:
     lines = "".join(f"GPU {i}: {name} (UUID: GPU-{i:04d})\\n" + ("  MIG 1g.18gb     Device  0: (UUID: MIG-1)\\n" if i == 0 else "")
                     for i, name in enumerate(names))
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] && printf '{lines}' && exit 0\nexit 2\n")
+    uuids = "".join(f"{i}, GPU-{i:04d}\\n" for i in range(len(names)))
+    smi.write_text(f"#!/bin/sh\ncase \"$1\" in\n  -L) printf '{lines}' ;;\n  --query-gpu=*) printf '{uuids}' ;;\n"
+                   "  --query-compute-apps=*) ;;\n  *) exit 2 ;;\nesac\n")
     smi.chmod(0o755)
     return bin_dir
 
@@ -505,7 +507,8 @@ def test_the_local_hosts_gpus_and_their_type_come_from_nvidia_smi(tmp_path: Path
                                                                    expected: str | None) -> None:
     """With nothing declared, `nvidia-smi -L` gives the local host its GPUs (MIG lines are not
     GPUs) and its Vertex accelerator type, which `hosts list` shows and $VCLI_LOCAL_GPU_TYPE
-    overrides. (The real-GPU check saw gpuType empty on an H200: only SSH hosts were typed.)"""
+    overrides. (The real-GPU check saw gpuType empty on an H200: only SSH hosts were typed.)
+    The detected type is shown, not matched: a job written for a T4 runs on these GPUs."""
     env = {"PATH": f"{_smi_listing(tmp_path, *names)}{os.pathsep}{os.environ['PATH']}"}
     env.pop("VCLI_LOCAL_GPUS", None)
 
@@ -517,6 +520,10 @@ def test_the_local_hosts_gpus_and_their_type_come_from_nvidia_smi(tmp_path: Path
     row = local()
     assert (row["gpus"], row["gpuIndices"], row.get("gpuType")) == (len(names), ",".join(map(str, range(len(names)))), expected)
     assert local(VCLI_LOCAL_GPU_TYPE="NVIDIA_TESLA_T4")["gpuType"] == "NVIDIA_TESLA_T4"
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    r = vcli(tmp_path / "home", *_job_args(trainer, log, 0.1, 1, "t4-job"), timeout=120, **env)  # asks for a T4
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [gpus for gpus, *_ in _intervals(log)] == [(0,)]
 
 
 def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None:

@@ -164,6 +164,7 @@ class Host:
     def to_resource(self) -> dict[str, Any]:
         """The camelCase view `vcli hosts list --format` projects (declared + effective)."""
         indices, gtype = self.gpus()
+        det_gpus = self.detected.get("gpus") if isinstance(self.detected, Mapping) else None
         out: dict[str, Any] = {
             "name": self.name,
             "address": self.address,
@@ -174,7 +175,7 @@ class Host:
             "workdir": self.workdir,
             "python": self.python,
             "gpus": len(indices),
-            "gpuType": gtype,
+            "gpuType": gtype or (det_gpus.get("model") if isinstance(det_gpus, Mapping) else None),
             "gpuIndices": ",".join(map(str, indices)) or None,
             "cpus": _num(self.capacity_cpus()),
             "memoryGb": _num(self.capacity_memory_gb()),
@@ -366,8 +367,13 @@ def remove_host(name: str) -> Host:
 
 def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
     """This machine: GPUs from an inventory entry `local`, else $VCLI_LOCAL_GPUS, else
-    `vcli.placement.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi, which also names the
-    accelerator type unless $VCLI_LOCAL_GPU_TYPE does); CPUs/memory from the OS."""
+    `vcli.placement.gpus.detect_local_gpus()` ($VCLI_GPUS or nvidia-smi); CPUs/memory from the OS.
+
+    The accelerator type that placement matches against a pool's `accelerator-type` is only
+    a declared one ($VCLI_LOCAL_GPU_TYPE, or the `local` entry's `gpu_type`). The type
+    nvidia-smi's GPU names give is only shown (`gpuType` in `hosts list --include-local`):
+    a Vertex config written for another GPU still runs on this machine, as it did before the
+    type was detected."""
     inv = load_inventory() if inventory is None else inventory
     base = inv.get(LOCAL) or Host(name=LOCAL, address="127.0.0.1")
     base = replace(base, address="127.0.0.1" if not base.internal_address else base.address)
@@ -387,7 +393,9 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
             except Exception:  # no GPUs is the safe answer
                 indices = ()
         detected["gpus"] = {"count": len(indices), "indices": list(indices)}
-        gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE") or gtype
+        if gtype:  # shown, never a placement constraint (see the docstring)
+            detected["gpus"]["model"] = gtype
+        gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE")
         if gtype:
             detected["gpus"]["type"] = gtype
     detected.setdefault("cpus", os.cpu_count() or 1)
