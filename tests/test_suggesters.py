@@ -360,6 +360,67 @@ def test_bayesian_gp_batch_is_distinct_and_avoids_pending():
     assert all(abs(nxt["x"] - p["x"]) + abs(nxt["y"] - p["y"]) > 1e-6 for p in batch)
 
 
+class _TwoPeaks:
+    """An acquisition with a small peak at `a` and a twice as high one at `b` (unit space)."""
+
+    def __init__(self, a, b):
+        import numpy as np
+
+        self.np, self.a, self.b = np, np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+
+    def values(self, X):
+        np = self.np
+        X = np.atleast_2d(X)
+        return (np.exp(-((X - self.a) ** 2).sum(1) / 0.01) + 2.0 * np.exp(-((X - self.b) ** 2).sum(1) / 0.01))
+
+    def value_grad(self, x, cols):
+        np = self.np
+        ea, eb = np.exp(-((x - self.a) ** 2).sum() / 0.01), 2.0 * np.exp(-((x - self.b) ** 2).sum() / 0.01)
+        grad = -2.0 / 0.01 * (ea * (x - self.a) + eb * (x - self.b))
+        return float(ea + eb), grad[cols]
+
+
+def test_bayesian_gp_batch_points_after_the_first_refine_near_the_incumbent():
+    """`_near_incumbent` climbs the acquisition's peak at the incumbent even when a higher one
+    lies elsewhere (which the whole-space search finds); `local_starts` 0 turns it off."""
+    import numpy as np
+
+    params = tuple(ParameterSpec(parameter_id=n, value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0)) for n in "abc")
+    s = _make("gp", params, seed=0)
+    acq = _TwoPeaks([0.2] * 3, [0.8] * 3)
+    rng = np.random.default_rng(0)
+    near = s._near_incumbent(acq, np.ones(3), np.array([0.21, 0.19, 0.2]), rng, set())
+    assert np.abs(near - 0.2).max() < 1e-3, near
+    far = s._optimise_acq(acq, np.ones(3), np.array([0.21, 0.19, 0.2]), np.random.default_rng(0), set())
+    assert np.abs(far - 0.8).max() < 1e-3, far
+    s.local_starts = 0
+    assert s._near_incumbent(acq, np.ones(3), np.array([0.2] * 3), rng, set()) is None
+
+
+@pytest.mark.parametrize("objective, asks, local_calls", [
+    ("smooth", 4, 3),      # the three points after the first model-based one
+    ("smooth", 1, 0),      # one point: where log EI is largest, pending points or not
+    ("quantised", 4, 0),   # plateaus: refining a step's inside finds nothing (`_explore` instead)
+    ("integer", 4, 0),     # an integer loss is quantised too, before its values repeat
+])
+def test_bayesian_gp_uses_local_points_only_in_a_smooth_batch(objective, asks, local_calls, monkeypatch):
+    from vcli.tuning.suggesters import bayesian
+
+    calls = []
+    orig = bayesian.GPSuggester._near_incumbent
+    monkeypatch.setattr(bayesian.GPSuggester, "_near_incumbent", lambda self, *a: calls.append(1) or orig(self, *a))
+    s = _make("gp", _quadratic_params(), seed=2)
+    value = {"smooth": _quadratic, "quantised": lambda p: round(_quadratic(p)) + 0.5,
+             "integer": lambda p: float(round(1000 * _quadratic(p)))}[objective]
+    for i in range(12):
+        p = s.ask(1)[0].parameters
+        s.tell(_done(str(i), p, value(p)))
+    s.ask(3)  # outstanding suggestions: pending points of the asks below
+    calls.clear()
+    assert len(s.ask(asks)) == asks
+    assert len(calls) == local_calls
+
+
 def test_bayesian_gp_discrete_space_never_repeats_and_exhausts():
     s = _make("gp", _grid_parameters(), seed=0)
     got = []

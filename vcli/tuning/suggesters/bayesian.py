@@ -35,7 +35,15 @@
   alternating with enumeration of the INTEGER/DISCRETE/CATEGORICAL columns;
 * pending points (running trials, outstanding suggestions, earlier points of the same
   batch) are kriging-believer fantasies with the incumbent lowered to the smallest fantasy
-  mean, which spreads a batch; valueless points (INFEASIBLE / non-finite) are
+  mean, which spreads a batch;
+* in an ask for several points on a smooth objective (one metric, not quantised, not
+  integer-valued), the model-based points after the first search log EI (with the
+  fantasies above) only from starts near the incumbent (`_near_incumbent`): the first point
+  goes wherever EI is largest, the others refine. A batch spread over the box refined too
+  seldom: at q = 4, over 40 seeds, Hartmann6 solved 16 runs against 25 and mixed5's median
+  regret at 60 trials was 2.5e-5 against 3.4e-6 (bench/README). A single ask with trials
+  still running (a study's slots freeing one at a time) is one first point: global;
+* valueless points (INFEASIBLE / non-finite) are
   kriging-believer fantasies too (they only shrink the variance there), so the optimiser
   does not propose them again, and they are never fed as metric values;
 * several metrics (a multi-objective study): ParEGO. Each model-based suggestion draws
@@ -65,6 +73,7 @@ __all__ = ["GPSuggester", "PAREGO_RHO", "parego_scalarise"]
 # purposes of the seeded generators (the third element of the rng key; 9 and 11 are the keys
 # the benchmark measured the quantised exploration with, kept so those runs replay)
 _RNG_STARTUP, _RNG_ACQ, _RNG_FIT, _RNG_WEIGHTS, _RNG_EXPLORE, _RNG_PLATEAU = 1, 2, 3, 4, 9, 11
+_RNG_LOCAL = 21  # the key the benchmark measured the batch's local points with (so those runs replay)
 
 
 class GPSuggester(SuggesterBase):
@@ -80,6 +89,12 @@ class GPSuggester(SuggesterBase):
     #: `plateau_uniform`, else by `_near_good` (0.05 instead of 0.02: hartmann6_step solved
     #: 10 of 40 runs against 26; near good points only: svm_digits 36 of 40 against 39)
     plateau_radius, plateau_uniform = 0.02, 0.5
+    #: the batch's local points (`_near_incumbent`): log-EI local searches from the best 4 of
+    #: `local_starts` points N(0, local_sd) around the incumbent on the continuous columns (unit
+    #: space). Measured at q = 4 over 40 seeds, Hartmann6 / mixed5 median regret at 60 trials
+    #: against q = 1: 0.02: 1.6x / 0.51x; 0.005: 2.0x / 0.42x; 0.01: 2.1x / 1.8x; 0.05: 3.9x /
+    #: 1.3x; 0.1: 3.4x / 2.9x; the batch spread over the box (before): 7.7x / 3.8x
+    local_sd, local_starts = 0.02, 512
 
     def __init__(
         self,
@@ -231,19 +246,28 @@ class GPSuggester(SuggesterBase):
         Y = np.array([v for _, v in modelled], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
         P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
+        # several points on a smooth objective: the first goes where EI is largest, the rest
+        # refine. Not on a quantised one (`level`), nor on an integer-valued one before its values
+        # repeat: inside a step there is nothing to refine (mixed5_int, 20 seeds, q = 4: 16 runs
+        # of 20 solved at 60 trials with local points, 17 without, GPSampler 20)
+        local = Y.ndim == 1 and level is None and len(self._cont_cols) > 0 and not np.all(Y == np.round(Y))
         out: list[dict[str, ParameterValue]] = []
-        for i in slots:
+        for k, i in enumerate(slots):
             if model is None or Y.ndim == 2:
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
                 y, floor = self._outputs(yraw)
                 model = self._model(X, y, V, floor)
             gp, theta, best, best_x = model[:4]
+            x = None
             if len(P):  # kriging believer, incumbent lowered to the best fantasy
                 fy, _ = gp.predict(P)
                 acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
+                if local and k > 0:
+                    x = self._near_incumbent(acq, gp.lengthscales, best_x, self.rng(i, _RNG_LOCAL), known)
             else:
                 acq = _gp.LogEI(gp, best)
-            x = self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
+            if x is None:
+                x = self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
             if x is None:
                 break
             p = sp.decode(x)
@@ -422,6 +446,26 @@ class GPSuggester(SuggesterBase):
                 return C[j]
         p = self._untried_random(rng, known)
         return None if p is None else np.array(sp.encode(p))
+
+    def _near_incumbent(self, acq, ls, best_x, rng, known: set):
+        """The best untried local maximum of `acq` found from starts near the incumbent
+        `best_x` (see `local_sd`), or None (the caller then searches the whole space; always
+        with `local_starts` 0, which gives the batch spread over the box, as before)."""
+        np = self._np
+        sp = self.space
+        if self.local_starts <= 0:
+            return None
+        C = np.repeat(np.asarray(best_x, dtype=float)[None, :], self.local_starts, axis=0)
+        cols = self._cont_cols
+        C[:, cols] = np.clip(C[:, cols] + rng.normal(0.0, self.local_sd, size=(len(C), len(cols))), 0.0, 1.0)
+        C = sp.repair(sp.snap(C))
+        f = acq.values(C)
+        results = [self._local_search(acq, ls, np.array(C[j], dtype=float)) for j in np.argsort(-f)[:4]]
+        results.sort(key=lambda r: -r[1])
+        for x, _ in results:
+            if not sp.is_finite or sp.key_of_row(x) not in known:
+                return x
+        return None
 
     def _local_search(self, acq, ls, x0):
         """Alternate L-BFGS-B on the continuous columns and enumeration of discrete ones."""
