@@ -65,6 +65,7 @@ import math
 
 from vcli.spec import ParameterValue, StudySpec
 from vcli.tuning.space import CATEGORICAL, DOUBLE, SuggesterBase
+from vcli.tuning.suggesters._acqsearch import AcqSearch
 from vcli.tuning.suggesters._explore import near_good, on_plateau, quantised, thompson_row
 from vcli.tuning.suggesters._parego import PAREGO_RHO, parego_scalarise
 
@@ -76,7 +77,7 @@ _RNG_STARTUP, _RNG_ACQ, _RNG_FIT, _RNG_WEIGHTS, _RNG_EXPLORE, _RNG_PLATEAU = 1, 
 _RNG_LOCAL = 21  # the key the benchmark measured the batch's local points with (so those runs replay)
 
 
-class GPSuggester(SuggesterBase):
+class GPSuggester(AcqSearch, SuggesterBase):
     """vcli's Gaussian-process Bayesian optimiser (see the module docstring)."""
 
     #: on a quantised objective, trial numbers t with t % explore_every == explore_every - 1
@@ -238,36 +239,20 @@ class GPSuggester(SuggesterBase):
         for its trial number) and a GP fitted to it."""
         np = self._np
         sp = self.space
-        from vcli.tuning.suggesters import _gp
-
         level = self._incumbent_level(obs)
         modelled = self._modelled(obs)
         X = np.array([sp.encode(p) for p, _ in modelled])
         Y = np.array([v for _, v in modelled], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
         P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
-        # several points on a smooth objective: the first goes where EI is largest, the rest
-        # refine. Not on a quantised one (`level`), nor on an integer-valued one before its values
-        # repeat: inside a step there is nothing to refine (mixed5_int, 20 seeds, q = 4: 16 runs
-        # of 20 solved at 60 trials with local points, 17 without, GPSampler 20)
-        local = Y.ndim == 1 and level is None and len(self._cont_cols) > 0 and not np.all(Y == np.round(Y))
+        local = self._refines(Y, level)
         out: list[dict[str, ParameterValue]] = []
         for k, i in enumerate(slots):
             if model is None or Y.ndim == 2:
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
                 y, floor = self._outputs(yraw)
                 model = self._model(X, y, V, floor)
-            gp, theta, best, best_x = model[:4]
-            x = None
-            if len(P):  # kriging believer, incumbent lowered to the best fantasy
-                fy, _ = gp.predict(P)
-                acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
-                if local and k > 0:
-                    x = self._near_incumbent(acq, gp.lengthscales, best_x, self.rng(i, _RNG_LOCAL), known)
-            else:
-                acq = _gp.LogEI(gp, best)
-            if x is None:
-                x = self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
+            x = self._slot_point(i, model, P, known, local=local and k > 0)
             if x is None:
                 break
             p = sp.decode(x)
@@ -277,6 +262,31 @@ class GPSuggester(SuggesterBase):
             out.append(p)
             P = np.vstack([P, np.array(sp.encode(p))[None, :]])
         return out
+
+    def _refines(self, Y, level) -> bool:
+        """Do a batch's points after the first refine near the incumbent (`_near_incumbent`)?
+        Only on a smooth objective: one metric (Y of shape (n,)), with continuous columns,
+        not quantised (`level` None), not integer-valued. Inside a step there is nothing to
+        refine (mixed5_int, 20 seeds, q = 4: 16 runs of 20 solved at 60 trials with local
+        points, 17 without, GPSampler 20), and an integer loss's values may not repeat yet."""
+        np = self._np
+        return Y.ndim == 1 and level is None and len(self._cont_cols) > 0 and not np.all(Y == np.round(Y))
+
+    def _slot_point(self, i, model, P, known: set, local: bool):
+        """The log-EI maximiser (unit-space row) for suggestion `i` under `model`, with the
+        pending rows P as kriging-believer fantasies and the incumbent lowered to the best
+        fantasy; `local`: searched from starts near the incumbent first (`_near_incumbent`).
+        None when a finite space ran out."""
+        np = self._np
+        from vcli.tuning.suggesters import _gp
+
+        gp, theta, best, best_x = model[:4]
+        if not len(P):
+            return self._optimise_acq(_gp.LogEI(gp, best), gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
+        fy, _ = gp.predict(P)
+        acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
+        x = self._near_incumbent(acq, gp.lengthscales, best_x, self.rng(i, _RNG_LOCAL), known) if local else None
+        return x if x is not None else self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
 
     def _incumbent_level(self, obs):
         """The rows of the observations at the best value, on a quantised objective (one
@@ -414,121 +424,6 @@ class GPSuggester(SuggesterBase):
         return _gp.fit_hyperparameters(X, y, self._is_cat, starts, self.min_noise if floor is None else floor)
 
     # ------------------------------------------------------------------ acquisition
-
-    def _optimise_acq(self, acq, ls, best_x, rng, known: set):
-        """Maximise `acq` over the space: Sobol candidates, then local search from the best."""
-        np = self._np
-        from scipy.stats import qmc
-
-        sp = self.space
-        sob = qmc.Sobol(sp.dim, scramble=True, seed=rng)
-        m = max(1, math.ceil(math.log2(self.n_candidates)))
-        C = sp.sample_unit(sob.random_base2(m))
-        f = acq.values(C)
-        imax = int(np.argmax(f))
-        starts = [C[imax]]
-        probs = np.exp(f - f[imax])
-        probs[imax] = 0.0
-        nz = int(np.count_nonzero(probs > 0))
-        k = min(self.n_local - 2, nz)
-        if k > 0:
-            probs /= probs.sum()
-            starts.extend(C[rng.choice(len(C), size=k, replace=False, p=probs)])
-        starts.append(np.asarray(best_x, dtype=float))
-        results = [self._local_search(acq, ls, np.array(s, dtype=float)) for s in starts]
-        results.sort(key=lambda r: -r[1])
-        for x, _ in results:
-            if not sp.is_finite or sp.key_of_row(x) not in known:
-                return x
-        # fully discrete space and every local optimum already tried: best untried candidate
-        for j in np.argsort(-f, kind="stable"):
-            if sp.key_of_row(C[j]) not in known:
-                return C[j]
-        p = self._untried_random(rng, known)
-        return None if p is None else np.array(sp.encode(p))
-
-    def _near_incumbent(self, acq, ls, best_x, rng, known: set):
-        """The best untried local maximum of `acq` found from starts near the incumbent
-        `best_x` (see `local_sd`), or None (the caller then searches the whole space; always
-        with `local_starts` 0, which gives the batch spread over the box, as before)."""
-        np = self._np
-        sp = self.space
-        if self.local_starts <= 0:
-            return None
-        C = np.repeat(np.asarray(best_x, dtype=float)[None, :], self.local_starts, axis=0)
-        cols = self._cont_cols
-        C[:, cols] = np.clip(C[:, cols] + rng.normal(0.0, self.local_sd, size=(len(C), len(cols))), 0.0, 1.0)
-        C = sp.repair(sp.snap(C))
-        f = acq.values(C)
-        results = [self._local_search(acq, ls, np.array(C[j], dtype=float)) for j in np.argsort(-f)[:4]]
-        results.sort(key=lambda r: -r[1])
-        for x, _ in results:
-            if not sp.is_finite or sp.key_of_row(x) not in known:
-                return x
-        return None
-
-    def _local_search(self, acq, ls, x0):
-        """Alternate L-BFGS-B on the continuous columns and enumeration of discrete ones."""
-        np = self._np
-        sp = self.space
-        x = sp.snap(x0[None, :])[0]
-        fx = float(acq.values(x[None, :])[0])
-        for _ in range(8):
-            improved = False
-            active = np.array(sp.active_mask(x), dtype=bool)
-            cols = np.array([c for c in self._cont_cols if active[c]], dtype=int)
-            if len(cols):
-                xn, fn = self._lbfgs(acq, ls, x, cols)
-                if fn > fx + 1e-9:
-                    x, fx, improved = xn, fn, True
-            for c in self._disc_cols:
-                if not sp.active_mask(x)[c]:
-                    continue
-                ch = np.asarray(sp.choices[c])
-                if len(ch) <= 1:
-                    continue
-                if len(ch) > 32:  # neighbourhood of the current choice
-                    j = int(np.argmin(np.abs(ch - x[c])))
-                    idx = sorted({min(len(ch) - 1, max(0, j + o)) for o in (-8, -4, -2, -1, 1, 2, 4, 8)} - {j})
-                    ch = ch[idx]
-                else:
-                    ch = ch[ch != x[c]]
-                Xc = np.repeat(x[None, :], len(ch), axis=0)
-                Xc[:, c] = ch
-                Xc = sp.repair(Xc)
-                fc = acq.values(Xc)
-                j = int(np.argmax(fc))
-                if fc[j] > fx + 1e-9:
-                    x, fx, improved = Xc[j], float(fc[j]), True
-            if not improved:
-                break
-        return x, fx
-
-    def _lbfgs(self, acq, ls_all, x, cols):
-        np = self._np
-        from scipy import optimize
-
-        ls = np.clip(ls_all[cols], 1e-3, 1e3)  # precondition: optimise z = x / lengthscale
-
-        def fun(z):
-            xx = x.copy()
-            xx[cols] = z * ls
-            val, g = acq.value_grad(xx, cols)
-            return -val, -g * ls
-
-        res = optimize.minimize(
-            fun,
-            x[cols] / ls,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(0.0, 1.0 / l) for l in ls],
-            options={"maxiter": 100, "gtol": 1e-6},
-        )
-        xn = x.copy()
-        xn[cols] = np.clip(res.x * ls, 0.0, 1.0)
-        xn = self.space.snap(xn[None, :])[0]
-        fn = float(acq.values(xn[None, :])[0])
-        return xn, fn
 
 
 # ---------------------------------------------------------------------- skopt backend
