@@ -423,7 +423,5 @@ class GPSuggester(AcqSearch, SuggesterBase):
         ]
         return _gp.fit_hyperparameters(X, y, self._is_cat, starts, self.min_noise if floor is None else floor)
 
-    # ------------------------------------------------------------------ acquisition
-
 
 # ---------------------------------------------------------------------- skopt backend
