@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.harness.ray_cluster import AUTH_ENV, RayCluster
+from tests.harness.ray_cluster import AUTH_ENV, RayCluster, marked_json
 from tests.helpers import (
     REPO,
     clusters_from_stdout,
@@ -133,7 +133,7 @@ while True:
             raise
         time.sleep(0.5)
 ex.release_group("free")
-print(json.dumps(out))
+print("VCLI_TEST_JSON", json.dumps(out))
 """
 
 
@@ -144,7 +144,7 @@ def test_a_full_cluster_is_answered_without_creating_a_placement_group(cluster: 
     got = subprocess.run([sys.executable, "-c", FULL_CLUSTER_DRIVER, cluster.address], capture_output=True, text=True,
                          env={**cluster.driver_env(), "PYTHONPATH": str(REPO)}, timeout=180)
     assert got.returncode == 0, got.stderr[-3000:]
-    out = json.loads(got.stdout.strip().splitlines()[-1])
+    out = marked_json(got.stdout)
     assert out["full"].startswith("The Ray cluster has no room for job full now (workerpool0-0: 4 CPU, "), out
     assert "1 GPU" in out["full"]
     groups = cluster.placement_groups()

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Environment variable naming the node's temp dir in every process of a node.
 MARKER = "VCLI_TEST_RAY_NODE"
@@ -32,6 +33,20 @@ OBJECT_STORE_BYTES = 78643200
 #: Ray 2.5x+ `ray start` turns token authentication on; a loopback test cluster turns it off,
 #: and its drivers (the test process, vcli) must say the same (`driver_env`).
 AUTH_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+#: The prefix of the one stdout line a driver script answers with: Ray itself may print
+#: warnings to the driver's stdout after it ("raylet has lagging heartbeats ...", seen in CI
+#: once a node had been killed), so the answer is never simply the last line.
+JSON_MARK = "VCLI_TEST_JSON"
+
+
+def marked_json(stdout: str) -> Any:
+    """The JSON a driver printed after `JSON_MARK` (the last such line)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(JSON_MARK + " "):
+            return json.loads(line[len(JSON_MARK) + 1:])
+    raise AssertionError(f"no {JSON_MARK} line in the driver's output:\n{stdout[-3000:]}")
 
 
 def _free_port() -> int:
@@ -127,10 +142,10 @@ class RayCluster:
     def node_ids(self) -> dict[str, str]:
         """Node name (`node_a`, ...) -> Ray node id, of the nodes alive now."""
         code = ("import ray,sys,json;ray.init(address=sys.argv[1],log_to_driver=False,logging_level='ERROR');"
-                "print(json.dumps({n['NodeID']: sorted(n['Resources']) for n in ray.nodes() if n['Alive']}))")
+                f"print({JSON_MARK!r}, json.dumps({{n['NodeID']: sorted(n['Resources']) for n in ray.nodes() if n['Alive']}}))")
         got = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
                              env=self.driver_env(), check=True)
-        nodes = json.loads(got.stdout.strip().splitlines()[-1])
+        nodes = marked_json(got.stdout)
         return {name: node_id for node_id, keys in nodes.items() for name in keys if name.startswith("node_")}
 
     def placement_groups(self) -> dict[str, str]:
@@ -145,10 +160,10 @@ class RayCluster:
     def _placement_group_table(self) -> dict[str, dict]:
         code = ("import ray,sys,json;ray.init(address=sys.argv[1],log_to_driver=False,logging_level='ERROR');"
                 "from ray.util import placement_group_table as t;"
-                "print(json.dumps({g['name']: g for g in t().values()}, default=str))")
+                f"print({JSON_MARK!r}, json.dumps({{g['name']: g for g in t().values()}}, default=str))")
         got = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
                              env=self.driver_env(), check=True)
-        return json.loads(got.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        return marked_json(got.stdout)  # type: ignore[no-any-return]
 
     def output(self, name: str) -> str:
         try:
