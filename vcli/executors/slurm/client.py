@@ -244,3 +244,35 @@ class Queue:
     def invalidate(self) -> None:
         with self._lock:
             self._at = float("-inf")
+
+
+class JobStates:
+    """(state, reason) of Slurm jobs, wherever Slurm still keeps it: squeue's while the job is
+    queued (the cached `queue`), then scontrol's final record (kept once final: scontrol
+    forgets a job after MinJobAge), then the job completion log's."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self._final: dict[str, list[Component]] = {}
+        self._completed: dict[str, tuple[str, str]] = {}
+
+    def state(self, slurm_id: str, fresh: bool = False) -> tuple[str, str]:
+        """(state, reason) of job `slurm_id`; ("GONE", why) when Slurm keeps no trace of it;
+        `fresh`: squeue asked again first."""
+        if fresh:
+            self.queue.invalidate()
+        got = self.queue.job(slurm_id)
+        if got is not None and got[0] != "COMPLETING":
+            return got
+        comps = self._final.get(slurm_id)
+        if comps is None:
+            comps = show_job(slurm_id)
+            if comps and comps[0].state not in ACTIVE_STATES:
+                self._final[slurm_id] = comps
+        if not comps:
+            done = self._completed.get(slurm_id) or completed(slurm_id)
+            if done is None:
+                return ("GONE", "Slurm no longer knows the job, and there is no job completion log to ask")
+            self._completed[slurm_id] = done
+            return done[0], f"from Slurm's job completion log: ExitCode={done[1]}"
+        return comps[0].state, comps[0].reason

@@ -41,36 +41,40 @@ script, leases) must be on a filesystem every node mounts at the same path.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
 from vcli.executors.slurm import client
-from vcli.executors.slurm.client import Component, NodeInfo
+from vcli.executors.slurm.allocation import (
+    Allocation,
+    TaskGroup,
+    group_options,
+    node_slots,
+    reserve_ports,
+    shared_files,
+    task_groups,
+    time_option,
+)
+from vcli.executors.slurm.client import NodeInfo
 from vcli.executors.slurm.status import (
     REASON_STATES,
+    await_record,
     parse_ref,
     read_status,
-    read_text,
     slurm_end,
     step_killed,
     unlink,
     write_status_once,
 )
 
-#: How long `start` waits for a replica's step to report from its node.
-STEP_START_SECONDS = 60.0
 #: How long `start` waits for an allocation of its own (a replica nobody placed) to run.
 STANDALONE_WAIT_SECONDS = 300.0
 #: Seconds between renewals of an allocation's lease file (its holder's orphan clock).
@@ -80,36 +84,6 @@ LEASE_RENEW_SECONDS = 10.0
 TIMEOUT_GRACE_SECONDS = 150.0
 #: How long a replica killed by a signal vcli did not send waits for slurmctld to say why.
 VERDICT_SECONDS = 5.0
-
-
-@dataclass
-class TaskGroup:
-    """One component of the allocation: `tasks` replicas alike in CPUs, memory and GPUs."""
-
-    pools: tuple[int, ...]
-    tasks: int
-    cpus: int
-    mem_per_cpu_mb: int
-    gpus: int
-    nodes: int
-
-
-@dataclass
-class Allocation:
-    """One Slurm job vcli submitted (the holder), and what it was for."""
-
-    slurm_id: str
-    key: str
-    lease: str
-    groups: list[TaskGroup]
-    submitted: float
-    max_wait: float | None = None
-    job_id: str = ""
-    components: list[Component] = field(default_factory=list)
-
-    @property
-    def hetero(self) -> bool:
-        return len(self.groups) > 1
 
 
 class SlurmExecutor(ExecutorBase):
@@ -131,6 +105,7 @@ class SlurmExecutor(ExecutorBase):
         self.shared_dir = os.path.abspath(os.fspath(shared_dir)) if shared_dir else os.path.join(self._home(), "slurm")
         self.orphan_timeout = int(float(os.environ.get("VCLI_SLURM_ORPHAN_TIMEOUT", "600")))
         self.queue = client.Queue()
+        self.states = client.JobStates(self.queue)
         self._lock = threading.RLock()
         #: vcli job id -> its placed allocation.
         self._allocs: dict[str, Allocation] = {}
@@ -138,10 +113,8 @@ class SlurmExecutor(ExecutorBase):
         self._pending: dict[str, Allocation] = {}
         self._ports: dict[str, list[int]] = {}
         self._renewed: dict[str, float] = {}
-        self._final: dict[str, list[Component]] = {}
         #: Slurm jobs some of whose steps this executor signalled (stop): their ends are vcli's.
         self._stopping: set[str] = set()
-        self._completed: dict[str, tuple[str, str]] = {}
         self._nodes: tuple[float, list[NodeInfo]] | None = None
         self._bin: str | None = None
         self._ready = False
@@ -175,75 +148,18 @@ class SlurmExecutor(ExecutorBase):
         return next((n.address for n in self.nodes() if n.name == node), node)
 
     def _files(self) -> str:
-        """The directory on the shared filesystem holding the supervisor, node.py and the holder
-        script (by content hash: nodes never see half-written files)."""
-        if self._bin is not None:
-            return self._bin
-        from vcli.executors import supervisor
-        from vcli.executors.slurm import node
-
-        sources = {"supervisor.py": read_text(supervisor.__file__), "node.py": read_text(node.__file__), "holder.sh": HOLDER}
-        digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
-        where = os.path.join(self.shared_dir, "bin", digest)
-        if not os.path.isdir(where):
-            tmp = f"{where}.tmp{os.getpid()}"
-            try:
-                os.makedirs(tmp, exist_ok=True)
-                for name, text in sources.items():
-                    with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
-                        f.write(text)
-                os.chmod(os.path.join(tmp, "holder.sh"), 0o755)
-                os.rename(tmp, where)
-            except FileExistsError:
-                shutil.rmtree(tmp, ignore_errors=True)
-            except OSError as e:
-                shutil.rmtree(tmp, ignore_errors=True)
-                if not os.path.isdir(where):
-                    raise ExecutorError(f"Cannot write vcli's files to the shared directory {self.shared_dir}: "
-                                        f"{e.strerror or e}.") from None
-        for sub in ("leases", "holders"):
-            os.makedirs(os.path.join(self.shared_dir, sub), exist_ok=True)
-        self._bin = where
-        return where
+        """The shared directory's copy of the supervisor, node.py and the holder script."""
+        if self._bin is None:
+            self._bin = shared_files(self.shared_dir)
+        return self._bin
 
     # ------------------------------------------------------------------ sizing
 
     def task_groups(self, replicas: Sequence[Any], spec: Any) -> list[TaskGroup]:
-        """The allocation's components for these replicas of `spec`; `PlacementError` when no
-        empty cluster of the partition's nodes could ever hold them."""
-        from vcli.placement import PlacementError, machine_resources
-
-        nodes = self.nodes()
-        largest_cpus = max(n.cpus for n in nodes)
-        per_cpu = [n.memory_mb // n.cpus for n in nodes if n.cpus and n.memory_mb]
-        lean_mb = min(per_cpu) if per_cpu else 0
-        shapes: dict[int, tuple[int, int, int]] = {}
-        counts: dict[int, int] = {}
-        for r in replicas:
-            ms = spec.worker_pool_specs[r.pool_index].machine_spec
-            cpus, mem_gib = machine_resources(ms.machine_type)
-            c = max(1, min(int(math.ceil(cpus or 1)), largest_cpus))
-            mem = int(min(mem_gib * 1024 / c, lean_mb)) if mem_gib and lean_mb else 0
-            shapes[r.pool_index] = (c, mem, int(ms.accelerator_count or 0))
-            counts[r.pool_index] = counts.get(r.pool_index, 0) + 1
-        pools = sorted(counts)
-        if len({shapes[p] for p in pools}) <= 1:
-            units = [(tuple(pools), sum(counts.values()), shapes[pools[0]])] if pools else []
-        else:
-            units = [((p,), counts[p], shapes[p]) for p in pools]
-        groups = [TaskGroup(pools=ps, tasks=n, cpus=s[0], mem_per_cpu_mb=s[1], gpus=s[2], nodes=min(n, len(nodes)))
-                  for ps, n, s in units]
-        most_gpus = max(n.gpus for n in nodes)
+        """The allocation's components for these replicas of `spec` (`allocation.task_groups`
+        on the partition's nodes)."""
         where = f"partition {self.partition}" if self.partition else "the Slurm cluster"
-        for g in groups:
-            if g.gpus > most_gpus:
-                raise PlacementError(f"workerpool{g.pools[0]} asks for {g.gpus} GPU(s) per replica and no node of {where} "
-                                     f"has that many (most GPUs on one node: {most_gpus}).")
-        need = sum(g.gpus * g.tasks for g in groups)
-        have = sum(n.gpus for n in nodes)
-        if need > have:
-            raise PlacementError(f"the job's replicas ask for {need} GPU(s) in all; {where} has {have}.")
-        return groups
+        return task_groups(self.nodes(), replicas, spec, where)
 
     def share_notice(self, spec: Any) -> str | None:
         """The Slurm job that the job (or each trial) becomes, as one `Note:` line (`create`,
@@ -254,14 +170,8 @@ class SlurmExecutor(ExecutorBase):
         groups = self.task_groups(replica_ids(spec), spec)
         parts = []
         for g in groups:
-            opts = [f"--ntasks={g.tasks}", f"--nodes={g.nodes}", f"--cpus-per-task={g.cpus}"]
-            opts += [f"--mem-per-cpu={g.mem_per_cpu_mb}M"] if g.mem_per_cpu_mb else []
-            opts += [f"--gpus-per-task={g.gpus}"] if g.gpus else []
-            parts.append(f"{'+'.join(f'workerpool{p}' for p in g.pools)}: {' '.join(opts)}")
-        sched = spec.scheduling
-        where = [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account), ("qos", self.qos)) if v]
-        if sched and sched.timeout_seconds:
-            where.append(f"--time={max(1, math.ceil(sched.timeout_seconds / 60))}")
+            parts.append(f"{'+'.join(f'workerpool{p}' for p in g.pools)}: {' '.join(group_options(g))}")
+        where = self._queue_options() + time_option(spec.scheduling.timeout_seconds if spec.scheduling else None)
         what = (f"a heterogeneous Slurm job of {len(groups)} components" if len(groups) > 1 else "one Slurm job")
         return (f"Note: on Slurm the job (each trial of a study) is {what} ({'; '.join(parts)})"
                 f"{' ' + ' '.join(where) if where else ''}: gang-scheduled, replicas as steps in it.")
@@ -281,17 +191,7 @@ class SlurmExecutor(ExecutorBase):
         if comment:
             argv.append(f"--comment={comment[:250]}")
         for i, g in enumerate(groups):
-            if i:
-                argv.append(":")
-            argv += [f"--ntasks={g.tasks}", f"--nodes={g.nodes}", f"--cpus-per-task={g.cpus}"]
-            if g.mem_per_cpu_mb:
-                argv.append(f"--mem-per-cpu={g.mem_per_cpu_mb}M")
-            if g.gpus:
-                argv.append(f"--gpus-per-task={g.gpus}")
-            argv += [f"--{flag}={value}" for flag, value in (("partition", self.partition), ("account", self.account),
-                                                             ("qos", self.qos)) if value]
-            if timeout_seconds:
-                argv.append(f"--time={max(1, math.ceil(timeout_seconds / 60))}")
+            argv += [":"] * bool(i) + group_options(g) + self._queue_options() + time_option(timeout_seconds)
         argv += [os.path.join(bin_dir, "holder.sh"), lease, str(self.orphan_timeout)]
         out = client.run(argv).stdout.strip()
         slurm_id = out.split(";")[0].strip()
@@ -301,88 +201,36 @@ class SlurmExecutor(ExecutorBase):
         return Allocation(slurm_id=slurm_id, key=key, lease=lease, groups=groups, submitted=time.monotonic(),
                           max_wait=max_wait)
 
+    def _queue_options(self) -> list[str]:
+        return [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account), ("qos", self.qos)) if v]
+
     def wait_running(self, alloc: Allocation, seconds: float) -> tuple[str, str]:
         """The allocation's (state, reason) once it runs, ended, or `seconds` passed."""
         deadline = time.monotonic() + seconds
         while True:
             self._renew(alloc.lease)
-            state, reason = self._job_state(alloc.slurm_id, fresh=True)
+            state, reason = self.states.state(alloc.slurm_id, fresh=True)
             if state != "PENDING" or time.monotonic() >= deadline:
                 return state, reason
             time.sleep(0.1)
-
-    def _job_state(self, slurm_id: str, fresh: bool = False) -> tuple[str, str]:
-        """(state, reason): squeue's for a queued job, else scontrol's final one ("" if unknown)."""
-        if fresh:
-            self.queue.invalidate()
-        got = self.queue.job(slurm_id)
-        if got is not None and got[0] != "COMPLETING":
-            return got
-        comps = self._final.get(slurm_id)
-        if comps is None:
-            comps = client.show_job(slurm_id)
-            if comps and comps[0].state not in client.ACTIVE_STATES:
-                self._final[slurm_id] = comps
-        if not comps:
-            # Forgotten after MinJobAge: the job completion log may still say how it ended.
-            done = self._completed.get(slurm_id) or client.completed(slurm_id)
-            if done is None:
-                return ("GONE", "Slurm no longer knows the job, and there is no job completion log to ask")
-            self._completed[slurm_id] = done
-            return done[0], f"from Slurm's job completion log: ExitCode={done[1]}"
-        return comps[0].state, comps[0].reason
 
     def placements(self, alloc: Allocation, replicas: Sequence[Any]) -> list[Placement]:
         """Placements on the nodes Slurm allocated, and ports reserved there (one step per node)."""
         alloc.components = client.show_job(alloc.slurm_id)
         if len(alloc.components) != len(alloc.groups) or not all(c.shares for c in alloc.components):
             raise ExecutorError(f"Slurm job {alloc.slurm_id} runs but scontrol does not say on which nodes.")
-        slots: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
-        for gi, (group, comp) in enumerate(zip(alloc.groups, alloc.components)):
-            out: list[tuple[str, tuple[int, ...]]] = []
-            for share in comp.shares:
-                fits = max(1, share.cpus // group.cpus)
-                for k in range(fits):
-                    gpus = tuple(share.gpus[k * group.gpus:(k + 1) * group.gpus]) if group.gpus else ()
-                    out.append((share.node, gpus))
-            slots[gi] = out
+        slots = node_slots(alloc.groups, alloc.components)
         placements: list[Placement] = []
-        used = {gi: 0 for gi in slots}
+        used = [0] * len(slots)
         for r in replicas:
-            gi = next(i for i, g in enumerate(alloc.groups) if r.pool_index in g.pools)
+            gi = alloc.group_of(r.pool_index)
             node, gpus = slots[gi][used[gi] % len(slots[gi])]
             used[gi] += 1
             placements.append(Placement(host=node, address=self._address(node), gpu_indices=gpus))
-        self._reserve_ports(alloc, placements, replicas)
-        return placements
-
-    def _reserve_ports(self, alloc: Allocation, placements: Sequence[Placement], replicas: Sequence[Any]) -> None:
-        """One short step per node binds as many ports as replicas go there and prints them."""
-        want: dict[tuple[str, int], int] = {}
-        for p, r in zip(placements, replicas):
-            gi = next(i for i, g in enumerate(alloc.groups) if r.pool_index in g.pools)
-            want[(p.host, gi)] = want.get((p.host, gi), 0) + 1
-        procs = []
-        for (node, gi), count in want.items():
-            argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
-                    "--job-name=vcli-ports", "python3", "-S", "-c", PORTS_CODE, self._address(node), str(count)]
-            procs.append((node, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                                 env=client.client_env(), stdin=subprocess.DEVNULL)))
-        for node, proc in procs:
-            try:
-                out, err = proc.communicate(timeout=client.COMMAND_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise ExecutorError(f"Cannot reserve ports on Slurm node {node}: srun did not answer.") from None
-            ports = [int(p) for p in out.split() if p.isdigit()]
-            if proc.returncode != 0 or not ports:
-                raise ExecutorError(f"Cannot reserve ports on Slurm node {node}: {client.first_error(err or out)}")
+        for node, ports in reserve_ports(alloc, placements, replicas, self._address).items():
             with self._lock:
                 self._ports.setdefault(node, []).extend(ports)
-
-    def _step_target(self, alloc: Allocation, group: int) -> list[str]:
-        return [f"--jobid={alloc.slurm_id}", *([f"--het-group={group}"] if alloc.hetero else [])]
+        return placements
 
     def cancel_allocation(self, slurm_id: str, wait: float = 15.0) -> None:
         """scancel the whole job and wait (bounded) until squeue no longer lists it."""
@@ -454,7 +302,7 @@ class SlurmExecutor(ExecutorBase):
 
     def start(self, launch: ReplicaLaunch) -> ReplicaHandle:
         alloc = self._alloc_for(launch)
-        gi = self._group_of(alloc, launch)
+        gi = alloc.group_of(launch.replica.pool_index)
         nodes = [s.node for s in alloc.components[gi].shares]
         node = launch.placement.host if launch.placement.host in nodes else nodes[0]
         bin_dir = self._files()
@@ -466,7 +314,7 @@ class SlurmExecutor(ExecutorBase):
             unlink(path)
         env = self._replica_env(launch, alloc)
         masks = [a for name in launch.secret_env for a in ("--mask", name)]
-        argv = ["srun", *self._step_target(alloc, gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
+        argv = ["srun", *alloc.step_target(gi), "--overlap", "-w", node, "-N1", "-n1", "--input=none",
                 f"--job-name=vcli-{launch.task_name}", f"--chdir={launch.workdir or os.getcwd()}",
                 "python3", "-S", os.path.join(bin_dir, "node.py"), record, "--",
                 "python3", "-S", os.path.join(bin_dir, "supervisor.py"), *masks, status, launch.log_path, "--",
@@ -475,7 +323,7 @@ class SlurmExecutor(ExecutorBase):
         with open(srun_log, "ab") as out:
             popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                      start_new_session=True, close_fds=True)
-        facts = self._await_record(record, popen, srun_log, launch.task_name, node)
+        facts = await_record(record, popen, srun_log, launch.task_name, node, self.shared_dir)
         self.queue.invalidate()
         return self._handle(launch, facts, status)
 
@@ -505,7 +353,7 @@ class SlurmExecutor(ExecutorBase):
         # A heterogeneous job's step belongs to its component, a job of its own (the leader's id
         # + offset): squeue lists it as COMPONENT.STEP, while the step sees the leader's id in
         # SLURM_JOB_ID. node.py records the component's.
-        gi = self._group_of(alloc, launch)
+        gi = alloc.group_of(launch.replica.pool_index)
         if alloc.hetero and gi < len(alloc.components) and alloc.components[gi].job_id:
             env["VCLI_SLURM_STEP_JOB"] = alloc.components[gi].job_id
         if alloc.hetero:
@@ -519,26 +367,6 @@ class SlurmExecutor(ExecutorBase):
         if launch.workdir:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, os.environ.get("PYTHONPATH", "")) if p)
         return env
-
-    def _await_record(self, record: str, popen: subprocess.Popen[bytes], srun_log: str, task: str,
-                      node: str) -> dict[str, Any]:
-        deadline = time.monotonic() + STEP_START_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                with open(record, encoding="utf-8") as f:
-                    return json.load(f)  # type: ignore[no-any-return]
-            except (FileNotFoundError, ValueError):
-                pass
-            if popen.poll() is not None:
-                time.sleep(0.05)
-                if os.path.exists(record):
-                    continue
-                raise ExecutorError(f"Cannot start replica {task} on Slurm node {node}: "
-                                    f"{client.first_error(read_text(srun_log))}")
-            time.sleep(0.01)
-        popen.kill()
-        raise ExecutorError(f"Replica {task}'s Slurm step on node {node} did not start within {STEP_START_SECONDS:g}s "
-                            f"(the shared directory {self.shared_dir} must be visible on the node).")
 
     def _alloc_for(self, launch: ReplicaLaunch) -> Allocation:
         """The job's placed allocation; a replica nobody placed (started directly) gets one of its own."""
@@ -565,10 +393,6 @@ class SlurmExecutor(ExecutorBase):
             self._allocs[key] = alloc
         return alloc
 
-    @staticmethod
-    def _group_of(alloc: Allocation, launch: ReplicaLaunch) -> int:
-        return next((i for i, g in enumerate(alloc.groups) if launch.replica.pool_index in g.pools), 0)
-
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
         step, status_path = parse_ref(handle.ref)
         self._renew(handle.details.get("lease", ""))
@@ -576,7 +400,7 @@ class SlurmExecutor(ExecutorBase):
         slurm_id = handle.details.get("slurmJob", step.split(".")[0])
         if done is not None:
             return self._ended(done, slurm_id)
-        state, reason = self._job_state(slurm_id)
+        state, reason = self.states.state(slurm_id)
         if state in ("RUNNING", "SUSPENDED", "CONFIGURING"):
             if self.queue.has_step(step):
                 return ReplicaStatus(running=True)
@@ -614,7 +438,7 @@ class SlurmExecutor(ExecutorBase):
         `VERDICT_SECONDS` (never for a replica vcli stopped itself)."""
         deadline = time.monotonic() + (VERDICT_SECONDS if killed and slurm_id not in self._stopping else 0.0)
         while True:
-            state, reason = self._job_state(slurm_id, fresh=True)
+            state, reason = self.states.state(slurm_id, fresh=True)
             if state in client.ACTIVE_STATES and reason in REASON_STATES:
                 state = REASON_STATES[reason]
             if state not in client.ACTIVE_STATES or time.monotonic() >= deadline:
@@ -647,7 +471,7 @@ class SlurmExecutor(ExecutorBase):
             write_status_once(parse_ref(h.ref)[1], {"exitCode": 137, "signal": "SIGKILL", "endTime": time.time()})
 
     def _step_alive(self, handle: ReplicaHandle) -> bool:
-        state, _ = self._job_state(handle.details.get("slurmJob", ""))
+        state, _ = self.states.state(handle.details.get("slurmJob", ""))
         return state in client.ACTIVE_STATES and state != "PENDING"
 
     def _signal(self, handles: Sequence[ReplicaHandle], signame: str) -> None:
@@ -717,23 +541,3 @@ class SlurmExecutor(ExecutorBase):
             self.cancel_allocation(alloc.slurm_id, wait=5.0)
             unlink(alloc.lease)
 
-
-#: The holder script: keeps the allocation until vcli scancels it, or until no vcli process
-#: renewed its lease for ORPHAN seconds (then the job ends, and every step with it).
-HOLDER = """#!/bin/sh
-# vcli: holds this Slurm allocation for a vcli job; its replicas run as steps in it.
-lease="$1"; orphan="${2:-600}"
-while :; do
-    sleep 5
-    now=$(date +%s)
-    seen=$(stat -c %Y "$lease" 2>/dev/null || echo 0)
-    if [ $((now - seen)) -gt "$orphan" ]; then
-        echo "vcli: no vcli process renewed $lease for ${orphan}s: ending the allocation" >&2
-        exit 0
-    fi
-done
-"""
-
-#: Run on a node: binds COUNT ports on ADDRESS at once (so they differ), prints them, lets go.
-PORTS_CODE = ("import socket,sys\nss=[]\nfor _ in range(int(sys.argv[2])):\n s=socket.socket()\n"
-              " s.bind((sys.argv[1],0))\n ss.append(s)\nprint(' '.join(str(s.getsockname()[1]) for s in ss))")

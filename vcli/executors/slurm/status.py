@@ -1,13 +1,20 @@
-"""What the slurm executor reads and writes about a replica's end: its supervisor's status
-file, Slurm's words for a job it ended, and slurmstepd's for a step it killed."""
+"""What the slurm executor reads and writes about a replica: the record its step writes when it
+starts on its node, its supervisor's status file, Slurm's words for a job it ended, and
+slurmstepd's for a step it killed."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from typing import Any
 
+from vcli.errors import ExecutorError
+from vcli.executors.slurm.client import first_error
+
+#: How long `start` waits for a replica's step to report from its node.
+STEP_START_SECONDS = 60.0
 #: scontrol's reason while a job it ended is still COMPLETING -> the state it ends in.
 REASON_STATES = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "NodeFail": "NODE_FAIL",
                  "DeadLine": "DEADLINE", "OutOfMemory": "OUT_OF_MEMORY"}
@@ -82,3 +89,26 @@ def unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def await_record(record: str, popen: subprocess.Popen[bytes], srun_log: str, task: str, node: str,
+                 shared_dir: str) -> dict[str, Any]:
+    """The facts node.py recorded (`record`) once the replica's step started on `node`;
+    `ExecutorError` with srun's first error when srun (`popen`, its output in `srun_log`) ended
+    first, or when nothing came within `STEP_START_SECONDS` (srun is then killed)."""
+    deadline = time.monotonic() + STEP_START_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            with open(record, encoding="utf-8") as f:
+                return json.load(f)  # type: ignore[no-any-return]
+        except (FileNotFoundError, ValueError):
+            pass
+        if popen.poll() is not None:
+            time.sleep(0.05)
+            if os.path.exists(record):
+                continue
+            raise ExecutorError(f"Cannot start replica {task} on Slurm node {node}: {first_error(read_text(srun_log))}")
+        time.sleep(0.01)
+    popen.kill()
+    raise ExecutorError(f"Replica {task}'s Slurm step on node {node} did not start within {STEP_START_SECONDS:g}s "
+                        f"(the shared directory {shared_dir} must be visible on the node).")
