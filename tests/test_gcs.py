@@ -23,7 +23,7 @@ from vcli import codec, properties
 from vcli.codec import Decoder, gcs
 from vcli.errors import ConfigError, InvalidValueError
 from vcli.executors import Placement, ReplicaLaunch
-from vcli.executors.docker.executor import container_create_kwargs
+from vcli.executors.docker.container import container_create_kwargs
 from vcli.spec import ReplicaId
 
 #: Reads the file its --data arg names, writes a model to $AIP_MODEL_DIR, and reports what it
