@@ -119,6 +119,14 @@ def _sized_files() -> list[Path]:
     return out
 
 
+def test_no_executor_module_over_600_lines() -> None:
+    """Executors hold their protocol in `executor.py` and put what can stand alone beside it
+    (Slurm's allocation sizing, Docker's container arguments, SSH's replica state)."""
+    too_long = [f"{p.relative_to(REPO)}: {n} lines" for p in sorted((REPO / "vcli/executors").rglob("*.py"))
+                if (n := p.read_text().count("\n")) > 600]
+    assert not too_long, too_long
+
+
 def test_the_package_root_stays_small() -> None:
     modules = sorted(p.name for p in (REPO / "vcli").glob("*.py"))
     assert len(modules) <= 15, modules

@@ -42,7 +42,6 @@ from vcli.executors.ssh.remote import (
     remote_view,
     replica_details,
     replica_tag,
-    signal_code,
     stop_command,
 )
 from vcli.executors.ssh.sync import ship
@@ -406,43 +405,7 @@ class SSHExecutor(ExecutorBase):
         if handle.ref.startswith("docker:"):
             return self._docker.poll(handle)
         rep = self._replicas.get(handle.ref)
-        if rep is None:
-            return self._poll_foreign(handle)
-        if rep.result is not None:
-            return rep.result
-        if rep.trainer_status is not None:  # the trainer exited; its supervisor may still be cleaning up
-            rep.result = rep.trainer_status
-            return rep.result
-        ended = rep.chan.exit_status_ready()
-        if ended and rep.chan.exit_status < 0 and rep.exit_signal is None and not rep.conn.alive():
-            ended = False  # the channel was torn down with a dead connection: report the host loss
-        if ended:
-            for t in rep.threads:
-                t.join(timeout=5)
-            if rep.trainer_status is not None:  # the status line came with the last output
-                rep.result = rep.trainer_status
-                return rep.result
-            code = rep.chan.recv_exit_status()
-            sig = signal_code(rep.exit_signal)
-            if sig is not None:
-                rep.result = ReplicaStatus(running=False, exit_code=sig, message=f"killed by signal SIG{rep.exit_signal}")
-            elif code < 0:
-                rep.result = ReplicaStatus(running=False, exit_code=137 if rep.stopped_by_vcli else 255,
-                                           message="the remote process ended without an exit status")
-            elif rep.supervisor is not None:  # the wrapper ran, but the status file never came
-                rep.result = ReplicaStatus(running=False, exit_code=code,
-                                           message="the replica's supervisor ended without recording an exit status")
-            else:
-                rep.result = ReplicaStatus(running=False, exit_code=code)
-            return rep.result
-        if not rep.conn.alive():
-            host = rep.link.host
-            msg = (f"lost contact with host {host.name} ({host.address}): {rep.conn.dead_reason}; "
-                   "the replica's state there is unknown and the host is marked unhealthy")
-            rep.writer.write("vcli", msg)
-            rep.result = ReplicaStatus(running=False, exit_code=255, message=msg)
-            return rep.result
-        return ReplicaStatus(running=True)
+        return self._poll_foreign(handle) if rep is None else rep.status()
 
     def _poll_foreign(self, handle: ReplicaHandle) -> ReplicaStatus:
         """A replica another vcli process started: is its supervisor still there?"""
@@ -575,9 +538,9 @@ class SSHExecutor(ExecutorBase):
                 rep.released = True
                 reps.append((h, rep))
         deadline = time.monotonic() + RELEASE_WAIT_SECONDS
-        while any(_still_there(rep) for _, rep in reps) and time.monotonic() < deadline:
+        while any(rep.still_there() for _, rep in reps) and time.monotonic() < deadline:
             time.sleep(0.02)
-        stubborn = [h for h, rep in reps if _still_there(rep)]
+        stubborn = [h for h, rep in reps if rep.still_there()]
         if stubborn:
             self.stop(stubborn, grace_seconds=0.1)
         for h, rep in reps:
@@ -609,7 +572,3 @@ class SSHExecutor(ExecutorBase):
         for link in links:
             link.close()
 
-
-def _still_there(rep: Replica) -> bool:
-    """Is the replica's wrapper (so its supervisor, so part of its tree) still running on a live host?"""
-    return rep.conn.alive() and not rep.chan.exit_status_ready()

@@ -267,6 +267,52 @@ class Replica:
     reads: dict[str, tuple[float, str | None]] = field(default_factory=dict)
     local_copy: bool = False
 
+    def still_there(self) -> bool:
+        """Is the replica's wrapper (so its supervisor, so part of its tree) still running on a live host?"""
+        return self.conn.alive() and not self.chan.exit_status_ready()
+
+    def status(self) -> ReplicaStatus:
+        """How the replica stands (the executor's `poll`); once it ended, always that answer:
+        the trainer's status line if the wrapper sent one, else how the channel ended, else,
+        with the connection dead, the host's loss (exit code 255)."""
+        if self.result is not None:
+            return self.result
+        if self.trainer_status is not None:  # the trainer exited; its supervisor may still be cleaning up
+            self.result = self.trainer_status
+            return self.result
+        ended = self.chan.exit_status_ready()
+        if ended and self.chan.exit_status < 0 and self.exit_signal is None and not self.conn.alive():
+            ended = False  # the channel was torn down with a dead connection: report the host loss
+        if ended:
+            self.result = self._channel_end()
+            return self.result
+        if not self.conn.alive():
+            host = self.link.host
+            msg = (f"lost contact with host {host.name} ({host.address}): {self.conn.dead_reason}; "
+                   "the replica's state there is unknown and the host is marked unhealthy")
+            self.writer.write("vcli", msg)
+            self.result = ReplicaStatus(running=False, exit_code=255, message=msg)
+            return self.result
+        return ReplicaStatus(running=True)
+
+    def _channel_end(self) -> ReplicaStatus:
+        """The replica's end once its channel closed (after the output pumps finished)."""
+        for t in self.threads:
+            t.join(timeout=5)
+        if self.trainer_status is not None:  # the status line came with the last output
+            return self.trainer_status
+        code = self.chan.recv_exit_status()
+        sig = signal_code(self.exit_signal)
+        if sig is not None:
+            return ReplicaStatus(running=False, exit_code=sig, message=f"killed by signal SIG{self.exit_signal}")
+        if code < 0:
+            return ReplicaStatus(running=False, exit_code=137 if self.stopped_by_vcli else 255,
+                                 message="the remote process ended without an exit status")
+        if self.supervisor is not None:  # the wrapper ran, but the status file never came
+            return ReplicaStatus(running=False, exit_code=code,
+                                 message="the replica's supervisor ended without recording an exit status")
+        return ReplicaStatus(running=False, exit_code=code)
+
 
 def hook_exit_signal(chan: Any, rep: Replica) -> None:
     """Remember the signal name of the channel's `exit-signal` request (paramiko drops it).
