@@ -35,11 +35,9 @@ class AcqSearch:
             probs /= probs.sum()
             starts.extend(C[rng.choice(len(C), size=k, replace=False, p=probs)])
         starts.append(np.asarray(best_x, dtype=float))
-        results = [self._local_search(acq, ls, np.array(s, dtype=float)) for s in starts]
-        results.sort(key=lambda r: -r[1])
-        for x, _ in results:
-            if not sp.is_finite or sp.key_of_row(x) not in known:
-                return x
+        x = self._best_untried([self._local_search(acq, ls, np.array(s, dtype=float)) for s in starts], known)
+        if x is not None:
+            return x
         # fully discrete space and every local optimum already tried: best untried candidate
         for j in np.argsort(-f, kind="stable"):
             if sp.key_of_row(C[j]) not in known:
@@ -60,9 +58,14 @@ class AcqSearch:
         C[:, cols] = np.clip(C[:, cols] + rng.normal(0.0, self.local_sd, size=(len(C), len(cols))), 0.0, 1.0)
         C = sp.repair(sp.snap(C))
         f = acq.values(C)
-        results = [self._local_search(acq, ls, np.array(C[j], dtype=float)) for j in np.argsort(-f)[:4]]
-        results.sort(key=lambda r: -r[1])
-        for x, _ in results:
+        return self._best_untried([self._local_search(acq, ls, np.array(C[j], dtype=float)) for j in np.argsort(-f)[:4]],
+                                  known)
+
+    def _best_untried(self, results, known: set):
+        """The best of the local search `results` ((row, value) pairs) whose point is not in
+        `known` (any, in an infinite space); None when all are."""
+        sp = self.space
+        for x, _ in sorted(results, key=lambda r: -r[1]):
             if not sp.is_finite or sp.key_of_row(x) not in known:
                 return x
         return None
