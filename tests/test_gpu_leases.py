@@ -526,6 +526,23 @@ def test_the_local_hosts_gpus_and_their_type_come_from_nvidia_smi(tmp_path: Path
     assert [gpus for gpus, *_ in _intervals(log)] == [(0,)]
 
 
+def test_gpus_found_by_nvidia_smi_are_leased_across_processes_too(tmp_path: Path) -> None:
+    """Nothing declared: three vcli processes (own homes) find the same two GPUs through
+    `nvidia-smi -L` and each asks for both, all at once. They run one after another, never two
+    on one index, as with declared GPUs (the real-GPU check's case on an H200)."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    env = {"PATH": f"{_smi_listing(tmp_path, 'NVIDIA H200', 'NVIDIA H200')}{os.pathsep}{os.environ['PATH']}"}
+    assert "VCLI_LOCAL_GPUS" not in os.environ
+    procs = [spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 1.0, 2, f"job{i}"), **env) for i in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    spans = _intervals(log)
+    assert sorted(gpus for gpus, *_ in spans) == [(0, 1)] * 3, spans
+    _assert_disjoint(spans)
+    assert any("Waiting for GPUs" in err for _, err in outs), "no job said that it waited"
+
+
 def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None:
     """nvidia-smi shows a process vcli did not start on GPU 0: a 1-GPU job runs on GPU 1,
     `hosts gpus` shows GPU 0 BUSY and why; `gpu/exclude-busy false` turns the check off."""
