@@ -398,8 +398,8 @@ def test_bayesian_gp_batch_points_after_the_first_refine_near_the_incumbent():
 
 
 @pytest.mark.parametrize("objective, asks, local_calls", [
-    ("smooth", 4, 3),      # the three points after the first model-based one
-    ("smooth", 1, 0),      # one point: where log EI is largest, pending points or not
+    ("smooth", 4, 4),      # asked while three run, the first point too (trial 15; see below)
+    ("smooth", 1, 1),      # one point (trial 15) asked while three run: as a batch's 2nd-4th
     ("quantised", 4, 0),   # plateaus: refining a step's inside finds nothing (`_explore` instead)
     ("integer", 4, 0),     # an integer loss is quantised too, before its values repeat
 ])
@@ -419,6 +419,42 @@ def test_bayesian_gp_uses_local_points_only_in_a_smooth_batch(objective, asks, l
     calls.clear()
     assert len(s.ask(asks)) == asks
     assert len(calls) == local_calls
+
+
+def test_bayesian_gp_one_point_asked_while_three_run_refines_unless_its_number_is_a_multiple_of_4(monkeypatch):
+    """A study with parallelTrialCount 4 whose trials end one at a time asks one point at a
+    time with three running: the mix of a batch of 4 (one point searching the whole box, three
+    refining near the incumbent), by trial number; with nothing running, the whole box."""
+    from vcli.tuning.suggesters import bayesian
+
+    calls = []
+    orig = bayesian.GPSuggester._near_incumbent
+    monkeypatch.setattr(bayesian.GPSuggester, "_near_incumbent", lambda self, *a: calls.append(1) or orig(self, *a))
+    s = _make("gp", _quadratic_params(), seed=2)
+    for i in range(12):
+        p = s.ask(1)[0].parameters
+        s.tell(_done(str(i), p, _quadratic(p)))
+    calls.clear()
+    p = s.ask(1)[0].parameters  # trial 12, nothing running
+    assert calls == []
+    s.tell(_done("12", p, _quadratic(p)))
+    batch = [sug.parameters for sug in s.ask(4)]  # trials 13-16, nothing running
+    assert len(calls) == 3  # the points after the first
+    for t, p in zip(range(13, 17), batch):
+        s.tell(_done(str(t), p, _quadratic(p)))
+    s = _make("gp", _quadratic_params(), seed=2)
+    for i in range(12):
+        p = s.ask(1)[0].parameters
+        s.tell(_done(str(i), p, _quadratic(p)))
+    running = [sug.parameters for sug in s.ask(3)]  # trials 12-14
+    local = []
+    for t in range(15, 23):
+        calls.clear()
+        running.append(s.ask(1)[0].parameters)  # trial t
+        local.append(len(calls))
+        p = running.pop(0)  # the oldest ends
+        s.tell(_done(str(t - 3), p, _quadratic(p)))
+    assert local == [1, 0, 1, 1, 1, 0, 1, 1]  # trials 16 and 20 search the whole box
 
 
 def test_bayesian_gp_discrete_space_never_repeats_and_exhausts():

@@ -244,7 +244,8 @@ class GPSuggester(AcqSearch, SuggesterBase):
         X = np.array([sp.encode(p) for p, _ in modelled])
         Y = np.array([v for _, v in modelled], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
-        P = np.array([sp.encode(p) for p in self.pending() + batch], dtype=float).reshape(-1, sp.dim)
+        running = self.pending()  # points of earlier asks still without a value
+        P = np.array([sp.encode(p) for p in running + batch], dtype=float).reshape(-1, sp.dim)
         local = self._refines(Y, level)
         out: list[dict[str, ParameterValue]] = []
         for k, i in enumerate(slots):
@@ -252,7 +253,7 @@ class GPSuggester(AcqSearch, SuggesterBase):
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
                 y, floor = self._outputs(yraw)
                 model = self._model(X, y, V, floor)
-            x = self._slot_point(i, model, P, known, local=local and k > 0)
+            x = self._slot_point(i, model, P, known, local=local and self._local_slot(k, i, len(running)))
             if x is None:
                 break
             p = sp.decode(x)
@@ -271,6 +272,16 @@ class GPSuggester(AcqSearch, SuggesterBase):
         points, 17 without, GPSampler 20), and an integer loss's values may not repeat yet."""
         np = self._np
         return Y.ndim == 1 and level is None and len(self._cont_cols) > 0 and not np.all(Y == np.round(Y))
+
+    def _local_slot(self, k: int, i: int, running: int) -> bool:
+        """Does suggestion `i` of this ask (its k-th model-based point) refine near the
+        incumbent, on a smooth objective? In a batch, every point after its first. A first point
+        asked while `running` = m points of earlier asks have no value yet (a study with
+        parallelTrialCount m + 1 whose trials end one at a time) does unless its trial number is
+        a multiple of m + 1: the mix of a batch of m + 1, one point searching the whole box and
+        m refining (4 in flight, 100 seeds, median regret at 60 trials: mixed5
+        4.7e-5 -> 1.7e-5, p = 0.03; Hartmann6 6.0e-3 -> 2.2e-3, p = 0.38)."""
+        return k > 0 or (running > 0 and (self.n_known + i) % (running + 1) != 0)
 
     def _slot_point(self, i, model, P, known: set, local: bool):
         """The log-EI maximiser (unit-space row) for suggestion `i` under `model`, with the
