@@ -74,6 +74,9 @@ def test_a_custom_job_survives_its_controller_and_resumes(tmp_path: Path) -> Non
         # CI (loaded) saw the first replica end its 8 s before the third had started: the
         # trainers wait at their start until every replica has been seen alive
         wait_for(lambda: len(running_replicas(job_id)) == 3, 60, "three replicas running")
+        # PENDING becomes RUNNING at the controller's first poll after the last launch: CI
+        # (loaded, session 16) killed it in between once: the job stays PENDING until resumed
+        wait_for(lambda: describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_RUNNING", 30, "the job RUNNING")
         _kill_controller(proc)
     finally:
         if proc.poll() is None:
