@@ -41,8 +41,9 @@
   fantasies above) only from starts near the incumbent (`_near_incumbent`): the first point
   goes wherever EI is largest, the others refine. A batch spread over the box refined too
   seldom: at q = 4, over 40 seeds, Hartmann6 solved 16 runs against 25 and mixed5's median
-  regret at 60 trials was 2.5e-5 against 3.4e-6 (bench/README). A single ask with trials
-  still running (a study's slots freeing one at a time) is one first point: global;
+  regret at 60 trials was 2.5e-5 against 3.4e-6 (bench/README). An ask while m trials of
+  earlier asks still run (a study's slots freeing one at a time) refines too, except at
+  trial numbers that are multiples of m + 1 (`_local_slot`: the mix of a batch of m + 1);
 * valueless points (INFEASIBLE / non-finite) are
   kriging-believer fantasies too (they only shrink the variance there), so the optimiser
   does not propose them again, and they are never fed as metric values;
