@@ -171,6 +171,9 @@ class Vizier:
         from vizier.service import clients
         from vizier.service import pyvizier as vz
 
+        # A private in-memory store: the default is one SQLite file inside vizier's package,
+        # which concurrent runs share (they then wait on its locks and some fail).
+        clients.environment_variables.servicer_use_sql_ram()
         problem = vz.ProblemStatement()
         root = problem.search_space.root
         for name, k, lo, hi, log, choices in space:
