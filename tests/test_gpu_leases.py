@@ -123,6 +123,54 @@ def test_acquire_is_all_or_nothing_and_dies_with_its_holder(tmp_path: Path) -> N
     assert mode & 0o1777 == 0o1777, oct(mode)  # sticky and world-writable, like /tmp
 
 
+
+
+def test_the_lease_server_runs_from_its_shipped_copies_without_vcli(tmp_path: Path) -> None:
+    """What an SSH host runs: `python -S leaseserver.py serve DIR GPULEASE` from copies under other
+    names (`install_tools` hashes them), outside the repository and with no site-packages, so
+    neither file may import vcli. Its leases are the kernel's locks of DIR: a LeaseDir here sees
+    them held, they are all or none, and they end with the server's stdin."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lib = bin_dir / "vcli-gpulease-0123456789ab.py"
+    server = bin_dir / "vcli-leaseserver-ba9876543210.py"
+    shutil.copy(REPO / "vcli/placement/gpulease.py", lib)
+    shutil.copy(REPO / "vcli/placement/leaseserver.py", server)
+    d = tmp_path / "leases"
+    proc = subprocess.Popen([sys.executable, "-S", "-I", str(server), "serve", str(d), str(lib)], cwd="/",
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": os.environ["PATH"]})
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        hello = proc.stdout.readline()
+        if not hello.startswith("VCLI-LEASES "):
+            proc.kill()
+            pytest.fail(f"no handshake: {hello!r} {proc.communicate(timeout=10)[1][-2000:]}")
+        assert json.loads(hello.split(" ", 1)[1])["path"] == str(d)
+
+        def ask(req: dict) -> dict:
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
+            return json.loads(proc.stdout.readline())
+
+        assert ask({"op": "acquire", "indices": [0, 1], "record": {"job": "A", "user": "alice"}}) == {"ok": True}
+        here = LeaseDir(str(d))
+        with pytest.raises(LeaseBusy, match="job A"):
+            here.acquire([1], {"job": "B"})
+        here.acquire([2], {"job": "B", "user": "bob"})
+        busy = ask({"op": "acquire", "indices": [3, 2], "record": {"job": "C"}})
+        assert busy["busy"] == 2 and busy["holder"]["job"] == "B"
+        assert [i for i, rec in ask({"op": "probe", "indices": [0, 1, 2, 3]})["held"] if rec] == [0, 1, 2]
+        assert here.probe([3]) == {3: None}  # nothing of the refused acquire was kept
+        assert ask({"op": "release", "indices": [0]}) == {"ok": True}
+        assert here.probe([0]) == {0: None}
+        assert "unknown op" in ask({"op": "launch-missiles"})["error"]
+        proc.stdin.close()  # the controller's channel closes: its leases end with the server
+        assert proc.wait(timeout=10) == 0
+        assert here.probe([1]) == {1: None}
+    finally:
+        proc.kill()
+        proc.wait()
 # ----------------------------------------------------------------------------- concurrent vcli processes
 
 

@@ -119,10 +119,12 @@ def _sized_files() -> list[Path]:
     return out
 
 
-def test_no_executor_module_over_600_lines() -> None:
+def test_no_executor_or_placement_module_over_600_lines() -> None:
     """Executors hold their protocol in `executor.py` and put what can stand alone beside it
-    (Slurm's allocation sizing, Docker's container arguments, SSH's replica state)."""
-    too_long = [f"{p.relative_to(REPO)}: {n} lines" for p in sorted((REPO / "vcli/executors").rglob("*.py"))
+    (Slurm's allocation sizing, Docker's container arguments, SSH's replica state); placement's
+    lease library keeps its SSH server in a module of its own (`leaseserver.py`)."""
+    too_long = [f"{p.relative_to(REPO)}: {n} lines"
+                for tree in ("vcli/executors", "vcli/placement") for p in sorted((REPO / tree).rglob("*.py"))
                 if (n := p.read_text().count("\n")) > 600]
     assert not too_long, too_long
 

@@ -17,12 +17,16 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from vcli.errors import ExecutorError
 from vcli.executors.slurm import client
 from vcli.executors.slurm.client import Component, NodeInfo
 from vcli.executors.slurm.status import read_text
+
+if TYPE_CHECKING:
+    from vcli.placement.types import Placement
+    from vcli.spec import CustomJobSpec, ReplicaId
 
 
 @dataclass
@@ -63,7 +67,7 @@ class Allocation:
         return [f"--jobid={self.slurm_id}", *([f"--het-group={group}"] if self.hetero else [])]
 
 
-def _shape(spec: Any, pool: int, largest_cpus: int, lean_mb: int) -> tuple[int, int, int]:
+def _shape(spec: CustomJobSpec, pool: int, largest_cpus: int, lean_mb: int) -> tuple[int, int, int]:
     """(CPUs, memory MB per CPU, GPUs) of one replica of worker pool `pool`: CPUs from the
     machine type capped at the largest node, memory never more per CPU than the leanest node
     has (0: unknown, no --mem-per-cpu), GPUs from accelerator-count."""
@@ -76,7 +80,8 @@ def _shape(spec: Any, pool: int, largest_cpus: int, lean_mb: int) -> tuple[int, 
     return c, mem, int(ms.accelerator_count or 0)
 
 
-def task_groups(nodes: Sequence[NodeInfo], replicas: Sequence[Any], spec: Any, where: str) -> list[TaskGroup]:
+def task_groups(nodes: Sequence[NodeInfo], replicas: Sequence[ReplicaId], spec: CustomJobSpec,
+                where: str) -> list[TaskGroup]:
     """The allocation's components for these replicas of `spec` on `nodes` (described as
     `where` in errors): one component when every pool's replicas are alike, else one per pool
     (a heterogeneous job). `PlacementError` when no empty cluster of `nodes` could ever hold
@@ -136,7 +141,7 @@ def node_slots(groups: Sequence[TaskGroup], components: Sequence[Component]) -> 
     return slots
 
 
-def reserve_ports(alloc: Allocation, placements: Sequence[Any], replicas: Sequence[Any],
+def reserve_ports(alloc: Allocation, placements: Sequence[Placement], replicas: Sequence[ReplicaId],
                   address: Callable[[str], str]) -> dict[str, list[int]]:
     """Ports for the replicas placed on each node (`placements`, in `replicas`' order): one
     short step per node and component binds as many at once as replicas go there (so they

@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
@@ -74,6 +74,9 @@ from vcli.executors.slurm.status import (
     unlink,
     write_status_once,
 )
+
+if TYPE_CHECKING:
+    from vcli.spec import CustomJobSpec, ReplicaId
 
 #: How long `start` waits for an allocation of its own (a replica nobody placed) to run.
 STANDALONE_WAIT_SECONDS = 300.0
@@ -155,7 +158,7 @@ class SlurmExecutor(ExecutorBase):
 
     # ------------------------------------------------------------------ sizing
 
-    def task_groups(self, replicas: Sequence[Any], spec: Any) -> list[TaskGroup]:
+    def task_groups(self, replicas: Sequence[ReplicaId], spec: CustomJobSpec) -> list[TaskGroup]:
         """The allocation's components for these replicas of `spec` (`allocation.task_groups`
         on the partition's nodes)."""
         where = f"partition {self.partition}" if self.partition else "the Slurm cluster"
@@ -214,7 +217,7 @@ class SlurmExecutor(ExecutorBase):
                 return state, reason
             time.sleep(0.1)
 
-    def placements(self, alloc: Allocation, replicas: Sequence[Any]) -> list[Placement]:
+    def placements(self, alloc: Allocation, replicas: Sequence[ReplicaId]) -> list[Placement]:
         """Placements on the nodes Slurm allocated, and ports reserved there (one step per node)."""
         alloc.components = client.show_job(alloc.slurm_id)
         if len(alloc.components) != len(alloc.groups) or not all(c.shares for c in alloc.components):

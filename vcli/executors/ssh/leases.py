@@ -3,8 +3,8 @@
 The leases of an SSH host live on the host, in its lease directory (the inventory's
 `gpu_lease_dir`, default `vcli.placement.gpulease.DEFAULT_DIR`), so controllers on different machines
 that drive one GPU host see each other's replicas. A controller reaches them through one lease
-server per host (`python -S gpulease.py serve DIR`, shipped with the supervisor and started on
-its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
+server per host (`vcli.placement.leaseserver`: `python -S leaseserver.py serve DIR GPULEASE`,
+shipped with the supervisor and started on its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
 `vcli.placement.gpulease.LeaseDir` that `vcli.placement.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
 (`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`, `nvidia_busy`), each call one JSON line there
 and back.
@@ -27,7 +27,8 @@ from typing import Any, Iterable, Mapping
 
 from vcli.errors import ExecutorError
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.placement.gpulease import DEFAULT_DIR, HANDSHAKE, LeaseBusy
+from vcli.placement.gpulease import DEFAULT_DIR, LeaseBusy
+from vcli.placement.leaseserver import HANDSHAKE
 
 __all__ = ["RemoteLeases"]
 
@@ -60,7 +61,7 @@ class RemoteLeases:
         conn, chan = self.link.open_session()
         try:
             chan.settimeout(REPLY_TIMEOUT)
-            chan.exec_command(qargv([self.link.host.python, "-S", tools.gpulease, "serve", self.path]))
+            chan.exec_command(qargv([self.link.host.python, "-S", tools.leaseserver, "serve", self.path, tools.gpulease]))
             reader = chan.makefile("rb")
             for _ in range(200):  # skip what the login shell's rc files print
                 line = reader.readline()

@@ -59,6 +59,7 @@ from vcli.executors.ssh import wrapper as _wrapper
 from vcli.executors.ssh.link import Conn, HostLink, q, qargv
 from vcli.logs import LogWriter
 from vcli.placement import gpulease as _gpulease
+from vcli.placement import leaseserver as _leaseserver
 
 __all__ = [
     "ALIVE_SCRIPT",
@@ -140,11 +141,12 @@ class Tools:
     supervisor: str
     wrapper: str
     gpulease: str
+    leaseserver: str
 
 
 def install_tools(link: HostLink) -> Tools:
-    """Ship the supervisor, the wrapper and the lease server (`vcli.placement.gpulease`) to
-    `<workdir>/bin/` once per host and version.
+    """Ship the supervisor, the wrapper, the lease library (`vcli.placement.gpulease`) and its
+    server (`vcli.placement.leaseserver`) to `<workdir>/bin/` once per host and version.
 
     Each file is named after a hash of its source and written under a temporary name, then
     renamed into place, so concurrent vcli processes (or hosts sharing a workdir) never run a
@@ -159,7 +161,8 @@ def install_tools(link: HostLink) -> Tools:
             paths = []
             sftp = link.sftp()
             try:
-                for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper"), (_gpulease, "gpulease")):
+                for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper"), (_gpulease, "gpulease"),
+                                     (_leaseserver, "leaseserver")):
                     with open(module.__file__ or "", "rb") as f:
                         source = f.read()
                     path = f"{bin_dir}/vcli-{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
@@ -175,7 +178,7 @@ def install_tools(link: HostLink) -> Tools:
                 raise ExecutorError(f"Host {link.host.name}: cannot install vcli's supervisor in {bin_dir}: {e}") from None
             finally:
                 sftp.close()
-            link.tools = Tools(supervisor=paths[0], wrapper=paths[1], gpulease=paths[2])
+            link.tools = Tools(*paths)
         return link.tools
 
 

@@ -10,7 +10,7 @@
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
 
 0. with `--lease-from`, takes the host-wide GPU leases of GPUs I,J... over from the
-   controller's lease server on this host (`vcli.placement.gpulease.serve`, abstract Unix socket SOCKET,
+   controller's lease server on this host (`vcli.placement.leaseserver.serve`, abstract Unix socket SOCKET,
    descriptors by SCM_RIGHTS), passes them to the supervisor (`--lease-fd`), records the
    supervisor as their holder and closes its own copies: the leases end with the supervisor.
    If they cannot be taken, nothing starts (`vcli: cannot take over ...` on stderr, exit 127);

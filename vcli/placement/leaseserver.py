@@ -1,0 +1,195 @@
+"""The GPU lease server: a controller's hands on an SSH host's lease directory
+(`vcli.placement.gpulease`), for as long as the controller's SSH channel is open.
+
+Standard library only, like `gpulease`: it is shipped to each SSH host beside `gpulease.py`
+(`vcli.executors.ssh.remote.install_tools`, both under names hashed from their source) and run
+there as `python -S leaseserver.py serve DIR GPULEASE`, GPULEASE being the path of the shipped
+`gpulease.py`. The server loads the lease library from that exact file (`load_library`), never
+from a vcli the host may have installed, whose version could differ from the controller's.
+
+The server takes and holds the locks for the controller (JSON lines on its stdin and stdout)
+and hands a placed replica's descriptors to the replica's wrapper over an abstract Unix socket
+(`SCM_RIGHTS`), which passes them on to the supervisor, so the lease lives exactly as long as
+the supervisor. Leases the server still holds end with it, that is with the controller's SSH
+channel.
+"""
+
+from __future__ import annotations
+
+import array
+import importlib.util
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+from types import ModuleType
+from typing import Any, Mapping
+
+#: The first line a lease server prints (after whatever the login shell's rc files printed).
+HANDSHAKE = "VCLI-LEASES"
+
+
+def load_library(path: str | None = None) -> ModuleType:
+    """The lease library: the `gpulease.py` at `path` (the copy shipped to an SSH host), or
+    vcli's own `vcli.placement.gpulease` when `path` is None."""
+    if path is None:
+        from vcli.placement import gpulease
+
+        return gpulease
+    spec = importlib.util.spec_from_file_location("vcli_gpulease", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the lease library {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None) -> int:
+    """`python -S leaseserver.py serve DIR GPULEASE`: serve the lease directory DIR of the
+    host this runs on with the lease library `lib` (`load_library`), for as long as stdin is
+    open (the controller's SSH channel).
+
+    Prints `VCLI-LEASES {"socket": NAME, "path": DIR, "pid": PID}`, then answers each JSON
+    request line with one JSON line:
+
+    - `{"op": "acquire", "indices": [...], "record": {...}}` -> `{"ok": true}`, or
+      `{"busy": INDEX, "holder": {...}}` (all or none, as `LeaseDir.acquire`);
+    - `{"op": "release", "indices": [...]}` -> `{"ok": true}`;
+    - `{"op": "probe", "indices": [...]}` -> `{"held": [[INDEX, RECORD or null], ...]}`;
+    - `{"op": "waiters"}` -> `{"waiters": [...]}`;
+    - `{"op": "busy"}` -> `{"busy": [[INDEX, WHY], ...]}`: GPUs that a process vcli did not
+      start uses, by this host's nvidia-smi (`nvidia_busy`; none without it);
+    - `{"op": "queue", "key": K, "record": {...}}` / `{"op": "unqueue", "key": K}`: an entry in
+      the host's waiting queue while a job waits (queueing K again marks another try);
+    - anything that fails -> `{"error": TEXT}`.
+
+    A replica's wrapper on this host takes the leases of its GPUs from the server through the
+    abstract Unix socket NAME: the server sends the descriptors and closes its own copies, so
+    from then on the lease ends with the wrapper's supervisor, not with the server. Only
+    processes of the server's own user may take them. Leases the server still holds when its
+    stdin closes end with it (the controller went away before the replica started).
+    """
+    leases = lib.LeaseDir(os.path.expanduser(path))
+    inp = stdin if stdin is not None else sys.stdin
+    out = stdout if stdout is not None else sys.stdout
+    hand = _HandOff(leases)
+    waiting: dict[str, Any] = {}
+    out.write(f"{HANDSHAKE} {json.dumps({'socket': hand.name, 'path': leases.path, 'pid': os.getpid()})}\n")
+    out.flush()
+    try:
+        for line in inp:
+            try:
+                reply = _answer(lib, leases, waiting, json.loads(line))
+            except lib.LeaseBusy as e:
+                reply = {"busy": e.index, "holder": e.holder}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            out.write(json.dumps(reply) + "\n")
+            out.flush()
+    except (OSError, KeyboardInterrupt):
+        pass
+    finally:
+        hand.close()
+        for entry in waiting.values():
+            entry.close()
+    return 0
+
+
+def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[str, Any]) -> dict[str, Any]:
+    op = req["op"]
+    if op == "acquire":
+        leases.acquire([int(i) for i in req["indices"]], dict(req.get("record") or {}))
+        return {"ok": True}
+    if op == "release":
+        leases.release([int(i) for i in req["indices"]])
+        return {"ok": True}
+    if op == "probe":
+        return {"held": [[i, rec] for i, rec in leases.probe([int(i) for i in req["indices"]]).items()]}
+    if op == "waiters":
+        return {"waiters": leases.waiters()}
+    if op == "queue":
+        key = str(req["key"])
+        if key in waiting:
+            waiting[key].touch()
+        else:
+            waiting[key] = leases.queue(dict(req.get("record") or {}))
+        return {"ok": True}
+    if op == "unqueue":
+        entry = waiting.pop(str(req["key"]), None)
+        if entry is not None:
+            entry.close()
+        return {"ok": True}
+    if op == "busy":
+        return {"busy": [[i, why] for i, why in sorted(lib.nvidia_busy().items())]}
+    if op == "ping":
+        return {"ok": True}
+    raise ValueError(f"unknown op {op!r}")
+class _HandOff:
+    """The server's abstract Unix socket: a wrapper sends `{"gpus": [...]}` and receives the
+    lock descriptors of those GPUs (SCM_RIGHTS); the server then closes its own copies."""
+
+    def __init__(self, leases: Any) -> None:
+        self.leases = leases
+        self.name = f"vcli-gpulease-{os.getpid()}-{os.urandom(8).hex()}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind("\0" + self.name)  # abstract: no file to leave behind, gone with the server
+        self.sock.listen(16)
+        threading.Thread(target=self._serve, name="vcli-lease-handoff", daemon=True).start()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    self._hand(conn)
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    try:
+                        conn.sendall(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode() + b"\n")
+                    except OSError:
+                        pass
+
+    def _hand(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        if uid not in (os.geteuid(), 0):  # only the server's own user takes its leases
+            raise ValueError(f"uid {uid} may not take these leases")
+        data = b""
+        while not data.endswith(b"\n") and len(data) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        indices = [int(i) for i in json.loads(data)["gpus"]]
+        held = [self.leases.held_here(i) for i in indices]
+        missing = [i for i, lease in zip(indices, held) if lease is None]
+        if missing:
+            raise ValueError(f"GPU(s) {missing} are not leased by this controller")
+        fds = array.array("i", [lease.fd for lease in held if lease is not None])
+        conn.sendmsg([b'{"ok": true}\n'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+        self.leases.release(indices)  # in flight, then the wrapper's: the lock stays held
+
+
+
+
+def main(args: list[str]) -> int:
+    if len(args) in (2, 3) and args[0] == "serve":
+        return serve(args[1], load_library(args[2] if len(args) == 3 else None))
+    print("usage: python -S leaseserver.py serve LEASE_DIR [GPULEASE_PY]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
