@@ -635,6 +635,20 @@ def test_a_fetched_dir_is_whole_while_the_replica_keeps_rewriting_it(hd: Harness
     hd.wait(handle)  # a container's log may still be draining
 
 
+def test_the_shipped_hold_program_tries_and_waits_as_the_local_copy_does() -> None:
+    """`HOLD_PROGRAM` runs on hosts without vcli, so it spells out `_wait_after`'s formula and
+    `_TRIES`: both copies must give the same tries and waits."""
+    import re
+
+    from vcli.executors import freeze
+
+    found = re.search(r"time\.sleep\((.*)\)  # = _wait_after\(attempt\)", freeze.HOLD_PROGRAM)
+    assert found, "HOLD_PROGRAM no longer says where it waits"
+    shipped = [eval(found.group(1), {}, {"attempt": a}) for a in range(freeze._TRIES)]  # our own text
+    assert shipped == [freeze._wait_after(a) for a in range(freeze._TRIES)]
+    assert f"for attempt in range({freeze._TRIES}):" in freeze.HOLD_PROGRAM
+
+
 #: Executors that hold a replica still while a directory of it is copied (`vcli.executors.freeze`).
 FREEZING = ["local", "docker", "ssh", "ssh-docker", "ray", "slurm"]
 
