@@ -74,6 +74,28 @@ def test_the_screen_keeps_running_trials_and_the_best_in_view(width: int) -> Non
         assert "learning_rate" in lines[2]
 
 
+def test_a_population_based_study_shows_each_trials_member_and_origin() -> None:
+    """PBT trials carry their population slot and, once exploited, the checkpoint they started
+    from (`2@4`: trial 2's, at step 4); other studies have neither column."""
+    from dataclasses import replace
+
+    from vcli.spec import PbtLineage
+
+    now = time.monotonic()
+    plain = _snapshot(now)
+    trials = {k: replace(t, lineage=PbtLineage(member=(int(k) - 1) % 4,
+                                               parent_trial_id=str(int(k) - 4) if int(k) > 4 else None,
+                                               start_step=3 if int(k) > 4 else 0))
+              for k, t in plain.trials.items()}
+    lines = _render(replace(plain, trials=trials), 150, 24)
+    header = next(line for line in lines if line.lstrip().startswith("TRIAL"))
+    assert "MEMBER" in header and "FROM" in header, header
+    row = next(line for line in lines if re.match(r"\s*38\s+ACTIVE", line))
+    cells = row.split()
+    assert "34@3" in cells and "1" in cells, row  # trial 38: member 1, from trial 34 at step 3
+    assert not any("MEMBER" in line for line in _render(plain, 150, 24))
+
+
 def test_plain_lines_name_the_trial_its_parameters_and_why() -> None:
     out = io.StringIO()
     view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE)], [], 3)

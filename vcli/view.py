@@ -281,27 +281,59 @@ def _columns(snap: StudySnapshot, shown: Sequence[Trial], optimal: set[str], now
     cols = [
         _Column("TRIAL", [Text(t.id + ("*" if star and t.id in optimal else "")) for t in shown]),
         _Column("STATE", [Text(t.state.value, style=STATE_STYLE[t.state]) for t in shown], justify="left"),
+        *_parameter_columns(snap, shown),
+        *_metric_columns(snap, latest),
+        _Column("STEP", [Text("-" if step is None else str(step)) for _, step in latest], drop_rank=5),
     ]
+    durations = [snap.duration(t, now) for t in shown]
+    cols.append(_Column("TIME", [Text("-" if d is None else _clock(d)) for d in durations], drop_rank=30))
+    return cols + _lineage_columns(snap, shown) + _note_columns(shown)
+
+
+def _lineage_columns(snap: StudySnapshot, shown: Sequence[Trial]) -> list[_Column]:
+    """MEMBER and FROM, in a population-based study only."""
+    from rich.text import Text
+
+    if not any(t.lineage is not None for t in snap.trials.values()):
+        return []
+    return [_Column("MEMBER", [Text(str(t.lineage.member) if t.lineage else "-") for t in shown], drop_rank=40),
+            _Column("FROM", [Text(_lineage(t)) for t in shown], drop_rank=41)]
+
+
+def _note_columns(shown: Sequence[Trial]) -> list[_Column]:
+    """NOTE (why a trial stopped or failed), when any shown trial has one."""
+    from rich.text import Text
+
+    notes = [_note(t) for t in shown]
+    if not any(notes):
+        return []
+    return [_Column("NOTE", [Text(x, style="yellow" if "stop" in x else "red") for x in notes],
+                    drop_rank=50, justify="left", max_width=60)]
+
+
+def _parameter_columns(snap: StudySnapshot, shown: Sequence[Trial]) -> list[_Column]:
+    """One column per parameter; floats share one number format per column."""
+    from rich.text import Text
+
+    cols = []
     for i, pid in enumerate(snap.parameter_ids):
         vals = [t.parameters.get(pid) for t in shown]
         fmt = _number_format([v for v in vals if isinstance(v, float)])
         cells = [Text("-" if v is None else fmt(v) if isinstance(v, float) else str(v)) for v in vals]
         cols.append(_Column(pid, cells, drop_rank=10 + i, max_width=24))  # the last parameters go first
+    return cols
+
+
+def _metric_columns(snap: StudySnapshot, latest: Sequence[tuple[Mapping[str, float], int | None]]) -> list[_Column]:
+    """One column per metric, its goal in the header, from each trial's latest values."""
+    from rich.text import Text
+
+    cols = []
     for m in snap.metrics:
         vals = [values.get(m.metric_id) for values, _ in latest]
         fmt = _number_format([v for v in vals if v is not None])
         cols.append(_Column(f"{m.metric_id} ({'max' if m.goal == Goal.MAXIMIZE else 'min'})",
                             [Text("-" if v is None else fmt(v)) for v in vals]))
-    cols.append(_Column("STEP", [Text("-" if step is None else str(step)) for _, step in latest], drop_rank=5))
-    durations = [snap.duration(t, now) for t in shown]
-    cols.append(_Column("TIME", [Text("-" if d is None else _clock(d)) for d in durations], drop_rank=30))
-    if any(t.lineage is not None for t in snap.trials.values()):
-        cols.append(_Column("MEMBER", [Text(str(t.lineage.member) if t.lineage else "-") for t in shown], drop_rank=40))
-        cols.append(_Column("FROM", [Text(_lineage(t)) for t in shown], drop_rank=41))
-    notes = [_note(t) for t in shown]
-    if any(notes):
-        cols.append(_Column("NOTE", [Text(x, style="yellow" if "stop" in x else "red") for x in notes],
-                            drop_rank=50, justify="left", max_width=60))
     return cols
 
 
