@@ -337,54 +337,46 @@ class Scheduler:
         return cpus, mem
 
     def _plan(self, request: PlacementRequest, *, current: bool) -> list[tuple[str, int, float, float]] | None:
-        """(host, gpus, cpus, memory) per replica, or None. `current=False`: on empty, healthy hosts."""
+        """(host, gpus, cpus, memory) per replica, or None. `current=False`: on empty, healthy hosts.
+        Replicas are placed largest first (GPUs, then CPUs), each on the host `_score` ranks first."""
         hosts = [st for n, st in self._hosts.items() if _allowed(request, n) and (st.healthy or not current)]
         if not hosts:
             return None
-        free_g = {st.cap.name: (st.free_gpus if current else len(st.cap.gpu_indices)) for st in hosts}
-        used_c = {st.cap.name: (st.cpus_used if current else 0.0) for st in hosts}
-        used_m = {st.cap.name: (st.mem_used if current else 0.0) for st in hosts}
-        load = {st.cap.name: (st.replicas if current else 0) for st in hosts}
-        mine: dict[str, int] = {}
+        tally = _Tally(hosts, current=current)
         order = sorted(range(len(request.replicas)),
                        key=lambda i: (-request.replicas[i].accelerator_count, -request.replicas[i].cpus, i))
         result: list[tuple[str, int, float, float] | None] = [None] * len(request.replicas)
         for i in order:
             r = request.replicas[i]
-            best = None
-            best_score: tuple[Any, ...] | None = None
-            for st in hosts:
-                name = st.cap.name
-                n = r.accelerator_count
-                if n:
-                    if free_g[name] < n:
-                        continue
-                    if r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type:
-                        continue
-                cpus, mem = self._demand(st, r)
-                if cpus and used_c[name] + cpus > st.cap.cpus + 1e-9:  # type: ignore[operator]
-                    continue
-                if mem and used_m[name] + mem > st.cap.memory_gb + 1e-9:  # type: ignore[operator]
-                    continue
-                if n:
-                    score = (mine.get(name, 0), free_g[name] - n, load[name], self._order[name])
-                else:
-                    frac = (used_c[name] / st.cap.cpus) if st.cap.cpus else 0.0
-                    # CPU-only work keeps off GPU hosts when it can, so GPUs stay reachable.
-                    score = (mine.get(name, 0), load[name], frac, len(st.cap.gpu_indices) > 0, self._order[name])
-                if best_score is None or score < best_score:
-                    best, best_score = st, score
-            if best is None:
+            scored = [(score, st) for st in hosts if (score := self._score(st, r, tally)) is not None]
+            if not scored:
                 return None
-            name = best.cap.name
+            best = min(scored, key=lambda pair: pair[0])[1]
             cpus, mem = self._demand(best, r)
-            free_g[name] -= r.accelerator_count
-            used_c[name] += cpus
-            used_m[name] += mem
-            load[name] += 1
-            mine[name] = mine.get(name, 0) + 1
-            result[i] = (name, r.accelerator_count, cpus, mem)
+            tally.add(best.cap.name, r.accelerator_count, cpus, mem)
+            result[i] = (best.cap.name, r.accelerator_count, cpus, mem)
         return result  # type: ignore[return-value]
+
+    def _score(self, st: _HostState, r: ReplicaRequest, tally: _Tally) -> tuple[Any, ...] | None:
+        """How host `st` ranks for replica `r` with what the plan has used (`tally`), smaller
+        first: hosts holding fewer of this request's replicas, then a GPU replica on the host
+        with the fewest GPUs left over, a CPU one on the least loaded host; None: it does not fit."""
+        name = st.cap.name
+        n = r.accelerator_count
+        if n and (tally.free_g[name] < n or (r.accelerator_type and st.cap.gpu_type
+                                               and st.cap.gpu_type != r.accelerator_type)):
+            return None
+        cpus, mem = self._demand(st, r)
+        if cpus and tally.used_c[name] + cpus > st.cap.cpus + 1e-9:  # type: ignore[operator]
+            return None
+        if mem and tally.used_m[name] + mem > st.cap.memory_gb + 1e-9:  # type: ignore[operator]
+            return None
+        mine = tally.mine.get(name, 0)
+        if n:
+            return (mine, tally.free_g[name] - n, tally.load[name], self._order[name])
+        frac = (tally.used_c[name] / st.cap.cpus) if st.cap.cpus else 0.0
+        # CPU-only work keeps off GPU hosts when it can, so GPUs stay reachable.
+        return (mine, tally.load[name], frac, len(st.cap.gpu_indices) > 0, self._order[name])
 
     def _never_reason(self, request: PlacementRequest) -> str | None:
         allowed = [st for n, st in self._hosts.items() if _allowed(request, n)]
@@ -417,6 +409,26 @@ class Scheduler:
                     f"it needs {total} GPU(s) and {cpu:g} vCPUs together (hosts: {offers}; {have} GPU(s) in total). "
                     "Use fewer replicas or smaller machine types, or add hosts.")
         return None
+
+
+class _Tally:
+    """What a plan has taken so far on each host: free GPUs, CPUs and memory used, replicas
+    placed (`load`, with what already runs when planning on the current state) and this
+    request's own replicas (`mine`)."""
+
+    def __init__(self, hosts: Sequence[_HostState], *, current: bool) -> None:
+        self.free_g = {st.cap.name: (st.free_gpus if current else len(st.cap.gpu_indices)) for st in hosts}
+        self.used_c = {st.cap.name: (st.cpus_used if current else 0.0) for st in hosts}
+        self.used_m = {st.cap.name: (st.mem_used if current else 0.0) for st in hosts}
+        self.load = {st.cap.name: (st.replicas if current else 0) for st in hosts}
+        self.mine: dict[str, int] = {}
+
+    def add(self, name: str, gpus: int, cpus: float, mem: float) -> None:
+        self.free_g[name] -= gpus
+        self.used_c[name] += cpus
+        self.used_m[name] += mem
+        self.load[name] += 1
+        self.mine[name] = self.mine.get(name, 0) + 1
 
 
 def _allowed(request: PlacementRequest, host: str) -> bool:
