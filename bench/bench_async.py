@@ -50,11 +50,7 @@ def run_async(problem: str, n: int, parallel: int, seed: int) -> tuple[list[floa
             flight += s.ask(1)
             asked += 1
     cpu = (time.process_time() - cpu) / n
-    best, regret = float("inf"), []
-    for v in ys:
-        best = min(best, v)
-        regret.append(max(0.0, best - f_star))
-    return regret, cpu
+    return bs.regret_curve(ys, f_star), cpu
 
 
 def _load(path: str) -> dict:

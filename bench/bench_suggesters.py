@@ -379,14 +379,20 @@ OPTIMIZERS = {
 }
 
 
-def one_run(problem, opt, q, seed, n):
-    fn, fstar, space = PROBLEMS[problem]
-    t0 = time.time()
-    ys, cpu_per_sugg = OPTIMIZERS[opt][0](fn, space, n, q, seed)
+def regret_curve(ys, fstar):
+    """Simple regret after each trial: the best value so far less f*, clipped at 0."""
     best, curve = math.inf, []
     for v in ys:
         best = min(best, v)
         curve.append(max(0.0, best - fstar))
+    return curve
+
+
+def one_run(problem, opt, q, seed, n):
+    fn, fstar, space = PROBLEMS[problem]
+    t0 = time.time()
+    ys, cpu_per_sugg = OPTIMIZERS[opt][0](fn, space, n, q, seed)
+    curve = regret_curve(ys, fstar)
     return {
         "problem": problem, "opt": opt, "q": q, "seed": seed, "n": n,
         "regret": curve, "ys": ys, "cpu_s_per_suggestion": cpu_per_sugg, "wall_s": time.time() - t0,
