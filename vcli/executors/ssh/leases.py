@@ -1,13 +1,13 @@
 """Host-wide GPU leases on an SSH host, from the controller's side.
 
 The leases of an SSH host live on the host, in its lease directory (the inventory's
-`gpu_lease_dir`, default `vcli.placement.gpulease.DEFAULT_DIR`), so controllers on different machines
-that drive one GPU host see each other's replicas. A controller reaches them through one lease
-server per host (`vcli.placement.leaseserver`: `python -S leaseserver.py serve DIR GPULEASE`,
-shipped with the supervisor and started on its own SSH channel the first time placement asks): `RemoteLeases` has the interface of
-`vcli.placement.gpulease.LeaseDir` that `vcli.placement.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use
-(`acquire`, `release`, `probe`, `held_here`, `queue`, `waiters`, `nvidia_busy`), each call one JSON line there
-and back.
+`gpu_lease_dir`, default `vcli.placement.gpulease.DEFAULT_DIR`), so controllers on different
+machines that drive one GPU host see each other's replicas. A controller reaches them through
+one lease server per host (`vcli.placement.leaseserver`: `python -S leaseserver.py serve DIR
+GPULEASE`, shipped with the supervisor and started on its own SSH channel the first time
+placement asks): `RemoteLeases` has the interface of `vcli.placement.gpulease.LeaseDir` that
+`vcli.placement.gpus.GpuAllocator` and `vcli.placement.JobPlacer` use (`acquire`, `release`,
+`probe`, `held_here`, `queue`, `waiters`, `nvidia_busy`), each call one JSON line there and back.
 
 A placed replica's leases go from the server to the replica's wrapper and supervisor on the
 host (`build_remote_command(gpu_leases=(socket, indices))`); from then on they end with the
