@@ -41,7 +41,7 @@ log "ruff check (configuration: ruff.toml)"
 
 log "running tests"
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=0 --durations-min=8 "$@"
 rc=$?
 set -e
 log "pytest exit code $rc"
