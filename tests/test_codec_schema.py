@@ -301,3 +301,39 @@ def test_a_new_message_needs_only_its_dataclass():
         decoder.decode_message({"localOnly": True}, CodecProbe, "")
     with pytest.raises(ConfigError, match=r"at \[inner.colour\]: \[BLUE\] is not one of \[COLOUR_UNSPECIFIED, RED\]"):
         decoder.decode_message({"inner": {"colour": "BLUE"}}, CodecProbe, "")
+
+
+@pytest.mark.parametrize(
+    ("typ", "value", "expected"),
+    [
+        ("str", "abc", "abc"), ("str", 12, "12"), ("str", True, "true"), ("str", 1.5, "1.5"),
+        ("int64", 7, 7), ("int64", 7.0, 7), ("int64", " -3 ", -3), ("int64", "+4", 4), ("int32", "12", 12),
+        ("count", 3, 3), ("count", "3", 3), ("count", 2.0, 2), ("count", 0.5, 0.5), ("count", "0.25", 0.25),
+        ("double", 1, 1.0), ("double", "1e-5", 1e-5), ("double", 2.5, 2.5),
+        ("bool", True, True), ("bool", "TRUE", True), ("bool", "false", False),
+        ("duration", "8000s", 8000.0), ("duration", "1.5s", 1.5), ("duration", 30, 30.0), ("duration", 0.5, 0.5),
+    ],
+)
+def test_a_scalar_field_takes_what_gcloud_takes(typ, value, expected):
+    got = schema.Decoder("p.yaml").decode_scalar(value, typ, "a.b")
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("typ", "value", "message"),
+    [
+        ("str", None, "expected a string"), ("str", [1], "expected a string"), ("str", {"a": 1}, "expected a string"),
+        ("int64", True, r"expected an integer, found \[True\]"), ("int64", 1.5, r"expected an integer, found \[1.5\]"),
+        ("int32", "1e3", r"expected an integer, found \[1e3\]"), ("int64", None, "expected an integer"),
+        ("count", -1, r"expected a non-negative number, found \[-1\]"), ("count", "x", r"expected a number, found \[x\]"),
+        ("double", False, r"expected a number, found \[False\]"), ("double", "fast", r"expected a number, found \[fast\]"),
+        ("double", [1.0], "expected a number"),
+        ("bool", "yes", r"expected true or false, found \[yes\]"), ("bool", 1, r"expected true or false, found \[1\]"),
+        ("duration", "8000", r"expected a duration in seconds such as \[8000s\], found \[8000\]"),
+        ("duration", True, "expected a duration"), ("duration", "-5s", "expected a duration"),
+        ("duration", {"seconds": 5}, "expected a duration"),
+    ],
+)
+def test_a_wrong_scalar_is_one_error_naming_its_path(typ, value, message):
+    with pytest.raises(ConfigError, match=r"p\.yaml at \[a\.b\]: " + message):
+        schema.Decoder("p.yaml").decode_scalar(value, typ, "a.b")

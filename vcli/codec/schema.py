@@ -35,6 +35,11 @@ Kind = Any
 
 _NO_FACTS = Vertex()
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
+# schema scalar type -> `Decoder` method (`decode_scalar`)
+_SCALAR_DECODERS = {
+    "str": "_decode_str", "int64": "_decode_int", "int32": "_decode_int", "count": "_decode_count",
+    "double": "_decode_double", "bool": "_decode_bool", "duration": "_decode_duration",
+}
 
 
 def camel(name: str) -> str:
@@ -224,52 +229,61 @@ class Decoder:
         return self.decode_scalar(value, typ, path)
 
     def decode_scalar(self, value: Any, typ: str, path: str) -> Any:
-        if typ == "str":
-            if isinstance(value, (dict, list)) or value is None:
-                raise self.error(path, "expected a string")
-            if isinstance(value, bool):
-                return "true" if value else "false"
-            return str(value)
-        if typ in ("int64", "int32"):
-            if isinstance(value, bool):
-                raise self.error(path, f"expected an integer, found [{value}]")
-            if isinstance(value, int):
-                return value
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
-                return int(value)
+        """A scalar of schema type `typ` (str, int64/int32, count, double, bool, duration)
+        from a YAML/JSON value; a wrong one raises `error` naming `path`."""
+        return getattr(self, _SCALAR_DECODERS[typ])(value, path)
+
+    def _decode_str(self, value: Any, path: str) -> str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise self.error(path, "expected a string")
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    def _decode_int(self, value: Any, path: str) -> int:
+        if isinstance(value, bool):
             raise self.error(path, f"expected an integer, found [{value}]")
-        if typ == "count":  # an integer, or (vcli) a positive fraction: kept an int when whole
-            number = self.decode_scalar(value, "double", path)
-            if number < 0:
-                raise self.error(path, f"expected a non-negative number, found [{value}]")
-            return int(number) if number.is_integer() else number
-        if typ == "double":
-            if isinstance(value, bool):
-                raise self.error(path, f"expected a number, found [{value}]")
-            if isinstance(value, (int, float)):
-                return float(value)
-            if isinstance(value, str):
-                try:
-                    return float(value)
-                except ValueError:
-                    pass
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
+            return int(value)
+        raise self.error(path, f"expected an integer, found [{value}]")
+
+    def _decode_count(self, value: Any, path: str) -> int | float:
+        """An integer, or (vcli) a positive fraction: kept an int when whole."""
+        number = self._decode_double(value, path)
+        if number < 0:
+            raise self.error(path, f"expected a non-negative number, found [{value}]")
+        return int(number) if number.is_integer() else number
+
+    def _decode_double(self, value: Any, path: str) -> float:
+        if isinstance(value, bool):
             raise self.error(path, f"expected a number, found [{value}]")
-        if typ == "bool":
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            raise self.error(path, f"expected true or false, found [{value}]")
-        if typ == "duration":
-            m = _DURATION.match(str(value)) if isinstance(value, (str, int, float)) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
                 return float(value)
-            if not m:
-                raise self.error(path, f"expected a duration in seconds such as [8000s], found [{value}]")
-            return float(m.group(1))
-        raise AssertionError(typ)
+            except ValueError:
+                pass
+        raise self.error(path, f"expected a number, found [{value}]")
+
+    def _decode_bool(self, value: Any, path: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise self.error(path, f"expected true or false, found [{value}]")
+
+    def _decode_duration(self, value: Any, path: str) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        m = _DURATION.match(value) if isinstance(value, str) else None
+        if not m:
+            raise self.error(path, f"expected a duration in seconds such as [8000s], found [{value}]")
+        return float(m.group(1))
 
     def decode_message(self, value: Any, name: type | str, path: str) -> dict[str, Any]:
         """A mapping -> a camelCase dict of decoded values (`{}` for null); unknown keys fail."""
