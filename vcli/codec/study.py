@@ -290,31 +290,24 @@ def hp_tuning_document(
     algorithm: str | None,
     early_stopping: str | None = None,
 ) -> tuple[Any, str]:
-    """The HyperparameterTuningJob document from --config and/or the vcli study flags."""
-    doc: dict[str, Any] = {}
-    source = "<flags>"
-    if config:
-        loaded, source = load_document(config)
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
-        doc = dict(loaded or {})
+    """The HyperparameterTuningJob document from --config and/or the vcli study flags (a flag
+    replaces the config's field), and its source's name. Errors come in the flags' order:
+    the config, --parameter-spec, --metric, --worker-pool-spec, --algorithm, --early-stopping,
+    then a missing --config."""
+    doc, source = _config_document(config) if config else ({}, "<flags>")
     if parameter_specs:
-        doc.setdefault("studySpec", {})
-        doc["studySpec"] = {**(doc["studySpec"] or {}), "parameters": parameters_from_flags(parameter_specs)}
+        _set_study_field(doc, "parameters", parameters_from_flags(parameter_specs))
     if metrics:
-        doc.setdefault("studySpec", {})
-        doc["studySpec"] = {**(doc["studySpec"] or {}), "metrics": [metric_from_flag(m) for m in metrics]}
+        _set_study_field(doc, "metrics", [metric_from_flag(m) for m in metrics])
     if worker_pool_specs:
         pools = worker_pools_from_flags([parse_worker_pool_spec(v) for v in worker_pool_specs])
         trial = dict(doc.get("trialJobSpec") or {})
         trial["workerPoolSpecs"] = custom_job_spec_to_dict(CustomJobSpec(worker_pool_specs=pools))["workerPoolSpecs"]
         doc["trialJobSpec"] = trial
     if algorithm:
-        choices = tuple(a.flag_word() for a in Algorithm)
-        if algorithm not in choices:
-            raise UsageError(f"argument --algorithm: Invalid choice: '{algorithm}'. Valid choices are [{', '.join(choices)}].")
-        if "studySpec" in doc:
-            doc["studySpec"] = {**(doc["studySpec"] or {}), "algorithm": algorithm.replace("-", "_").upper()}
+        word = _algorithm_enum(algorithm)
+        if "studySpec" in doc:  # none: the decoder names the missing studySpec
+            _set_study_field(doc, "algorithm", word)
     if early_stopping is not None:
         study = {k: v for k, v in (doc.get("studySpec") or {}).items() if k not in STOPPING_KEYS}
         rule = early_stopping_from_flag(early_stopping)
@@ -327,6 +320,27 @@ def hp_tuning_document(
             "--parameter-spec (one or more), --metric and --worker-pool-spec."
         )
     return doc, source
+
+
+def _config_document(config: str) -> tuple[dict[str, Any], str]:
+    """--config's mapping (a copy; {} for an empty file) and its source's name."""
+    loaded, source = load_document(config)
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
+    return dict(loaded or {}), source
+
+
+def _set_study_field(doc: dict[str, Any], key: str, value: Any) -> None:
+    """doc's studySpec (created if absent or null) with `key` set to `value`."""
+    doc["studySpec"] = {**(doc.get("studySpec") or {}), key: value}
+
+
+def _algorithm_enum(flag_word: str) -> str:
+    """--algorithm's word (`random-search`) -> the studySpec enum name (`RANDOM_SEARCH`)."""
+    choices = tuple(a.flag_word() for a in Algorithm)
+    if flag_word not in choices:
+        raise UsageError(f"argument --algorithm: Invalid choice: '{flag_word}'. Valid choices are [{', '.join(choices)}].")
+    return flag_word.replace("-", "_").upper()
 
 
 #: `--early-stopping` rule words -> (studySpec key, the keys the flag may set after the word).
