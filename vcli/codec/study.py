@@ -96,6 +96,20 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
 
 
 def _parameter_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str, seen: set[str]) -> ParameterSpec:
+    """One parameterSpec (and its conditional children) at `path`; `seen`: the parameterIds
+    so far in the study (children included), which gains this one's."""
+    pid = _parameter_id(p, decoder, path, seen)
+    value_spec, kind = _value_spec_from_dict(p, decoder, path)
+    scale = _scale_type(p, value_spec, kind, decoder, path)
+    children = tuple(
+        _conditional_from_dict(c, pid, value_spec, kind, decoder, f"{path}.conditionalParameterSpecs[{j}]", seen)
+        for j, c in enumerate(p.get("conditionalParameterSpecs", []))
+    )
+    return build(ParameterSpec, p, parameter_id=pid, value_spec=value_spec, scale_type=scale, conditional_parameter_specs=children)
+
+
+def _parameter_id(p: Mapping[str, Any], decoder: Decoder, path: str, seen: set[str]) -> str:
+    """The parameterId at `path`: set, usable as a trainer flag (--ID=VALUE), not in `seen`."""
     pid = p.get("parameterId")
     if not pid:
         raise decoder.error(f"{path}.parameterId", "required field is missing")
@@ -104,38 +118,43 @@ def _parameter_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str, seen
     if pid in seen:
         raise decoder.error(f"{path}.parameterId", f"duplicate parameterId [{pid}]")
     seen.add(pid)
-    value_spec, kind = _value_spec_from_dict(p, decoder, path)
+    return pid
+
+
+def _scale_type(p: Mapping[str, Any], value_spec: Any, kind: str, decoder: Decoder, path: str) -> ScaleType:
+    """The parameter's scaleType: unset for a categorical, a positive domain for a log scale."""
     scale = ScaleType(p.get("scaleType", ScaleType.SCALE_TYPE_UNSPECIFIED.value))
     if kind == "categoricalValueSpec" and scale != ScaleType.SCALE_TYPE_UNSPECIFIED:
         raise decoder.error(f"{path}.scaleType", "must be unset for a categorical parameter")
     if scale in (ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE):
-        low = value_spec.values[0] if isinstance(value_spec, DiscreteValueSpec) else value_spec.min_value  # type: ignore[union-attr]
+        low = value_spec.values[0] if isinstance(value_spec, DiscreteValueSpec) else value_spec.min_value
         if low <= 0:
             raise decoder.error(f"{path}.scaleType", f"{scale.value} needs a strictly positive domain, but the lower bound is {low}")
-    children = []
-    for j, c in enumerate(p.get("conditionalParameterSpecs", [])):
-        cpath = f"{path}.conditionalParameterSpecs[{j}]"
-        parents = [k for k in ("parentDiscreteValues", "parentIntValues", "parentCategoricalValues") if k in c]
-        if len(parents) != 1:
-            raise decoder.error(cpath, "exactly one of [parentCategoricalValues, parentDiscreteValues, parentIntValues] is required")
-        expected = _PARENT_VALUES[type(value_spec)][0] if type(value_spec) in _PARENT_VALUES else None
-        if expected is None:
-            raise decoder.error(cpath, "a DOUBLE parameter cannot have conditional children")
-        if parents[0] != expected:
-            raise decoder.error(f"{cpath}.{parents[0]}", f"the parent [{pid}] is {kind}: use [{expected}]")
-        values = c[parents[0]].get("values", [])
-        if not values:
-            raise decoder.error(f"{cpath}.{parents[0]}.values", "must list at least one parent value")
-        for val in values:
-            if not _in_domain(value_spec, val):
-                raise decoder.error(f"{cpath}.{parents[0]}.values", f"[{val}] is not in the domain of the parent parameter [{pid}]")
-        if "parameterSpec" not in c:
-            raise decoder.error(f"{cpath}.parameterSpec", "required field is missing")
-        child = _parameter_from_dict(c["parameterSpec"], decoder, f"{cpath}.parameterSpec", seen)
-        children.append(ConditionalParameterSpec(parameter_spec=child, parent_values=tuple(values)))
-    return build(
-        ParameterSpec, p, parameter_id=pid, value_spec=value_spec, scale_type=scale, conditional_parameter_specs=tuple(children)
-    )
+    return scale
+
+
+def _conditional_from_dict(c: Mapping[str, Any], pid: str, value_spec: Any, kind: str, decoder: Decoder,
+                           cpath: str, seen: set[str]) -> ConditionalParameterSpec:
+    """One conditionalParameterSpec (at `cpath`) of parent `pid`: the parent-values field that
+    matches the parent's kind, values in its domain, and the child parameter."""
+    parents = [k for k in ("parentDiscreteValues", "parentIntValues", "parentCategoricalValues") if k in c]
+    if len(parents) != 1:
+        raise decoder.error(cpath, "exactly one of [parentCategoricalValues, parentDiscreteValues, parentIntValues] is required")
+    expected = _PARENT_VALUES[type(value_spec)][0] if type(value_spec) in _PARENT_VALUES else None
+    if expected is None:
+        raise decoder.error(cpath, "a DOUBLE parameter cannot have conditional children")
+    if parents[0] != expected:
+        raise decoder.error(f"{cpath}.{parents[0]}", f"the parent [{pid}] is {kind}: use [{expected}]")
+    values = c[parents[0]].get("values", [])
+    if not values:
+        raise decoder.error(f"{cpath}.{parents[0]}.values", "must list at least one parent value")
+    for val in values:
+        if not _in_domain(value_spec, val):
+            raise decoder.error(f"{cpath}.{parents[0]}.values", f"[{val}] is not in the domain of the parent parameter [{pid}]")
+    if "parameterSpec" not in c:
+        raise decoder.error(f"{cpath}.parameterSpec", "required field is missing")
+    child = _parameter_from_dict(c["parameterSpec"], decoder, f"{cpath}.parameterSpec", seen)
+    return ConditionalParameterSpec(parameter_spec=child, parent_values=tuple(values))
 
 
 def _in_domain(spec: Any, value: Any) -> bool:
