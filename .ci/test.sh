@@ -21,6 +21,12 @@ fi
 log "installing vcli[all] into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all]'
 
+# Bytecode for the repository's modules: where PYTHONDONTWRITEBYTECODE is set (this machine
+# sets it), nothing writes it, and every vcli process a test starts compiled every module again
+# (`vcli --help` 0.22 s against 0.13 s with it). Python reads it whatever the variable says.
+log "compiling vcli, tests, trainer and bench to bytecode"
+PYTHONDONTWRITEBYTECODE= .venv/bin/python -m compileall -q vcli tests trainer bench > /dev/null
+
 # Vertex's own protos, read (not imported) by tests/test_vertex_protos.py: the wheel only.
 if ! ls .ci/cache/google_cloud_aiplatform-2.7.0-*.whl >/dev/null 2>&1; then
     log "downloading google-cloud-aiplatform 2.7.0's wheel into .ci/cache"

@@ -219,7 +219,7 @@ def _publish(ctx: Any) -> None:
     given = _given(ctx)
     values = given.values
     if values.get("verbosity") is not None:
-        state["verbosity"] = values["verbosity"].value
+        state["verbosity"] = Verbosity(values["verbosity"]).value  # typer < 0.29 passes the word
     state["quiet"] = bool(values.get("quiet"))
     if values.get("user_output_enabled") is False:
         state["user_output"] = False
