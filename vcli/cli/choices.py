@@ -170,7 +170,9 @@ class VcliGroup(TyperGroup):
         elif type(e).__name__ == "MissingParameter" and getattr(getattr(e, "param", None), "param_type_name", "") == "argument":
             message = f"argument {e.param.name.upper()}: Must be specified."  # gcloud's words for a positional
         else:
-            message = e.format_message()
+            from vcli.cli.support import shorten  # click repeats the value whole (typer < 0.29)
+
+            message = shorten(e.format_message())
         message += f" (see `{e.ctx.command_path} --help`)"
         return FlagError(command_path(e.ctx), message)
 
