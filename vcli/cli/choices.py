@@ -114,7 +114,11 @@ class FlagError(typer.BadParameter):
         return self.message
 
     def show(self, file: IO[Any] | None = None) -> None:
-        print(f"ERROR: ({self.path}) {self.message}", file=file or sys.stderr, flush=True)
+        """One line; a long value the user gave is cut (`support.shorten`), as in vcli's own
+        errors: click repeats it whole (a 10,000-character `--max-trial-count`)."""
+        from vcli.cli.support import shorten
+
+        print(f"ERROR: ({self.path}) {shorten(self.message)}", file=file or sys.stderr, flush=True)
 
 
 #: Click's UsageError (the base of BadParameter): typer bundles Click privately, so it is
@@ -170,9 +174,7 @@ class VcliGroup(TyperGroup):
         elif type(e).__name__ == "MissingParameter" and getattr(getattr(e, "param", None), "param_type_name", "") == "argument":
             message = f"argument {e.param.name.upper()}: Must be specified."  # gcloud's words for a positional
         else:
-            from vcli.cli.support import shorten  # click repeats the value whole (typer < 0.29)
-
-            message = shorten(e.format_message())
+            message = e.format_message()
         message += f" (see `{e.ctx.command_path} --help`)"
         return FlagError(command_path(e.ctx), message)
 
