@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vcli.spec import ExecutorKind
+from vcli.enums import ExecutorKind
 from vcli.store import JobRow, Store
 
 

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vcli.spec import JobKind, JobState, ReplicaState, RpcCode, Trial, TrialState
+from vcli.enums import JobKind, JobState, ReplicaState, RpcCode, TrialState
 from vcli.store import JobRow, Store, now_iso
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the data model's dataclasses: not imported by `custom-jobs list`, which reads liveness here
     from vcli.executors import ReplicaHandle, ReplicaStatus
+    from vcli.spec import Trial
 
 #: How long `wait_for_end` waits by default for a live controller to stop a job.
 WAIT_SECONDS = 120.0
