@@ -114,47 +114,64 @@ def parse_key(text: str, flag: str) -> Key:
         raise UsageError(f"argument {flag}: empty key")
     path: list[str | int] = []
     calls: list[Call] = []
-    i, n = 0, len(src)
-    while i < n:
-        ch = src[i]
-        if ch == "[":
+    i = 0
+    while i < len(src):
+        if src[i] == "[":
             j = closing(src, i, flag)
-            inner = src[i + 1:j].strip()
             if calls:
                 raise UsageError(f"argument {flag}: [{src}]: a key after a transform is not supported")
-            if inner == "":
-                path.append(ALL)
-            elif re.fullmatch(r"-?\d{1,9}", inner):
-                path.append(int(inner))
-            else:
-                raise UsageError(f"argument {flag}: [{src}]: index [{inner}] must be an integer or empty")
+            path.append(_index(src[i + 1:j].strip(), src, flag))
             i = j + 1
         else:
-            m = _NAME.match(src, i)
-            if not m:
-                raise UsageError(f"argument {flag}: cannot parse key [{src}] at [{src[i:][:20]}]")
-            name, i = m.group(), m.end()
-            if i < n and src[i] == "(":
-                j = closing(src, i, flag)
-                calls.append(_call(name, src[i + 1:j], src, flag))
-                i = j + 1
-            elif calls:
-                raise UsageError(f"argument {flag}: [{src}]: a key after a transform is not supported")
-            else:
-                path.append(int(name) if name.isdigit() and len(name) <= 9 else name)
-        if i < n:
-            if src[i] == ".":
-                i += 1
-                if i == n or src[i] in ".[":
-                    raise UsageError(f"argument {flag}: cannot parse key [{src}]")
-            elif src[i] != "[":
-                raise UsageError(f"argument {flag}: cannot parse key [{src}] at [{src[i:][:20]}]")
+            i = _name_or_call(src, i, flag, path, calls)
+        i = _separator(src, i, flag)
     if calls and calls[0].name in _KEYLESS and path:
         raise UsageError(f"argument {flag}: [{src}]: {calls[0].name}() takes keys as arguments, not after a key")
     for c in calls[1:]:
         if c.name in _KEYLESS:
             raise UsageError(f"argument {flag}: [{src}]: {c.name}() must come first")
     return Key(tuple(path), tuple(calls), src)
+
+
+def _index(inner: str, src: str, flag: str) -> int | str:
+    """The path element of `[inner]`: ALL for `[]`, else an integer (up to 9 digits)."""
+    if inner == "":
+        return ALL
+    if re.fullmatch(r"-?\d{1,9}", inner):
+        return int(inner)
+    raise UsageError(f"argument {flag}: [{src}]: index [{inner}] must be an integer or empty")
+
+
+def _name_or_call(src: str, i: int, flag: str, path: list, calls: list[Call]) -> int:
+    """Read the name at src[i:]: a transform call (appended to `calls`) when `(` follows,
+    else a path element (appended to `path`); the index after it."""
+    m = _NAME.match(src, i)
+    if not m:
+        raise UsageError(f"argument {flag}: cannot parse key [{src}] at [{src[i:][:20]}]")
+    name, i = m.group(), m.end()
+    if i < len(src) and src[i] == "(":
+        j = closing(src, i, flag)
+        calls.append(_call(name, src[i + 1:j], src, flag))
+        return j + 1
+    if calls:
+        raise UsageError(f"argument {flag}: [{src}]: a key after a transform is not supported")
+    path.append(int(name) if name.isdigit() and len(name) <= 9 else name)
+    return i
+
+
+def _separator(src: str, i: int, flag: str) -> int:
+    """Past the separator at src[i:] (`.`, or nothing before `[`); the end stays the end."""
+    n = len(src)
+    if i >= n:
+        return i
+    if src[i] == ".":
+        i += 1
+        if i == n or src[i] in ".[":
+            raise UsageError(f"argument {flag}: cannot parse key [{src}]")
+        return i
+    if src[i] != "[":
+        raise UsageError(f"argument {flag}: cannot parse key [{src}] at [{src[i:][:20]}]")
+    return i
 
 
 def _call(name: str, inner: str, src: str, flag: str) -> Call:
