@@ -197,6 +197,11 @@ def test_hosts_check_and_list(cluster: netns.NetnsCluster, tmp_path: Path) -> No
     rows = {r["name"]: r for r in json.loads(res.stdout)}
     assert set(rows) == {"h1", "h2"} and all(r["status"] == "OK" for r in rows.values())
     assert "All 2 host(s) OK." in res.stderr  # h1 <-> h2 reachable on a TF-style port
+    # What it found is recorded in the inventory (declared values still win in `hosts list`).
+    import yaml
+
+    detected = {n: h.get("detected") for n, h in yaml.safe_load(env.hosts_file.read_text())["hosts"].items()}
+    assert all(d and d["cpus"] == rows[n]["cpus"] and d["gpus"]["count"] == 0 for n, d in detected.items()), detected
     res = env.hosts("list", "--format=value(name,address,gpus,gpuType)")
     assert res.returncode == 0, res.stderr
     assert "h1\t10.213.0.11\t1\tNVIDIA_TESLA_T4" in res.stdout

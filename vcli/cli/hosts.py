@@ -160,8 +160,6 @@ def hosts_check(
     save: bool = typer.Option(True, "--save/--no-save", help="Record detected GPUs/CPUs/memory in the inventory."),
 ) -> None:
     """Connect to hosts; report OS, CPUs, memory, disk, GPUs, Docker, Python and host-to-host reachability."""
-    from dataclasses import replace
-
     from vcli import hosts as H
     from vcli.control.hosts import check_hosts
     from vcli.errors import ExitCode, VcliError
@@ -172,29 +170,7 @@ def hosts_check(
         raise VcliError("`local` is this machine; check remote hosts only.")
     rows, problems = check_hosts(targets, reachability=not no_reachability)
     if save:
-        changed = False
-        for row in rows:
-            if row.get("status") in ("UNREACHABLE", "TIMEOUT", "ERROR"):
-                continue
-            h = inv.get(row["name"])
-            if h is None:
-                continue
-            det: dict[str, Any] = {}
-            if "cpus" in row:
-                det["cpus"] = row["cpus"]
-            if "memoryGb" in row:
-                det["memory_gb"] = row["memoryGb"]
-            gpus = row.get("gpuDetails") or []
-            det["gpus"] = {"count": len(gpus), "indices": [g["index"] for g in gpus]}
-            if gpus and gpus[0].get("type"):
-                det["gpus"]["type"] = gpus[0]["type"]
-            if row.get("docker"):
-                det["docker"] = row["docker"]
-            if dict(h.detected) != det:
-                inv[h.name] = replace(h, detected=det)
-                changed = True
-        if changed:
-            H.save_inventory(inv)
+        _save_detected(inv, rows)
     if not (fmt or "").startswith(("json", "yaml")):
         for row in rows:
             row.pop("gpuDetails", None)
@@ -203,9 +179,50 @@ def hosts_check(
         _err(f"PROBLEM: {p}")
     if problems:
         _err(f"{len(problems)} problem(s) found.")
-        bad = any(r.get("status") in ("UNREACHABLE", "TIMEOUT", "ERROR") for r in rows)
+        bad = any(r.get("status") in _FAILED for r in rows)
         raise typer.Exit(int(ExitCode.EXECUTOR_UNAVAILABLE if bad else ExitCode.INVALID))
     _err(f"All {len(rows)} host(s) OK.")
+
+
+_FAILED = ("UNREACHABLE", "TIMEOUT", "ERROR")
+
+
+def _detected(row: dict[str, Any]) -> dict[str, Any]:
+    """The inventory's `detected` entry for one reachable `hosts check` row."""
+    det: dict[str, Any] = {}
+    if "cpus" in row:
+        det["cpus"] = row["cpus"]
+    if "memoryGb" in row:
+        det["memory_gb"] = row["memoryGb"]
+    gpus = row.get("gpuDetails") or []
+    det["gpus"] = {"count": len(gpus), "indices": [g["index"] for g in gpus]}
+    if gpus and gpus[0].get("type"):
+        det["gpus"]["type"] = gpus[0]["type"]
+    if row.get("docker"):
+        det["docker"] = row["docker"]
+    return det
+
+
+def _save_detected(inv: dict, rows: list[dict[str, Any]]) -> None:
+    """Record what `hosts check` found on each reachable inventory host; the inventory file
+    is written only when something changed."""
+    from dataclasses import replace
+
+    from vcli import hosts as H
+
+    changed = False
+    for row in rows:
+        if row.get("status") in _FAILED:
+            continue
+        h = inv.get(row["name"])
+        if h is None:
+            continue
+        det = _detected(row)
+        if dict(h.detected) != det:
+            inv[h.name] = replace(h, detected=det)
+            changed = True
+    if changed:
+        H.save_inventory(inv)
 
 
 _GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, pid, since, gpus, reason)"
