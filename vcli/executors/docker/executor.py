@@ -227,12 +227,7 @@ class DockerExecutor(ExecutorBase):
         client = self.client()
         kwargs = container_create_kwargs(launch, mem_limit=self.mem_limit)
         if self.create_local_dirs:
-            for path, volume in kwargs["volumes"].items():
-                if volume["mode"] == "rw":
-                    os.makedirs(path, exist_ok=True)  # else the engine creates it, owned by root
-            for mount in kwargs.get("mounts", ()):
-                os.makedirs(mount["Source"], exist_ok=True)  # a bind Mount needs its source
-            place_seed_dirs(launch)  # bind-mounted at the same path: the container sees them
+            _make_mount_sources(launch, kwargs)
         try:
             container = self._create(client, kwargs)
         except docker.errors.ImageNotFound as e:
@@ -244,10 +239,7 @@ class DockerExecutor(ExecutorBase):
         try:
             leases = held_leases(launch)  # before it runs: a GPU leased by another replica is refused
         except ExecutorError:
-            try:
-                client.api.remove_container(container.id, force=True)
-            except docker.errors.DockerException:
-                pass
+            _remove_quietly(client, container.id)
             raise
         writer = LogWriter(launch.log_path)
         watch = _Watch(task_name=launch.task_name, writer=writer, secrets=secret_values(launch))
@@ -257,25 +249,12 @@ class DockerExecutor(ExecutorBase):
             container.start()
         except docker.errors.APIError as e:
             # The replica fails (like a process whose binary is missing); the job decides.
-            try:
-                state = client.api.inspect_container(container.id)["State"]
-                if not state.get("Error"):
-                    state = dict(state, Error=str(e.explanation or e), Status="created")
-            except docker.errors.DockerException:
-                state = {"Status": "created", "Error": str(e.explanation or e), "ExitCode": 127}
-            final = status_from_state(state, launch.task_name)
-            writer.write("vcli", final.message or f"{launch.task_name} could not start")
-            writer.close()
-            watch.final = final
-            watch.done.set()
+            _not_started(client, container.id, e, launch.task_name, watch)
         else:
             try:
                 self._keep_leases(launch, container.id, leases)
             except ExecutorError:
-                try:  # never a container running on GPUs nothing holds
-                    client.api.remove_container(container.id, force=True)
-                except docker.errors.DockerException:
-                    pass
+                _remove_quietly(client, container.id)  # never a container running on GPUs nothing holds
                 with self._lock:
                     self._watches.pop(container.id, None)
                 writer.close()
@@ -522,3 +501,42 @@ def _in_parallel(fn: Callable[[ReplicaHandle], None], handles: Sequence[ReplicaH
         t.start()
     for t in threads:
         t.join()
+
+
+def _make_mount_sources(launch: ReplicaLaunch, kwargs: dict[str, Any]) -> None:
+    """Create the local sources of the container's writable volumes and bind mounts (else the
+    engine creates them, owned by root, or refuses a Mount without its source), and place
+    the seed directories, bind-mounted at the same path."""
+    for path, volume in kwargs["volumes"].items():
+        if volume["mode"] == "rw":
+            os.makedirs(path, exist_ok=True)
+    for mount in kwargs.get("mounts", ()):
+        os.makedirs(mount["Source"], exist_ok=True)
+    place_seed_dirs(launch)
+
+
+def _remove_quietly(client: Any, cid: str) -> None:
+    """Force-remove container `cid`, on a path that is already failing: an engine error here
+    would hide the error being raised."""
+    docker = sdk()
+    try:
+        client.api.remove_container(cid, force=True)
+    except docker.errors.DockerException:
+        pass
+
+
+def _not_started(client: Any, cid: str, error: Any, task_name: str, watch: _Watch) -> None:
+    """Close `watch` with the final status of a container whose start the engine refused
+    (`error`, an APIError): the engine's own state when it has one, else exit code 127."""
+    docker = sdk()
+    try:
+        state = client.api.inspect_container(cid)["State"]
+        if not state.get("Error"):
+            state = dict(state, Error=str(error.explanation or error), Status="created")
+    except docker.errors.DockerException:
+        state = {"Status": "created", "Error": str(error.explanation or error), "ExitCode": 127}
+    final = status_from_state(state, task_name)
+    watch.writer.write("vcli", final.message or f"{task_name} could not start")
+    watch.writer.close()
+    watch.final = final
+    watch.done.set()

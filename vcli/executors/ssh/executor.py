@@ -431,18 +431,7 @@ class SSHExecutor(ExecutorBase):
 
         threads = [threading.Thread(target=docker_stop, args=(name,), daemon=True)
                    for name in sorted({h.host for h in docker_handles})]
-        by_host: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for h in handles:
-            pid, job_id, _ = parse_ref(h.ref)
-            rep = self._replicas.get(h.ref)
-            if rep is not None:
-                rep.stopped_by_vcli = True
-                if rep.chan.exit_status_ready():  # the supervisor is done: nothing of it is left
-                    continue
-                if not rep.conn.alive():
-                    rep.writer.write("vcli", f"cannot stop the replica: host {h.host} is unreachable")
-                    continue
-            by_host.setdefault((h.host, job_id), []).append((pid, replica_tag(job_id, h.task_name)))
+        by_host = self._stop_targets(handles)
 
         def kill(host: str, job_id: str, targets: list[tuple[str, str]]) -> None:
             try:
@@ -460,17 +449,39 @@ class SSHExecutor(ExecutorBase):
             t.start()
         for t in threads:
             t.join(grace_seconds + 40)
-        deadline = time.monotonic() + 5
-        for h in handles:  # let the channels deliver the exit status and the last output
+        self._await_exit_status(handles, seconds=5)
+        for e in errors:  # each error once, in the log of the first replica this executor knows
+            rep = next((r for r in map(self._replicas.get, (h.ref for h in handles)) if r is not None), None)
+            if rep is not None:
+                rep.writer.write("vcli", f"stop: {e}")
+
+    def _stop_targets(self, handles: Sequence[ReplicaHandle]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """{(host, job id): [(pid, replica tag)]} of the process replicas `stop` must kill on
+        their hosts. Replicas this process supervises are marked stopped by vcli; those whose
+        supervisor already ended are left out, and so are those whose host is unreachable
+        (their log says so)."""
+        by_host: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for h in handles:
+            pid, job_id, _ = parse_ref(h.ref)
+            rep = self._replicas.get(h.ref)
+            if rep is not None:
+                rep.stopped_by_vcli = True
+                if rep.chan.exit_status_ready():  # the supervisor is done: nothing of it is left
+                    continue
+                if not rep.conn.alive():
+                    rep.writer.write("vcli", f"cannot stop the replica: host {h.host} is unreachable")
+                    continue
+            by_host.setdefault((h.host, job_id), []).append((pid, replica_tag(job_id, h.task_name)))
+        return by_host
+
+    def _await_exit_status(self, handles: Sequence[ReplicaHandle], *, seconds: float) -> None:
+        """Up to `seconds` for the channels of `handles` to deliver the exit status and the
+        last output (none for a host that is gone)."""
+        deadline = time.monotonic() + seconds
+        for h in handles:
             rep = self._replicas.get(h.ref)
             while rep is not None and rep.conn.alive() and not rep.chan.exit_status_ready() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        for e in errors:
-            for h in handles:
-                rep = self._replicas.get(h.ref)
-                if rep is not None:
-                    rep.writer.write("vcli", f"stop: {e}")
-                    break
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         rep = self._replicas.get(handle.ref)
