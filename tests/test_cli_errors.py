@@ -266,8 +266,27 @@ _VALID_JOB = "workerPoolSpecs: [{machineSpec: {machineType: n1-standard-4}, cont
         (_VALID_JOB.encode() + b"labels: " + b"{a: " * 3000 + b"b" + b"}" * 3000,
          "nests lists or mappings more than 64 levels deep"),
         (_VALID_JOB.encode() + b"labels: {a: " + b"7" * 5000 + b"}", "an integer of 5000 digits is out of range"),
+        # nine lines of aliases name 387 million values: refused at the bound, in well under a second
+        (b"a: &a [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+            f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n".encode() for p, n in zip("abcdefg", "bcdefgh"))
+         + b"workerPoolSpecs: [*h, *h, *h, *h, *h, *h, *h, *h, *h]\n",
+         "holds more than 1,000,000 values once its aliases are expanded"),
+        (b"workerPoolSpecs:\n- machineSpec: {machineType: n1-standard-4}\n  replicaCount: 1\n  replicaCount: 2\n"
+         b"  containerSpec: {imageUri: x}\n",
+         "(line 4, column 3): the key [replicaCount] appears twice in one mapping"),
+        (b'workerPoolSpecs: [{machineSpec: {machineType: n1}, containerSpec: {imageUri: x, command: ["python3\\0"]}}]',
+         "at [workerPoolSpecs[0].containerSpec.command[0]]: contains a NUL character"),
+        (b'workerPoolSpecs: [{machineSpec: {machineType: n1}, containerSpec: {imageUri: x, env: [{name: "A=B", value: v}]}}]',
+         "at [workerPoolSpecs[0].containerSpec.env[0].name]: must be a C identifier"),
+        (b"workerPoolSpecs: [{machineSpec: {machineType: n1}, containerSpec: {imageUri: x, env: ["
+         + b", ".join(f"{{name: V{i}, value: v}}".encode() for i in range(101)) + b"]}}]",
+         "at [workerPoolSpecs[0].containerSpec.env]: at most 100 variables, found 101"),
+        (_VALID_JOB.encode().replace(b"}]\n", b"}, {machineSpec: {machineType: n1}, replicaCount: 9223372036854775807, "
+                                              b"containerSpec: {imageUri: x}}]\n"),
+         "at [workerPoolSpecs[1].replicaCount]: must be at most 1000"),
     ],
-    ids=["invalid-utf8", "deep-list", "deep-json", "deep-labels", "huge-integer"],
+    ids=["invalid-utf8", "deep-list", "deep-json", "deep-labels", "huge-integer", "alias-bomb", "duplicate-key",
+         "nul-in-command", "env-name", "101-env-vars", "huge-replica-count"],
 )
 def test_a_hostile_config_is_one_line_never_a_traceback(run_vcli, vcli_home, tmp_path, content, fragment):
     path = tmp_path / "job.yaml"
@@ -276,6 +295,67 @@ def test_a_hostile_config_is_one_line_never_a_traceback(run_vcli, vcli_home, tmp
     assert r.returncode == 1, r.stderr[-2000:]
     assert fragment in one_error_line(r)
     assert "Traceback" not in r.stderr
+
+
+def test_aliases_and_merge_keys_still_work(run_vcli, vcli_home, tmp_path):
+    """The alias bound and the duplicate-key rule leave YAML's sharing alone: a pool copied by
+    alias with a merge key (which overrides what it merges) is read as written."""
+    path = tmp_path / "job.yaml"
+    path.write_text("workerPoolSpecs:\n- &p {machineSpec: {machineType: n1-standard-4}, replicaCount: 1, "
+                    "containerSpec: {imageUri: x, command: ['true']}}\n- <<: *p\n  replicaCount: 2\n")
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--config={path}", "--validate-only", "--format=json",
+                 "--executor=local")
+    assert r.returncode == 0, r.stderr[-2000:]
+    pools = json.loads(r.stdout)["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "2"] and pools[1]["containerSpec"]["command"] == ["true"]
+
+
+def test_a_huge_replica_count_flag_is_refused_before_planning(run_vcli, vcli_home):
+    # 1e11 replicas once hung --validate-only, which names every replica.
+    r = run_vcli("custom-jobs", "create", "--display-name=j", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG}",
+                 f"--worker-pool-spec=machine-type=n1,replica-count=100000000000,container-image-uri={IMG}",
+                 "--command=true", "--validate-only", timeout=30)
+    assert r.returncode == 1
+    assert "Key [replica-count] must be at most 1000" in one_error_line(r)
+
+
+def test_a_nul_in_a_flags_file_is_refused(run_vcli, vcli_home, tmp_path):
+    # The shell cannot pass a NUL; a flags file can, and the replica then failed at start.
+    path = tmp_path / "flags.yaml"
+    path.write_text(f'--display-name: j\n--worker-pool-spec: "machine-type=n1,container-image-uri={IMG}"\n'
+                    '--command: python3\n--args: ["a\\0b"]\n')
+    r = run_vcli("custom-jobs", "create", f"--flags-file={path}", "--validate-only")
+    assert r.returncode == 1
+    assert "the value of [--args] contains a NUL character" in one_error_line(r)
+    assert not (vcli_home / "jobs").exists()
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"hosts:\n  h1: {address: 1.2.3.4\n  h2: [\n", "is not valid YAML or JSON (line 3, column 5)"),
+        (b"\x80\x81", "is not UTF-8 text (byte 0x80 at offset 0)"),
+        (b"hosts:\n  h1: {address: a}\n  h1: {address: b}\n", "the key [h1] appears twice in one mapping"),
+        (b"a: &a [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+            f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n".encode() for p, n in zip("abcdefg", "bcdefgh"))
+         + b"hosts: {h1: {address: a, tags: [*h, *h, *h, *h, *h, *h, *h, *h, *h]}}\n",
+         "holds more than 1,000,000 values"),
+        (None, "cannot be read: Is a directory."),
+    ],
+    ids=["bad-yaml", "not-utf8", "duplicate-host", "alias-bomb", "a-directory"],
+)
+def test_a_broken_host_inventory_is_one_line(run_vcli, vcli_home, tmp_path, content, fragment):
+    # `hosts list` read the inventory with PyYAML's defaults: a multi-line error, a traceback
+    # on bytes that are not UTF-8.
+    path = tmp_path / "hosts.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    r = run_vcli("hosts", "list", env={"VCLI_HOSTS_FILE": str(path)}, timeout=30)
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = one_error_line(r, "ERROR: (vcli.hosts.list) ")
+    assert line.startswith(f"The host inventory {path}") and fragment in line, line
 
 
 def test_a_utf16_config_with_its_byte_order_mark_is_read(run_vcli, vcli_home, tmp_path):

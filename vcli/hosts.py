@@ -320,17 +320,20 @@ def user_known_hosts_file() -> Path:
 
 def load_inventory(path: Path | None = None) -> dict[str, Host]:
     """All hosts of the inventory file (an absent file is an empty inventory)."""
-    import yaml
+    from vcli.codec.yamlio import parse_yaml, read_text
 
     path = path or hosts_file()
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            text = read_text(f, str(path), "inventory")
     except FileNotFoundError:
         return {}
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except ConfigError as e:  # larger than a document can be, or not UTF-8
+        raise ConfigError(f"The host inventory {str(e).split(']: ', 1)[-1]}") from None
+    except OSError as e:  # a directory, no permission, ...
+        raise ConfigError(f"The host inventory {path} cannot be read: {e.strerror}.") from None
+    # One line for any problem, aliases and duplicate keys checked as in --config documents.
+    data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
     if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
         raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
     return {str(n): host_from_yaml(str(n), h or {}, source=str(path)) for n, h in (data.get("hosts") or {}).items()}

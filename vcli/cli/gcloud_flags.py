@@ -314,6 +314,21 @@ def _invalid(path: str, message: str) -> FlagError:
     return FlagError(path, f"Invalid value for [{FLAGS_FILE}]: {message}", exit_code=int(ExitCode.INVALID))
 
 
+def _holds_nul(value: Any) -> bool:
+    """Does a flags-file value (a scalar, or lists and mappings of them) hold a NUL character?"""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and "\0" in v:
+            return True
+    return False
+
+
 def _read(name: str, path: str, seen: tuple[str, ...]) -> list[tuple[str, Any]]:
     from vcli.codec.yamlio import parse_yaml, read_text
     from vcli.errors import ConfigError
@@ -333,9 +348,9 @@ def _read(name: str, path: str, seen: tuple[str, ...]) -> list[tuple[str, Any]]:
     except OSError as e:
         raise _invalid(path, f"cannot read [{name}]: {e.strerror}.") from None
     try:
-        doc = parse_yaml(text, name)
-    except ConfigError as e:  # its text names --config, the codec's usual caller
-        raise _invalid(path, str(e).split("]: ", 1)[-1]) from None
+        doc = parse_yaml(text, name, prefix="")
+    except ConfigError as e:
+        raise _invalid(path, str(e)) from None
     pairs: list[tuple[str, Any]] = []
     for part in doc if isinstance(doc, list) else [doc]:
         if not isinstance(part, Mapping):
@@ -346,6 +361,8 @@ def _read(name: str, path: str, seen: tuple[str, ...]) -> list[tuple[str, Any]]:
             if flag == FLAGS_FILE:
                 for inner in value if isinstance(value, list) else [value]:
                     pairs.extend(_read(str(inner), path, (*seen, real)))
+            elif _holds_nul(value):  # argv cannot carry one; a command or argument with one fails at start
+                raise _invalid(path, f"{name}: the value of [{flag}] contains a NUL character.")
             else:
                 pairs.append((flag, value))
     return pairs

@@ -15,9 +15,16 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from vcli.codec import gcs
+from vcli.codec.pool_checks import MAX_REPLICA_COUNT
 from vcli.codec.schema import Decoder, build, to_wire
 from vcli.codec.yamlio import load_document
 from vcli.spec import ContainerSpec, CustomJobSpec, EnvVar, LocalPackage, MachineSpec, WorkerPoolSpec, is_secret
+
+#: Vertex's EnvVar.name: "Must be a valid C identifier" (the API refuses others; a process
+#: environment cannot hold a name with `=`, and an empty one failed the replica at start).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Vertex's limit on a container's or package's `env` (gcloud-vertex.md §3).
+MAX_ENV_VARS = 100
 
 # --------------------------------------------------------------------------- dict -> spec
 
@@ -42,6 +49,9 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
             raise decoder.error(f"{ppath}.replicaCount", f"must be a positive integer, found [{count}]")
         if i == 0 and count != 1:
             raise decoder.error(f"{ppath}.replicaCount", f"the first worker pool is the chief and must have 1 replica, found [{count}]")
+        if count > MAX_REPLICA_COUNT:
+            raise decoder.error(f"{ppath}.replicaCount", f"must be at most {MAX_REPLICA_COUNT} (vcli starts a process or "
+                                f"container per replica), found [{count}]")
         local = None
         if "localPackage" in p:
             lp = p["localPackage"]
@@ -55,7 +65,9 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
         given: dict[str, Any] = {"machine_spec": machine, "replica_count": count, "local_package": local}
         if local is not None and cs is None and ps is None:
             given["container_spec"] = ContainerSpec()  # the image is built from the local package
-        pools.append(_map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath))
+        pool = _map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath)
+        _check_env(pool, decoder, ppath)
+        pools.append(pool)
     if pools and pools[0].is_empty:
         raise decoder.error(f"{path}workerPoolSpecs[0]", "the first worker pool (the chief) must not be empty")
     if len(pools) > 4:
@@ -64,6 +76,19 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
     if base is not None:
         base = resolve_output_uri(base, lambda msg: decoder.error(f"{path}baseOutputDirectory.outputUriPrefix", msg))
     return build(CustomJobSpec, d, worker_pool_specs=tuple(pools), base_output_directory=base)
+
+
+def _check_env(pool: WorkerPoolSpec, decoder: Decoder, ppath: str) -> None:
+    """Vertex's rules for a pool's environment variables: at most MAX_ENV_VARS, each named
+    by a C identifier."""
+    for key, spec in (("containerSpec", pool.container_spec), ("pythonPackageSpec", pool.python_package_spec)):
+        env = spec.env if spec is not None else ()
+        if len(env) > MAX_ENV_VARS:
+            raise decoder.error(f"{ppath}.{key}.env", f"at most {MAX_ENV_VARS} variables, found {len(env)}")
+        for j, var in enumerate(env):
+            if not _ENV_NAME.fullmatch(var.name):
+                raise decoder.error(f"{ppath}.{key}.env[{j}].name", "must be a C identifier (letters, digits and "
+                                    f"underscores, not starting with a digit), found [{var.name}]")
 
 
 def _map_gcs(pool: WorkerPoolSpec, decoder: Decoder, ppath: str) -> WorkerPoolSpec:

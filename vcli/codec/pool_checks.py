@@ -43,6 +43,10 @@ _SOFTWARE_KEYS = ("container-image-uri", "executor-image-uri", "python-module") 
 _MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 #: More accelerators than any machine has (a2-megagpu-16g has 16).
 MAX_ACCELERATOR_COUNT = 64
+#: The most replicas of one pool: vcli starts a process or a container for each and names
+#: each in CLUSTER_SPEC; a replica count of 9e18 (a typo, or a hostile file) once hung even
+#: `--validate-only`, which plans every replica.
+MAX_REPLICA_COUNT = 1000
 _IMAGE_REF = re.compile(r"^[a-z0-9]+([._/:-][a-zA-Z0-9_.-]+)*(@sha256:[0-9a-f]{64})?$")
 
 Spec = Mapping[str, Any]
@@ -164,6 +168,14 @@ def _chief_replicated(spec: Spec) -> str | None:
     return None
 
 
+def _replica_count_too_large(spec: Spec) -> str | None:
+    """At most MAX_REPLICA_COUNT replicas in one pool."""
+    if spec.get("replica-count", 1) > MAX_REPLICA_COUNT:
+        return (f"Key [replica-count] must be at most {MAX_REPLICA_COUNT} (vcli starts a process or container "
+                f"per replica), received: {_short_number(spec['replica-count'])}.")
+    return None
+
+
 _HARDWARE_CHECKS: tuple[SpecCheck, ...] = (
     _machine_type_missing,
     _machine_type_malformed,
@@ -171,6 +183,7 @@ _HARDWARE_CHECKS: tuple[SpecCheck, ...] = (
     _accelerator_count_too_large,
     _accelerator_type_unknown,
     _count_not_positive,
+    _replica_count_too_large,
 )
 _CHIEF_CHECKS: tuple[SpecCheck, ...] = (_chief_replicated,)
 

@@ -238,7 +238,10 @@ class Decoder:
             raise self.error(path, "expected a string")
         if isinstance(value, bool):
             return "true" if value else "false"
-        return str(value)
+        text = str(value)
+        if "\0" in text:  # no command, argument, variable, label or path can hold one
+            raise self.error(path, "contains a NUL character")
+        return text
 
     def _decode_int(self, value: Any, path: str) -> int:
         if isinstance(value, bool):

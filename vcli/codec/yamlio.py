@@ -18,6 +18,10 @@ from vcli.errors import ConfigError
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 #: The deepest nesting of lists and mappings accepted (Vertex's documents nest under 15).
 MAX_DEPTH = 64
+#: The most values (scalars, lists and mappings, each alias counted where it is used) a
+#: document may hold: a job or study has a few hundred. Nine lines of aliases (`&a [x, x,
+#: ...]`, `&b [*a, *a, ...]`, ...) name 387 million values, which hung every reader.
+MAX_VALUES = 1_000_000
 
 
 def load_document(path: str, *, stdin_text: Callable[[], str] | None = None) -> tuple[Any, str]:
@@ -103,6 +107,28 @@ def _yaml_loader() -> Any:
         return int(text, 10)
 
     Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+
+    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        # A key given twice is a mistake YAML's loaders resolve silently (the last wins): which
+        # of two `replicaCount`s was meant is for the user to say. Merge keys (`<<`) may repeat
+        # what they merge: only the keys written in this mapping are compared.
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = loader.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # unhashable: the base constructor says so, with its position
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key [{key}] appears twice in one mapping", key_node.start_mark)
+                seen.add(key)
+        return base.construct_mapping(loader, node, deep=deep)
+
+    Loader.construct_mapping = construct_mapping
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(
@@ -118,39 +144,48 @@ def _yaml_loader() -> Any:
     return Loader
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML (or JSON) text -> Python values; a syntax error is one ConfigError line with its position."""
+def parse_yaml(text: str, source: str, *, prefix: str = "Invalid value for [--config]: ") -> Any:
+    """YAML (or JSON) text -> Python values; a syntax error, nesting deeper than MAX_DEPTH or
+    more than MAX_VALUES values is one ConfigError line (`prefix`, then `source` and the
+    problem, with its position where there is one)."""
     import yaml
 
+    too_deep = f"{prefix}{source} nests lists or mappings more than {MAX_DEPTH} levels deep."
     try:
         doc = yaml.load(text, Loader=_yaml_loader())  # a (C)SafeLoader subclass: no arbitrary objects
     except RecursionError:
-        raise ConfigError(f"Invalid value for [--config]: {source} nests lists or mappings more than "
-                          f"{MAX_DEPTH} levels deep.") from None
+        raise ConfigError(too_deep) from None
     except yaml.YAMLError as e:
         if "maximum nesting depth" in str(getattr(e, "problem", "") or ""):  # libyaml's own bound
-            raise ConfigError(f"Invalid value for [--config]: {source} nests lists or mappings more than "
-                              f"{MAX_DEPTH} levels deep.") from None
+            raise ConfigError(too_deep) from None
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"Invalid value for [--config]: {source} is not valid YAML or JSON{where}: {problem}") from None
-    _check_depth(doc, source)
+        raise ConfigError(f"{prefix}{source} is not valid YAML or JSON{where}: {problem}") from None
+    problem = _shape_problem(doc)
+    if problem is not None:
+        raise ConfigError(f"{prefix}{source} {problem}")
     return doc
 
 
-def _check_depth(doc: Any, source: str) -> None:
-    """Refuse nesting deeper than MAX_DEPTH (iteratively: the check itself never recurses)."""
+def _shape_problem(doc: Any) -> str | None:
+    """What is wrong with the shape of a loaded document: nesting deeper than MAX_DEPTH, or
+    more than MAX_VALUES values with its aliases expanded (checked iteratively, and stopped
+    at the bound: the check itself never recurses nor walks an alias bomb); None if fine."""
     stack = [(doc, 1)]
+    count = 1
     while stack:
         node, depth = stack.pop()
         children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
         for child in children:
+            count += 1
+            if count > MAX_VALUES:
+                return f"holds more than {MAX_VALUES:,} values once its aliases are expanded; a document has a few hundred."
             if isinstance(child, (dict, list)):
                 if depth + 1 > MAX_DEPTH:
-                    raise ConfigError(f"Invalid value for [--config]: {source} nests lists or mappings more than "
-                                      f"{MAX_DEPTH} levels deep.")
+                    return f"nests lists or mappings more than {MAX_DEPTH} levels deep."
                 stack.append((child, depth + 1))
+    return None
 
 
 def to_yaml(data: Any) -> str:
