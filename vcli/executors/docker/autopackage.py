@@ -311,20 +311,7 @@ def run_build(
     """Stream a legacy-builder build of `context` (a tar whose Dockerfile is
     `.vcli-build/Dockerfile`), tagged `tag` and labelled `LABEL_PACKAGE_HASH=digest`; False if
     cancelled (its container is removed)."""
-    docker = sdk()
-
-    class _BuildAPI(docker.APIClient):  # records the streaming response, to abort it
-        response: Any = None
-
-        def _stream_helper(self, response: Any, decode: bool = False) -> Any:
-            if self.response is None:
-                self.response = response
-            return super()._stream_helper(response, decode)
-
-    kwargs = docker.utils.kwargs_from_env()
-    if base_url:
-        kwargs["base_url"] = base_url
-    api = _BuildAPI(version=client.api.api_version, timeout=int(timeout), **kwargs)
+    api = _build_api(client, base_url, timeout)
     items: queue.Queue[Any] = queue.Queue()
     end = object()
 
@@ -368,23 +355,49 @@ def run_build(
                     continue
                 raise wrap_error(item, f"building image [{tag}]", engine_url(base_url)) from item
             if "stream" in item:
-                for line in str(item["stream"]).splitlines():
-                    m = re.match(r"\s*---> Running in ([0-9a-f]{12,64})", line)
-                    if m:
-                        running_in.append(m.group(1))
-                    m = re.match(r"\s*---> ([0-9a-f]{12,64})\s*$", line)
-                    if m:
-                        layers.append(m.group(1))
-                    if line.strip():
-                        progress(line.rstrip())
+                _follow_stream(str(item["stream"]), running_in, layers, progress)
             elif "error" in item:
                 error = str(item.get("error") or item.get("errorDetail", {}).get("message", "")).strip()
     finally:
         api.close()
     if error:
-        last = error.splitlines()[0] if error else "unknown error"
-        raise ExecutorError(f"Building the custom container image [{tag}] failed: {last}")
+        raise ExecutorError(f"Building the custom container image [{tag}] failed: {error.splitlines()[0]}")
     return True
+
+
+def _build_api(client: Any, base_url: str | None, timeout: float) -> Any:
+    """A low-level API client for one build, on `client`'s engine and API version, that keeps
+    the build's streaming response (`.response`) so that a cancel can abort it."""
+    docker = sdk()
+
+    class _BuildAPI(docker.APIClient):  # records the streaming response, to abort it
+        response: Any = None
+
+        def _stream_helper(self, response: Any, decode: bool = False) -> Any:
+            if self.response is None:
+                self.response = response
+            return super()._stream_helper(response, decode)
+
+    kwargs = docker.utils.kwargs_from_env()
+    if base_url:
+        kwargs["base_url"] = base_url
+    return _BuildAPI(version=client.api.api_version, timeout=int(timeout), **kwargs)
+
+
+def _follow_stream(text: str, running_in: list[str], layers: list[str], progress: Callable[[str], None]) -> None:
+    """One `stream` item of the build's output: its lines go to `progress`; the ids of the
+    step containers (`---> Running in ID`) and of the layers made (`---> ID`) are collected,
+    for `_abort_build` to remove."""
+    for line in text.splitlines():
+        m = re.match(r"\s*---> Running in ([0-9a-f]{12,64})", line)
+        if m:
+            running_in.append(m.group(1))
+        m = re.match(r"\s*---> ([0-9a-f]{12,64})\s*$", line)
+        if m:
+            layers.append(m.group(1))
+        if line.strip():
+            progress(line.rstrip())
+
 
 def _abort_build(
     client: Any, api: Any, worker: threading.Thread, running_in: list[str], layers: list[str], progress: Callable[[str], None]
