@@ -349,6 +349,7 @@ FORMAT_CASES = [
     ("value(labels.nope.yesno(yes=set, no=unset), labels.team.yesno())", "unset\tYes\n"),
     ("value(firstof(description, displayName))", "lr-sweep\n"),
     ("value(format('{0}/{1}', displayName, state))", "lr-sweep/JOB_STATE_SUCCEEDED\n"),
+    ("value(displayName.format('[{0:>10}|{0}]'))", "[  lr-sweep|lr-sweep]\n"),
     ("value(duration(start=createTime, end=endTime))", "PT1H2M3.5S\n"),
     ("value(trials[0].parameters[0].value.float(precision=2))", "0.1\n"),
     ("get(displayName)", "lr-sweep\n"),
@@ -389,6 +390,11 @@ UNSUPPORTED_FORMATS = [
     "value(name)(state)", "none(name)", "value(firstof)x", "value(name[a])", "value(name..x)",
     "value(name.slice(a:b))", "value(name.segment(x))", "value(name.date(nosuch=1))", "csv[box](name)",
     "table[pad=x](name)", "value(name:sort=first)", "value(name:align=middle)",
+    # format()'s string is Python's str.format: only positions, bounded widths, text specs
+    # ({0:>999999999} made a 2 GB string; {0.__class__} was evaluated; {1} was a traceback)
+    "value(state.format('{0:>999999999}'))", "value(state.format('{0.__class__}'))", "value(state.format('{1}'))",
+    "value(state.format('{0:d}'))", "value(state.format('{0:{1}}'))", "value(state.format('{'))",
+    "value(format('{0}', name..x))",
 ]
 
 

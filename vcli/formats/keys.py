@@ -444,6 +444,36 @@ def _check_slice(call: Call, src: str, flag: str) -> None:
         raise UsageError(f"argument {flag}: [{src}]: slice() takes START:END[:STEP], e.g. slice(0:2)")
 
 
+#: The widest field or precision `format()` accepts: `{0:>999999999}` made a 2 GB string.
+FORMAT_WIDTH_MAX = 1000
+
+
+def _check_format(call: Call, src: str, flag: str) -> None:
+    """`format(FMT, KEY, ...)`: FMT's fields are positions (`{0}`, `{}`) among the values it
+    formats, with a format spec no wider than FORMAT_WIDTH_MAX and no nested field; no
+    attribute or item lookup (`{0.__class__}`), which Python's str.format would evaluate.
+    The values are text, so FMT is tried on empty strings here: a spec they cannot take
+    (`{0:d}`) or a missing position (`{1}` with one value) is refused before any output."""
+    import string
+
+    fmt, keys = call.args[0], call.args[1:]
+    try:
+        for _, name, spec, _ in string.Formatter().parse(fmt):
+            if name is None:
+                continue
+            if name and not name.isdigit():
+                raise ValueError(f"field [{{{name}}}] is not a position such as {{0}}")
+            if "{" in (spec or ""):
+                raise ValueError("a field inside a format spec is not supported")
+            if any(len(d) > 4 or int(d) > FORMAT_WIDTH_MAX for d in re.findall(r"\d+", spec or "")):
+                raise ValueError(f"widths and precisions above {FORMAT_WIDTH_MAX} are not supported")
+        fmt.format(*[""] * max(1, len(keys)))
+    except (ValueError, IndexError, KeyError) as e:
+        raise UsageError(f"argument {flag}: [{src}]: format(): {e}") from None
+    for k in keys:
+        parse_key(k, flag)
+
+
 def _check_ints(*names: str) -> Callable[[Call, str, str], None]:
     def check(call: Call, src: str, flag: str) -> None:
         values = dict(call.kwargs)
@@ -463,7 +493,7 @@ TRANSFORMS: dict[str, Transform] = {
     "extract": Transform(_extract, (), min_args=1),
     "firstof": Transform(_firstof, (), min_args=1, takes_undefined=True),
     "float": Transform(_float, ("precision", "undefined"), max_args=1, check=_check_ints("precision")),
-    "format": Transform(_format, (), min_args=1, takes_undefined=True),
+    "format": Transform(_format, (), min_args=1, takes_undefined=True, check=_check_format),
     "iso": Transform(_iso, ("undefined",), max_args=0),
     "join": Transform(_join, ("sep", "undefined"), max_args=1),
     "len": Transform(_len, (), max_args=0, takes_undefined=True),
