@@ -155,3 +155,35 @@ def test_rows_are_typed_and_only_known_columns_reach_sql(tmp_path: Path) -> None
     (trial,) = store.trials(row.id)
     assert isinstance(trial, Trial) and trial.state is TrialState.ACTIVE
     assert store.trial_records(row.id) == [{"id": "1", "state": "ACTIVE", "parameters": []}]
+
+
+@pytest.mark.parametrize(
+    "sql,where",
+    [
+        ("UPDATE jobs SET record = '{garbage'", "job {job}: Expecting property name"),
+        ("UPDATE jobs SET record = '[]'", "job {job}: its record or error is not a JSON object"),
+        ("UPDATE jobs SET state = 'BOGUS'", "job {job}: 'BOGUS' is not a valid JobState"),
+        ("UPDATE jobs SET error = 'notjson'", "job {job}: its record or error is not a JSON object"),
+        ("UPDATE replicas SET state = 'X'", "replica workerpool0-0 of job {job}: 'X' is not a valid ReplicaState"),
+        ("UPDATE replicas SET handle = '{'", "replica workerpool0-0 of job {job}: Expecting property name"),
+    ],
+    ids=["record-not-json", "record-a-list", "unknown-state", "error-not-json", "replica-state", "replica-handle"],
+)
+def test_a_damaged_row_is_one_line_not_a_traceback(tmp_path: Path, sql: str, where: str) -> None:
+    """A row vcli cannot decode (the file edited by hand, or by another program) made every
+    `list` and `describe` a traceback; it is one line naming the row, exit 7."""
+    import sqlite3
+
+    home = tmp_path / "home"
+    r = vcli(home, "custom-jobs", "create", "--display-name=d", "--format=value(name.basename())",
+             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=x",
+             "--command=python3,-c,print('hi')", "--executor=local")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    with sqlite3.connect(home / "vcli.db") as conn:
+        conn.execute(sql)
+    for args in (("custom-jobs", "list"), ("custom-jobs", "describe", job)):
+        r = vcli(home, *args)
+        assert r.returncode == STORE_UNAVAILABLE, r.stderr
+        line = one_line_error(r.stderr)
+        assert f"vcli's store has a damaged record ({where.format(job=job)}" in line, line

@@ -409,15 +409,16 @@ class Store:
 
     def replicas(self, job_id: str) -> list[ReplicaRow]:
         rows = self._query("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,))
-        return [
-            ReplicaRow(
-                job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
-                handle=json.loads(r["handle"]) if r["handle"] else None, state=ReplicaState(r["state"]), exit_code=r["exit_code"],
-                message=r["message"], log_path=r["log_path"], metric_file=r["metric_file"], gpus=r["gpus"],
-                start_time=r["start_time"], end_time=r["end_time"],
-            )
-            for r in rows
-        ]
+        out = []
+        for r in rows:
+            with _damaged(f"replica {r['task_name']} of job {job_id}"):
+                out.append(ReplicaRow(
+                    job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
+                    handle=json.loads(r["handle"]) if r["handle"] else None, state=ReplicaState(r["state"]),
+                    exit_code=r["exit_code"], message=r["message"], log_path=r["log_path"], metric_file=r["metric_file"],
+                    gpus=r["gpus"], start_time=r["start_time"], end_time=r["end_time"],
+                ))
+        return out
 
     # ------------------------------------------------------------------ trials
 
@@ -442,8 +443,12 @@ class Store:
 
     def trial_records(self, study_id: str) -> list[dict[str, Any]]:
         """A study's trials as stored: Vertex Trial resources (for describe, exports, the dashboard)."""
-        rows = self._query("SELECT record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))
-        return [json.loads(r[0]) for r in rows]
+        rows = self._query("SELECT trial_id, record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))
+        out = []
+        for r in rows:
+            with _damaged(f"trial {r[0]} of study {study_id}"):
+                out.append(json.loads(r[1]))
+        return out
 
 
 class _Tx:
@@ -551,15 +556,31 @@ def _disk_full(home: Path) -> bool:
     return st.f_bavail * st.f_frsize < 1024 * 1024
 
 
+@contextlib.contextmanager
+def _damaged(what: str) -> Iterator[None]:
+    """Turn a row vcli cannot decode (a JSON column or a state that is not one of vcli's: the
+    file was edited, or written by something else) into one StoreError line naming `what`,
+    not a traceback in every command that reads it."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StoreError(f"vcli's store has a damaged record ({what}: {text}); vcli did not write it this way. "
+                         "Restore vcli.db from a backup, or move the home aside.") from None
+
+
 def _job_row(r: sqlite3.Row) -> JobRow:
-    return JobRow(
-        id=r["id"], kind=JobKind(r["kind"]), display_name=r["display_name"], state=JobState(r["state"]),
-        create_time=r["create_time"], start_time=r["start_time"], end_time=r["end_time"],
-        update_time=r["update_time"], parent_id=r["parent_id"], trial_id=r["trial_id"],
-        controller_pid=r["controller_pid"], controller_start=r["controller_start"], heartbeat=r["heartbeat"],
-        cancel_requested=bool(r["cancel_requested"]),
-        error=json.loads(r["error"]) if r["error"] else None, record=json.loads(r["record"]),
-    )
+    with _damaged(f"job {r['id']}"):
+        if not str(r["record"]).startswith("{") or not (r["error"] is None or str(r["error"]).startswith("{")):
+            raise ValueError("its record or error is not a JSON object")
+        return JobRow(
+            id=r["id"], kind=JobKind(r["kind"]), display_name=r["display_name"], state=JobState(r["state"]),
+            create_time=r["create_time"], start_time=r["start_time"], end_time=r["end_time"],
+            update_time=r["update_time"], parent_id=r["parent_id"], trial_id=r["trial_id"],
+            controller_pid=r["controller_pid"], controller_start=r["controller_start"], heartbeat=r["heartbeat"],
+            cancel_requested=bool(r["cancel_requested"]),
+            error=json.loads(r["error"]) if r["error"] else None, record=json.loads(r["record"]),
+        )
 
 
 def peek_jobs(kind: JobKind | str, prefix: str = "", home: Path | str | None = None) -> list[tuple[str, str]]:
