@@ -120,6 +120,34 @@ def test_cancel_of_an_orphaned_job_stops_everything(tmp_path: Path) -> None:
     assert not processes_with_env("VCLI_JOB_ID", job_id)
 
 
+def test_stream_logs_of_an_orphaned_job_prints_the_logs_then_says_so(tmp_path: Path) -> None:
+    """`stream-logs` of a job whose controller died followed it forever, silently: nothing can
+    end it but `resume` or `cancel`. It prints the logs so far and the WARNING `list` gives,
+    and returns; the replicas are left for `resume` to adopt."""
+    import time
+
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=orphan",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
+                 STEP_SECONDS="300")
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+    _kill_controller(proc)
+    try:
+        start = time.monotonic()
+        r = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
+        assert time.monotonic() - start < 30, "stream-logs followed an orphaned job"
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"workerpool0-0\tpid \d+ workerpool0-0", r.stdout), r.stdout
+        (warning,) = [l for l in r.stderr.splitlines() if l.startswith("WARNING:")]
+        assert f"[{job_id}] is JOB_STATE_RUNNING but the vcli process that ran it (pid {proc.pid}) is gone" in warning
+        assert running_replicas(job_id), "stream-logs must not stop what resume can adopt"
+    finally:
+        vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
 def test_two_controllers_never_drive_one_job(tmp_path: Path) -> None:
     home = tmp_path / "home"
     script = _trainer(tmp_path)

@@ -419,4 +419,5 @@ def stream_logs_(
 
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
-    stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id, task_name)
+    stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id, task_name,
+                group="hp-tuning-jobs")

@@ -162,21 +162,30 @@ class LogPrinter:
 
 
 def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent_id: str,
-                task_name: Optional[str], interval: float = 0.2) -> None:
-    """`stream-logs`: severity, time, task and message of every record until the job ends.
+                task_name: Optional[str], interval: float = 0.2, *, group: str = "custom-jobs") -> None:
+    """`stream-logs`: severity, time, task and message of every record until the job ends, or
+    until the vcli process that ran it is found gone (it cannot end then without `resume` or
+    `cancel`: the logs so far are printed, then the WARNING `list` and `describe` give).
 
     `job_ids()` gives (task prefix, job id) pairs and is asked again on every round, so the
     trials a study starts later are followed too.
     """
     from datetime import datetime
 
+    from vcli.control.cancel import controller_alive
     from vcli.logs import Follower
 
     follower = Follower([])
+    orphaned: list[Any] = []
 
     def done() -> bool:
         row = store.get_job(parent_id)
-        return row is None or JobState(row.state).is_final()
+        if row is None or JobState(row.state).is_final():
+            return True
+        if row.controller_pid and not controller_alive(row):
+            orphaned.append(row)
+            return True
+        return False
 
     while True:
         finished = done()
@@ -190,5 +199,9 @@ def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent
             sys.stdout.write(f"{rec.severity}\t{ts}\t{rec.task_name}\t{rec.message}\n")
         sys.stdout.flush()
         if finished:
+            if orphaned:
+                row = orphaned[0]
+                warn_orphaned([{"name": row.id, "state": row.state.value,
+                                "controller": {"pid": row.controller_pid, "alive": False}}], group)
             return
         time.sleep(interval)
