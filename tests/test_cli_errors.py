@@ -533,3 +533,66 @@ def test_a_study_document_s_labels_follow_vertex_s_rules(run_vcli, tmp_path, lab
     assert r.returncode == 1, r.stderr
     line = one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
     assert " at [labels]: " in line and line.endswith(why), line
+
+
+# --------------------------------------------------------------------------- environment and properties
+
+
+@pytest.mark.parametrize("name", ["VCLI_LOCAL_GPUS", "VCLI_GPUS"])
+@pytest.mark.parametrize("value", ["abc", "1.5", "99999999999", "0,,1", "-1"])
+def test_a_gpu_variable_that_names_no_gpus_is_one_line(run_vcli, vcli_home, name, value):
+    # int() on it was a traceback, and 1e11 a MemoryError; $VCLI_GPUS=abc silently meant no GPUs.
+    env = {name: value}
+    if name == "VCLI_GPUS":
+        env["VCLI_LOCAL_GPUS"] = ""
+    r = run_vcli("hosts", "gpus", env=env, timeout=30)
+    assert r.returncode == 1, r.stderr
+    line = one_error_line(r, "ERROR: (vcli.hosts.gpus) ")
+    assert line.startswith(f"Invalid value for [{name}]: [{value}]: a GPU count such as 4"), line
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ('{"executor": "local", "storage/gcs-root": "/tmp/gcs"}\n,', "is damaged (Extra data: line 2 column 1"),
+        ("[1, 2]", "is damaged (not a JSON object of strings)"),
+        ('{"executor": 5}', "is damaged (not a JSON object of strings)"),
+    ],
+    ids=["stray-byte", "a-list", "a-number"],
+)
+def test_a_damaged_properties_file_is_one_line_and_never_overwritten(run_vcli, vcli_home, content, fragment):
+    # It was read as "nothing set" (jobs ran with other settings), and the next `config set`
+    # replaced it, erasing every other property.
+    path = vcli_home.parent / "vcli-config" / "properties.json"
+    path.write_text(content)
+    for args in (("config", "list"), ("config", "set", "gpu/exclude-busy", "false"),
+                 ("custom-jobs", "create", "--display-name=j", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG}",
+                  "--command=true", "--validate-only")):
+        r = run_vcli(*args)
+        assert r.returncode == 1, r.stderr
+        line = one_error_line(r, f"ERROR: (vcli.{'.'.join(a for a in args[:2] if not a.startswith('-'))}) ")
+        assert line.startswith(f"vcli's properties file {path} {fragment}"), line
+    assert path.read_text() == content
+
+
+def test_concurrent_config_sets_keep_every_property(vcli_home):
+    """Two processes that each set their own property 200 times at once: each keeps its last
+    value. Without the lock, one's read-modify-write erased the other's property, and both
+    wrote the same temporary file (a rename then failed)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    loop = "import sys\nfrom vcli import properties\nfor i in range(200):\n    properties.set_(sys.argv[1], f'v{i}')\n"
+    procs = [subprocess.Popen([sys.executable, "-c", loop, prop], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for prop in ("slurm/partition", "slurm/account")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    data = json.loads((vcli_home.parent / "vcli-config" / "properties.json").read_text())
+    assert data == {"slurm/partition": "v199", "slurm/account": "v199"}
+
+
+def test_a_config_dir_that_is_a_file_is_one_line(run_vcli, vcli_home, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = run_vcli("config", "set", "executor", "local", env={"VCLI_CONFIG_DIR": str(blocker)})
+    assert r.returncode == 1, r.stderr
+    assert f"vcli's config directory {blocker} cannot be used ($VCLI_CONFIG_DIR)" in one_error_line(r, "ERROR: (vcli.config.set) ")

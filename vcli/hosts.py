@@ -386,14 +386,17 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
         indices: tuple[int, ...]
         gtype = None
         if declared:
-            indices = tuple(range(int(declared))) if declared.isdigit() else tuple(
-                int(p) for p in declared.split(",") if p.strip())
+            from vcli.placement.gpus import parse_declared_gpus
+
+            indices = parse_declared_gpus("VCLI_LOCAL_GPUS", declared)
         else:
             try:
                 from vcli.placement.gpus import detect_local_gpus
 
                 indices, gtype = detect_local_gpus()
-            except Exception:  # no GPUs is the safe answer
+            except ConfigError:  # $VCLI_GPUS that says nothing usable: the user is told
+                raise
+            except Exception:  # nvidia-smi's trouble: no GPUs is the safe answer
                 indices = ()
         detected["gpus"] = {"count": len(indices), "indices": list(indices)}
         if gtype:  # shown, never a placement constraint (see the docstring)

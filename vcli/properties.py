@@ -19,12 +19,14 @@ else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Iterator
 
-from vcli.errors import InvalidValueError, UsageError
-from vcli.spec import ExecutorKind
+from vcli.enums import ExecutorKind
+from vcli.errors import ConfigError, InvalidValueError, UsageError
 
 #: property -> its allowed values (None: any text).
 KNOWN = {
@@ -63,12 +65,26 @@ def _path() -> Path:
 
 
 def load() -> dict[str, str]:
+    """The properties set. An absent file is none; a file vcli cannot read or that is not a
+    JSON object of strings is a ConfigError naming it (read as "nothing set", it would run
+    jobs with other settings, and the next `config set` would erase the rest)."""
+    path = _path()
     try:
-        with open(_path(), encoding="utf-8") as f:
-            data = json.load(f)
-        return {str(k): str(v) for k, v in data.items()}
-    except (FileNotFoundError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)  # a few hundred bytes; bounded whatever the file is
+    except FileNotFoundError:
         return {}
+    except OSError as e:
+        raise ConfigError(f"vcli's properties file {path} cannot be read: {e.strerror}.") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"vcli's properties file {path} is damaged ({str(e).splitlines()[0]}): correct it, or "
+                          "remove it to go back to the defaults.") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(f"vcli's properties file {path} is damaged (not a JSON object of strings): correct it, "
+                          "or remove it to go back to the defaults.")
+    return {str(k): v for k, v in data.items()}
 
 
 def _check(prop: str) -> None:
@@ -96,26 +112,56 @@ def set_(prop: str, value: str) -> None:
 
         if shutil.which(value) is None:
             raise InvalidValueError(prop, f"[{value}] is not an executable file (nor a command on PATH)")
-    data = load()
-    data[prop] = value
-    _write(data)
+    with _locked():
+        data = load()
+        data[prop] = value
+        _write(data)
 
 
 def unset(prop: str) -> None:
     _check(prop)
-    data = load()
-    data.pop(prop, None)
-    _write(data)
+    with _locked():
+        data = load()
+        data.pop(prop, None)
+        _write(data)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Hold the config directory's lock for a read-modify-write of the properties: two
+    `config set` at once (two terminals, two CI jobs) each keep their property."""
+    import fcntl
+
+    try:
+        config_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(config_dir() / ".properties.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise ConfigError(f"vcli's config directory {config_dir()} cannot be used ($VCLI_CONFIG_DIR): "
+                          f"{e.strerror}.") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _write(data: dict[str, str]) -> None:
+    """Replace the properties file atomically (a private temporary file, then a rename)."""
+    import tempfile
+
     path = _path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".properties.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=2, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise ConfigError(f"vcli's properties file {path} cannot be written: {e.strerror}.") from None
 
 
 def gpu_lease_dir() -> str:

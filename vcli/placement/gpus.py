@@ -310,15 +310,36 @@ def vertex_gpu_type(name: str) -> str | None:
     return None
 
 
+#: The most GPUs a declared count may name (a DGX has 8, a2-megagpu-16g 16).
+MAX_DECLARED_GPUS = 256
+
+
+def parse_declared_gpus(name: str, text: str) -> tuple[int, ...]:
+    """GPU indices from an environment variable `name` holding a count ("4" -> 0..3) or
+    comma-separated indices ("0,2"); ConfigError (one line naming it) for anything else: a
+    typo must not leave a GPU machine with no GPUs, nor build a list of 1e11."""
+    from vcli.errors import ConfigError
+
+    text = text.strip()
+    bad = ConfigError(f"Invalid value for [{name}]: [{text}]: a GPU count such as 4 (at most "
+                      f"{MAX_DECLARED_GPUS}) or comma-separated GPU indices such as 0,2.")
+    if re.fullmatch(r"\d{1,4}", text):
+        if int(text) > MAX_DECLARED_GPUS:
+            raise bad
+        return tuple(range(int(text)))
+    parts = [p.strip() for p in text.split(",")]
+    if not all(re.fullmatch(r"\d{1,4}", p) for p in parts):
+        raise bad
+    return tuple(int(p) for p in parts)
+
+
 def detect_local_gpus() -> tuple[tuple[int, ...], str | None]:
     """This machine's (GPU indices, Vertex accelerator type): $VCLI_GPUS ("0,1,3" or a count;
-    no type), else `nvidia-smi -L` (the type when every GPU's name maps to the same one, see
-    `vertex_gpu_type`), else ((), None)."""
+    no type; anything else is a ConfigError), else `nvidia-smi -L` (the type when every GPU's
+    name maps to the same one, see `vertex_gpu_type`), else ((), None)."""
     declared = os.environ.get("VCLI_GPUS", "").strip()
     if declared:
-        if declared.isdigit():
-            return tuple(range(int(declared))), None
-        return tuple(int(part) for part in declared.split(",") if part.strip()), None
+        return parse_declared_gpus("VCLI_GPUS", declared), None
     smi = shutil.which("nvidia-smi")
     if not smi:
         return (), None
