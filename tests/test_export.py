@@ -197,6 +197,34 @@ def test_an_existing_optuna_study_is_one_line(study, tmp_path: Path) -> None:
     assert f"already has an Optuna study named [{s['displayName']}-{_id(s)}]" in r.stderr
 
 
+@pytest.mark.parametrize(
+    "command,target,fragment",
+    [
+        ("export", "{missing}/t.csv", "Invalid value for [--to]: cannot write [{missing}/t.csv]: No such file or directory"),
+        ("export", "{afile}/t.csv", "Invalid value for [--to]: cannot write [{afile}/t.csv]: Not a directory"),
+        ("export", "{missing}/t.parquet", "Invalid value for [--to]: cannot write [{missing}/t.parquet]"),
+        ("export", "sqlite:///{missing}/o.db", "Invalid value for [--to]: cannot open the Optuna storage sqlite:///{missing}/o.db: "
+                                               "OperationalError"),
+        ("export", "postgresql://u@127.0.0.1:1/db", "cannot open the Optuna storage postgresql://u@127.0.0.1:1/db: ImportError"),
+        ("plot", "{missing}/r.html", "Invalid value for [--output]: cannot write [{missing}/r.html]: No such file or directory"),
+        ("plot", "{afile}/r.svg", "Invalid value for [--output]: cannot write [{afile}/r-history.svg]: Not a directory"),
+    ],
+    ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "html-no-dir", "svg-under-a-file"],
+)
+def test_a_destination_that_cannot_be_written_is_one_line(study, tmp_path: Path, command: str, target: str,
+                                                           fragment: str) -> None:
+    # Each was a traceback of 60 to 175 lines (FileNotFoundError, SQLAlchemy's OperationalError).
+    home, s = study
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    where = {"missing": tmp_path / "no-such-dir", "afile": afile}
+    flag = "--to" if command == "export" else "--output"
+    r = vcli(home, "hp-tuning-jobs", command, _id(s), f"{flag}={target.format(**where)}")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert fragment.format(**where) in r.stderr, r.stderr
+
+
 def test_pbt_running_and_requested_trials_keep_their_states(tmp_path: Path) -> None:
     """PBT's exploited trials (rule "pbt") are PRUNED with their lineage; ACTIVE is RUNNING with
     its start; REQUESTED is WAITING; INFEASIBLE is FAIL with its reason."""

@@ -314,7 +314,7 @@ def export(
     """vcli: write a study's trials to a CSV or Parquet table (one row per trial), or into an
     Optuna storage as an Optuna study (for optuna-dashboard or `optuna.load_study`)."""
     from vcli import codec
-    from vcli.errors import UsageError
+    from vcli.errors import InvalidValueError, UsageError
     from vcli.plots import export as ex
     from vcli.store import Store
 
@@ -328,12 +328,12 @@ def export(
         err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {to}.")
         return
     columns, rows = ex.table(spec, params, trials)
-    if to.endswith(".csv"):
-        ex.write_csv(to, columns, rows)
-    elif to.endswith(".parquet"):
-        ex.write_parquet(to, columns, rows)
-    else:
+    if not to.endswith((".csv", ".parquet")):
         raise UsageError(f"argument --to: [{to}] is neither a .csv or .parquet file nor a storage URL such as sqlite:///optuna.db")
+    try:
+        (ex.write_csv if to.endswith(".csv") else ex.write_parquet)(to, columns, rows)
+    except OSError as e:  # no such directory, a file in the way, no permission, a full disk
+        raise InvalidValueError("--to", f"cannot write [{to}]: {e.strerror or e}") from None
     err(f"Exported {len(trials)} trial(s) of [{row.id}] to {to}.")
 
 
@@ -355,8 +355,14 @@ def plot(
     spec = codec.study_spec_from_stored(row.record["studySpec"])
     trials = store.trials(row.id)
     title = f"{row.display_name} ({row.id})" if row.display_name else row.id
-    for path in plots.write_report(output or f"{row.id}.html", title, spec, codec.iter_parameters(spec.parameters), trials):
-        err(f"Wrote {path}.")
+    target = output or f"{row.id}.html"
+    try:
+        for path in plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials):
+            err(f"Wrote {path}.")
+    except OSError as e:  # no such directory, a file in the way, no permission, a full disk
+        from vcli.errors import InvalidValueError
+
+        raise InvalidValueError("--output", f"cannot write [{e.filename or target}]: {e.strerror or e}") from None
 
 
 @app.command("tensorboard", cls=GcloudCommand)

@@ -38,7 +38,7 @@ import warnings
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from vcli.errors import UsageError
+from vcli.errors import InvalidValueError, UsageError
 from vcli.plots.data import parse_time
 from vcli.spec import (
     CategoricalValueSpec,
@@ -140,12 +140,25 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
     except optuna.exceptions.DuplicatedStudyError:
         raise UsageError(f"argument --to: {url} already has an Optuna study named [{study_name}]; "
                          "delete it (optuna delete-study) or export to another storage") from None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # set_metric_names is "experimental"
-        study.set_metric_names([m.metric_id for m in spec.metrics])
+    except Exception as e:  # the storage's own errors: a bad URL, no driver, no such directory, refused
+        raise InvalidValueError("--to", f"cannot open the Optuna storage {url}: {_first_line(e)}") from None
     now = datetime.now()
-    study.add_trials([_frozen(optuna, spec, params, t, number, now) for number, t in enumerate(trials)])
+    frozen = [_frozen(optuna, spec, params, t, number, now) for number, t in enumerate(trials)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # set_metric_names is "experimental"
+            study.set_metric_names([m.metric_id for m in spec.metrics])
+        study.add_trials(frozen)
+    except Exception as e:  # the storage failed while writing (a full disk, a dropped connection)
+        raise InvalidValueError("--to", f"writing to the Optuna storage {url} failed: {_first_line(e)}") from None
     return study_name
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception as one line: its type and its message's first line (SQLAlchemy's run to
+    dozens of lines with the SQL and a link)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _frozen(optuna: Any, spec: StudySpec, params: Mapping[str, ParameterSpec], t: Trial, number: int, now: datetime) -> Any:
