@@ -596,3 +596,22 @@ def test_a_config_dir_that_is_a_file_is_one_line(run_vcli, vcli_home, tmp_path):
     r = run_vcli("config", "set", "executor", "local", env={"VCLI_CONFIG_DIR": str(blocker)})
     assert r.returncode == 1, r.stderr
     assert f"vcli's config directory {blocker} cannot be used ($VCLI_CONFIG_DIR)" in one_error_line(r, "ERROR: (vcli.config.set) ")
+
+
+@pytest.mark.parametrize("name,fragment", [
+    ("a\nb", "must not contain control characters (newlines, tabs, escapes), received [a\\nb]."),
+    ("x\x1b[31mred", "must not contain control characters"),
+    ("x" * 129, "at most 128 characters (Vertex's limit), received 129."),
+], ids=["newline", "escape", "129-characters"])
+def test_a_display_name_vertex_would_refuse_is_one_line(run_vcli, vcli_home, name, fragment):
+    # A newline in a display name forged a row in `list`'s table; 100,000 characters were taken.
+    r = run_vcli("custom-jobs", "create", f"--display-name={name}", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG}",
+                 "--command=true", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert one_error_line(r) == f"Invalid value for [--display-name]: {fragment}" or fragment in one_error_line(r)
+
+
+def test_an_id_with_a_newline_is_named_on_one_line(run_vcli, vcli_home):
+    r = run_vcli("custom-jobs", "describe", "a\nb")
+    assert r.returncode == 4, r.stderr
+    assert one_error_line(r, "ERROR: (vcli.custom-jobs.describe) ").startswith("CustomJob [a\\nb] was not found.")

@@ -68,7 +68,9 @@ class _Job:
     _group = "custom-jobs"
 
     def __init__(self, display_name: str, labels: Mapping[str, str] | None) -> None:
-        self.display_name = display_name
+        from vcli.codec.flags import check_display_name
+
+        self.display_name = check_display_name(display_name)
         self.labels = dict(labels or {})
         self._job_id: str | None = None
 

@@ -131,6 +131,7 @@ def create(
     o.use_slurm(slurm_partition, slurm_account, slurm_qos)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
+    codec.check_display_name(display_name)
     no_effect: list[str] = []
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_, python_package_uris, service_account, network,
                                       no_effect)

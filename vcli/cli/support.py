@@ -81,16 +81,22 @@ _LONGEST_LINE = 2000
 
 
 def shorten(message: str) -> str:
-    """An error line that repeats what the user gave keeps it readable: a word (or a bracketed
-    value) of more than 200 characters is cut to its start and its length, and the line to
-    2000 characters (a 10,000-character value is never echoed back whole)."""
+    """An error line that repeats what the user gave keeps it readable and one line: control
+    characters are escaped (a newline in an id split the line; an escape sequence would
+    reach the terminal), a word (or a bracketed value) of more than 200 characters is cut to
+    its start and its length, and the line to 2000 characters (a 10,000-character value is
+    never echoed back whole)."""
     import re
 
     def cut(m: re.Match[str]) -> str:
         text = m.group(0)
         return f"{text[:60]}... ({len(text)} characters)"
 
-    out = re.sub(r"[^\s\[\],]{" + str(_LONGEST_VALUE + 1) + ",}", cut, message)
+    def escape(m: re.Match[str]) -> str:
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(m.group(0), f"\\x{ord(m.group(0)):02x}")
+
+    out = re.sub(r"[\x00-\x1f\x7f]", escape, message)
+    out = re.sub(r"[^\s\[\],]{" + str(_LONGEST_VALUE + 1) + ",}", cut, out)
     if len(out) > _LONGEST_LINE:
         out = f"{out[:_LONGEST_LINE - 40]}... ({len(out)} characters in all)"
     return out

@@ -194,6 +194,23 @@ _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 MAX_LABELS = 64
 
 
+#: Vertex's limit on a display name ("up to 128 UTF-8 characters").
+MAX_DISPLAY_NAME = 128
+
+
+def check_display_name(name: str) -> str:
+    """`name` if Vertex would take it as a display name: at most MAX_DISPLAY_NAME characters,
+    no control characters (a newline forged a row in `list`'s table, an escape sequence
+    reached the terminal); else InvalidValueError naming --display-name."""
+    if len(name) > MAX_DISPLAY_NAME:
+        raise InvalidValueError("--display-name", f"at most {MAX_DISPLAY_NAME} characters (Vertex's limit), "
+                                                  f"received {len(name)}.")
+    if re.search(r"[\x00-\x1f\x7f]", name):
+        raise InvalidValueError("--display-name", f"must not contain control characters (newlines, tabs, escapes), "
+                                                  f"received [{name}].")
+    return name
+
+
 def label_problem(labels: Mapping[str, Any]) -> str | None:
     """What breaks Vertex's label rules in `labels` (gcloud's wording), or None."""
     if len(labels) > MAX_LABELS:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from vcli.codec import STOPPING_KEYS, apply_args_and_command, hp_tuning_job_from_document, parse_duration, split_arg_list
+from vcli.codec import (
+    STOPPING_KEYS,
+    apply_args_and_command,
+    check_display_name,
+    hp_tuning_job_from_document,
+    parse_duration,
+    split_arg_list,
+)
 from vcli.errors import ConfigError, InvalidValueError, UsageError
 from vcli.spec import ConvexAutomatedStoppingSpec, HyperparameterTuningJobSpec, MeasurementSelectionType
 
@@ -60,6 +67,7 @@ def study_request(doc: Mapping[str, Any], source: str, flags: StudyFlags) -> Stu
     name = flags.display_name or file_name
     if not name:
         raise UsageError("argument --display-name: Must be specified.")
+    check_display_name(str(name))
     notices: list[str] = []
     spec = apply_study_flags(spec, flags, notices)
     return StudyRequest(spec, name, labels, no_effect, notices)
