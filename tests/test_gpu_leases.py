@@ -485,6 +485,49 @@ def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Pat
             p.communicate(timeout=60)
 
 
+@pytest.mark.parametrize("mode", ["foreground", "async"])
+def test_a_job_waiting_for_gpus_is_listed_and_cancelled_from_another_terminal(tmp_path: Path, gpu_lease_dir: Path,
+                                                                              mode: str) -> None:
+    """A foreground `create` that waits for GPUs was recorded only once it had them: not in
+    `list`, `cancel` said "not found", and its createTime was its start. Both kinds of job are
+    now QUEUED while they wait, and `cancel` from another terminal ends the wait at once (an
+    `--async` one's runner waited on, and `cancel` gave up after 120 s)."""
+    home = tmp_path / "home"
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    first = spawn(home, *_job_args(trainer, log, 60, 1, "holder"), **_env(VCLI_LOCAL_GPUS="1"))
+    waiter = None
+    try:
+        read_stderr_until(first, "submitted successfully", 30)
+        wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the holder's lease")
+        args = _job_args(trainer, log, 1, 1, "waiter") + (["--async"] if mode == "async" else [])
+        waiter = spawn(home, *args, **_env(VCLI_LOCAL_GPUS="1"))
+        if mode == "foreground":
+            read_stderr_until(waiter, "is queued until then", 30)
+
+        def queued() -> list[str]:
+            r = vcli(home, "custom-jobs", "list", "--filter=displayName=waiter", "--format=value(name.basename(),state)",
+                     timeout=60, **_env(VCLI_LOCAL_GPUS="1"))
+            return r.stdout.split()
+
+        job_id, state = wait_for(lambda: (x := queued()) and x, 30, "the waiting job listed")
+        assert state == "JOB_STATE_QUEUED"
+        started = time.monotonic()
+        r = vcli(home, "custom-jobs", "cancel", job_id, timeout=120, **_env(VCLI_LOCAL_GPUS="1"))
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - started < 30, r.stderr
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        if mode == "foreground":
+            _, err = waiter.communicate(timeout=60)
+            assert waiter.returncode == 5 and "cancelled while it waited for GPUs" in err, err
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        first.communicate(timeout=60)
+        if waiter is not None and waiter.poll() is None:
+            os.killpg(waiter.pid, signal.SIGINT)
+            waiter.communicate(timeout=60)
+    assert not log.exists() or job_id not in log.read_text(), "the cancelled job ran"
+
+
 def test_the_gpus_of_an_unreachable_ssh_host_are_an_error_never_free(tmp_path: Path) -> None:
     """`hosts gpus HOST` reads an SSH host's leases on the host: one it cannot reach is exit 3
     in one line (never rows of FREE GPUs), a name not in the inventory exit 4."""

@@ -143,8 +143,18 @@ def create(
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project)
     # Only a job that runs here takes (and waits for) host-wide GPU leases; --async's runner does.
     runs_here = not (validate_only or async_)
-    job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size, labels=label_map,
-                                 ready=not validate_only, leases=runs_here, on_wait=err if runs_here else None)
+    if runs_here:
+        interrupt_on_signals()  # a job queued while it waits for GPUs ends CANCELLED on SIGTERM too
+    try:
+        job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size,
+                                     labels=label_map, ready=not validate_only, leases=runs_here,
+                                     on_wait=err if runs_here else None, display_name=display_name if runs_here else None)
+    except runner.WaitCancelled:
+        err("The job was cancelled while it waited for GPUs.")
+        raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
+    except KeyboardInterrupt:
+        err("The job was cancelled (interrupted) before it started.")
+        raise typer.Exit(interrupted_code()) from None
     if tracked:
         job.record["tracking"] = tracked
     note_no_effect(tracking.effective_no_effect(no_effect, tracked), "[--config] ")  # once the job is known to be valid
@@ -270,7 +280,12 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         err(f"CustomJob [{shown(row.name)}] has already ended ({row.state}); nothing to resume.")
         return
     claim_controller(store, row.id)
-    planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
+    try:
+        planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
+    except runner.WaitCancelled:
+        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+        err(f"CustomJob [{shown(row.name)}] was cancelled while it waited for GPUs.")
+        raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
     try:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
     finally:
@@ -291,7 +306,12 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
         return
-    planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
+    try:
+        planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
+    except runner.WaitCancelled:
+        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+        err(f"CustomJob [{row.name}] was cancelled while it waited for GPUs.")
+        raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
     try:
         interrupt_on_signals()
         try:

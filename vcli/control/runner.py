@@ -39,6 +39,9 @@ class PlannedJob:
     record: dict[str, Any]
     #: For a resumed job: the stored replica rows (task name -> row) to take over.
     resume: Mapping[str, Any] | None = None
+    #: Recorded QUEUED (and this process its controller) while it waited for GPUs, before its
+    #: plan was complete (`plan_custom_job` with a display name): not to be submitted again.
+    recorded: bool = False
 
     def close(self) -> None:
         self.execution.close()
@@ -57,12 +60,17 @@ def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = 
 WAIT_RETRY_SECONDS = 0.25
 
 
-def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None) -> Any:
+class WaitCancelled(Exception):
+    """The job was cancelled (`cancel` from another terminal) while it waited for GPUs."""
+
+
+def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
+                 cancelled: Callable[[], bool] | None = None) -> Any:
     """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli
     processes, users or controllers): says once what it waits for through `on_wait`, and
     waits at most `scheduling.maxWaitDuration` (unset or 0: until they are free; FLEX_START:
-    24 h unless set). Without
-    `on_wait` a busy GPU raises `NoCapacityError` at once."""
+    24 h unless set), or until `cancelled()` says the job was cancelled (`WaitCancelled`).
+    Without `on_wait` a busy GPU raises `NoCapacityError` at once."""
     import time
 
     from vcli.placement import NoCapacityError
@@ -82,12 +90,15 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
             if not said:
                 on_wait(f"Waiting for GPUs: {e}")
                 said = True
+            if cancelled is not None and cancelled():
+                raise WaitCancelled() from None
             time.sleep(WAIT_RETRY_SECONDS)
 
 
 def plan_custom_job(
     spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str],
     ready: bool = True, on_wait: Callable[[str], None] | None = None, leases: bool = True,
+    display_name: str | None = None,
 ) -> PlannedJob:
     """Plan every replica of `spec` and check it with the executor (`--executor`/`--hosts`).
 
@@ -96,39 +107,95 @@ def plan_custom_job(
     images present): `--validate-only` judges the job, not the machine. `leases=False` places
     without taking host-wide GPU leases (a job that is only validated, or run by another
     process); with them, a job whose GPUs other replicas hold waits (`plan_waiting`).
+
+    `display_name` (a job run by this process): a job that has to wait for GPUs is recorded
+    QUEUED first, with this process as its controller, so that `list`, `describe` and
+    `cancel` from another terminal see it while it waits (`recorded` in the result); a
+    `cancel` ends the wait (`WaitCancelled`, the job CANCELLED), and a wait that fails or is
+    interrupted leaves it FAILED or CANCELLED, never QUEUED.
     """
-    from vcli import codec
     from vcli.control.jobs import plan_job
     from vcli.control.plan import check_packages
 
     check_packages(spec)
     execution = _open(executor, hosts, spec, leases=leases, job={"labels": labels})
+    store = Store()
+    job_id = new_id()
+    queued: list[bool] = []
+
+    def record(output_directory: str | None) -> dict[str, Any]:
+        return _job_record(spec, labels, execution, hosts, shm_size, output_directory)
+
+    def waiting(message: str) -> None:
+        assert on_wait is not None
+        on_wait(message)
+        if display_name is not None and not queued:
+            _queue(store, job_id, display_name, record(None))
+            queued.append(True)
+            on_wait(f"CustomJob [{job_id}] is queued until then: `vcli custom-jobs cancel {job_id}` from another "
+                    "terminal stops the wait.")
+
     try:
-        store = Store()
-        job_id = new_id()
         plan = plan_waiting(lambda: plan_job(spec, job_id=job_id, job_dir=store.home / "jobs" / job_id,
                                              executor=execution.executor, shm_size=shm_size, placer=execution.placer),
-                            spec, on_wait)
-        record = {
-            "jobSpec": codec.custom_job_spec_to_dict(spec),
-            "labels": dict(labels),
-            "executor": execution.kind.value,
-            "outputDirectory": plan.base_output_directory,
-            "hosts": hosts, **execution.settings(),
-            "shmSize": shm_size,
-            "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
-        }
+                            spec, waiting if on_wait is not None else None,
+                            cancelled=lambda: bool(queued) and store.cancel_requested(job_id))
         execution.executor.check(plan.launches)
         if ready:
             execution.executor.ready(plan.launches)
-    except BaseException:
+    except BaseException as e:
         execution.close()
+        if queued:
+            _end_queued(store, job_id, e)
         raise
-    return PlannedJob(store=store, job_id=job_id, spec=spec, execution=execution, plan=plan, record=record)
+    return PlannedJob(store=store, job_id=job_id, spec=spec, execution=execution, plan=plan,
+                      record=record(plan.base_output_directory), recorded=bool(queued))
+
+
+def _job_record(spec: CustomJobSpec, labels: Mapping[str, str], execution: Execution, hosts: str | None,
+                shm_size: str | None, output_directory: str | None) -> dict[str, Any]:
+    """What the store keeps of a custom job besides its state."""
+    from vcli import codec
+
+    return {
+        "jobSpec": codec.custom_job_spec_to_dict(spec),
+        "labels": dict(labels),
+        "executor": execution.kind.value,
+        "outputDirectory": output_directory,
+        "hosts": hosts, **execution.settings(),
+        "shmSize": shm_size,
+        "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
+    }
+
+
+def _queue(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
+    """Record a job that waits for GPUs as QUEUED, this process its controller."""
+    from vcli.control.cancel import claim_controller
+
+    store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=record,
+                     state=JobState.JOB_STATE_QUEUED, job_id=job_id)
+    claim_controller(store, job_id)
+
+
+def _end_queued(store: Store, job_id: str, error: BaseException) -> None:
+    """The final state of a queued job whose wait for GPUs ended without a plan: CANCELLED
+    when cancelled or interrupted, else FAILED with the reason."""
+    from vcli.spec import RpcCode
+
+    if isinstance(error, (WaitCancelled, KeyboardInterrupt, SystemExit)):
+        store.set_state(job_id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+    else:
+        store.set_state(job_id, JobState.JOB_STATE_FAILED, error={"code": RpcCode.INTERNAL, "message": str(error)})
 
 
 def submit_custom_job(job: PlannedJob, display_name: str) -> JobRow:
-    """Record the planned job as QUEUED; returns its row."""
+    """Record the planned job as QUEUED (a job recorded while it waited for GPUs gets its
+    complete record); returns its row."""
+    if job.recorded:
+        job.store.update_job(job.job_id, record=job.record)
+        row = job.store.get_job(job.job_id)
+        assert row is not None
+        return row
     return job.store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=job.record,
                                 state=JobState.JOB_STATE_QUEUED, job_id=job.job_id)
 
@@ -284,7 +351,7 @@ def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, s
         plan = plan_waiting(lambda: plan_job(
             spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
             shm_size=rec.get("shmSize"), placer=execution.placer, base_output_directory=rec.get("outputDirectory"),
-            restore=restore), spec, on_wait)
+            restore=restore), spec, on_wait, cancelled=lambda: store.cancel_requested(row.id))
     except BaseException:
         execution.close()
         raise
