@@ -250,6 +250,8 @@ def test_kill_9_of_the_supervisor_frees_the_lease_within_a_second(tmp_path: Path
         assert time.monotonic() - t0 < 1.0
         out, err = proc.communicate(timeout=30)  # the controller sees its replica gone
         assert proc.returncode != 0
+        # it says so in words, not "a non-zero status of None"
+        assert "The replica workerpool0-0 ended without an exit code (the replica is gone" in err, err[-2000:]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

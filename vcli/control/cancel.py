@@ -115,8 +115,10 @@ def _orphan_outcome(store: Store, job: JobRow) -> tuple[JobState, dict | None]:
     if states == {ReplicaState.SUCCEEDED}:
         return JobState.JOB_STATE_SUCCEEDED, None
     failed = next(r for r in replicas if r.state == ReplicaState.FAILED)
-    return JobState.JOB_STATE_FAILED, {"code": RpcCode.INTERNAL, "message": f"The replica {failed.task_name} exited with a "
-                                       f"non-zero status of {failed.exit_code} while no vcli process watched it."}
+    ended = (f"exited with a non-zero status of {failed.exit_code}" if failed.exit_code is not None
+             else "ended without an exit code")
+    return JobState.JOB_STATE_FAILED, {"code": RpcCode.INTERNAL, "message": f"The replica {failed.task_name} {ended} "
+                                       "while no vcli process watched it."}
 
 
 def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float = 3.0) -> None:

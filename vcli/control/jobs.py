@@ -328,13 +328,15 @@ class JobRun:
     def _replica_failed(self, r: _Replica, status: ReplicaStatus) -> _Ending:
         """FAILED (code 13) because `r` exited non-zero; the message points at its logs."""
         detail = f" ({status.message})" if status.message else ""
+        # Vertex's words for an exit code; a replica whose supervisor was killed has none
+        ended = (f"exited with a non-zero status of {status.exit_code}" if status.exit_code is not None
+                 else "ended without an exit code")
         return (
             JobState.JOB_STATE_FAILED,
             {
                 "code": RpcCode.INTERNAL,
-                "message": f"The replica {r.launch.task_name} exited with a non-zero status of "
-                f"{status.exit_code}{detail}. To find out more about why your job exited please check "
-                f"the logs: vcli custom-jobs stream-logs {self.job_id}",
+                "message": f"The replica {r.launch.task_name} {ended}{detail}. To find out more about why your job "
+                f"exited please check the logs: vcli custom-jobs stream-logs {self.job_id}",
             },
         )
 
