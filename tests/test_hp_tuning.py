@@ -17,6 +17,7 @@ from tests.helpers import (
     job_id_from_stderr,
     processes_with_env,
     read_stderr_until,
+    script_study,
     spawn,
     vcli,
     wait_for,
@@ -485,3 +486,34 @@ def test_a_trainer_module_that_cannot_be_imported_fails_the_study_at_once(tmp_pa
     assert "could not import its module [toy.tyop]" in study["error"]["message"]
     assert "No module named 'toy'" in study["error"]["message"]
     assert "No module named 'toy'" in study["trials"][0]["infeasibleReason"]
+
+
+HOSTILE_REPORTS = """
+import json, os, sys, time
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+def report(**kw):
+    with open(path, "a") as f:
+        f.write(json.dumps({**kw, "timestamp": kw.get("timestamp", time.time())}) + "\\n")
+report(score="0.5", global_step="inf")                 # crashed the controller (OverflowError)
+report(score="0.5", global_step="1e400")
+report(score="0.5", global_step="9" * 40)              # beyond int64: broke the Parquet export
+report(score="nan", global_step="1", timestamp="nan")  # re-read as new on every poll
+print("score=0.25 step=" + "9" * 40, flush=True)
+report(score="0.75", global_step="2")
+time.sleep(2)                                          # the controller polls the file meanwhile
+"""
+
+
+def test_reports_vertex_could_not_store_are_skipped_never_a_crash(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sid, study, err = script_study(home, tmp_path, HOSTILE_REPORTS, "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                                   "--metric=metric-id=score,goal=maximize", "--algorithm=random-search",
+                                   "--max-trial-count=1")
+    assert "Traceback" not in err
+    (trial,) = study["trials"]
+    assert trial["state"] == "SUCCEEDED", trial
+    # the NaN report once (not once per poll), then step 2; no infinite or 40-digit step
+    assert [(m["stepCount"], m["metrics"][0].get("value")) for m in trial["measurements"]] == [("1", "nan"), ("2", 0.75)], \
+        trial["measurements"]
+    r = vcli(home, "hp-tuning-jobs", "export", sid, f"--to={tmp_path / 't.parquet'}")
+    assert r.returncode == 0, r.stderr

@@ -45,7 +45,7 @@ class MetricReader:
         self.metric_ids: tuple[str, ...] = (metric_ids,) if isinstance(metric_ids, str) else tuple(metric_ids)
         self.metric_id = self.metric_ids[0]
         self.measurements: list[Measurement] = []
-        self._seen: set[tuple[float, int, float, str, str]] = set()
+        self._seen: set[tuple[object, ...]] = set()
         self._counts: dict[str, int] = {}
 
     def feed_hypertune(self, text: str | None) -> bool:
@@ -63,7 +63,9 @@ class MetricReader:
                 continue  # a line being rewritten right now; the next read gets it
             if not isinstance(report, dict):
                 continue
-            step = _int(report.get("global_step"))
+            step = _step(report.get("global_step"))
+            if step is None:
+                continue  # not a step Vertex could store (inf, 1e400, beyond int64): not a measurement
             ts = _number(report.get("timestamp")) or 0.0
             for metric_id in self.metric_ids:
                 raw = report.get(metric_id)
@@ -80,13 +82,18 @@ class MetricReader:
             return False
         metric_id = m.group(1)
         value = float(m.group(2))
-        step = int(m.group(3)) if m.group(3) else self._counts.get(metric_id, 0) + 1
+        step = _step(m.group(3)) if m.group(3) else self._counts.get(metric_id, 0) + 1
+        if step is None:
+            return False
         return self._add((timestamp, step, value, metric_id, "stdout"), metric_id, value, step)
 
     def _add(self, key: tuple[float, int, float, str, str], metric_id: str, value: float, step: int) -> bool:
-        if key in self._seen:
+        # repr: a NaN (value or timestamp) never equals itself, so as a float it made every
+        # re-read of the same report a new measurement (one every poll)
+        seen = tuple(repr(k) if isinstance(k, float) else k for k in key)
+        if seen in self._seen:
             return False
-        self._seen.add(key)
+        self._seen.add(seen)
         self._counts[metric_id] = self._counts.get(metric_id, 0) + 1
         last = self.measurements[-1] if self.measurements else None
         if last is not None and last.step_count == step and metric_id not in last.metrics:
@@ -120,8 +127,27 @@ def _number(raw: object) -> float | None:
         return None
 
 
-def _int(raw: object) -> int:
-    try:
-        return int(float(raw))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+#: Vertex's stepCount is an int64.
+_INT64_MAX = 2**63 - 1
+
+
+def _step(raw: object) -> int | None:
+    """A report's step: absent or unreadable is 0 (as before); a number that is not finite or
+    beyond int64 is None (the report is not a measurement: `inf` crashed the controller, and a
+    40-digit step broke the Parquet export)."""
+    if raw is None or isinstance(raw, bool):
         return 0
+    if isinstance(raw, str) and re.fullmatch(r"\s*[-+]?\d+\s*", raw):
+        digits = raw.strip().lstrip("+-")
+        value = int(raw) if len(digits) <= 19 else _INT64_MAX + 1
+    elif isinstance(raw, int):
+        value = raw
+    else:
+        try:
+            number = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return 0
+        if not math.isfinite(number):
+            return None
+        value = int(number)
+    return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
