@@ -615,3 +615,16 @@ def test_an_id_with_a_newline_is_named_on_one_line(run_vcli, vcli_home):
     r = run_vcli("custom-jobs", "describe", "a\nb")
     assert r.returncode == 4, r.stderr
     assert one_error_line(r, "ERROR: (vcli.custom-jobs.describe) ").startswith("CustomJob [a\\nb] was not found.")
+
+
+@pytest.mark.parametrize("extra", [[], ["--validate-only"]], ids=["create", "validate-only"])
+def test_a_negative_seed_is_refused_before_the_study_is_recorded(run_vcli, vcli_home, extra):
+    # -1 passed --validate-only, then crashed the controller of a study left RUNNING.
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=s", "--seed=-1", "--executor=local",
+                 "--worker-pool-spec=machine-type=n1,container-image-uri=x", "--command=true",
+                 "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=m,goal=maximize",
+                 "--max-trial-count=1", *extra)
+    assert r.returncode == 1, r.stderr
+    line = one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+    assert line == "Invalid value for [--seed]: must be an integer from 0 to 9223372036854775807, received -1.", line
+    assert run_vcli("hp-tuning-jobs", "list", "--format=value(name)").stdout == ""

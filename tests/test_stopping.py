@@ -359,6 +359,24 @@ def test_hyperband_brackets_stop_only_at_their_own_rungs():
     assert out.total < 98 * 27 / 2
 
 
+def test_hyperband_with_a_huge_max_step_count_is_built_at_once():
+    """The bracket cycle's length grows as max_step_count / min_step_count: 1e23 hung the
+    controller before its first trial (1e7 took 48 s). The cycle is cut at CYCLE_MAX, and
+    every bracket still gets trials in proportion over it."""
+    import time
+
+    from vcli.tuning.stopping.hyperband import CYCLE_MAX
+
+    spec = HyperbandStoppingSpec(reduction_factor=3, min_step_count=1, max_step_count=10**23)
+    start = time.process_time()
+    rule = stopping_rule(spec, ACC)
+    assert time.process_time() - start < 5
+    assert len(rule.brackets) == 49 and len(rule.cycle) == CYCLE_MAX
+    counts = [rule.cycle.count(b) for b in range(3)]
+    assert counts[0] > counts[1] > counts[2] > 0  # bracket 0 has the most trials, as in Hyperband
+    assert rule.bracket_of("123456789") in range(49)
+
+
 def test_hyperband_compares_only_trials_of_the_same_bracket():
     spec = HyperbandStoppingSpec(reduction_factor=3, min_step_count=1, max_step_count=27)
     rule = stopping_rule(spec, ACC)

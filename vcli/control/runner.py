@@ -431,6 +431,10 @@ def plan_study(
         import secrets
 
         seed = secrets.randbelow(2**31)
+    elif not 0 <= seed < 2**63:  # numpy's seeds are non-negative: -1 crashed the controller after the study was recorded
+        from vcli.errors import InvalidValueError
+
+        raise InvalidValueError("--seed", f"must be an integer from 0 to {2**63 - 1}, received {seed}.")
     from vcli.control.plan import check_packages
 
     check_packages(spec.trial_job_spec, "trialJobSpec.")

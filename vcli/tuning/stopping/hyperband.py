@@ -62,12 +62,20 @@ class HyperbandRule:
         return self.brackets[b].review(trial, trials, peers=peers)
 
 
+#: The longest bracket cycle built. The weights grow as reduction_factor**s_max (about
+#: max_step_count / min_step_count): a max-step-count of 1e7 took 48 s to cycle through, 1e23
+#: never ended. A longer cycle is cut to its first CYCLE_MAX entries, which keep the order and,
+#: over those entries, the proportions of the smooth round-robin; shorter ones are whole.
+CYCLE_MAX = 20_000
+
+
 def _smooth_round_robin(weights: list[int]) -> list[int]:
-    """A cycle of sum(weights) indices, index i appearing weights[i] times, evenly spread."""
+    """A cycle of sum(weights) indices (at most CYCLE_MAX), index i appearing weights[i]
+    times, evenly spread."""
     current = [0] * len(weights)
     total = sum(weights)
     out = []
-    for _ in range(total):
+    for _ in range(min(total, CYCLE_MAX)):
         for i, w in enumerate(weights):
             current[i] += w
         pick = max(range(len(weights)), key=lambda i: (current[i], -i))
