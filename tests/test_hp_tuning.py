@@ -517,3 +517,21 @@ def test_reports_vertex_could_not_store_are_skipped_never_a_crash(tmp_path: Path
         trial["measurements"]
     r = vcli(home, "hp-tuning-jobs", "export", sid, f"--to={tmp_path / 't.parquet'}")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_trainers_escape_sequences_never_reach_the_terminal(tmp_path: Path) -> None:
+    """The trainer's last stderr line is repeated in the trial's reason, its line and the
+    live table's NOTE: with its control characters escaped (a clear-screen sequence there
+    cleared the terminal at every redraw, and an unterminated title sequence swallowed the
+    rest of the output)."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "t.py").write_text("import sys\nsys.stderr.write('\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07BOOM\\n')\nsys.exit(2)\n")
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=esc", "--format=json",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=t.py",
+             "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=score,goal=maximize",
+             "--algorithm=random-search", "--max-trial-count=1")
+    assert r.returncode == 6, r.stderr[-2000:]
+    assert "\x1b" not in r.stdout and "\x1b" not in r.stderr and "\x07" not in r.stderr
+    reason = json.loads(r.stdout)["trials"][0]["infeasibleReason"]
+    assert "The trainer's last error line: \\x1b[2J\\x1b[H\\x1b]0;pwned\\x07BOOM" in reason, reason

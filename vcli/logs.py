@@ -71,6 +71,18 @@ def pump(source: IO[bytes], writer: LogWriter, stream: str, on_done: Callable[[]
     return thread
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters escaped (`\\n`, `\\x1b`): safe to repeat in one
+    line of a status message, a table cell or an error line (an escape sequence a trainer
+    printed to stderr cleared the terminal each time the study's table was redrawn)."""
+    import re
+
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: _ESCAPES.get(m.group(0), f"\\x{ord(m.group(0)):02x}"), text)
+
+
 def parse_line(line: str, task_name: str) -> LogRecord | None:
     parts = line.rstrip("\n").split("\t", 2)
     if len(parts) != 3:

@@ -92,10 +92,9 @@ def shorten(message: str) -> str:
         text = m.group(0)
         return f"{text[:60]}... ({len(text)} characters)"
 
-    def escape(m: re.Match[str]) -> str:
-        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(m.group(0), f"\\x{ord(m.group(0)):02x}")
+    from vcli.logs import printable
 
-    out = re.sub(r"[\x00-\x1f\x7f]", escape, message)
+    out = printable(message)
     out = re.sub(r"[^\s\[\],]{" + str(_LONGEST_VALUE + 1) + ",}", cut, out)
     if len(out) > _LONGEST_LINE:
         out = f"{out[:_LONGEST_LINE - 40]}... ({len(out)} characters in all)"

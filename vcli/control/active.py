@@ -11,7 +11,7 @@ from typing import Iterable
 
 from vcli.control.jobs import JobPlan, JobRun
 from vcli.executors import Executor, Placement
-from vcli.logs import Follower
+from vcli.logs import Follower, printable
 from vcli.metrics import MetricReader
 from vcli.spec import CustomJobSpec, Trial
 from vcli.store import ReplicaRow
@@ -56,7 +56,7 @@ class ActiveTrial:
             if rec.stream == "stdout":
                 new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
             elif rec.stream == "stderr" and rec.message.strip():
-                self.last_error = rec.message.strip()[:300]
+                self.last_error = printable(rec.message.strip()[:300])  # shown in tables and reasons
         return new
 
     def with_measurements(self, now: float) -> Trial:
