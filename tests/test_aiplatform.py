@@ -181,3 +181,43 @@ def test_a_failed_job_raises_as_vertex_does_and_import_stays_light(tmp_path: Pat
     assert _value(r.stdout, "HEAVY") == "[]"
     assert _value(r.stdout, "RAISED") == "Job failed with:"
     assert _value(r.stdout, "STATE") == "JOB_STATE_FAILED"
+
+
+def test_arguments_a_notebook_gets_wrong_are_clear_errors_before_anything_runs(tmp_path: Path) -> None:
+    """An empty pool list made run() wait for ever; a string for args or requirements became
+    one argument (or one package) per character; a number for display_name was a TypeError
+    from deep inside the codec."""
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        from vcli import aiplatform
+        pool = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                "container_spec": {"image_uri": "python:3.11", "command": ["true"]}}
+        cases = {
+            "empty": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=[]),
+            "one-dict": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=pool),
+            "none": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=None),
+            "name": lambda: aiplatform.CustomJob(display_name=123, worker_pool_specs=[pool]),
+            "labels": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=[pool], labels=["x"]),
+            "args": lambda: aiplatform.CustomJob.from_local_script(display_name="j", script_path="task.py",
+                                                                   container_uri="python:3.11", args="--x=1"),
+            "requirements": lambda: aiplatform.CustomJob.from_local_script(
+                display_name="j", script_path="task.py", container_uri="python:3.11", requirements="numpy"),
+        }
+        for name, make in cases.items():
+            try:
+                make()
+                print("CASE", name, "accepted")
+            except (TypeError, ValueError) as e:
+                print("CASE", name, type(e).__name__, str(e))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in r.stdout.splitlines() if line.startswith("CASE ")}
+    assert got == {
+        "empty": "ValueError worker_pool_specs is empty: give at least the chief's pool",
+        "one-dict": "TypeError worker_pool_specs must be a list of dicts, one per pool, not dict",
+        "none": "TypeError worker_pool_specs must be a list of dicts, one per pool, not NoneType",
+        "name": "TypeError display_name must be a non-empty string, not 123",
+        "labels": "TypeError labels must be a dict of strings, not list",
+        "args": "TypeError args must be a list of strings, not a string: [--x=1]",
+        "requirements": "TypeError requirements must be a list of strings, not a string: [numpy]",
+    }, got

@@ -70,6 +70,10 @@ class _Job:
     def __init__(self, display_name: str, labels: Mapping[str, str] | None) -> None:
         from vcli.codec.flags import check_display_name
 
+        if not isinstance(display_name, str) or not display_name:
+            raise TypeError(f"display_name must be a non-empty string, not {display_name!r}")
+        if labels is not None and not isinstance(labels, Mapping):
+            raise TypeError(f"labels must be a dict of strings, not {type(labels).__name__}")
         self.display_name = check_display_name(display_name)
         self.labels = dict(labels or {})
         self._job_id: str | None = None
@@ -204,6 +208,10 @@ class CustomJob(_Job):
         note_unused("CustomJob()", project=project, location=location, credentials=credentials,
                     encryption_spec_key_name=encryption_spec_key_name, persistent_resource_id=persistent_resource_id)
         base_output_dir = _output_dir(base_output_dir, staging_bucket)
+        if isinstance(worker_pool_specs, (str, bytes, Mapping)) or not isinstance(worker_pool_specs, Sequence):
+            raise TypeError(f"worker_pool_specs must be a list of dicts, one per pool, not {type(worker_pool_specs).__name__}")
+        if not worker_pool_specs:  # the CLI refuses it too; run() then waited for ever on a job of no replicas
+            raise ValueError("worker_pool_specs is empty: give at least the chief's pool")
         self._doc: dict[str, Any] = {"workerPoolSpecs": _camel(list(worker_pool_specs))}
         if base_output_dir:
             self._doc["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}

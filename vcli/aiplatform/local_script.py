@@ -21,6 +21,9 @@ def script_pools(script_path: str, container_uri: str, *, args: Sequence[str] | 
     from vcli import codec
     from vcli.spec import EnvVar
 
+    for name, value in (("args", args), ("requirements", requirements)):
+        if isinstance(value, (str, bytes)):  # a string is a sequence of characters: --x=1 became 5 arguments
+            raise TypeError(f"{name} must be a list of strings, not a string: [{value}]")
     path = os.path.abspath(os.path.expanduser(script_path))
     if not os.path.isfile(path):
         raise ValueError(f"script_path [{script_path}] is not a file")
