@@ -221,3 +221,34 @@ def test_arguments_a_notebook_gets_wrong_are_clear_errors_before_anything_runs(t
         "args": "TypeError args must be a list of strings, not a string: [--x=1]",
         "requirements": "TypeError requirements must be a list of strings, not a string: [numpy]",
     }, got
+
+
+def test_study_arguments_are_refused_not_changed(tmp_path: Path) -> None:
+    """The SDK quietly changed what it was given: values="abc" ran over the categories a, b
+    and c; measurement_selection="median" became LAST; an integer spec's min of 0.5 ran from 0."""
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        from vcli import aiplatform
+        from vcli.aiplatform import hyperparameter_tuning as hpt
+        job = aiplatform.CustomJob.from_local_script(display_name="t", script_path="task.py", container_uri="python:3.11")
+        def study(spec, **extra):
+            return aiplatform.HyperparameterTuningJob(display_name="h", custom_job=job, metric_spec={"accuracy": "maximize"},
+                                                      parameter_spec=spec, max_trial_count=1, parallel_trial_count=1, **extra)
+        cases = {
+            "categories": lambda: study({"x": hpt.CategoricalParameterSpec(values="abc")}),
+            "selection": lambda: study({"x": hpt.DoubleParameterSpec(min=0, max=1)}, measurement_selection="median"),
+            "integer": lambda: study({"x": hpt.IntegerParameterSpec(min=0.5, max=3)}).run(),
+        }
+        for name, make in cases.items():
+            try:
+                make()
+                print("CASE", name, "accepted")
+            except Exception as e:
+                print("CASE", name, type(e).__name__, str(e).splitlines()[0])
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in r.stdout.splitlines() if line.startswith("CASE ")}
+    assert got["categories"] == "TypeError values must be a list, not str: 'abc'"
+    assert got["selection"] == "ValueError measurement_selection must be 'best' or 'last', not 'median'"
+    assert got["integer"].startswith("ConfigError") and "integerValueSpec.minValue" in got["integer"] \
+        and "expected an integer, found [0.5]" in got["integer"], got["integer"]

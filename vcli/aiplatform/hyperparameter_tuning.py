@@ -81,7 +81,8 @@ class IntegerParameterSpec(_ParameterSpec):
         self.min, self.max, self.scale = min, max, scale
 
     def _value_spec(self) -> dict[str, Any]:
-        return {"minValue": str(int(self.min)), "maxValue": str(int(self.max))}
+        # as given: the codec refuses 0.5 with the field's path (str(int(0.5)) ran the study from 0)
+        return {"minValue": self.min, "maxValue": self.max}
 
 
 class CategoricalParameterSpec(_ParameterSpec):
@@ -91,7 +92,7 @@ class CategoricalParameterSpec(_ParameterSpec):
     def __init__(self, values: Sequence[str], conditional_parameter_spec: Mapping[str, _ParameterSpec] | None = None,
                  parent_values: Sequence[Any] | None = None) -> None:
         super().__init__(conditional_parameter_spec, parent_values)
-        self.values = list(values)
+        self.values = _value_list(values)
 
     def _value_spec(self) -> dict[str, Any]:
         return {"values": [str(v) for v in self.values]}
@@ -105,7 +106,14 @@ class DiscreteParameterSpec(_ParameterSpec):
                  conditional_parameter_spec: Mapping[str, _ParameterSpec] | None = None,
                  parent_values: Sequence[Any] | None = None) -> None:
         super().__init__(conditional_parameter_spec, parent_values)
-        self.values, self.scale = list(values), scale
+        self.values, self.scale = _value_list(values), scale
 
     def _value_spec(self) -> dict[str, Any]:
         return {"values": [float(v) for v in self.values]}
+
+
+def _value_list(values: Any) -> list[Any]:
+    """A spec's `values` as a list; a string is refused (its characters became the categories)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"values must be a list, not {type(values).__name__}: {values!r}")
+    return list(values)

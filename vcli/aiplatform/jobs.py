@@ -312,6 +312,18 @@ _ALGORITHMS = {None: "ALGORITHM_UNSPECIFIED", "grid": "GRID_SEARCH", "random": "
 _SELECTIONS = {"best": "BEST_MEASUREMENT", "last": "LAST_MEASUREMENT"}
 
 
+def _selection(value: str | None) -> str:
+    """Vertex's measurementSelectionType for the SDK's `measurement_selection` ("best" or
+    "last"; None: unspecified, which is LAST); anything else is refused, as Vertex's SDK does
+    (it became "unspecified", that is LAST, where the default is BEST)."""
+    if value is None:
+        return "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED"
+    try:
+        return _SELECTIONS[str(value).lower()]
+    except KeyError:
+        raise ValueError(f"measurement_selection must be 'best' or 'last', not {value!r}") from None
+
+
 class HyperparameterTuningJob(_Job):
     """Vertex's `aiplatform.HyperparameterTuningJob`: a study whose trials run `custom_job`."""
 
@@ -339,8 +351,7 @@ class HyperparameterTuningJob(_Job):
                 "metrics": [{"metricId": k, "goal": str(v).upper()} for k, v in metric_spec.items()],
                 "parameters": [p.to_dict(pid) for pid, p in parameter_spec.items()],
                 "algorithm": _ALGORITHMS[search_algorithm],
-                "measurementSelectionType": _SELECTIONS.get(str(measurement_selection).lower(),
-                                                            "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED"),
+                "measurementSelectionType": _selection(measurement_selection),
             },
             "trialJobSpec": custom_job_spec_to_dict(custom_job.job_spec),
             "maxTrialCount": max_trial_count,
