@@ -628,3 +628,19 @@ def test_a_negative_seed_is_refused_before_the_study_is_recorded(run_vcli, vcli_
     line = one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
     assert line == "Invalid value for [--seed]: must be an integer from 0 to 9223372036854775807, received -1.", line
     assert run_vcli("hp-tuning-jobs", "list", "--format=value(name)").stdout == ""
+
+
+@pytest.mark.parametrize("flag,fragment", [
+    ("--goal-value=nan", "Invalid value for [--goal-value]: must be a finite number; received: nan."),
+    ("--goal-value=inf", "Invalid value for [--goal-value]: must be a finite number; received: inf."),
+    ("--study-timeout=", "Invalid value for [--study-timeout]: must not be empty"),
+    ("--study-timeout=0s", "Invalid value for [--study-timeout]: must be longer than 0s; received: 0s."),
+])
+def test_study_flags_that_would_be_silently_ignored_are_refused(run_vcli, vcli_home, flag, fragment):
+    # NaN is never reached and an empty or zero timeout meant "no budget": all were accepted.
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=s", flag, "--executor=local",
+                 "--worker-pool-spec=machine-type=n1,container-image-uri=x", "--command=true",
+                 "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=m,goal=maximize",
+                 "--max-trial-count=1", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ").startswith(fragment)

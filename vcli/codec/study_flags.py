@@ -8,6 +8,7 @@ the document a flag wrote name that flag, not the file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -99,7 +100,7 @@ def apply_study_flags(spec: HyperparameterTuningJobSpec, flags: StudyFlags, noti
         max_trial_count=_pick(flags.max_trial_count, spec.max_trial_count),
         parallel_trial_count=_pick(flags.parallel_trial_count, spec.parallel_trial_count),
         max_failed_trial_count=_pick(flags.max_failed_trial_count, spec.max_failed_trial_count),
-        study_timeout_seconds=parse_duration(flags.study_timeout, "--study-timeout") if flags.study_timeout else None,
+        study_timeout_seconds=_study_timeout(flags.study_timeout),
         goal_value=flags.goal_value,
     )
     _check_goal_value(spec)
@@ -109,6 +110,19 @@ def apply_study_flags(spec: HyperparameterTuningJobSpec, flags: StudyFlags, noti
         spec = replace(spec, parallel_trial_count=spec.max_trial_count)
     notices.extend(_convex_notes(spec))
     return spec
+
+
+def _study_timeout(text: str | None) -> float | None:
+    """--study-timeout in seconds (None: no budget); an empty value or a zero budget is
+    refused (both meant "no budget", silently)."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidValueError("--study-timeout", "must not be empty: give a duration such as 2h, or leave the flag out.")
+    seconds = parse_duration(text, "--study-timeout")
+    if not seconds > 0:
+        raise InvalidValueError("--study-timeout", f"must be longer than 0s; received: {text}.")
+    return seconds
 
 
 def _pick(flag: int | None, current: int) -> int:
@@ -125,8 +139,10 @@ def _check_counts(flags: StudyFlags) -> None:
 
 
 def _check_goal_value(spec: HyperparameterTuningJobSpec) -> None:
-    """A goal value is one metric's threshold: refused with several metrics."""
+    """A goal value is one metric's finite threshold: refused with several metrics."""
     metrics = spec.study_spec.metrics
+    if spec.goal_value is not None and not math.isfinite(spec.goal_value):  # nan is never reached: silently ignored
+        raise InvalidValueError("--goal-value", f"must be a finite number; received: {spec.goal_value}.")
     if spec.goal_value is not None and len(metrics) > 1:
         raise InvalidValueError("--goal-value", f"a goal value needs a single metric, but the study optimises "
                                 f"{len(metrics)} ({', '.join(m.metric_id for m in metrics)}): "
