@@ -644,3 +644,34 @@ def test_study_flags_that_would_be_silently_ignored_are_refused(run_vcli, vcli_h
                  "--max-trial-count=1", "--validate-only")
     assert r.returncode == 1, r.stderr
     assert one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ").startswith(fragment)
+
+
+_PBT = """
+maxTrialCount: 8
+parallelTrialCount: 2
+studySpec:
+  algorithm: POPULATION_BASED_TRAINING
+  metrics: [{metricId: score, goal: MAXIMIZE}]
+  parameters: [{parameterId: x, doubleValueSpec: {minValue: 0.1, maxValue: 1}}]
+  populationBasedTrainingSpec: {populationSize: SIZE, perturbationIntervalSteps: 2, maxStepCount: 4}
+trialJobSpec:
+  workerPoolSpecs:
+  - machineSpec: {machineType: n1-standard-4}
+    containerSpec: {imageUri: x, command: ["true"]}
+"""
+
+
+def test_pbt_says_parallel_trial_count_has_no_effect_and_bounds_its_population(run_vcli, vcli_home, tmp_path):
+    # parallelTrialCount was silently ignored (populationSize members run at once), and a
+    # population of 1e8 passed --validate-only.
+    path = tmp_path / "pbt.yaml"
+    path.write_text(_PBT.replace("SIZE", "4"))
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=p", f"--config={path}", "--validate-only", "--format=none")
+    assert r.returncode == 0, r.stderr
+    assert ("WARNING: parallelTrialCount (2) has no effect with Population Based Training: its populationSize (4) "
+            "members train at once.") in r.stderr.splitlines()
+    path.write_text(_PBT.replace("SIZE", "100000000").replace("maxTrialCount: 8", "maxTrialCount: 400000000"))
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=p", f"--config={path}", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert "at [studySpec.populationBasedTrainingSpec.populationSize]: must be at most 1000" in \
+        one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")

@@ -71,6 +71,11 @@ def study_request(doc: Mapping[str, Any], source: str, flags: StudyFlags) -> Stu
     check_display_name(str(name))
     notices: list[str] = []
     spec = apply_study_flags(spec, flags, notices)
+    pbt = spec.study_spec.population_based_training_spec
+    asked = flags.parallel_trial_count if flags.parallel_trial_count is not None else doc.get("parallelTrialCount")
+    if pbt is not None and asked is not None and asked != pbt.population_size:
+        notices.append(f"WARNING: parallelTrialCount ({asked}) has no effect with Population Based Training: its "
+                       f"populationSize ({pbt.population_size}) members train at once.")
     return StudyRequest(spec, name, labels, no_effect, notices)
 
 

@@ -87,11 +87,19 @@ def _check_pbt_study(
     return pbt
 
 
+#: The largest population: every member is a trial that runs at once (a process or container
+#: each, as replicas, which are capped at 1,000 for the same reason).
+MAX_POPULATION = 1000
+
+
 def _check_pbt_ranking(pbt: PopulationBasedTrainingSpec, error: Callable[[str, str], Exception]) -> None:
     """The fields that rank and resample members: populationSize, quantileFraction and
     resampleProbability; raises `error(field, message)` on the first bad one."""
     if pbt.population_size < 2:
         raise error("populationSize", "must be an integer of at least 2 (members are ranked against each other), "
+                                      f"found [{pbt.population_size}]")
+    if pbt.population_size > MAX_POPULATION:
+        raise error("populationSize", f"must be at most {MAX_POPULATION} (every member is a trial running at once), "
                                       f"found [{pbt.population_size}]")
     if not 0 < pbt.quantile_fraction <= 0.5:
         raise error("quantileFraction", "must be in (0, 0.5] (the bottom and top quantiles must not overlap), "
