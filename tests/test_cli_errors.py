@@ -675,3 +675,12 @@ def test_pbt_says_parallel_trial_count_has_no_effect_and_bounds_its_population(r
     assert r.returncode == 1, r.stderr
     assert "at [studySpec.populationBasedTrainingSpec.populationSize]: must be at most 1000" in \
         one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+
+
+def test_a_double_range_that_overflows_is_refused(run_vcli, vcli_home):
+    # -1.7e308..1.7e308 is finite at both ends, but its width is not: every trial got 1.7e308.
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=s", "--worker-pool-spec=machine-type=n1,container-image-uri=x",
+                 "--command=true", "--parameter-spec=parameter-id=x,type=double,min=-1.7e308,max=1.7e308",
+                 "--metric=metric-id=m,goal=maximize", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert "doubleValueSpec]: maxValue - minValue must be a finite number" in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")

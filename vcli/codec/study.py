@@ -76,6 +76,8 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
         if kind == "doubleValueSpec":
             if not (math.isfinite(v["minValue"]) and math.isfinite(v["maxValue"])):
                 raise decoder.error(vpath, "minValue and maxValue must be finite numbers")
+            if not math.isfinite(v["maxValue"] - v["minValue"]):  # -1.7e308..1.7e308: every trial got 1.7e308
+                raise decoder.error(vpath, "maxValue - minValue must be a finite number (the range overflows a double)")
         return build(_VALUE_SPECS[kind], v), kind
     if kind == "categoricalValueSpec":
         values = v.get("values", [])
