@@ -197,6 +197,8 @@ def test_convex_fields_vcli_does_not_use_are_named_in_one_note(tmp_path: Path) -
         ("--early-stopping=sometimes", "valid rules are [none, median, decay-curve, convex, asha, hyperband]"),
         ("--early-stopping=asha,bogus=1", "valid keys are"),
         ("--early-stopping=asha,min-step-count=x", "must be an integer"),
+        # it said "Unknown rule [none]; valid rules are [none, ...]"
+        ("--early-stopping=none,reduction-factor=3", "[none] takes no settings, received: [reduction-factor=3]."),
     ],
 )
 def test_bad_early_stopping_flags_are_one_line(tmp_path: Path, flag: str, message: str) -> None:

@@ -377,7 +377,9 @@ def early_stopping_from_flag(value: str) -> tuple[str, dict[str, Any]] | None:
 
     word, _, rest = value.partition(",")
     word = word.strip().lower()
-    if word == "none" and not rest:
+    if word == "none":
+        if rest:
+            raise InvalidValueError("--early-stopping", f"[none] takes no settings, received: [{rest}].")
         return None
     if word not in EARLY_STOPPING_RULES:
         raise InvalidValueError("--early-stopping", f"Unknown rule [{word}]; valid rules are "
