@@ -535,3 +535,15 @@ def test_a_trainers_escape_sequences_never_reach_the_terminal(tmp_path: Path) ->
     assert "\x1b" not in r.stdout and "\x1b" not in r.stderr and "\x07" not in r.stderr
     reason = json.loads(r.stdout)["trials"][0]["infeasibleReason"]
     assert "The trainer's last error line: \\x1b[2J\\x1b[H\\x1b]0;pwned\\x07BOOM" in reason, reason
+
+
+def test_a_trial_that_reported_only_nan_says_so(tmp_path: Path) -> None:
+    # It was "finished without reporting the metric [score]", though score=nan was printed.
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=nan", "--format=json",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x",
+             "--command=python3,-c,print('score=nan'); print('score=inf')", "--executor=local",
+             "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=score,goal=maximize",
+             "--algorithm=random-search", "--max-trial-count=1")
+    assert r.returncode == 6, r.stderr[-2000:]
+    reason = json.loads(r.stdout)["trials"][0]["infeasibleReason"]
+    assert reason == "The trial reported the metric [score] only as values that are not finite numbers (inf, nan).", reason

@@ -136,8 +136,14 @@ def fatal_failure(trial_id: str, last_error: str | None, modules: tuple[str, ...
 
 
 def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> str:
-    """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported."""
+    """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported, or reported
+    only as NaN or infinity (it said "without reporting" of a trial that printed score=nan)."""
     missing = [k for k in metric_ids if not any(k in m.metrics for m in reader.measurements)]
+    reported = [m.metrics[k] for m in reader.measurements for k in metric_ids if k in m.metrics]
+    if not missing and reported and not any(math.isfinite(v) for v in reported):
+        values = sorted({repr(v) for v in reported})
+        return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
+                f"({', '.join(values)}).")
     names = ", ".join(missing or metric_ids)
     return (f"The trial finished without reporting the metric [{names}] (report it with "
             f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`)"
