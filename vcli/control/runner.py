@@ -119,7 +119,11 @@ def plan_custom_job(
 
     check_packages(spec)
     execution = _open(executor, hosts, spec, leases=leases, job={"labels": labels})
-    store = Store()
+    try:
+        store = Store()
+    except BaseException:  # vcli's home cannot be used: the execution is not left open
+        execution.close()
+        raise
     job_id = new_id()
     queued: list[bool] = []
 
