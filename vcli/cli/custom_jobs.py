@@ -283,13 +283,19 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     try:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     except runner.WaitCancelled:
-        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
-        err(f"CustomJob [{shown(row.name)}] was cancelled while it waited for GPUs.")
-        raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
+        raise typer.Exit(_cancelled_while_waiting(store, row)) from None
     try:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
     finally:
         planned.close()
+
+
+def _cancelled_while_waiting(store: Any, row: Any) -> int:
+    """Record a stored job that `cancel` reached while it waited for GPUs as CANCELLED, say so;
+    the exit code."""
+    store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+    err(f"CustomJob [{shown(row.name)}] was cancelled while it waited for GPUs.")
+    return exit_code_for(JobState.JOB_STATE_CANCELLED)
 
 
 @app.command("run-job", hidden=True, cls=GcloudCommand)
@@ -309,9 +315,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     try:
         planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
     except runner.WaitCancelled:
-        store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
-        err(f"CustomJob [{row.name}] was cancelled while it waited for GPUs.")
-        raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
+        raise typer.Exit(_cancelled_while_waiting(store, row)) from None
     try:
         interrupt_on_signals()
         try:
