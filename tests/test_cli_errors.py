@@ -684,3 +684,31 @@ def test_a_double_range_that_overflows_is_refused(run_vcli, vcli_home):
                  "--metric=metric-id=m,goal=maximize", "--validate-only")
     assert r.returncode == 1, r.stderr
     assert "doubleValueSpec]: maxValue - minValue must be a finite number" in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--address=10.0.0.5", "--gpus=1000000000000"], "Invalid value for [--gpus]: must be from 0 to 256"),
+    (["--address=10.0.0.5", "--workdir=/x\ny"], "Invalid value for [--workdir]: must not contain control characters"),
+    (["--address=10.0.0.5\r"], "Invalid value for [--address]: [10.0.0.5\\r] is not a host name or IP address"),
+    (["--address=10.0.0.5", "--user=bob\r"], "Invalid value for [--user]: [bob\\r] is not a user name"),
+    (["--address=10.0.0.5", "--cpus=nan"], "Invalid value for [--cpus]: must be a finite number > 0, received nan"),
+    (["--address=10.0.0.5", "--memory-gb=inf"], "Invalid value for [--memory-gb]: must be a finite number > 0"),
+    (["--address=http://x/y"], "Invalid value for [--address]: [http://x/y] is not a host name or IP address"),
+    (["--address=host:22"], "Invalid value for [--address]: [host:22] is not a host name or IP address (the port is --port)"),
+    (["--address=" + "a" * 300], "is not a host name or IP address"),
+], ids=["gpus-1e12", "workdir-newline", "address-cr", "user-cr", "cpus-nan", "memory-inf", "url", "host-port", "300-chars"])
+def test_a_host_vcli_could_not_use_is_refused_when_added(run_vcli, vcli_home, tmp_path, args, fragment):
+    # Each was added; then `hosts list` died of a MemoryError (1e12 GPUs), forged a table row
+    # (a newline), or printed NaN/Infinity, which is not JSON.
+    hosts = tmp_path / "hosts.yaml"
+    r = run_vcli("hosts", "add", "h1", *args, "--no-connect", env={"VCLI_HOSTS_FILE": str(hosts)})
+    assert r.returncode == 1, r.stderr
+    assert fragment in one_error_line(r, "ERROR: (vcli.hosts.add) ")
+    assert not hosts.exists() or "h1" not in hosts.read_text()
+
+
+@pytest.mark.parametrize("address", ["10.0.0.5", "gpu-box.example.com", "::1", "[fe80::1]", "localhost"])
+def test_host_names_and_ip_addresses_are_taken(run_vcli, vcli_home, tmp_path, address):
+    r = run_vcli("hosts", "add", "h1", f"--address={address}", "--no-connect",
+                 env={"VCLI_HOSTS_FILE": str(tmp_path / "hosts.yaml")})
+    assert r.returncode == 0, r.stderr

@@ -28,6 +28,7 @@ both; `vcli.executors.ssh` reads them).
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -241,6 +242,17 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
         raise ConfigError(f"{where}: {e}") from None
 
 
+#: The most GPUs one host may declare (a DGX has 8, a2-megagpu-16g 16); a count of 1e12 was
+#: accepted, and `hosts list` then built its indices until memory ran out.
+MAX_HOST_GPUS = 256
+#: A host name (RFC 1123 labels, 253 characters at most), an IPv4 address, or an IPv6 one
+#: (hex digits and colons, optionally bracketed); `host:22`, `http://x/y` and 10,000
+#: characters were taken as host names.
+_ADDRESS_RE = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+    r"|\[?[0-9A-Fa-f:.]{2,45}\]?")
+
+
 def validate(host: Host) -> Host:
     """Raise InvalidValueError for a bad setting; returns the host."""
     if not _NAME_RE.match(host.name):
@@ -249,22 +261,30 @@ def validate(host: Host) -> Host:
         raise InvalidValueError("--runtime", f"[{host.runtime}] is not one of [{', '.join(RUNTIMES)}]")
     if not 0 < host.port < 65536:
         raise InvalidValueError("--port", f"[{host.port}] must be 1-65535")
-    if host.gpu_count is not None and host.gpu_count < 0:
-        raise InvalidValueError("--gpus", "must be >= 0")
+    if host.gpu_count is not None and not 0 <= host.gpu_count <= MAX_HOST_GPUS:
+        raise InvalidValueError("--gpus", f"must be from 0 to {MAX_HOST_GPUS}, received {host.gpu_count}")
+    if host.gpu_indices is not None and (len(host.gpu_indices) > MAX_HOST_GPUS
+                                         or not all(0 <= i < 10_000 for i in host.gpu_indices)):
+        raise InvalidValueError("--gpus", f"at most {MAX_HOST_GPUS} GPU indices, each from 0 to 9999")
     if host.gpu_type is not None:
         from vcli.spec import ACCELERATOR_TYPES
 
         if host.gpu_type not in ACCELERATOR_TYPES:
             raise InvalidValueError("--gpu-type", f"[{host.gpu_type}] is not one of [{', '.join(ACCELERATOR_TYPES)}]")
     for v, flag in ((host.cpus, "--cpus"), (host.memory_gb, "--memory-gb")):
-        if v is not None and v <= 0:
-            raise InvalidValueError(flag, "must be > 0")
-    if any(c in host.address for c in " \t\n'\"`$;") or host.address.startswith("-"):
-        raise InvalidValueError("--address", f"[{host.address}] is not a host name or IP address")
+        if v is not None and not (math.isfinite(v) and v > 0):  # NaN passed `v <= 0`, and printed as invalid JSON
+            raise InvalidValueError(flag, f"must be a finite number > 0, received {v}")
+    for value, flag in ((host.address, "--address"), (host.internal_address, "--internal-address")):
+        if value is not None and not _ADDRESS_RE.fullmatch(value):
+            raise InvalidValueError(flag, f"[{value}] is not a host name or IP address (the port is --port)")
+    for value, flag in ((host.workdir, "--workdir"), (host.identity_file, "--identity-file"), (host.python, "--python")):
+        if value is not None and re.search(r"[\x00-\x1f\x7f]", value):  # a newline forged a row of `hosts list`
+            raise InvalidValueError(flag, "must not contain control characters (newlines, tabs, escapes)")
     if host.gpu_lease_dir is not None and (not host.gpu_lease_dir.startswith(("/", "~"))
                                            or any(c in host.gpu_lease_dir for c in "\n\r\0")):
         raise InvalidValueError("--gpu-lease-dir", f"[{host.gpu_lease_dir}] must be an absolute path on the host")
-    if host.user and (host.user.startswith("-") or any(c in host.user for c in " \t\n@:'\"`$;")):
+    if host.user and (host.user.startswith("-") or any(c in host.user for c in " @:'\"`$;")
+                      or re.search(r"[\x00-\x1f\x7f]", host.user)):
         raise InvalidValueError("--user", f"[{host.user}] is not a user name")
     return host
 
