@@ -712,3 +712,23 @@ def test_host_names_and_ip_addresses_are_taken(run_vcli, vcli_home, tmp_path, ad
     r = run_vcli("hosts", "add", "h1", f"--address={address}", "--no-connect",
                  env={"VCLI_HOSTS_FILE": str(tmp_path / "hosts.yaml")})
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("trial_id", ["../../etc", "", "abc", "-5", "1\n2"])
+def test_print_env_takes_only_a_trial_number(run_vcli, vcli_home, trial_id):
+    # `../../etc` showed an AIP_MODEL_DIR outside the job's directory that no trial can get.
+    r = run_vcli("custom-jobs", "print-env", f"--worker-pool-spec=machine-type=n1,container-image-uri={IMG}",
+                 "--command=true", f"--trial-id={trial_id}")
+    assert r.returncode == 1, r.stderr
+    assert "Invalid value for [--trial-id]:" in one_error_line(r, "ERROR: (vcli.custom-jobs.print-env) ")
+
+
+@pytest.mark.parametrize("prop,value,fragment", [
+    ("slurm/partition", "a\nb", "must not contain control characters"),
+    ("hosts", "a b,/c", "[a b] is not a host name of the inventory"),
+])
+def test_config_set_refuses_values_that_would_forge_lines_or_name_no_host(run_vcli, vcli_home, prop, value, fragment):
+    r = run_vcli("config", "set", prop, value)
+    assert r.returncode == 1, r.stderr
+    assert fragment in one_error_line(r, "ERROR: (vcli.config.set) ")
+    assert run_vcli("config", "list").stdout == ""

@@ -103,6 +103,15 @@ def set_(prop: str, value: str) -> None:
     choices = KNOWN[prop]
     if choices and value not in choices:
         raise InvalidValueError(prop, f"[{value}] is not one of [{', '.join(choices)}]")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):  # a newline forged a line of `config list`
+        raise InvalidValueError(prop, "must not contain control characters (newlines, tabs, escapes)")
+    if prop == "hosts":
+        import re
+
+        bad = [n for n in value.split(",") if not re.fullmatch(r"[A-Za-z0-9._-]{1,63}", n.strip())]
+        if bad:
+            raise InvalidValueError(prop, f"[{bad[0]}] is not a host name of the inventory (letters, digits, '.', '_' "
+                                          "or '-'); give names separated by commas")
     if prop in _NORMALIZE:
         if not value.strip():
             raise InvalidValueError(prop, "must not be empty")

@@ -345,9 +345,12 @@ def print_env(
 
     from vcli.control.jobs import plan_job
     from vcli.control.wiring import executor_kind, open_execution
-    from vcli.errors import VcliError
+    from vcli.errors import InvalidValueError, VcliError
     from vcli.store import Store
 
+    if trial_id is not None and not (trial_id.isascii() and trial_id.isdigit() and 0 < int(trial_id[:19] or 0)):
+        # a trial's id is its number: `../../etc` put AIP_MODEL_DIR outside the job's directory
+        raise InvalidValueError("--trial-id", f"[{trial_id}] must be a trial number such as 3.")
     spec = custom_job_spec_from_flags(worker_pool_spec, config, args, command_)
     execution = open_execution(executor_kind(o.executor_flag(executor), spec), leases=False)
     try:
