@@ -696,7 +696,10 @@ def test_a_double_range_that_overflows_is_refused(run_vcli, vcli_home):
     (["--address=http://x/y"], "Invalid value for [--address]: [http://x/y] is not a host name or IP address"),
     (["--address=host:22"], "Invalid value for [--address]: [host:22] is not a host name or IP address (the port is --port)"),
     (["--address=" + "a" * 300], "is not a host name or IP address"),
-], ids=["gpus-1e12", "workdir-newline", "address-cr", "user-cr", "cpus-nan", "memory-inf", "url", "host-port", "300-chars"])
+    (["--address=10.0.0.999"], "[10.0.0.999] is not a host name or IP address"),
+    (["--address=::::"], "[::::] is not a host name or IP address"),
+], ids=["gpus-1e12", "workdir-newline", "address-cr", "user-cr", "cpus-nan", "memory-inf", "url", "host-port", "300-chars",
+        "ipv4-999", "colons"])
 def test_a_host_vcli_could_not_use_is_refused_when_added(run_vcli, vcli_home, tmp_path, args, fragment):
     # Each was added; then `hosts list` died of a MemoryError (1e12 GPUs), forged a table row
     # (a newline), or printed NaN/Infinity, which is not JSON.
@@ -732,3 +735,23 @@ def test_config_set_refuses_values_that_would_forge_lines_or_name_no_host(run_vc
     assert r.returncode == 1, r.stderr
     assert fragment in one_error_line(r, "ERROR: (vcli.config.set) ")
     assert run_vcli("config", "list").stdout == ""
+
+
+def test_an_inventory_entry_that_breaks_the_rules_is_named_and_can_be_removed(run_vcli, vcli_home, tmp_path):
+    """An entry `hosts add` would refuse (a hand edit, an older vcli's) is one line naming the
+    file, the entry and its key, not the flag the user never typed; `hosts remove` removes it
+    and keeps the others as written; removing several is all or none."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  g10: {address: 10.0.0.5, cpus: .nan}\n  ok1: {address: 10.0.0.6}\n")
+    env = {"VCLI_HOSTS_FILE": str(hosts)}
+    r = run_vcli("hosts", "list", env=env)
+    assert r.returncode == 1, r.stderr
+    assert one_error_line(r, "ERROR: (vcli.hosts.list) ") == (
+        f"{hosts}: hosts.g10.cpus: must be a finite number > 0, received nan (correct the file, or `vcli hosts remove g10`)")
+    r = run_vcli("hosts", "remove", "g10", "nosuch", env=env)
+    assert r.returncode == 4 and "Host [nosuch] is not in the inventory" in r.stderr and "nothing was removed" in r.stderr
+    assert "g10" in hosts.read_text()
+    r = run_vcli("hosts", "remove", "g10", env=env)
+    assert r.returncode == 0, r.stderr
+    r = run_vcli("hosts", "list", "--format=value(name,address)", env=env)
+    assert r.returncode == 0 and r.stdout == "ok1\t10.0.0.6\n", r.stderr

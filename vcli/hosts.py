@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from vcli.errors import ConfigError, InvalidValueError, NotFoundError
 
@@ -51,7 +51,7 @@ __all__ = [
     "get_host",
     "resolve_hosts",
     "put_host",
-    "remove_host",
+    "remove_hosts",
     "local_host",
 ]
 
@@ -238,6 +238,9 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
             gpu_lease_dir=str(data["gpu_lease_dir"]) if data.get("gpu_lease_dir") else None,
             detected=dict(data.get("detected") or {}),
         ))
+    except InvalidValueError as e:  # the rules `hosts add` applies, named by the entry's key, not a flag
+        key = e.flag.lstrip("-").replace("-", "_")
+        raise ConfigError(f"{where}.{key}: {e.message} (correct the file, or `vcli hosts remove {name}`)") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
 
@@ -251,6 +254,20 @@ MAX_HOST_GPUS = 256
 _ADDRESS_RE = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
     r"|\[?[0-9A-Fa-f:.]{2,45}\]?")
+
+
+def _is_address(value: str) -> bool:
+    """A host name, or an IP address that `ipaddress` reads (`10.0.0.999`, `::::` are not)."""
+    import ipaddress
+
+    if not _ADDRESS_RE.fullmatch(value):
+        return False
+    if ":" in value or re.fullmatch(r"[0-9.]+", value):
+        try:
+            ipaddress.ip_address(value.strip("[]"))
+        except ValueError:
+            return False
+    return True
 
 
 def validate(host: Host) -> Host:
@@ -275,7 +292,7 @@ def validate(host: Host) -> Host:
         if v is not None and not (math.isfinite(v) and v > 0):  # NaN passed `v <= 0`, and printed as invalid JSON
             raise InvalidValueError(flag, f"must be a finite number > 0, received {v}")
     for value, flag in ((host.address, "--address"), (host.internal_address, "--internal-address")):
-        if value is not None and not _ADDRESS_RE.fullmatch(value):
+        if value is not None and not _is_address(value):
             raise InvalidValueError(flag, f"[{value}] is not a host name or IP address (the port is --port)")
     for value, flag in ((host.workdir, "--workdir"), (host.identity_file, "--identity-file"), (host.python, "--python")):
         if value is not None and re.search(r"[\x00-\x1f\x7f]", value):  # a newline forged a row of `hosts list`
@@ -360,11 +377,15 @@ def load_inventory(path: Path | None = None) -> dict[str, Host]:
 
 
 def save_inventory(hosts: Mapping[str, Host], path: Path | None = None) -> None:
+    _write_hosts({name: h.to_yaml_dict() for name, h in sorted(hosts.items())}, path or hosts_file())
+
+
+def _write_hosts(hosts: Mapping[str, Any], path: Path) -> None:
+    """Write the inventory file (its `hosts` mapping as given), atomically."""
     import yaml
 
-    path = path or hosts_file()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    body = {"hosts": {name: h.to_yaml_dict() for name, h in sorted(hosts.items())}}
+    body = {"hosts": dict(hosts)}
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -379,13 +400,36 @@ def put_host(host: Host) -> None:
     save_inventory(inv)
 
 
-def remove_host(name: str) -> Host:
-    inv = load_inventory()
-    if name not in inv:
-        raise NotFoundError(f"Host [{name}] is not in the inventory ({hosts_file()}). List hosts with `vcli hosts list`.")
-    host = inv.pop(name)
-    save_inventory(inv)
-    return host
+def remove_hosts(names: Sequence[str]) -> None:
+    """Remove the inventory entries `names`, all or none (NotFoundError for the first that is
+    not there). The file is edited as written, not validated: an entry that breaks the rules
+    (a hand edit, an older vcli's) can be removed, and the others are kept as they are."""
+    path = hosts_file()
+    raw = _raw_hosts(path)
+    missing = [n for n in names if n not in raw]
+    if missing:
+        raise NotFoundError(f"Host [{missing[0]}] is not in the inventory ({path}); nothing was removed. "
+                            "List hosts with `vcli hosts list`.")
+    for n in names:
+        raw.pop(n, None)
+    _write_hosts(raw, path)
+
+
+def _raw_hosts(path: Path) -> dict[str, Any]:
+    """The inventory's `hosts` mapping as written (an absent file: none)."""
+    from vcli.codec.yamlio import parse_yaml, read_text
+
+    try:
+        with open(path, "rb") as f:
+            text = read_text(f, str(path), "inventory")
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ConfigError(f"The host inventory {path} cannot be read: {e.strerror}.") from None
+    data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
+    if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
+        raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
+    return {str(k): v for k, v in (data.get("hosts") or {}).items()}
 
 
 def local_host(inventory: Mapping[str, Host] | None = None) -> Host:

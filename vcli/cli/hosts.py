@@ -121,8 +121,8 @@ def hosts_remove(
     """Remove hosts from the inventory (their keys stay in known_hosts)."""
     from vcli import hosts as H
 
+    H.remove_hosts(names)  # all or none
     for n in names:
-        H.remove_host(n)
         _err(f"Removed host [{n}].")
 
 
