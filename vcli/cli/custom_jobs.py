@@ -124,6 +124,7 @@ def create(
     follow it with stream-logs, stop it with cancel."""
     from vcli import codec, tracking
     from vcli.control import runner
+    from vcli.control.waiting import WaitCancelled
     from vcli.errors import UsageError
 
     check_format(fmt)
@@ -149,7 +150,7 @@ def create(
         job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size,
                                      labels=label_map, ready=not validate_only, leases=runs_here,
                                      on_wait=err if runs_here else None, display_name=display_name if runs_here else None)
-    except runner.WaitCancelled:
+    except WaitCancelled:
         err("The job was cancelled while it waited for GPUs.")
         raise typer.Exit(exit_code_for(JobState.JOB_STATE_CANCELLED)) from None
     except KeyboardInterrupt:
@@ -271,6 +272,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     report their exit; the job then ends as it would have. Refused while its controller lives."""
     from vcli.control import runner
     from vcli.control.cancel import claim_controller, has_ended
+    from vcli.control.waiting import WaitCancelled
     from vcli.store import Store
 
     check_format(fmt)
@@ -282,7 +284,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     claim_controller(store, row.id)
     try:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
-    except runner.WaitCancelled:
+    except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
     try:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
@@ -304,6 +306,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
     from vcli.control import runner
     from vcli.control.cancel import claim_controller
+    from vcli.control.waiting import WaitCancelled
     from vcli.store import Store
 
     store = Store()
@@ -314,7 +317,7 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
         return
     try:
         planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
-    except runner.WaitCancelled:
+    except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
     try:
         interrupt_on_signals()

@@ -328,9 +328,8 @@ class JobRun:
     def _replica_failed(self, r: _Replica, status: ReplicaStatus) -> _Ending:
         """FAILED (code 13) because `r` exited non-zero; the message points at its logs."""
         detail = f" ({status.message})" if status.message else ""
-        # Vertex's words for an exit code; a replica whose supervisor was killed has none
         ended = (f"exited with a non-zero status of {status.exit_code}" if status.exit_code is not None
-                 else "ended without an exit code")
+                 else "ended without an exit code")  # a replica whose supervisor was killed has none
         return (
             JobState.JOB_STATE_FAILED,
             {

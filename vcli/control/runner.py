@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
 from vcli.errors import VcliError
 from vcli.spec import CustomJobSpec, ExecutorKind, HyperparameterTuningJobSpec, JobKind, JobState
@@ -56,45 +57,6 @@ def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = 
     return replace(execution, auto=auto)
 
 
-#: How often a job that waits for GPUs held by other vcli processes tries again.
-WAIT_RETRY_SECONDS = 0.25
-
-
-class WaitCancelled(Exception):
-    """The job was cancelled (`cancel` from another terminal) while it waited for GPUs."""
-
-
-def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
-                 cancelled: Callable[[], bool] | None = None) -> Any:
-    """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli
-    processes, users or controllers): says once what it waits for through `on_wait`, and
-    waits at most `scheduling.maxWaitDuration` (unset or 0: until they are free; FLEX_START:
-    24 h unless set), or until `cancelled()` says the job was cancelled (`WaitCancelled`).
-    Without `on_wait` a busy GPU raises `NoCapacityError` at once."""
-    import time
-
-    from vcli.placement import NoCapacityError
-
-    limit = spec.scheduling.wait_limit_seconds if spec.scheduling else None
-    started = time.monotonic()
-    said = False
-    while True:
-        try:
-            return make_plan()
-        except NoCapacityError as e:
-            if on_wait is None:
-                raise
-            if limit is not None and time.monotonic() - started >= limit and not getattr(e, "placer_waits", False):
-                raise NoCapacityError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
-                                      f"{e}") from None
-            if not said:
-                on_wait(f"Waiting for GPUs: {e}")
-                said = True
-            if cancelled is not None and cancelled():
-                raise WaitCancelled() from None
-            time.sleep(WAIT_RETRY_SECONDS)
-
-
 def plan_custom_job(
     spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str],
     ready: bool = True, on_wait: Callable[[str], None] | None = None, leases: bool = True,
@@ -108,11 +70,8 @@ def plan_custom_job(
     without taking host-wide GPU leases (a job that is only validated, or run by another
     process); with them, a job whose GPUs other replicas hold waits (`plan_waiting`).
 
-    `display_name` (a job run by this process): a job that has to wait for GPUs is recorded
-    QUEUED first, with this process as its controller, so that `list`, `describe` and
-    `cancel` from another terminal see it while it waits (`recorded` in the result); a
-    `cancel` ends the wait (`WaitCancelled`, the job CANCELLED), and a wait that fails or is
-    interrupted leaves it FAILED or CANCELLED, never QUEUED.
+    `display_name` (a job run by this process): a job that waits for GPUs is recorded QUEUED
+    meanwhile (`recorded`; see `vcli.control.waiting`), ended FAILED or CANCELLED if the wait is.
     """
     from vcli.control.jobs import plan_job
     from vcli.control.plan import check_packages
@@ -127,14 +86,18 @@ def plan_custom_job(
     job_id = new_id()
     queued: list[bool] = []
 
-    def record(output_directory: str | None) -> dict[str, Any]:
-        return _job_record(spec, labels, execution, hosts, shm_size, output_directory)
+    def record(output_directory: str | None) -> dict[str, Any]:  # what the store keeps besides the state
+        from vcli import codec
+
+        return {"jobSpec": codec.custom_job_spec_to_dict(spec), "labels": dict(labels), "executor": execution.kind.value,
+                "outputDirectory": output_directory, "hosts": hosts, **execution.settings(), "shmSize": shm_size,
+                "workingDirectory": os.getcwd()}  # where commands and image-less modules are found (resume)
 
     def waiting(message: str) -> None:
         assert on_wait is not None
         on_wait(message)
         if display_name is not None and not queued:
-            _queue(store, job_id, display_name, record(None))
+            queue_job(store, job_id, display_name, record(None))
             queued.append(True)
             on_wait(f"CustomJob [{job_id}] is queued until then: `vcli custom-jobs cancel {job_id}` from another "
                     "terminal stops the wait.")
@@ -150,51 +113,14 @@ def plan_custom_job(
     except BaseException as e:
         execution.close()
         if queued:
-            _end_queued(store, job_id, e)
+            end_queued(store, job_id, e)
         raise
     return PlannedJob(store=store, job_id=job_id, spec=spec, execution=execution, plan=plan,
                       record=record(plan.base_output_directory), recorded=bool(queued))
 
 
-def _job_record(spec: CustomJobSpec, labels: Mapping[str, str], execution: Execution, hosts: str | None,
-                shm_size: str | None, output_directory: str | None) -> dict[str, Any]:
-    """What the store keeps of a custom job besides its state."""
-    from vcli import codec
-
-    return {
-        "jobSpec": codec.custom_job_spec_to_dict(spec),
-        "labels": dict(labels),
-        "executor": execution.kind.value,
-        "outputDirectory": output_directory,
-        "hosts": hosts, **execution.settings(),
-        "shmSize": shm_size,
-        "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
-    }
-
-
-def _queue(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
-    """Record a job that waits for GPUs as QUEUED, this process its controller."""
-    from vcli.control.cancel import claim_controller
-
-    store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=record,
-                     state=JobState.JOB_STATE_QUEUED, job_id=job_id)
-    claim_controller(store, job_id)
-
-
-def _end_queued(store: Store, job_id: str, error: BaseException) -> None:
-    """The final state of a queued job whose wait for GPUs ended without a plan: CANCELLED
-    when cancelled or interrupted, else FAILED with the reason."""
-    from vcli.spec import RpcCode
-
-    if isinstance(error, (WaitCancelled, KeyboardInterrupt, SystemExit)):
-        store.set_state(job_id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
-    else:
-        store.set_state(job_id, JobState.JOB_STATE_FAILED, error={"code": RpcCode.INTERNAL, "message": str(error)})
-
-
 def submit_custom_job(job: PlannedJob, display_name: str) -> JobRow:
-    """Record the planned job as QUEUED (a job recorded while it waited for GPUs gets its
-    complete record); returns its row."""
+    """Record the planned job as QUEUED (one queued while it waited: its whole record); its row."""
     if job.recorded:
         job.store.update_job(job.job_id, record=job.record)
         row = job.store.get_job(job.job_id)

@@ -1,0 +1,69 @@
+"""Waiting for GPUs other replicas hold (other vcli processes, users or controllers): the
+retry loop every custom job goes through while it is planned, and the record of a job that
+waits in the store (QUEUED, this process its controller), so that `list`, `describe` and
+`cancel` from another terminal see it and a `cancel` ends the wait (`WaitCancelled`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vcli.enums import JobKind, JobState, RpcCode
+from vcli.spec import CustomJobSpec
+from vcli.store import Store
+
+#: How often a job that waits for GPUs held by other vcli processes tries again.
+WAIT_RETRY_SECONDS = 0.25
+
+
+class WaitCancelled(Exception):
+    """The job was cancelled (`cancel` from another terminal) while it waited for GPUs."""
+
+
+def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
+                 cancelled: Callable[[], bool] | None = None) -> Any:
+    """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli
+    processes, users or controllers): says once what it waits for through `on_wait`, and
+    waits at most `scheduling.maxWaitDuration` (unset or 0: until they are free; FLEX_START:
+    24 h unless set), or until `cancelled()` says the job was cancelled (`WaitCancelled`).
+    Without `on_wait` a busy GPU raises `NoCapacityError` at once."""
+    import time
+
+    from vcli.placement import NoCapacityError
+
+    limit = spec.scheduling.wait_limit_seconds if spec.scheduling else None
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            return make_plan()
+        except NoCapacityError as e:
+            if on_wait is None:
+                raise
+            if limit is not None and time.monotonic() - started >= limit and not getattr(e, "placer_waits", False):
+                raise NoCapacityError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
+                                      f"{e}") from None
+            if not said:
+                on_wait(f"Waiting for GPUs: {e}")
+                said = True
+            if cancelled is not None and cancelled():
+                raise WaitCancelled() from None
+            time.sleep(WAIT_RETRY_SECONDS)
+
+
+def queue_job(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
+    """Record a job that waits for GPUs as QUEUED, this process its controller."""
+    from vcli.control.cancel import claim_controller
+
+    store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=record,
+                     state=JobState.JOB_STATE_QUEUED, job_id=job_id)
+    claim_controller(store, job_id)
+
+
+def end_queued(store: Store, job_id: str, error: BaseException) -> None:
+    """The final state of a queued job whose wait for GPUs ended without a plan: CANCELLED
+    when cancelled or interrupted, else FAILED with the reason."""
+    if isinstance(error, (WaitCancelled, KeyboardInterrupt, SystemExit)):
+        store.set_state(job_id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
+    else:
+        store.set_state(job_id, JobState.JOB_STATE_FAILED, error={"code": RpcCode.INTERNAL, "message": str(error)})
