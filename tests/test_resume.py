@@ -54,6 +54,20 @@ def _kill_controller(proc) -> None:
     proc.wait(timeout=10)
 
 
+def _orphaned_one_replica_job(tmp_path: Path, name: str, step_seconds: str):
+    """A one-replica job whose controller is killed (SIGKILL) once its replica runs: (home,
+    the dead controller's process, the job id)."""
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", f"--display-name={name}",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
+                 STEP_SECONDS=step_seconds)
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+    _kill_controller(proc)
+    return home, proc, job_id
+
+
 def _pids(text: str) -> dict[str, str]:
     """Task name -> the pid each trainer printed when it started (all starts, in order)."""
     out: dict[str, str] = {}
@@ -126,14 +140,7 @@ def test_stream_logs_of_an_orphaned_job_prints_the_logs_then_says_so(tmp_path: P
     and returns; the replicas are left for `resume` to adopt."""
     import time
 
-    home = tmp_path / "home"
-    script = _trainer(tmp_path)
-    proc = spawn(home, "custom-jobs", "create", "--display-name=orphan",
-                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
-                 STEP_SECONDS="300")
-    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
-    _kill_controller(proc)
+    home, proc, job_id = _orphaned_one_replica_job(tmp_path, "orphan", "300")
     try:
         start = time.monotonic()
         r = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
@@ -339,14 +346,7 @@ def test_a_study_resumed_from_another_directory_runs_what_create_ran(tmp_path: P
 def test_cancel_of_an_orphaned_job_whose_replicas_all_succeeded_records_success(tmp_path: Path) -> None:
     """Every replica finished (exit 0) after the controller died: `cancel` collects them first
     and records what `resume` would have, SUCCEEDED, not CANCELLED."""
-    home = tmp_path / "home"
-    script = _trainer(tmp_path)
-    proc = spawn(home, "custom-jobs", "create", "--display-name=done-orphan",
-                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
-                 STEP_SECONDS="0.5")
-    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
-    _kill_controller(proc)
+    home, proc, job_id = _orphaned_one_replica_job(tmp_path, "done-orphan", "0.5")
     wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 30, "the replica to finish on its own")
     r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
     assert r.returncode == 0, r.stderr
