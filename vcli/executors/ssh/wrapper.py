@@ -335,12 +335,7 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
         except OSError as e:
             os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpu_leases[1]}: {e.strerror or e}\n".encode())
             return 127
-    env = dict(os.environ)
-    for a in assignments:
-        name, _, value = a.partition("=")
-        env[name] = value
-    if secrets:
-        env.update(_read_secrets())
+    env = _environment(assignments, secrets)
     try:
         os.unlink(status)
     except FileNotFoundError:
@@ -352,6 +347,34 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
     _touch(lease)
     started = time.time()
     out = _Out()
+    pid = _spawn_supervisor(supervisor, status, log, mask, lease_fds, argv, env)
+    if lease_fds:  # the supervisor holds them now; this process must not outlive it holding them
+        _record_holder(lease_fds, {"pid": pid, "replica": tag.partition("/")[2], "wrapperPid": os.getpid()})
+        for fd in lease_fds:
+            os.close(fd)
+    out.write(f"VCLI-SUPERVISOR {pid}\n".encode())
+    relay = _Relay(out, status, log, offset)
+    _watch(pid, relay, log, lease, started, grace, orphan_timeout)
+    sweep([tag])
+    return relay.finish()
+
+
+def _environment(assignments: list[str], secrets: bool) -> dict[str, str]:
+    """This process's environment with the replica's NAME=VALUE `assignments` (and the
+    secrets read from stdin's first line, when `secrets`)."""
+    env = dict(os.environ)
+    for a in assignments:
+        name, _, value = a.partition("=")
+        env[name] = value
+    if secrets:
+        env.update(_read_secrets())
+    return env
+
+
+def _spawn_supervisor(supervisor: str, status: str, log: str, mask: list[str], lease_fds: list[int],
+                      argv: list[str], env: dict[str, str]) -> int:
+    """Fork the supervisor of `argv` in its own session (stdin and stdout /dev/null, the
+    lease descriptors inherited); its pid. The child never returns."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -367,19 +390,22 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
             os.write(2, f"vcli: cannot start the supervisor: {e.strerror}\n".encode())
         finally:
             os._exit(127)
-    if lease_fds:  # the supervisor holds them now; this process must not outlive it holding them
-        _record_holder(lease_fds, {"pid": pid, "replica": tag.partition("/")[2], "wrapperPid": os.getpid()})
-        for fd in lease_fds:
-            os.close(fd)
-    out.write(f"VCLI-SUPERVISOR {pid}\n".encode())
-    relay = _Relay(out, status, log, offset)
+    return pid
+
+
+def _watch(pid: int, relay: _Relay, log: str, lease: str, started: float, grace: float,
+           orphan_timeout: float) -> None:
+    """Relay the supervisor's log and status until it exits. Stdin's lines renew the lease
+    (closed: the replica goes on, on its lease alone); a lease older than `orphan_timeout`
+    (no controller) stops the replica: SIGTERM, then SIGUSR1 (the supervisor's kill) after
+    `grace` seconds."""
     stdin_open = True
     orphaned = False
     kill_at: float | None = None
     next_lease_check = 0.0
     while True:
         if stdin_open:
-            stdin_open = _read_stdin(lease)  # closed: the replica goes on, on its lease alone
+            stdin_open = _read_stdin(lease)
         else:
             time.sleep(TICK)
         now = time.monotonic()
@@ -399,9 +425,7 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
         relay.report()
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
-            break
-    sweep([tag])
-    return relay.finish()
+            return
 
 
 # --------------------------------------------------------------------------- attach
