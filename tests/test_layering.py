@@ -25,6 +25,7 @@ NEVER = {
     "vcli.plots": {"vcli.executors", "vcli.control", "vcli.cli"},
     "vcli.dashboard": {"vcli.executors", "vcli.control", "vcli.cli"},
     "vcli.store": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.view"},
+    "vcli.store_tx": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.view", "vcli.spec", "vcli.store"},
     "vcli.executors": {"vcli.control", "vcli.cli", "vcli.view", "vcli.dashboard", "vcli.plots"},
     "vcli.formats": {"vcli.executors", "vcli.control", "vcli.cli", "vcli.store", "vcli.view"},
 }

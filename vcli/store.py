@@ -8,8 +8,6 @@ folders 0700. Nothing here knows about executors or rendering; values are plain 
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import secrets
@@ -20,10 +18,11 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from vcli.enums import JobKind, JobState, ReplicaState
 from vcli.errors import StoreError
+from vcli.store_tx import Tx, damaged, makedirs_private, store_errors
 
 if TYPE_CHECKING:  # the data model's dataclasses cost ~50 ms to import: not for `custom-jobs list`
     from vcli.spec import ParameterSpec, Trial
@@ -189,7 +188,7 @@ class Store:
         if readonly:
             self._open_readonly()
             return
-        with _store_errors(self.home):
+        with store_errors(self.home):
             self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.home, 0o700)
             if not self.db_path.exists():
@@ -219,7 +218,7 @@ class Store:
     def _open_readonly(self) -> None:
         if not self.db_path.exists():
             raise StoreError(f"There is no vcli store in {self.home} (VCLI_HOME) yet: no job has run with this home.")
-        with _store_errors(self.home):
+        with store_errors(self.home):
             self._conn = sqlite3.connect(f"{self.db_path.as_uri()}?mode=ro", uri=True, timeout=30,
                                          isolation_level=None, check_same_thread=False)
             self._conn.row_factory = sqlite3.Row
@@ -268,11 +267,11 @@ class Store:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _tx(self) -> _Tx:
-        return _Tx(self._conn, self._lock, self.home)
+    def _tx(self) -> Tx:
+        return Tx(self._conn, self._lock, self.home)
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock, _store_errors(self.home):
+        with self._lock, store_errors(self.home):
             return self._conn.execute(sql, params).fetchall()
 
     def close(self) -> None:
@@ -282,7 +281,7 @@ class Store:
     def job_dir(self, job_id: str) -> Path:
         """The folder of a job's local files (replica logs, metric files, default outputs)."""
         path = self.home / "jobs" / job_id
-        with _store_errors(self.home):
+        with store_errors(self.home):
             makedirs_private(path)
         return path
 
@@ -411,7 +410,7 @@ class Store:
         rows = self._query("SELECT * FROM replicas WHERE job_id = ? ORDER BY task_name", (job_id,))
         out = []
         for r in rows:
-            with _damaged(f"replica {r['task_name']} of job {job_id}"):
+            with damaged(f"replica {r['task_name']} of job {job_id}"):
                 out.append(ReplicaRow(
                     job_id=r["job_id"], task_name=r["task_name"], host=r["host"], address=r["address"],
                     handle=json.loads(r["handle"]) if r["handle"] else None, state=ReplicaState(r["state"]),
@@ -446,131 +445,13 @@ class Store:
         rows = self._query("SELECT trial_id, record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))
         out = []
         for r in rows:
-            with _damaged(f"trial {r[0]} of study {study_id}"):
+            with damaged(f"trial {r[0]} of study {study_id}"):
                 out.append(json.loads(r[1]))
         return out
 
 
-class _Tx:
-    """`with store._tx() as conn`: one IMMEDIATE transaction under the process lock.
-
-    A store that cannot be written (full disk, read-only file system) raises `StoreError`.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, home: Path) -> None:
-        self.conn = conn
-        self.lock = lock
-        self.home = home
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            self.lock.release()
-            raise _store_error(self.home, e) from e
-        except BaseException:
-            self.lock.release()
-            raise
-        return self.conn
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            if exc_type is None:
-                try:
-                    self.conn.execute("COMMIT")
-                except sqlite3.Error as e:
-                    self._rollback()
-                    raise _store_error(self.home, e) from e
-            else:
-                self._rollback()
-                if isinstance(exc, (sqlite3.Error, OSError)):
-                    raise _store_error(self.home, exc) from exc
-        finally:
-            self.lock.release()
-
-    def _rollback(self) -> None:
-        try:
-            self.conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-
-
-def makedirs_private(path: Path | str) -> None:
-    """`mkdir -p` where every directory it creates is 0700 (umask or not): job, replica and log
-    directories are private to their owner, like the store itself."""
-    missing = []
-    p = Path(path)
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o700)
-
-
-@contextlib.contextmanager
-def _store_errors(home: Path) -> Iterator[None]:
-    """Turn the OS's and SQLite's errors about vcli's home into one clear `StoreError`."""
-    try:
-        yield
-    except (OSError, sqlite3.Error) as e:
-        raise _store_error(home, e) from e
-
-
-#: SQLite's primary result codes vcli tells apart (`sqlite3.Error.sqlite_errorcode & 0xff`).
-_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
-
-
-def _store_error(home: Path, error: BaseException) -> StoreError:
-    """One line saying why vcli's home cannot be used and what to do, from the error's code
-    (errno, SQLite's result code), never from its text (which holds the path: a home under
-    `/tmp/full/...` is not a full disk)."""
-    code = getattr(error, "errno", None) if isinstance(error, OSError) else None
-    sql = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF if isinstance(error, sqlite3.Error) else None
-    if code == errno.ENOSPC or code == errno.EDQUOT or sql == _SQLITE_FULL or (sql == _SQLITE_IOERR and _disk_full(home)):
-        why, fix = "the disk is full", "Free space there, or set VCLI_HOME to a directory on another disk."
-    elif code == errno.EROFS or sql == _SQLITE_READONLY:
-        why, fix = "it is on a read-only file system", "Set VCLI_HOME to a writable directory."
-    elif code in (errno.EACCES, errno.EPERM) or sql == _SQLITE_PERM:
-        why, fix = "permission denied", "Fix its permissions, or set VCLI_HOME to a directory of yours."
-    elif code in (errno.ENOTDIR, errno.EEXIST):
-        why, fix = "a file is in the way of the directory", "Move that file away, or set VCLI_HOME elsewhere."
-    else:
-        detail = getattr(error, "strerror", None) or str(error) or type(error).__name__
-        why, fix = str(detail), "Set VCLI_HOME to a writable directory on a local disk."
-    return StoreError(f"Cannot use vcli's home {home} (VCLI_HOME): {why}. {fix}")
-
-
-def _disk_full(home: Path) -> bool:
-    """SQLite reports a write that found no space as a bare I/O error: ask the file system."""
-    try:
-        st = os.statvfs(home)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < 1024 * 1024
-
-
-@contextlib.contextmanager
-def _damaged(what: str) -> Iterator[None]:
-    """Turn a row vcli cannot decode (a JSON column or a state that is not one of vcli's: the
-    file was edited, or written by something else) into one StoreError line naming `what`,
-    not a traceback in every command that reads it."""
-    try:
-        yield
-    except (ValueError, TypeError) as e:
-        text = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise StoreError(f"vcli's store has a damaged record ({what}: {text}); vcli did not write it this way. "
-                         "Restore vcli.db from a backup, or move the home aside.") from None
-
-
 def _job_row(r: sqlite3.Row) -> JobRow:
-    with _damaged(f"job {r['id']}"):
+    with damaged(f"job {r['id']}"):
         if not str(r["record"]).startswith("{") or not (r["error"] is None or str(r["error"]).startswith("{")):
             raise ValueError("its record or error is not a JSON object")
         return JobRow(

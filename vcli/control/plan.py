@@ -229,7 +229,7 @@ def _args(pool: WorkerPoolSpec) -> tuple[str, ...]:
 
 def make_dirs(plan: JobPlan) -> None:
     """Create each replica's metric directory (private) and the job's model/checkpoint/TensorBoard dirs."""
-    from vcli.store import makedirs_private
+    from vcli.store_tx import makedirs_private
 
     for launch in plan.launches:
         makedirs_private(os.path.dirname(launch.metric_file))
