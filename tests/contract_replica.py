@@ -10,6 +10,8 @@ A replica is told what to do by its argv, one action per argument, run in order:
     envlen:NAME       print `NAME has N characters` (shows a secret arrived without printing it)
     bind:PORT         bind TCP PORT on every address and print `bound PORT` (or `bind-failed`)
     cat:PATH          print the text of file PATH (or `PATH missing`)
+    long:N            print `long_line(N)` (N characters in 4 KiB writes, no newline until the end)
+    progress          print `PROGRESS`, a line a progress bar redraws with carriage returns
     write:PATH=TEXT   write TEXT into file PATH, creating its directories
     mkdir:PATH        create directory PATH (and its parents)
     churn:DIR         for ever, every 20 ms: rewrite DIR/a.bin, DIR/b.bin and DIR/step (the same
@@ -44,6 +46,15 @@ for action in sys.argv[1:]:
         print(arg, flush=True)
     elif verb == "err":
         print(arg, file=sys.stderr, flush=True)
+    elif verb == "long":
+        text = ("0123456789abcdef" * (int(arg) // 16 + 1))[:int(arg)]
+        for i in range(0, len(text), 4096):
+            sys.stdout.write(text[i:i + 4096])
+            sys.stdout.flush()
+        print(flush=True)
+    elif verb == "progress":
+        sys.stdout.write("10%\r20%\r30% done\n")
+        sys.stdout.flush()
     elif verb == "metric":
         mid, _, rest = arg.partition("=")
         value, _, step = rest.partition("@")
@@ -115,6 +126,15 @@ for action in sys.argv[1:]:
         print(f"unknown action {action}", file=sys.stderr, flush=True)
         sys.exit(2)
 '''
+
+#: What `progress` prints: a record keeps its carriage returns.
+PROGRESS = "10%\r20%\r30% done"
+
+
+def long_line(n: int) -> str:
+    """What `long:N` prints (before its newline)."""
+    return ("0123456789abcdef" * (n // 16 + 1))[:n]
+
 
 #: The marker the fake executor recognises in a command (`python3 -c SOURCE ...`).
 MARKER = "-c"

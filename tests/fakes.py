@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from tests.contract_replica import SOURCE
+from tests.contract_replica import PROGRESS, SOURCE, long_line
 from vcli.errors import ExecutorError
 from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs
+from vcli.executors.supervisor import MAX_RECORD_BYTES
 from vcli.logs import LogWriter
 
 SIGTERM_EXIT = 128 + 15
@@ -257,6 +258,12 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
             rep.writer.write("stdout", "tree started")
         elif verb == "envlen":
             rep.writer.write("stdout", f"{arg} has {len(env.get(arg, ''))} characters")
+        elif verb == "long":  # as the supervisor logs it: records of at most MAX_RECORD_BYTES
+            text = long_line(int(arg))
+            for i in range(0, len(text), MAX_RECORD_BYTES):
+                rep.writer.write("stdout", text[i:i + MAX_RECORD_BYTES])
+        elif verb == "progress":
+            rep.writer.write("stdout", PROGRESS)
         elif verb == "bind":
             rep.writer.write("stdout", f"bound {arg}" if int(arg) in world.ports else "bind-failed")
         else:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    REPO,
     clusters_from_stdout,
     describe,
     job_id_from_stderr,
@@ -387,6 +388,29 @@ def test_a_secret_a_local_replica_inherits_from_the_shell_is_masked_too(tmp_path
     logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
     assert "tok <redacted> 14" in logs.stdout and "supersecret123" not in logs.stdout
     assert not [f for f in home.rglob("*") if f.is_file() and b"supersecret123" in f.read_bytes()]
+
+
+def test_a_progress_bar_and_a_long_line_reach_the_output_and_stream_logs_whole(tmp_path: Path) -> None:
+    """A trainer's carriage returns stay inside its line (everything after the first one was
+    dropped), and a 1 MB line without newlines arrives whole, in bounded records, at once."""
+    from vcli.executors.supervisor import MAX_RECORD_BYTES
+
+    home = tmp_path / "home"
+    script = tmp_path / "bar.py"
+    script.write_text("import sys\nsys.stdout.write('10%\\r20%\\r30% loss=0.25\\n')\n"
+                      "sys.stdout.write('z' * 1000000)\nprint('done', flush=True)\n")
+    def run(*args: str) -> tuple[str, str]:  # bytes, not text: text mode reads "\r" as a newline
+        p = subprocess.run([sys.executable, "-m", "vcli", *args], env=vcli_env(home), cwd=REPO,
+                           capture_output=True, timeout=60, check=True)
+        return p.stdout.decode(), p.stderr.decode()
+
+    out, err = run("custom-jobs", "create", "--display-name=bar", "--executor=local", f"--command=python3,{script}",
+                   "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=recorded-only:latest")
+    assert "[workerpool0-0] 10%\r20%\r30% loss=0.25\n" in out
+    logs, _ = run("custom-jobs", "stream-logs", job_id_from_stderr(err))
+    assert "\t10%\r20%\r30% loss=0.25\n" in logs
+    parts = [line.split("\t", 3)[3] for line in logs.split("\n") if line.endswith(("z", "zdone"))]
+    assert "".join(parts) == "z" * 1000000 + "done" and max(map(len, parts)) <= MAX_RECORD_BYTES
 
 
 RESTART_TRAINER = '''

@@ -394,6 +394,19 @@ def test_log_frames_parsing() -> None:
     assert lines[1][0] == pytest.approx(1767323047.25)
 
 
+def test_log_frames_of_a_long_line_come_in_bounded_lines_cut_outside_secrets() -> None:
+    from vcli.executors.supervisor import MAX_RECORD_BYTES
+
+    secret = "tok-" + "s" * 30
+    text = "x" * (MAX_RECORD_BYTES - 5) + secret + "y" * (3 * MAX_RECORD_BYTES) + "\r done"
+    frames = [b"2026-01-02T03:04:05Z " + text[i:i + 16384].encode() for i in range(0, len(text), 16384)]
+    frames[-1] += b"\n"
+    lines = [line for _, line in iter_log_lines(frames, [secret])]
+    assert "".join(lines) == text and lines[-1].endswith("\r done")
+    assert max(len(line) for line in lines) <= MAX_RECORD_BYTES and len(lines) >= 4
+    assert any(line.startswith(secret) for line in lines)  # never cut inside it, so masking finds it
+
+
 # ----------------------------------------------------------------------------- autopackaging
 
 

@@ -2,7 +2,9 @@
 
 A replica's log is a text file of records `<unix time>\\t<stream>\\t<line>` where stream is
 `stdout`, `stderr` or `vcli` (messages from vcli itself about the replica, e.g. its exit).
-Executors write it (`LogWriter`, `pump`); the foreground view, `stream-logs` and tests read it
+Records end at "\n" only: a trainer's carriage returns (a progress bar) stay inside its line,
+and readers decode each record on its own (a cut UTF-8 character spoils one record at most).
+Executors write it (`LogWriter`, the supervisor); the foreground view, `stream-logs` and tests read it
 (`read_records`, `Follower`). gcloud prints stderr lines with severity ERROR; so do we.
 """
 
@@ -12,7 +14,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Sequence
+from typing import Iterator, Sequence
 
 
 @dataclass(frozen=True)
@@ -49,28 +51,6 @@ class LogWriter:
             self._file.close()
 
 
-def pump(source: IO[bytes], writer: LogWriter, stream: str, on_done: Callable[[], None] | None = None) -> threading.Thread:
-    """Copy `source` line by line into `writer` from a daemon thread; returns the thread."""
-
-    def run() -> None:
-        try:
-            for raw in iter(source.readline, b""):
-                writer.write(stream, raw.decode("utf-8", errors="replace"))
-        except (OSError, ValueError):
-            pass
-        finally:
-            try:
-                source.close()
-            except OSError:
-                pass
-            if on_done is not None:
-                on_done()
-
-    thread = threading.Thread(target=run, name=f"vcli-log-{stream}", daemon=True)
-    thread.start()
-    return thread
-
-
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -94,11 +74,23 @@ def parse_line(line: str, task_name: str) -> LogRecord | None:
     return LogRecord(ts, parts[1], task_name, parts[2])
 
 
+#: The most a `Follower` reads of one file per poll: a log that grew by gigabytes between two
+#: polls is printed over several, in bounded memory.
+POLL_READ_BYTES = 4 * 1024 * 1024
+
+
+def _lines(path: str) -> Iterator[str]:
+    """The complete ("\n"-terminated) lines of a file, each decoded on its own."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.endswith(b"\n"):
+                yield raw.decode("utf-8", errors="replace")
+
+
 def read_records(path: str, task_name: str) -> list[LogRecord]:
     """Every complete record of one log file (a missing file has none)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return [r for r in (parse_line(line, task_name) for line in f if line.endswith("\n")) if r]
+        return [r for r in (parse_line(line, task_name) for line in _lines(path)) if r]
     except FileNotFoundError:
         return []
 
@@ -109,31 +101,31 @@ class Follower:
     def __init__(self, logs: Sequence[tuple[str, str]]) -> None:
         self._logs = list(logs)  # (task_name, path)
         self._offsets: dict[str, int] = {}
-        self._partial: dict[str, str] = {}
+        self._partial: dict[str, bytes] = {}
 
     def add(self, task_name: str, path: str) -> None:
         if all(p != path for _, p in self._logs):
             self._logs.append((task_name, path))
 
     def poll(self) -> list[LogRecord]:
-        """New records from all files since the last call, in time order."""
+        """New records from all files since the last call (at most POLL_READ_BYTES of each),
+        in time order."""
         out: list[LogRecord] = []
         for task_name, path in self._logs:
             try:
-                with open(path, encoding="utf-8", errors="replace") as f:
+                with open(path, "rb") as f:
                     f.seek(self._offsets.get(path, 0))
-                    chunk = f.read()
+                    chunk = f.read(POLL_READ_BYTES)
                     self._offsets[path] = f.tell()
             except FileNotFoundError:
                 continue
             if not chunk:
                 continue
-            text = self._partial.pop(path, "") + chunk
-            lines = text.split("\n")
+            lines = (self._partial.pop(path, b"") + chunk).split(b"\n")
             if lines[-1]:
                 self._partial[path] = lines[-1]
             for line in lines[:-1]:
-                record = parse_line(line, task_name)
+                record = parse_line(line.decode("utf-8", errors="replace"), task_name)
                 if record:
                     out.append(record)
         out.sort(key=lambda r: r.timestamp)
@@ -145,15 +137,14 @@ def last_times(log_path: str) -> dict[str, float]:
     a re-attached replica (an adopted container, a resumed SSH replica) goes on."""
     out: dict[str, float] = {}
     try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                stamp, _, rest = line.partition("\t")
-                stream = rest.partition("\t")[0]
-                if stream in ("stdout", "stderr"):
-                    try:
-                        out[stream] = max(out.get(stream, 0.0), float(stamp))
-                    except ValueError:
-                        continue
+        for line in _lines(log_path):
+            stamp, _, rest = line.partition("\t")
+            stream = rest.partition("\t")[0]
+            if stream in ("stdout", "stderr"):
+                try:
+                    out[stream] = max(out.get(stream, 0.0), float(stamp))
+                except ValueError:
+                    continue
     except OSError:
         pass
     return out

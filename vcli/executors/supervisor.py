@@ -106,26 +106,64 @@ REDACTED = "<redacted>"
 MASK_MIN_LENGTH = 4
 
 
+#: The longest log record, in bytes: a longer line (a progress bar redrawn with \r, a dump
+#: without newlines) is logged as several records of at most this size, so the supervisor's
+#: memory stays bounded and a 200 MB line costs linear time, not quadratic (Docker's log
+#: driver splits at 16 KiB; Cloud Logging's entries are at most 256 KB).
+MAX_RECORD_BYTES = 64 * 1024
+
+
 class _Log:
-    """Turns byte chunks from one stream into log records, a line at a time."""
+    """Turns byte chunks from one stream into log records, a line at a time (a line longer
+    than MAX_RECORD_BYTES: several records, cut between UTF-8 characters and outside any
+    secret, so masking still applies)."""
 
     def __init__(self, out: int, stream: str, secrets: tuple[str, ...] = ()) -> None:
         self.out = out
         self.stream = stream
         self.secrets = tuple(sorted((v for v in secrets if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True))
-        self.buf = b""
+        self.secret_bytes = tuple(v.encode("utf-8", errors="replace") for v in self.secrets)
+        self.buf = bytearray()
+        self.scanned = 0  # buf[:scanned] holds no newline
         self.lost = 0
 
     def feed(self, data: bytes) -> None:
         self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        for line in lines:
-            self._write(line)
+        while True:
+            nl = self.buf.find(b"\n", self.scanned)
+            if (nl if nl >= 0 else len(self.buf)) > MAX_RECORD_BYTES:
+                cut = self._cut()
+                self._write(bytes(self.buf[:cut]))
+                del self.buf[:cut]
+                self.scanned = 0
+            elif nl >= 0:
+                self._write(bytes(self.buf[:nl]))
+                del self.buf[:nl + 1]
+                self.scanned = 0
+            else:
+                self.scanned = len(self.buf)
+                return
+
+    def _cut(self) -> int:
+        """Where to cut a line longer than MAX_RECORD_BYTES: at most that, not inside a UTF-8
+        character, nor inside an occurrence of a secret."""
+        buf, cut = self.buf, MAX_RECORD_BYTES
+        while cut > MAX_RECORD_BYTES - 4 and buf[cut] & 0xC0 == 0x80:
+            cut -= 1
+        moved = True
+        while moved:
+            moved = False
+            for secret in self.secret_bytes:
+                at = buf.find(secret, max(0, cut - len(secret) + 1), cut + len(secret) - 1)
+                if 0 < at < cut:
+                    cut, moved = at, True
+        return cut
 
     def flush(self) -> None:
         if self.buf:
-            self._write(self.buf)
-            self.buf = b""
+            self._write(bytes(self.buf))
+            self.buf = bytearray()
+            self.scanned = 0
 
     def _write(self, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip("\r").replace("\t", "    ")

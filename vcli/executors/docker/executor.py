@@ -345,7 +345,7 @@ class DockerExecutor(ExecutorBase):
     def _stream(self, cid: str, name: str, watch: _Watch) -> None:
         after = watch.after.get(name)
         try:
-            for ts, line in iter_log_lines(self._frames(cid, name)):
+            for ts, line in iter_log_lines(self._frames(cid, name), watch.secrets):
                 if after is not None and ts is not None and ts <= after + 1e-6:  # the log keeps µs
                     continue  # already in the log (an adopted container)
                 for secret in watch.secrets:

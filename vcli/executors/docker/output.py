@@ -13,7 +13,7 @@ import re
 from typing import Any, Iterable, Iterator, Mapping
 
 from vcli.executors import ReplicaLaunch, ReplicaStatus
-from vcli.executors.supervisor import MASK_MIN_LENGTH
+from vcli.executors.supervisor import MASK_MIN_LENGTH, MAX_RECORD_BYTES
 
 __all__ = ["iter_log_lines", "parse_docker_timestamp", "secret_values", "status_from_state"]
 
@@ -27,12 +27,16 @@ def parse_docker_timestamp(text: str) -> float | None:
     return whole + (float("0." + m.group(7)) if m.group(7) else 0.0)
 
 
-def iter_log_lines(frames: Iterable[bytes]) -> Iterator[tuple[float | None, str]]:
+def iter_log_lines(frames: Iterable[bytes], secrets: Iterable[str] = ()) -> Iterator[tuple[float | None, str]]:
     """(timestamp, line) from a `logs(timestamps=True)` stream of one container stream.
 
     Each frame is one log message `<RFC3339Nano> <text>`; a message without a trailing newline
     is a partial line that the next message continues. A line takes its first part's time.
+    Lines end at "\n" only (a carriage return stays inside), and a line longer than
+    MAX_RECORD_BYTES characters comes as several, cut outside any of `secrets` (the caller
+    masks them), so a 200 MB line costs linear time and bounded memory, as in the supervisor.
     """
+    secrets = tuple(secrets)
     pending = ""
     pending_ts: float | None = None
     for frame in frames:
@@ -43,13 +47,37 @@ def iter_log_lines(frames: Iterable[bytes]) -> Iterator[tuple[float | None, str]
             rest = text
         if not pending:
             pending_ts = ts
+        while (nl := rest.find("\n")) >= 0:
+            line, rest = pending + rest[:nl], rest[nl + 1:]
+            yield from _bounded(pending_ts, line, secrets)
+            pending, pending_ts = "", ts
         pending += rest
-        while "\n" in pending:
-            line, pending = pending.split("\n", 1)
-            yield pending_ts, line
-            pending_ts = ts
+        while len(pending) > MAX_RECORD_BYTES:
+            cut = _cut(pending, secrets)
+            yield pending_ts, pending[:cut]
+            pending, pending_ts = pending[cut:], ts
     if pending:
-        yield pending_ts, pending
+        yield from _bounded(pending_ts, pending, secrets)
+
+
+def _bounded(ts: float | None, line: str, secrets: tuple[str, ...]) -> Iterator[tuple[float | None, str]]:
+    while len(line) > MAX_RECORD_BYTES:
+        cut = _cut(line, secrets)
+        yield ts, line[:cut]
+        line = line[cut:]
+    yield ts, line
+
+
+def _cut(text: str, secrets: tuple[str, ...]) -> int:
+    """MAX_RECORD_BYTES, or the start of an occurrence of a secret that spans it."""
+    cut, moved = MAX_RECORD_BYTES, True
+    while moved:
+        moved = False
+        for secret in secrets:
+            at = text.find(secret, max(0, cut - len(secret) + 1), cut + len(secret) - 1) if secret else -1
+            if 0 < at < cut:
+                cut, moved = at, True
+    return cut
 
 
 def _start_error_text(explanation: str) -> str:
