@@ -222,6 +222,22 @@ def test_executor_image_without_python_module():
     assert wps_error(f"machine-type=n1,executor-image-uri={EXE}") == WPS + "Key [python-module] is required."
 
 
+@pytest.mark.parametrize("module", [".task", ".", "x./etc", "a b", "trainer..task", "1st.task"])
+def test_a_python_module_that_python_m_cannot_run_is_refused(pkg, tmp_path, module):
+    # `x./etc` joined to the package path gave /etc, which exists: "found"; `.task` failed only
+    # once the replica ran ("Relative module names not supported").
+    why = f"Key [python-module] must be a Python module name (dotted identifiers, such as trainer.task), received: [{module}]."
+    assert wps_error(f"machine-type=n1,executor-image-uri={EXE},python-module={module}") == WPS + why
+    assert wps_error(f"machine-type=n1,local-package-path={pkg},python-module={module}") == WPS + why
+    msg = config_error(tmp_path, f"""
+        workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4}}
+            pythonPackageSpec: {{executorImageUri: "python:3", pythonModule: "{module}"}}
+        """)
+    assert msg.endswith(f"at [workerPoolSpecs[0].pythonPackageSpec.pythonModule]: must be a Python module name "
+                        f"(dotted identifiers, such as trainer.task), received: [{module}]"), msg
+
+
 def test_local_only_keys_without_local_package_path():
     assert wps_error(f"machine-type=n1,container-image-uri={IMG},script=x.py,requirements=a;b,extra-dirs=d") == (
         WPS + "Keys [extra-dirs, requirements, script] are not allowed: Only allow to specify together with "

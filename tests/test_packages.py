@@ -180,6 +180,55 @@ def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_
         (p / packages.ENV_MARKER).exists() for p in (tmp_path / "home" / "envs").iterdir())
 
 
+def _hostile_package(root: Path) -> Path:
+    """A package a working tree may really hold: a named pipe, a UNIX socket, a device node,
+    a file name and a link target that are not UTF-8, beside the trainer."""
+    import socket
+
+    root.mkdir(parents=True)
+    (root / "task.py").write_text("import os\nprint('files', sorted(os.listdir(b'.')))\n")
+    os.mkfifo(root / "pipe")
+    os.mknod(root / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(root / "s.sock"))
+    s.close()
+    (root / os.fsdecode(b"\xff\xfe.txt")).write_text("latin-1 name")
+    os.symlink(os.fsdecode(b"\xff\xfe.txt"), root / "link")
+    return root
+
+
+def test_a_package_with_pipes_sockets_devices_and_non_utf8_names_runs(tmp_path: Path) -> None:
+    # Before: a FIFO hung `create` for ever (SIGTERM and cancel could not stop it), /dev/zero's
+    # node ate memory without bound, a socket or a non-UTF-8 name failed the job with
+    # OSError / UnicodeEncodeError. Pipes, sockets and devices are not copied; the rest is.
+    pkg = _hostile_package(tmp_path / "pkg")
+    r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=hostile",
+                        "--executor=local",
+                        f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},python-module=task"],
+                       env=vcli_env(tmp_path / "home"), cwd=tmp_path, capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"files [b'link', b'task.py', b'\\xff\\xfe.txt']" in r.stdout
+    assert packages.tree_hash(str(pkg)) == packages.tree_hash(str(pkg))
+
+
+def test_package_uris_that_are_pipes_or_devices_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    for uri in ("/dev/zero", str(tmp_path / "pipe")):
+        for extra in ("--validate-only", "--executor=local"):
+            r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=p", extra,
+                                "--worker-pool-spec=machine-type=n1-standard-4,executor-image-uri=python:3,"
+                                "python-module=task", f"--python-package-uris={uri}"],
+                               env=vcli_env(tmp_path / "home"), capture_output=True, text=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.strip() == (
+                "ERROR: (vcli.custom-jobs.create) Invalid value for [workerPoolSpecs[0].pythonPackageSpec.packageUris[0]]: "
+                f"the package [{uri}] is not a file or a directory (an sdist, a wheel or a package directory)")
+    with pytest.raises(packages.ExecutorError, match="is not a file or a directory"):
+        packages.local_uri("/dev/zero")
+
+
 def test_snapshot_is_read_only_and_working_dirs_are_private_copies(tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / ".git").mkdir(parents=True)

@@ -25,6 +25,7 @@ package's `requirements.txt`) before the module runs. The process runtime does t
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -54,7 +55,9 @@ ENV_MARKER = "vcli-env.json"
 
 
 def _entries(root: str) -> list[tuple[str, str, os.stat_result]]:
-    """(relative path, absolute path, lstat) of every file and symlink a snapshot holds, sorted."""
+    """(relative path, absolute path, lstat) of every regular file and symlink a snapshot
+    holds, sorted. Named pipes, sockets and device nodes are left out: a package is code and
+    data, and reading a FIFO blocks for ever, a device (/dev/zero) never ends."""
     out = []
     for here, dirs, files in os.walk(root):
         keep = []
@@ -71,24 +74,39 @@ def _entries(root: str) -> list[tuple[str, str, os.stat_result]]:
             if name.endswith((".pyc", ".pyo")):
                 continue
             full = os.path.join(here, name)
-            out.append((os.path.relpath(full, root), full, os.lstat(full)))
+            st = os.lstat(full)
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                out.append((os.path.relpath(full, root), full, st))
     return sorted(out)
+
+
+def _read_small(path: str) -> bytes:
+    """A regular file's bytes, opened without following a link or blocking (one swapped for a
+    FIFO since it was listed is refused, never waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(SMALL_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 def tree_hash(root: str) -> str:
     """A hash of a package directory's content as `snapshot` would copy it.
 
     Small files count by content; large ones (data, not code) by size and modification time, so
-    that hashing a package never reads gigabytes.
+    that hashing a package never reads gigabytes. Names are bytes as the file system has them
+    (a name or link target that is not UTF-8 is as valid as any).
     """
     h = hashlib.sha256()
     for rel, full, st in _entries(root):
-        h.update(f"{rel}\0{st.st_mode & 0o170111:o}\0".encode())
+        h.update(os.fsencode(rel) + f"\0{st.st_mode & 0o170111:o}\0".encode())
         if stat.S_ISLNK(st.st_mode):
-            h.update(os.readlink(full).encode())
+            h.update(os.fsencode(os.readlink(full)))
         elif st.st_size < SMALL_FILE_BYTES:
-            with open(full, "rb") as f:
-                h.update(hashlib.sha256(f.read()).digest())
+            h.update(hashlib.sha256(_read_small(full)).digest())
         else:
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
         h.update(b"\0")
@@ -103,7 +121,10 @@ def snapshot(src: str, store: str) -> str:
     """
     if not os.path.isdir(src):
         raise ExecutorError(f"Directory '{src}' is not found.")
-    target = os.path.join(store, tree_hash(src))
+    try:
+        target = os.path.join(store, tree_hash(src))
+    except OSError as e:
+        raise ExecutorError(f"Cannot read the package {src}: {e.strerror or e} ({e.filename}).") from None
     if os.path.isdir(target):
         return target
     os.makedirs(store, exist_ok=True)
@@ -207,7 +228,10 @@ class Installs:
 def _file_hash(path: str) -> str:
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     except OSError as e:
@@ -230,6 +254,8 @@ def local_uri(uri: str) -> str:
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise ExecutorError(f"Cannot install the Python package {uri}: {path} is not found.")
+    if not (os.path.isfile(path) or os.path.isdir(path)):
+        raise ExecutorError(f"Cannot install the Python package {uri}: {path} is not a file or a directory.")
     return path
 
 

@@ -52,8 +52,13 @@ def missing_package(uri: str) -> str | None:
     mapped from gs://) is not there now, or None. Other schemes are the installing
     executor's to judge."""
     local = uri[len("file://"):] if uri.startswith("file://") else uri
-    if re.match(r"^[a-z][a-z0-9+.-]+://", local) or os.path.exists(os.path.expanduser(local)):
+    if re.match(r"^[a-z][a-z0-9+.-]+://", local):
         return None
+    there = os.path.expanduser(local)
+    if os.path.isfile(there) or os.path.isdir(there):
+        return None
+    if os.path.exists(there):  # a FIFO blocks the install for ever, a device never ends
+        return f"the package [{local}] is not a file or a directory (an sdist, a wheel or a package directory)"
     root = storage_root().rstrip("/") + "/"
     gs = f" (gs://{local[len(root):]} under storage/gcs-root)" if local.startswith(root) else ""
     return f"the package [{local}]{gs} is not found"

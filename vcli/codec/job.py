@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from vcli.codec import gcs
-from vcli.codec.pool_checks import MAX_REPLICA_COUNT
+from vcli.codec.pool_checks import MAX_REPLICA_COUNT, module_name_problem
 from vcli.codec.schema import Decoder, build, to_wire
 from vcli.codec.yamlio import load_document
 from vcli.spec import ContainerSpec, CustomJobSpec, EnvVar, LocalPackage, MachineSpec, WorkerPoolSpec, is_secret
@@ -67,6 +67,9 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
             given["container_spec"] = ContainerSpec()  # the image is built from the local package
         pool = _map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath)
         _check_env(pool, decoder, ppath)
+        module = pool.python_package_spec.python_module if pool.python_package_spec else ""
+        if module and (problem := module_name_problem(module)):
+            raise decoder.error(f"{ppath}.pythonPackageSpec.pythonModule", problem)
         pools.append(pool)
     if pools and pools[0].is_empty:
         raise decoder.error(f"{path}workerPoolSpecs[0]", "the first worker pool (the chief) must not be empty")

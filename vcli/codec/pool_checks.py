@@ -232,6 +232,20 @@ def _module_missing_for_executor(spec: Spec) -> str | None:
     return None
 
 
+def module_name_problem(module: str) -> str | None:
+    """Why `module` is not what `python -m` runs (dotted identifiers), or None. A relative
+    name (`.task`), `.`, or a part starting with `/` passed the package check and failed only
+    once the replica ran."""
+    if all(part.isidentifier() for part in module.split(".")):
+        return None
+    return f"must be a Python module name (dotted identifiers, such as trainer.task), received: [{module}]"
+
+
+def _module_malformed(spec: Spec) -> str | None:
+    problem = module_name_problem(str(spec["python-module"])) if "python-module" in spec else None
+    return f"Key [python-module] {problem}." if problem else None
+
+
 def _local_only_keys_without_package(spec: Spec) -> str | None:
     """The keys that describe a local package need one."""
     local_only = [k for k in _LOCAL_ONLY_KEYS if k in spec]
@@ -246,6 +260,7 @@ _IMAGE_CHECKS: tuple[SpecCheck, ...] = (
     _image_not_single,
     _module_beside_container,
     _module_missing_for_executor,
+    _module_malformed,
     _local_only_keys_without_package,
 )
 
@@ -353,6 +368,7 @@ _PACKAGE_CHECKS: tuple[PackageCheck, ...] = (
     _entry_point_not_single,
     _path_outside_package,
     _script_missing,
+    lambda spec, path: _module_malformed(spec),
     _module_missing,
     _extra_package_missing,
     _extra_dir_missing,
