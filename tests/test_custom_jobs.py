@@ -413,6 +413,25 @@ def test_a_progress_bar_and_a_long_line_reach_the_output_and_stream_logs_whole(t
     assert "".join(parts) == "z" * 1000000 + "done" and max(map(len, parts)) <= MAX_RECORD_BYTES
 
 
+def test_the_output_and_stream_logs_print_a_log_longer_than_one_read_whole(tmp_path: Path) -> None:
+    """A reader takes at most POLL_READ_BYTES of a log per poll; one that prints a job's last
+    records (the end of create, stream-logs of an ended job) reads on to the end."""
+    from vcli.logs import POLL_READ_BYTES
+
+    home = tmp_path / "home"
+    script = tmp_path / "many.py"
+    script.write_text("for i in range(250000):\n    print('line', i, 'x' * 20)\nprint('LAST LINE')\n")
+    r = vcli(home, "custom-jobs", "create", "--display-name=many", "--executor=local", f"--command=python3,{script}",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=recorded-only:latest", timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_id = job_id_from_stderr(r.stderr)
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=120)
+    for out in (r.stdout, logs.stdout):
+        lines = [line for line in out.splitlines() if "line " in line or "LAST LINE" in line]
+        assert len(lines) == 250001 and lines[-1].endswith("LAST LINE"), (len(lines), lines[-1:])
+    assert sum(len(line) + 1 for line in logs.stdout.splitlines()) > 2 * POLL_READ_BYTES
+
+
 RESTART_TRAINER = '''
 import json, os, sys, time
 ckpt = os.environ["AIP_CHECKPOINT_DIR"]

@@ -102,21 +102,26 @@ class Follower:
         self._logs = list(logs)  # (task_name, path)
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
+        #: Did the last `poll` leave something unread (a file grew by more than POLL_READ_BYTES)?
+        #: Poll again at once: a reader that ends after one last poll must drain first.
+        self.behind = False
 
     def add(self, task_name: str, path: str) -> None:
         if all(p != path for _, p in self._logs):
             self._logs.append((task_name, path))
 
     def poll(self) -> list[LogRecord]:
-        """New records from all files since the last call (at most POLL_READ_BYTES of each),
-        in time order."""
+        """New records from all files since the last call (at most POLL_READ_BYTES of each:
+        `behind` says whether more is there), in time order."""
         out: list[LogRecord] = []
+        self.behind = False
         for task_name, path in self._logs:
             try:
                 with open(path, "rb") as f:
                     f.seek(self._offsets.get(path, 0))
                     chunk = f.read(POLL_READ_BYTES)
                     self._offsets[path] = f.tell()
+                    self.behind = self.behind or len(chunk) == POLL_READ_BYTES
             except FileNotFoundError:
                 continue
             if not chunk:
@@ -130,6 +135,13 @@ class Follower:
                     out.append(record)
         out.sort(key=lambda r: r.timestamp)
         return out
+
+    def drain(self) -> Iterator[list[LogRecord]]:
+        """`poll` until nothing is left unread: everything written so far, a batch at a time."""
+        while True:
+            yield self.poll()
+            if not self.behind:
+                return
 
 
 def last_times(log_path: str) -> dict[str, float]:

@@ -149,7 +149,7 @@ class LogPrinter:
         self.follower.add(task, path)
 
     def flush(self) -> None:
-        for rec in self.follower.poll():
+        for rec in (r for batch in self.follower.drain() for r in batch):
             body = f"vcli: {rec.message}" if rec.stream == "vcli" else rec.message
             if self._console is None:
                 self.stream.write(f"[{rec.task_name}] {body}\n")
@@ -194,7 +194,7 @@ def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent
                 if task_name and r.task_name != task_name:
                     continue
                 follower.add(f"{prefix}{r.task_name}", r.log_path)
-        for rec in follower.poll():
+        for rec in (r for batch in follower.drain() for r in batch):
             ts = datetime.fromtimestamp(rec.timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
             sys.stdout.write(f"{rec.severity}\t{ts}\t{rec.task_name}\t{rec.message}\n")
         sys.stdout.flush()
