@@ -390,3 +390,66 @@ def test_cancel_of_an_orphaned_study_ends_its_trials(tmp_path: Path) -> None:
     assert all(t["endTime"] for t in study["trials"])
     for job_id in trial_jobs:
         assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
+STUBBORN = """
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow's multi-worker runtime does
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("acc=0.5 step=1", flush=True)
+    time.sleep(300)
+"""
+
+
+def _killed_while_cancelling(home: Path, proc, job_id: str) -> None:
+    """Ctrl-C the controller, then kill -9 it inside the stop's grace period (3 s, in which the
+    stubborn trainer ignores SIGTERM): the job is left CANCELLING with nobody to finish it. The
+    store is read in-process every 10 ms, so the kill lands well inside the grace period."""
+    from vcli.store import Store
+
+    store = Store(home)
+    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: store.get_job(job_id).state == "JOB_STATE_CANCELLING", 30, "the job CANCELLING", interval=0.01)
+    _kill_controller(proc)
+    store.close()
+
+
+def test_resume_of_a_job_killed_while_cancelling_finishes_the_cancel(tmp_path: Path) -> None:
+    # Before: resume put it back to RUNNING and the trainer the user had stopped ran on.
+    home = tmp_path / "home"
+    script = tmp_path / "stubborn.py"
+    script.write_text(textwrap.dedent(STUBBORN))
+    proc = spawn(home, "custom-jobs", "create", "--display-name=stubborn",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+    _killed_while_cancelling(home, proc, job_id)
+    assert processes_with_env("VCLI_JOB_ID", job_id), "the stubborn trainer outlives its dead controller"
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "was being cancelled when its vcli process died: finishing the cancel, not resuming it." in r.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+    assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
+def test_resume_of_a_study_killed_while_cancelling_starts_no_trial(tmp_path: Path) -> None:
+    # Before: resume ended the running trial "because the study was cancelled", then started new ones.
+    home = tmp_path / "home"
+    script = tmp_path / "stubborn.py"
+    script.write_text(textwrap.dedent(STUBBORN))
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=stubborn-study", "--max-trial-count=3",
+                 "--algorithm=random-search", "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                 "--metric=metric-id=acc,goal=maximize",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
+    study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: any(t.get("measurements") for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])),
+             60, "a measurement recorded")
+    [trial_job] = [t["customJob"].rsplit("/", 1)[-1] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]]
+    _killed_while_cancelling(home, proc, study_id)
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "finishing the cancel, not resuming it" in r.stderr and "ACTIVE" not in r.stdout + r.stderr
+    study = describe(home, "hp-tuning-jobs", study_id)
+    assert study["state"] == "JOB_STATE_CANCELLED"
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"]  # it had reported; no second trial
+    assert not processes_with_env("VCLI_JOB_ID", trial_job)

@@ -19,6 +19,7 @@ from vcli.cli.output import (
     check_format,
     emit,
     exit_code_for,
+    finish_cancel,
     get_row,
     list_format,
     list_output,
@@ -282,6 +283,8 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         err(f"CustomJob [{shown(row.name)}] has already ended ({row.state}); nothing to resume.")
         return
     claim_controller(store, row.id)
+    if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
+        raise typer.Exit(finish_cancel(store, row, "CustomJob"))
     try:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     except WaitCancelled:

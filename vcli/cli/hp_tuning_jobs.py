@@ -21,6 +21,7 @@ from vcli.cli.output import (
     check_format,
     emit,
     exit_code_for,
+    finish_cancel,
     get_row,
     list_format,
     list_output,
@@ -262,6 +263,8 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
         err(f"Hyperparameter tuning job [{row.id}] has already ended ({row.state}); nothing to resume.")
         return
     claim_controller(store, row.id)
+    if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
+        raise typer.Exit(finish_cancel(store, row, "Hyperparameter tuning job"))
     study = runner.plan_stored_study(store, row)
     try:
         raise typer.Exit(_run_in_foreground(study, fmt, resumed=True))

@@ -125,6 +125,23 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
     err(f"{what} [{shown(row.name)}] is now {state}{why}.")
 
 
+def finish_cancel(store: Any, row: Any, what: str) -> int:
+    """`resume` of a job whose controller died while cancelling it (CANCELLING: Ctrl-C or
+    `cancel` came first): finish the cancel, as `cancel` of an orphaned job does, rather than
+    run on (a study went on to start new trials, a trainer the user stopped ran to its end).
+    Says so; the exit code of the final state."""
+    from vcli.control import cancel
+
+    err(f"{what} [{shown(row.name)}] was being cancelled when its vcli process died: "
+        "finishing the cancel, not resuming it.")
+    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
+    now = store.get_job(row.id)
+    state = JobState(now.state) if now is not None else JobState.JOB_STATE_CANCELLED
+    why = " (its replicas had all ended on their own)" if state != JobState.JOB_STATE_CANCELLED else ""
+    err(f"{what} [{shown(row.name)}] is now {state.value}{why}.")
+    return exit_code_for(state)
+
+
 class LogPrinter:
     """Prints new replica log lines as `[task] line`; on a terminal the `[task]` is coloured.
 
