@@ -181,6 +181,24 @@ def test_bad_filter_is_a_usage_error(bad):
     assert str(info.value).startswith("argument --filter:")
 
 
+@pytest.mark.parametrize("bad", [
+    "(" * 500 + "state:x" + ")" * 500, "NOT " * 1000 + "state:x", "-" * 1000 + "state:x",
+    "createTime<-PT99999999999999999999H", "createTime>-P99999999999D",
+])
+def test_hostile_filters_are_one_usage_line_not_a_traceback(bad):
+    # A RecursionError (3,000 lines) past ~500 levels, an OverflowError for a huge duration.
+    with pytest.raises(UsageError) as info:
+        apply_filter(JOBS, bad)
+    assert str(info.value).startswith("argument --filter:") and "\n" not in str(info.value)
+
+
+def test_filters_nest_100_levels_deep():
+    expr = "(" * 50 + "NOT " * 25 + "-" * 25 + "displayName:alpha" + ")" * 50  # 100 levels, 50 negations
+    assert names(apply_filter(JOBS, expr)) == ["exp-alpha"]
+    with pytest.raises(UsageError, match="nest more than 100 levels deep"):
+        apply_filter(JOBS, "(" + expr + ")")
+
+
 def test_sort_by():
     assert names(apply_sort(JOBS, "createTime")) == ["exp-alpha", "baseline run", "exp-beta, with comma"]
     assert names(apply_sort(JOBS, "~createTime")) == ["exp-beta, with comma", "baseline run", "exp-alpha"]

@@ -102,10 +102,16 @@ class _time_limit:
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), interval)
 
 
+#: How deep groups, NOT and `-` may nest: the parser (and the predicate it builds) recurse
+#: once per level, and 500 levels overflowed Python's stack with a 3,000-line traceback.
+MAX_DEPTH = 100
+
+
 class _Parser:
     def __init__(self, src: str) -> None:
         self.src = src
         self.i = 0
+        self.depth = 0
 
     def fail(self, what: str) -> UsageError:
         at = self.src[self.i:][:30]
@@ -167,6 +173,15 @@ class _Parser:
         self.skip()
         if self.i >= len(self.src):
             raise self.fail("a term is missing")
+        if self.depth >= MAX_DEPTH and (self.src[self.i] in "(-" or self.src.startswith("NOT", self.i)):
+            raise self.fail(f"groups, NOT and - nest more than {MAX_DEPTH} levels deep")
+        self.depth += 1
+        try:
+            return self._unary()
+        finally:
+            self.depth -= 1
+
+    def _unary(self) -> Predicate:
         if self.word("NOT"):
             inner = self.unary()
             return lambda r: not inner(r)
@@ -388,8 +403,11 @@ def _time(operand: str) -> datetime | None:
     m = _DURATION.fullmatch(operand.strip())
     if m and any(m.groups()[1:]):
         w, d, h, mi, s = (float(g or 0) for g in m.groups()[1:])
-        delta = timedelta(weeks=w, days=d, hours=h, minutes=mi, seconds=s)
-        return datetime.now(UTC) + (-delta if m.group(1) == "-" else delta)
+        try:
+            delta = timedelta(weeks=w, days=d, hours=h, minutes=mi, seconds=s)
+            return datetime.now(UTC) + (-delta if m.group(1) == "-" else delta)
+        except OverflowError:  # beyond the years 1..9999
+            raise UsageError(f"argument {FLAG}: the time [{operand}] is out of range (years 1 to 9999)") from None
     if not re.match(r"\d{4}-\d{2}", operand.strip()):
         return None
     try:
