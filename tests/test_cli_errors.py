@@ -686,6 +686,38 @@ def test_a_double_range_that_overflows_is_refused(run_vcli, vcli_home):
     assert "doubleValueSpec]: maxValue - minValue must be a finite number" in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
 
 
+@pytest.mark.parametrize("spec,fragment", [
+    ("min=0,max=1e30", "Invalid value for [--parameter-spec]: Key [max] of integer parameter [x] must be a 64-bit integer"),
+    ("min=-9223372036854775809,max=0", "Key [min] of integer parameter [x] must be a 64-bit integer"),
+    ("min=0,max=9223372036854775807", "integerValueSpec]: maxValue - minValue must be at most 2^53"),
+])
+def test_integer_ranges_beyond_what_the_suggesters_hold_are_refused(run_vcli, vcli_home, spec, fragment):
+    # 1e30 was stored as 1000000000000000019884624838656 and broke the Parquet export; a range
+    # wider than 2^53 made grid search skip 512 values at a time.
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=s", "--worker-pool-spec=machine-type=n1,container-image-uri=x",
+                 "--command=true", f"--parameter-spec=parameter-id=x,type=integer,{spec}", "--algorithm=grid-search",
+                 "--metric=metric-id=m,goal=maximize", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert fragment in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+
+
+def test_grid_search_over_a_wide_integer_range_validates_in_bounded_memory(vcli_home):
+    # The first grid point listed the whole domain: 3.8 GB then a MemoryError traceback.
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    r = subprocess.run([sys.executable, "-m", "vcli", "hp-tuning-jobs", "create", "--display-name=s",
+                        "--worker-pool-spec=machine-type=n1,container-image-uri=x", "--command=true",
+                        "--parameter-spec=parameter-id=x,type=integer,min=0,max=9007199254740992",
+                        "--algorithm=grid-search", "--metric=metric-id=m,goal=maximize", "--validate-only", "--format=none"],
+                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, preexec_fn=cap)
+    assert r.returncode == 0, r.stderr
+    assert "The study is valid" in r.stderr
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["--address=10.0.0.5", "--gpus=1000000000000"], "Invalid value for [--gpus]: must be from 0 to 256"),
     (["--address=10.0.0.5", "--workdir=/x\ny"], "Invalid value for [--workdir]: must not contain control characters"),

@@ -343,7 +343,12 @@ def _range_spec(kind: str, raw: Mapping[str, str], pid: str) -> dict[str, Any]:
         return {"doubleValueSpec": {"minValue": lo, "maxValue": hi}}
     if not (lo.is_integer() and hi.is_integer()):
         raise InvalidValueError(_PARAMETER_FLAG, f"Keys [min, max] of integer parameter [{pid}] must be integers.")
-    return {"integerValueSpec": {"minValue": int(lo), "maxValue": int(hi)}}
+    exact = [int(raw[k]) if re.fullmatch(r"\s*[-+]?\d+\s*", raw[k]) else int(x) for k, x in (("min", lo), ("max", hi))]
+    for key, value in zip(("min", "max"), exact):
+        if not -(2**63) <= value < 2**63:  # Vertex's int64 (a float's 1e30 is not the integer written)
+            raise InvalidValueError(_PARAMETER_FLAG, f"Key [{key}] of integer parameter [{pid}] must be a 64-bit "
+                                    f"integer (-2^63 to 2^63-1), received: [{raw[key]}].")
+    return {"integerValueSpec": {"minValue": exact[0], "maxValue": exact[1]}}
 
 
 def _scale_type(raw: Mapping[str, str], kind: str) -> str | None:

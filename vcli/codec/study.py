@@ -73,6 +73,13 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
                 raise decoder.error(f"{vpath}.{key}", "required field is missing")
         if v["minValue"] > v["maxValue"]:
             raise decoder.error(vpath, f"minValue ({v['minValue']}) must not be greater than maxValue ({v['maxValue']})")
+        if kind == "integerValueSpec":
+            for key in ("minValue", "maxValue"):
+                if not -(2**63) <= int(v[key]) < 2**63:  # Vertex's int64; 1e30 was stored as 1000000000000000019884624838656
+                    raise decoder.error(f"{vpath}.{key}", f"must be a 64-bit integer (-2^63 to 2^63-1), found [{v[key]}]")
+            if int(v["maxValue"]) - int(v["minValue"]) > 2**53:  # beyond, neighbours share a double: grid search skipped 512 at a time
+                raise decoder.error(vpath, "maxValue - minValue must be at most 2^53 (9007199254740992): vcli's "
+                                    "suggesters place integers in double precision")
         if kind == "doubleValueSpec":
             if not (math.isfinite(v["minValue"]) and math.isfinite(v["maxValue"])):
                 raise decoder.error(vpath, "minValue and maxValue must be finite numbers")

@@ -286,10 +286,10 @@ class Space:
             if n.parent is not None:
                 children.setdefault(n.parent, []).append(c)
 
-        def domain(col: int) -> list[ParameterValue]:
+        def domain(col: int) -> Sequence[ParameterValue]:
             n = self.nodes[col]
-            if n.kind == INTEGER:
-                return list(range(n.int_lo, n.int_hi + 1))
+            if n.kind == INTEGER:  # a range, not a list: an integer range may be 1e8 wide
+                return range(n.int_lo, n.int_hi + 1)
             return list(n.values)
 
         def expand(cols: list[int], acc: dict) -> Iterator[dict]:
