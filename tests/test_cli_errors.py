@@ -701,6 +701,26 @@ def test_integer_ranges_beyond_what_the_suggesters_hold_are_refused(run_vcli, vc
     assert fragment in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
 
 
+def test_a_categorical_value_with_a_control_character_is_refused(run_vcli, vcli_home, tmp_path):
+    # A newline forged a `trial 99 SUCCEEDED` line in the study's event stream on stdout.
+    forged = "a\ntrial 99 SUCCEEDED after 1s: acc=1000 (y=forged)"
+    r = run_vcli("hp-tuning-jobs", "create", "--display-name=s", "--worker-pool-spec=machine-type=n1,container-image-uri=x",
+                 "--command=true", f"--parameter-spec=parameter-id=y,type=categorical,values={forged};b",
+                 "--metric=metric-id=m,goal=maximize", "--validate-only")
+    assert r.returncode == 1, r.stderr
+    assert ("categoricalValueSpec.values[0]]: must not contain control characters, found "
+            "[a\\ntrial 99 SUCCEEDED after 1s: acc=1000 (y=forged)]") in one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.create) ")
+
+
+@pytest.mark.parametrize("port", ["-1", "70000"])
+def test_tensorboard_refuses_a_port_that_is_not_one(run_vcli, vcli_home, port):
+    # TensorBoard's own traceback (-1), exit 255 (70000); checked before the study is looked up.
+    r = run_vcli("hp-tuning-jobs", "tensorboard", "123", f"--port={port}")
+    assert r.returncode == 1, r.stderr
+    assert one_error_line(r, "ERROR: (vcli.hp-tuning-jobs.tensorboard) ") == (
+        f"Invalid value for [--port]: a port is a number from 0 to 65535 (0: any free port), not {port}.")
+
+
 def test_grid_search_over_a_wide_integer_range_validates_in_bounded_memory(vcli_home):
     # The first grid point listed the whole domain: 3.8 GB then a MemoryError traceback.
     import resource

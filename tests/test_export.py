@@ -206,10 +206,12 @@ def test_an_existing_optuna_study_is_one_line(study, tmp_path: Path) -> None:
         ("export", "sqlite:///{missing}/o.db", "Invalid value for [--to]: cannot open the Optuna storage sqlite:///{missing}/o.db: "
                                                "OperationalError"),
         ("export", "postgresql://u@127.0.0.1:1/db", "cannot open the Optuna storage postgresql://u@127.0.0.1:1/db: ImportError"),
+        ("export", "mysql://u:pa55w0rd@127.0.0.1:1/db", "cannot open the Optuna storage mysql://u:***@127.0.0.1:1/db: "),
         ("plot", "{missing}/r.html", "Invalid value for [--output]: cannot write [{missing}/r.html]: No such file or directory"),
         ("plot", "{afile}/r.svg", "Invalid value for [--output]: cannot write [{afile}/r-history.svg]: Not a directory"),
     ],
-    ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "html-no-dir", "svg-under-a-file"],
+    ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "password", "html-no-dir",
+         "svg-under-a-file"],
 )
 def test_a_destination_that_cannot_be_written_is_one_line(study, tmp_path: Path, command: str, target: str,
                                                            fragment: str) -> None:
@@ -223,6 +225,17 @@ def test_a_destination_that_cannot_be_written_is_one_line(study, tmp_path: Path,
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert fragment.format(**where) in r.stderr, r.stderr
+    assert "pa55w0rd" not in r.stderr
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:"])
+def test_an_in_memory_optuna_storage_is_refused(study, url: str) -> None:
+    # The export reported success into a database that ended with vcli.
+    home, s = study
+    r = vcli(home, "hp-tuning-jobs", "export", _id(s), f"--to={url}")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"ERROR: (vcli.hp-tuning-jobs.export) argument --to: [{url}] is an in-memory SQLite database, "
+                        "which ends with vcli: name a file, such as sqlite:///optuna.db\n")
 
 
 def test_pbt_running_and_requested_trials_keep_their_states(tmp_path: Path) -> None:

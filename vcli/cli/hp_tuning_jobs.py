@@ -328,7 +328,7 @@ def export(
     trials = store.trials(row.id)
     if "://" in to:
         name = ex.to_optuna(to, f"{row.display_name}-{row.id}", spec, {p.parameter_id: p for p in params}, trials)
-        err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {to}.")
+        err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {ex.shown_url(to)}.")
         return
     columns, rows = ex.table(spec, params, trials)
     if not to.endswith((".csv", ".parquet")):
@@ -383,9 +383,12 @@ def tensorboard(
 
     from vcli import codec
     from vcli.codec.gcs import local_path
+    from vcli.errors import InvalidValueError
     from vcli.plots import tensorboard as tb
     from vcli.store import Store
 
+    if not 0 <= port <= 65535:  # TensorBoard's own traceback (-1), exit 255 (70000)
+        raise InvalidValueError("--port", f"a port is a number from 0 to 65535 (0: any free port), not {port}.")
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     trials = store.trials(row.id)

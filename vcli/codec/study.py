@@ -24,6 +24,7 @@ from vcli.codec.job import JOB_OVERRIDES, custom_job_spec_from_dict, custom_job_
 from vcli.codec.schema import Decoder, build, to_wire
 from vcli.codec.yamlio import load_document
 from vcli.errors import ConfigError, UsageError
+from vcli.logs import printable
 from vcli.spec import (
     Algorithm,
     CategoricalValueSpec,
@@ -92,6 +93,9 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
             raise decoder.error(f"{vpath}.values", "must list at least one value")
         if len(set(values)) != len(values):
             raise decoder.error(f"{vpath}.values", "values must be unique")
+        for j, value in enumerate(values):  # a newline forged trial-event lines; every trial's argv carries it
+            if re.search(r"[\x00-\x1f\x7f]", str(value)):
+                raise decoder.error(f"{vpath}.values[{j}]", f"must not contain control characters, found [{printable(str(value))}]")
         return build(CategoricalValueSpec, v), kind
     values = v.get("values", [])
     if not values:

@@ -129,19 +129,26 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
               trials: Sequence[Trial]) -> str:
     """Create an Optuna study at storage `url` holding `trials` (module docstring); returns
     its name. A storage that already has a study of that name is a UsageError naming it."""
+    check_lasting(url)
     try:
         import optuna
     except ImportError:
         raise UsageError("argument --to: exporting to an Optuna storage needs optuna: pip install optuna") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    shown, password = shown_url(url), _password(url)
+
+    def line(e: BaseException) -> str:
+        text = _first_line(e)
+        return text.replace(password, "***") if password else text
+
     directions = ["maximize" if m.goal == Goal.MAXIMIZE else "minimize" for m in spec.metrics]
     try:
         study = optuna.create_study(storage=url, study_name=study_name, directions=directions)
     except optuna.exceptions.DuplicatedStudyError:
-        raise UsageError(f"argument --to: {url} already has an Optuna study named [{study_name}]; "
+        raise UsageError(f"argument --to: {shown} already has an Optuna study named [{study_name}]; "
                          "delete it (optuna delete-study) or export to another storage") from None
     except Exception as e:  # the storage's own errors: a bad URL, no driver, no such directory, refused
-        raise InvalidValueError("--to", f"cannot open the Optuna storage {url}: {_first_line(e)}") from None
+        raise InvalidValueError("--to", f"cannot open the Optuna storage {shown}: {line(e)}") from None
     now = datetime.now()
     frozen = [_frozen(optuna, spec, params, t, number, now) for number, t in enumerate(trials)]
     try:
@@ -150,8 +157,39 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
             study.set_metric_names([m.metric_id for m in spec.metrics])
         study.add_trials(frozen)
     except Exception as e:  # the storage failed while writing (a full disk, a dropped connection)
-        raise InvalidValueError("--to", f"writing to the Optuna storage {url} failed: {_first_line(e)}") from None
+        raise InvalidValueError("--to", f"writing to the Optuna storage {shown} failed: {line(e)}") from None
     return study_name
+
+
+def _password(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def shown_url(url: str) -> str:
+    """A storage URL as vcli prints it: its password, if any, as ***."""
+    password = _password(url)
+    if not password:
+        return url
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{userinfo.replace(':' + password, ':***', 1)}{at}{host}"
+
+
+def check_lasting(url: str) -> None:
+    """Refuse an Optuna storage that keeps nothing: an in-memory SQLite database (`sqlite://`,
+    `sqlite:///`, `sqlite:///:memory:`) ends with vcli, and the export reported success."""
+    scheme, _, rest = url.partition("://")
+    if not scheme.lower().startswith("sqlite"):
+        return
+    database, _, query = rest.removeprefix("/").partition("?")
+    if database in ("", ":memory:") or "mode=memory" in query:
+        raise UsageError(f"argument --to: [{shown_url(url)}] is an in-memory SQLite database, which ends with vcli: "
+                         "name a file, such as sqlite:///optuna.db")
 
 
 def _first_line(e: BaseException) -> str:
