@@ -205,6 +205,27 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path) -> None:
+    # An impatient user's second Ctrl-C inside the stop's 3 s grace made vcli exit 130 "cancelled"
+    # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING.
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(home, "custom-jobs", "create", "--display-name=impatient",
+                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+        os.kill(proc.pid, signal.SIGINT)
+        read_stderr_until(proc, "Stopping 1 replica(s)", 30)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", job_id)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_cancel_with_the_shells_exit_code(tmp_path: Path, sig: int, code: int) -> None:
     """A foreground run that gets SIGTERM (a CI runner's timeout) or SIGHUP (its terminal closed)

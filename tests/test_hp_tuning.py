@@ -547,3 +547,39 @@ def test_a_trial_that_reported_only_nan_says_so(tmp_path: Path) -> None:
     assert r.returncode == 6, r.stderr[-2000:]
     reason = json.loads(r.stdout)["trials"][0]["infeasibleReason"]
     assert reason == "The trial reported the metric [score] only as values that are not finite numbers (inf, nan).", reason
+
+
+def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing(tmp_path: Path) -> None:
+    # The second Ctrl-C made vcli exit 130 "every trial was stopped" at once, with the trial's
+    # trainer (ignoring SIGTERM) still running and the study CANCELLING.
+    import signal
+    import textwrap
+
+    home = tmp_path / "home"
+    script = tmp_path / "stubborn.py"
+    script.write_text(textwrap.dedent("""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("acc=0.5 step=1", flush=True)
+        time.sleep(300)
+    """))
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=impatient", "--max-trial-count=2",
+                 "--algorithm=random-search", "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+                 "--metric=metric-id=acc,goal=maximize",
+                 "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x", f"--command=python3,{script}")
+    try:
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: any(t.get("measurements") for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])),
+                 60, "a measurement recorded")
+        [trial_job] = [t["customJob"].rsplit("/", 1)[-1] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]]
+        store = Store(home)
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: store.get_job(trial_job).state == "JOB_STATE_CANCELLING", 30, "the trial stopping", interval=0.01)
+        store.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", trial_job)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

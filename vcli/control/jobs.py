@@ -27,20 +27,9 @@ from vcli.executors import Executor, ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.spec import JobState, ReplicaState, RpcCode
 from vcli.store import Store, now_iso
 
-# The public names, with those that moved to `vcli.control.plan` re-exported: importers keep
-# finding them here.
-__all__ = [
-    "STOP_GRACE_SECONDS",
-    "WORKER_DRAIN_SECONDS",
-    "JobPlan",
-    "JobRun",
-    "Placer",
-    "local_placer",
-    "make_dirs",
-    "plan_job",
-    "run_job",
-    "with_trial_args",
-]
+# The public names; those that moved to `vcli.control.plan` are re-exported for importers.
+__all__ = ["STOP_GRACE_SECONDS", "WORKER_DRAIN_SECONDS", "JobPlan", "JobRun", "Placer", "local_placer", "make_dirs",
+           "plan_job", "run_job", "with_trial_args"]
 
 #: Seconds between SIGTERM and SIGKILL when vcli stops replicas (TF ignores SIGTERM).
 STOP_GRACE_SECONDS = 3.0
@@ -214,6 +203,12 @@ class JobRun:
             self._cancel.set()
             if not self.state.is_final():
                 self._set_state(JobState.JOB_STATE_CANCELLING)
+
+    def hurry(self) -> None:
+        """Ctrl-C again while stopping: kill every running replica now, not after the grace
+        period (leaving at once left a trainer that ignores SIGTERM running, the job CANCELLING)."""
+        if running := self._running_handles():
+            self.executor.stop(running, grace_seconds=0.0)
 
     # ------------------------------------------------------------------ polling
 
@@ -491,8 +486,13 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
             run.clock.sleep(interval)
     except KeyboardInterrupt:
         run.cancel()
-        while run.poll() is None:  # the replicas are stopped in the background: wait for it
-            run.clock.sleep(0.05)
+        while True:  # the replicas are stopped in the background: wait for it
+            try:
+                while run.poll() is None:
+                    run.clock.sleep(0.05)
+                break
+            except KeyboardInterrupt:  # Ctrl-C again: kill now, and still wait for the end
+                run.hurry()
         on_tick()
         raise
     except StoreError as e:

@@ -19,9 +19,7 @@ STOPPING (SIGTERM, then the executor's grace period) and ends SUCCEEDED with its
 measurement, as on Vertex. Its slot is free at once: the next trial starts while it winds down.
 
 With several metrics (a multi-objective study) the result is the Pareto front of the
-SUCCEEDED trials (`optimal_trials`), not one best trial.
-
-Trials that fail or finish without the metric are INFEASIBLE with a reason (Vertex has no
+SUCCEEDED trials (`optimal_trials`), not one best trial. Trials that fail or finish without the metric are INFEASIBLE with a reason (Vertex has no
 FAILED trial state) and count towards the failure budget.
 """
 
@@ -452,8 +450,12 @@ class StudyRun:
             self.request_stop(active, reason)
         deadline = self.clock.now() + 120
         while self.active and self.clock.now() < deadline:
-            self._poll_active()
-            self.clock.sleep(0.05)
+            try:
+                self._poll_active()
+                self.clock.sleep(0.05)
+            except KeyboardInterrupt:  # Ctrl-C while stopping: kill the trials now, still wait for them
+                for active in list(self.active.values()):
+                    active.run.hurry()
 
     # ------------------------------------------------------------------ records
 
