@@ -807,3 +807,33 @@ def test_an_inventory_entry_that_breaks_the_rules_is_named_and_can_be_removed(ru
     assert r.returncode == 0, r.stderr
     r = run_vcli("hosts", "list", "--format=value(name,address)", env=env)
     assert r.returncode == 0 and r.stdout == "ok1\t10.0.0.6\n", r.stderr
+
+
+_SLOW_IMPORT = '''
+import sys, time
+
+class _Slow:
+    """Holds `import vcli.cli.custom_jobs` for 3 s: Ctrl-C lands while vcli's modules import."""
+    def find_spec(self, name, path=None, target=None):
+        if name == "vcli.cli.custom_jobs":
+            print("importing", file=sys.stderr, flush=True)
+            time.sleep(3)
+        return None
+
+sys.meta_path.insert(0, _Slow())
+'''
+
+
+def test_ctrl_c_while_vcli_imports_is_one_line_and_exit_130(tmp_path):
+    # It was a KeyboardInterrupt traceback from `from vcli.cli import run`, and death by SIGINT.
+    import signal
+
+    (tmp_path / "sitecustomize.py").write_text(_SLOW_IMPORT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO_ROOT)]), VCLI_HOME=str(tmp_path / "h"))
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", "custom-jobs", "list"], env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stderr.readline() == "importing\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (130, "ERROR: (vcli) Interrupted.\n")
