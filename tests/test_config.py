@@ -238,6 +238,26 @@ def test_a_python_module_that_python_m_cannot_run_is_refused(pkg, tmp_path, modu
                         f"(dotted identifiers, such as trainer.task), received: [{module}]"), msg
 
 
+def test_numbers_in_string_fields_reach_the_trainer_as_written(tmp_path):
+    # They went through float and back: `2.10` became 2.1, `1e3` 1000.0 (int() refuses it),
+    # `1e-400` 0.0 and `1e999` inf, in YAML and in JSON alike.
+    args = ["--version", "2.10", "--steps", "1e3", "--eps", "1e-400", "--big", "1e999", "--hex", "0x1F", "--z", "007"]
+    for name, text in (("job.yaml", "args: [" + ", ".join(args) + "]"),
+                       ("job.json", "args: [" + ", ".join(a if a[0] != "-" else f'"{a}"' for a in args) + "]")):
+        spec = load(tmp_path, f"""
+            workerPoolSpecs:
+              - machineSpec: {{machineType: n1-standard-4}}
+                containerSpec:
+                  imageUri: python:3
+                  {text}
+                  env: [{{name: A, value: 0.10}}]
+                replicaCount: 1
+            """, name)
+        cs = spec.worker_pool_specs[0].container_spec
+        assert list(cs.args) == args and cs.env[0].value == "0.10"
+        assert type(spec.worker_pool_specs[0].replica_count) is int
+
+
 def test_local_only_keys_without_local_package_path():
     assert wps_error(f"machine-type=n1,container-image-uri={IMG},script=x.py,requirements=a;b,extra-dirs=d") == (
         WPS + "Keys [extra-dirs, requirements, script] are not allowed: Only allow to specify together with "

@@ -348,7 +348,7 @@ def _read(name: str, path: str, seen: tuple[str, ...]) -> list[tuple[str, Any]]:
     except OSError as e:
         raise _invalid(path, f"cannot read [{name}]: {e.strerror}.") from None
     try:
-        doc = parse_yaml(text, name, prefix="")
+        doc = parse_yaml(text, name, prefix="", keep_text=True)
     except ConfigError as e:
         raise _invalid(path, str(e)) from None
     pairs: list[tuple[str, Any]] = []
@@ -384,9 +384,9 @@ def _words(flag: str, value: Any, param: Any, path: str) -> list[str]:
 
 
 def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    from vcli.codec.yamlio import source_text
+
+    return source_text(value)  # `--args: [2.10]` is 2.10, not 2.1
 
 
 def _text(value: Any) -> str:

@@ -26,6 +26,7 @@ import typing
 from enum import Enum
 from typing import Any, Callable, Mapping, Union
 
+from vcli.codec.yamlio import source_text
 from vcli.errors import ConfigError
 from vcli.spec import CustomJobSpec, HyperparameterTuningJobSpec, Vertex
 
@@ -220,7 +221,7 @@ class Decoder:
             if kind == "map":
                 if not isinstance(value, dict):
                     raise self.error(path, "expected a mapping of strings")
-                return {str(k): str(v) for k, v in value.items()}
+                return {source_text(k): source_text(v) for k, v in value.items()}
             raise AssertionError(typ)
         if typ == "any":
             return value
@@ -236,9 +237,7 @@ class Decoder:
     def _decode_str(self, value: Any, path: str) -> str:
         if isinstance(value, (dict, list)) or value is None:
             raise self.error(path, "expected a string")
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        text = str(value)
+        text = source_text(value)  # a number as written: `2.10` is not 2.1, `1e3` not 1000.0
         if "\0" in text:  # no command, argument, variable, label or path can hold one
             raise self.error(path, "contains a NUL character")
         return text
@@ -247,7 +246,7 @@ class Decoder:
         if isinstance(value, bool):
             raise self.error(path, f"expected an integer, found [{value}]")
         if isinstance(value, int):
-            return value
+            return int(value)  # a plain int, not the document's SourceInt
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):

@@ -45,7 +45,7 @@ def load_document(path: str, *, stdin_text: Callable[[], str] | None = None) -> 
             raise ConfigError(f"Invalid value for [--config]: [{path}] is a directory, not a file.") from None
         except OSError as e:
             raise ConfigError(f"Invalid value for [--config]: cannot read [{path}]: {e.strerror}.") from None
-    return parse_yaml(text, source), source
+    return parse_yaml(text, source, keep_text=True), source
 
 
 def read_text(stream: Any, name: str, flag: str) -> str:
@@ -71,9 +71,32 @@ def read_text(stream: Any, name: str, flag: str) -> str:
                           f"offset {e.start}).") from None
 
 
-def _yaml_loader() -> Any:
+class SourceInt(int):
+    """An integer plain scalar that keeps the text the document wrote (`text`): a string field
+    (args, command, env values) takes that text, not the number's (`007`, `0x1F`)."""
+
+    text = ""
+
+
+class SourceFloat(float):
+    """Likewise a float: `2.10`, `1e3`, `1e-400` and `1e999` in args reached the trainer as
+    2.1, 1000.0, 0.0 and inf; now as written."""
+
+    text = ""
+
+
+def source_text(value: Any) -> str:
+    """How the document wrote a scalar: a number's own text, else `str(value)` (true/false
+    for booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return getattr(value, "text", "") or str(value)
+
+
+def _yaml_loader(keep_text: bool = False) -> Any:
     """vcli's YAML loader: libyaml's C parser when PyYAML has it (a 15 MB document in 3 s, not
-    30), else PyYAML's own; the same YAML 1.2 resolvers and int constructor either way."""
+    30), else PyYAML's own; the same YAML 1.2 resolvers and int constructor either way.
+    `keep_text`: numbers are SourceInt / SourceFloat, carrying their text."""
     import yaml
 
     base = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
@@ -102,11 +125,23 @@ def _yaml_loader() -> Any:
             mark = node.start_mark
             raise yaml.constructor.ConstructorError(
                 None, None, f"an integer of {len(text)} digits is out of range", mark)
-        if text.startswith(("0o", "0x")):
-            return int(text[2:], 8 if text[1] == "o" else 16)
-        return int(text, 10)
+        number = int(text[2:], 8 if text[1] == "o" else 16) if text.startswith(("0o", "0x")) else int(text, 10)
+        if not keep_text:
+            return number
+        out = SourceInt(number)
+        out.text = text
+        return out
+
+    def construct_float(loader: Any, node: Any) -> float:
+        number = base.construct_yaml_float(loader, node)
+        if not keep_text:
+            return number
+        out = SourceFloat(number)
+        out.text = loader.construct_scalar(node)
+        return out
 
     Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    Loader.add_constructor("tag:yaml.org,2002:float", construct_float)
 
     def construct_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
         # A key given twice is a mistake YAML's loaders resolve silently (the last wins): which
@@ -144,15 +179,16 @@ def _yaml_loader() -> Any:
     return Loader
 
 
-def parse_yaml(text: str, source: str, *, prefix: str = "Invalid value for [--config]: ") -> Any:
+def parse_yaml(text: str, source: str, *, prefix: str = "Invalid value for [--config]: ", keep_text: bool = False) -> Any:
     """YAML (or JSON) text -> Python values; a syntax error, nesting deeper than MAX_DEPTH or
     more than MAX_VALUES values is one ConfigError line (`prefix`, then `source` and the
-    problem, with its position where there is one)."""
+    problem, with its position where there is one). `keep_text`: numbers carry the text they
+    were written as (`SourceInt`, `SourceFloat`; read with `source_text`)."""
     import yaml
 
     too_deep = f"{prefix}{source} nests lists or mappings more than {MAX_DEPTH} levels deep."
     try:
-        doc = yaml.load(text, Loader=_yaml_loader())  # a (C)SafeLoader subclass: no arbitrary objects
+        doc = yaml.load(text, Loader=_yaml_loader(keep_text))  # a (C)SafeLoader subclass: no arbitrary objects
     except RecursionError:
         raise ConfigError(too_deep) from None
     except yaml.YAMLError as e:
@@ -202,5 +238,8 @@ def to_yaml(data: Any) -> str:
     Dumper.add_representer(str, str_presenter)
     # States and kinds are str enums; their text is their value.
     Dumper.add_multi_representer(Enum, lambda dumper, value: str_presenter(dumper, str(value.value)))
+    # A document's numbers kept as given (an unmodelled field's) print as numbers.
+    Dumper.add_representer(SourceInt, lambda dumper, value: dumper.represent_int(int(value)))
+    Dumper.add_representer(SourceFloat, lambda dumper, value: dumper.represent_float(float(value)))
     return yaml.dump(data, Dumper=Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=1000)
 
