@@ -114,6 +114,23 @@ def test_unknown_job_is_not_found(run_vcli, command):
     assert "[1234567890] was not found" in one_error_line(r, f"ERROR: (vcli.custom-jobs.{command}) ")
 
 
+@pytest.mark.parametrize("group,ref,arg", [
+    ("custom-jobs", "projects/local/locations/local/hyperparameterTuningJobs/1234567890", "CUSTOM_JOB"),
+    ("custom-jobs", "../1234567890", "CUSTOM_JOB"),
+    ("custom-jobs", "1234567890/", "CUSTOM_JOB"),
+    ("hp-tuning-jobs", "projects/p/locations/us-central1/customJobs/1234567890", "HP_TUNING_JOB"),
+])
+@pytest.mark.parametrize("command", ["describe", "cancel", "stream-logs", "resume"])
+def test_a_job_reference_of_another_collection_or_shape_is_refused(run_vcli, group, ref, arg, command):
+    # Only the last part of a reference was read: any prefix found the job (another collection's too).
+    r = run_vcli(group, command, ref)
+    assert r.returncode == 1, r.stderr
+    collection = "customJobs" if group == "custom-jobs" else "hyperparameterTuningJobs"
+    assert one_error_line(r, f"ERROR: (vcli.{group}.{command}) ") == (
+        f"Invalid value for [{arg}]: [{ref}] is neither a job id nor a resource name "
+        f"projects/PROJECT/locations/REGION/{collection}/ID.")
+
+
 def test_unknown_flag_is_a_usage_error_without_traceback(run_vcli):
     r = run_vcli("custom-jobs", "create", "--display-name=j", POOL, "--disk-size=100")
     assert r.returncode == 2
