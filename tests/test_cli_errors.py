@@ -131,6 +131,22 @@ def test_a_job_reference_of_another_collection_or_shape_is_refused(run_vcli, gro
         f"projects/PROJECT/locations/REGION/{collection}/ID.")
 
 
+@pytest.mark.parametrize("extra", ["--validate-only", "--executor=local"])
+def test_args_no_replica_could_start_with_are_refused_before_anything_runs(run_vcli, vcli_home, tmp_path, extra):
+    # 140 KB of args passed --validate-only, then every start failed with exit 3 (an executor
+    # error): CLUSTER_SPEC carries the job spec, and Linux caps one variable at 128 KiB.
+    flags = tmp_path / "flags.json"
+    flags.write_text(json.dumps({"--args": [f"--p{i}={'y' * 2000}" for i in range(70)]}))
+    r = run_vcli("custom-jobs", "create", "--display-name=big", POOL, "--command=true", f"--flags-file={flags}", extra)
+    assert r.returncode == 1, r.stderr
+    assert one_error_line(r, "ERROR: (vcli.custom-jobs.create) ").startswith(
+        "Invalid value for [workerPoolSpecs]: the replicas' CLUSTER_SPEC would be 14")
+    assert json.loads(run_vcli("custom-jobs", "list", "--format=json").stdout) == []
+    flags.write_text(json.dumps({"--args": [f"--x={'z' * 140000}"]}))  # one argument too long, whatever the env
+    r = run_vcli("custom-jobs", "create", "--display-name=big", POOL, "--command=true", f"--flags-file={flags}", extra)
+    assert r.returncode == 1 and "would be" in r.stderr, r.stderr
+
+
 def test_unknown_flag_is_a_usage_error_without_traceback(run_vcli):
     r = run_vcli("custom-jobs", "create", "--display-name=j", POOL, "--disk-size=100")
     assert r.returncode == 2

@@ -159,6 +159,28 @@ def _place(replicas: Sequence[ReplicaId], *, spec: CustomJobSpec, job_id: str, e
     return placements, addresses
 
 
+#: Linux's bound on one argument or NAME=VALUE string of a program it starts (MAX_ARG_STRLEN).
+MAX_EXEC_STRING = 131072
+
+
+def _check_exec_limits(env: Mapping[str, str], argv: Sequence[str]) -> None:
+    """Refuse what no replica could start with: one argument, or one variable, of 128 KiB or
+    more. CLUSTER_SPEC and TF_CONFIG carry the job's spec, its args, command and env included, so
+    140 KB of args passed --validate-only and then failed every start with exit 3 ("Argument
+    list too long"), an executor error."""
+    from vcli.errors import InvalidValueError
+
+    for name, value in env.items():
+        if (size := len(f"{name}={value}".encode())) >= MAX_EXEC_STRING:
+            raise InvalidValueError("workerPoolSpecs", f"the replicas' {name} would be {size} bytes, and Linux starts no "
+                                    f"program with a variable of {MAX_EXEC_STRING} bytes or more: {name} carries the "
+                                    "job's args, command and env, so pass large values in a file")
+    for word in argv:
+        if (size := len(word.encode())) >= MAX_EXEC_STRING:
+            raise InvalidValueError("workerPoolSpecs", f"an argument of {size} bytes is more than Linux passes to a "
+                                    f"program ({MAX_EXEC_STRING - 1} bytes at most): pass large values in a file")
+
+
 def _launch(ctx: _JobContext, replica: ReplicaId, placement: Placement) -> ReplicaLaunch:
     """The launch of one replica at `placement`: its pool's program, the Vertex env, its own paths."""
     pool = ctx.spec.worker_pool_specs[replica.pool_index]
@@ -176,6 +198,7 @@ def _launch(ctx: _JobContext, replica: ReplicaId, placement: Placement) -> Repli
         gpu_indices=_gpu_indices(pool, placement),
         user_env=_user_env(pool),
     )
+    _check_exec_limits(env, (*(cs.command if cs else ()), *_args(pool)))
     return ReplicaLaunch(
         job_id=ctx.job_id,
         trial_id=ctx.trial_id,
