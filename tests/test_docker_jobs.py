@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.harness.docker_env import ensure_docker
-from tests.helpers import clusters_from_stdout, describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
+from tests.helpers import (
+    clusters_from_stdout,
+    describe,
+    job_id_from_stderr,
+    read_stderr_until,
+    spawn,
+    vcli,
+    vcli_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -159,6 +170,20 @@ def test_autopackaged_job_with_script_and_requirements(client, tmp_path: Path) -
     assert "six 1." in r.stdout and "args ['--hello']" in r.stdout
     job_id = job_id_from_stderr(r.stderr)
     assert not _containers(client, job_id)
+
+
+def test_autopackaging_a_package_with_pipes_devices_and_non_utf8_names(client, tmp_path: Path) -> None:
+    # Hashing the build context opened the FIFO (a hang) and /dev/zero's node, and a non-UTF-8
+    # name failed the job with UnicodeEncodeError; pipes, sockets and devices are left out.
+    from tests.test_packages import _hostile_package
+
+    pkg = _hostile_package(tmp_path / "pkg")
+    r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--executor=docker", "--display-name=hostile",
+                        f"--worker-pool-spec={POOL},executor-image-uri=vcli-base:bookworm,local-package-path={pkg},"
+                        "python-module=task"],
+                       env=vcli_env(tmp_path / "home"), capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert b"files [b'link', b'task.py', b'\\xff\\xfe.txt']" in r.stdout
 
 
 def test_missing_image_is_one_clear_line(client, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import queue
 import re
 import shlex
 import socket
+import stat
 import tarfile
 import tempfile
 import threading
@@ -175,7 +176,12 @@ def _package_files(root: str) -> list[str]:
         parts = rel.replace(os.sep, "/").split("/")
         if any(p in _IGNORED_NAMES for p in parts) or rel.endswith(_IGNORED_SUFFIXES):
             continue
-        keep.append(rel)
+        try:
+            mode = os.lstat(os.path.join(root, rel)).st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):  # a FIFO hung the hash, /dev/zero never ended
+            keep.append(rel)
     return sorted(keep)
 
 
@@ -185,9 +191,9 @@ def _package_hash(root: str, files: Sequence[str], dockerfile: str, base_image_i
     h.update(base_image_id.encode())
     for rel in files:
         full = os.path.join(root, rel)
-        h.update(b"\0" + rel.encode())
+        h.update(b"\0" + os.fsencode(rel))  # names as bytes: a non-UTF-8 one is as valid as any
         if os.path.islink(full):
-            h.update(b"L" + os.readlink(full).encode())
+            h.update(b"L" + os.fsencode(os.readlink(full)))
         elif os.path.isdir(full):
             h.update(b"D")
         else:
