@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 from tests.helpers import describe, vcli, vcli_env
+from vcli.codec.flags import TRAINING_REGIONS
 
 TRAIN = """
 import json, os, sys, time
@@ -198,6 +199,8 @@ def test_arguments_a_notebook_gets_wrong_are_clear_errors_before_anything_runs(t
             "none": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=None),
             "name": lambda: aiplatform.CustomJob(display_name=123, worker_pool_specs=[pool]),
             "labels": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=[pool], labels=["x"]),
+            "label-key": lambda: aiplatform.CustomJob(display_name="j", worker_pool_specs=[pool], labels={"A B": "x"}),
+            "location": lambda: aiplatform.init(location="mars-central1"),
             "args": lambda: aiplatform.CustomJob.from_local_script(display_name="j", script_path="task.py",
                                                                    container_uri="python:3.11", args="--x=1"),
             "requirements": lambda: aiplatform.CustomJob.from_local_script(
@@ -218,6 +221,10 @@ def test_arguments_a_notebook_gets_wrong_are_clear_errors_before_anything_runs(t
         "none": "TypeError worker_pool_specs must be a list of dicts, one per pool, not NoneType",
         "name": "TypeError display_name must be a non-empty string, not 123",
         "labels": "TypeError labels must be a dict of strings, not list",
+        "label-key": "ValueError labels: Only lowercase letters, digits, '_' and '-' are allowed in keys, which must "
+                     "start with a letter and be at most 63 characters: [A B].",
+        "location": "ValueError location: Available values are [local, " + ", ".join(TRAINING_REGIONS) +
+                    "], but found [mars-central1].",
         "args": "TypeError args must be a list of strings, not a string: [--x=1]",
         "requirements": "TypeError requirements must be a list of strings, not a string: [numpy]",
     }, got
@@ -238,6 +245,7 @@ def test_study_arguments_are_refused_not_changed(tmp_path: Path) -> None:
             "categories": lambda: study({"x": hpt.CategoricalParameterSpec(values="abc")}),
             "selection": lambda: study({"x": hpt.DoubleParameterSpec(min=0, max=1)}, measurement_selection="median"),
             "integer": lambda: study({"x": hpt.IntegerParameterSpec(min=0.5, max=3)}).run(),
+            "not-a-spec": lambda: study({"lr": 5}),
         }
         for name, make in cases.items():
             try:
@@ -250,5 +258,7 @@ def test_study_arguments_are_refused_not_changed(tmp_path: Path) -> None:
     got = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in r.stdout.splitlines() if line.startswith("CASE ")}
     assert got["categories"] == "TypeError values must be a list, not str: 'abc'"
     assert got["selection"] == "ValueError measurement_selection must be 'best' or 'last', not 'median'"
+    assert got["not-a-spec"] == ("TypeError parameter_spec must map parameter ids to hyperparameter_tuning specs "
+                                 "(DoubleParameterSpec, ...), not 'lr': int")
     assert got["integer"].startswith("ConfigError") and "integerValueSpec.minValue" in got["integer"] \
         and "expected an integer, found [0.5]" in got["integer"], got["integer"]

@@ -52,7 +52,19 @@ def init(
     tracking_uri: str | None = None,
     executor: str | None = None,
 ) -> None:
-    """Set this process's defaults for the jobs it creates (Vertex's `aiplatform.init`)."""
+    """Set this process's defaults for the jobs it creates (Vertex's `aiplatform.init`).
+    `location` is checked as the CLI's `--region` is (`local` or a region Vertex trains in):
+    ValueError otherwise."""
+    if location is not None:
+        from vcli.codec.flags import check_region
+        from vcli.errors import InvalidValueError
+
+        if not isinstance(location, str):
+            raise TypeError(f"location must be a string, not {type(location).__name__}")
+        try:
+            check_region(location)
+        except InvalidValueError as e:  # mars-central1 was stored and printed in resource names
+            raise ValueError(f"location: {e.message}") from None
     for name, value in (("project", project), ("location", location), ("staging_bucket", staging_bucket),
                         ("experiment", experiment), ("tracking_uri", tracking_uri), ("executor", executor)):
         if value is not None:

@@ -74,6 +74,10 @@ class _Job:
             raise TypeError(f"display_name must be a non-empty string, not {display_name!r}")
         if labels is not None and not isinstance(labels, Mapping):
             raise TypeError(f"labels must be a dict of strings, not {type(labels).__name__}")
+        from vcli.codec.flags import label_problem
+
+        if labels and (problem := label_problem(labels)):  # the CLI's --labels rules (they were stored unchecked)
+            raise ValueError(f"labels: {problem}")
         self.display_name = check_display_name(display_name)
         self.labels = dict(labels or {})
         self._job_id: str | None = None
@@ -345,6 +349,10 @@ class HyperparameterTuningJob(_Job):
                     encryption_spec_key_name=encryption_spec_key_name)
         if search_algorithm not in _ALGORITHMS:
             raise ValueError(f"search_algorithm must be one of {list(_ALGORITHMS)}, not {search_algorithm!r}")
+        for pid, p in (parameter_spec.items() if isinstance(parameter_spec, Mapping) else [("", parameter_spec)]):
+            if not hasattr(p, "to_dict"):  # an AttributeError from inside vcli before
+                raise TypeError(f"parameter_spec must map parameter ids to hyperparameter_tuning specs "
+                                f"(DoubleParameterSpec, ...), not {pid!r}: {type(p).__name__}")
         self._doc = {
             "displayName": display_name,
             "studySpec": {

@@ -227,33 +227,10 @@ def _publish(ctx: Any) -> None:
     if values.get("project"):
         state["project"] = values["project"]
     if ctx.params.get("region"):
+        from vcli.codec.flags import check_region
+
         state["region"] = check_region(ctx.params["region"])
     note_no_effect(list(given.cloud_only.values()))
-
-
-#: The regions Vertex AI serves custom jobs and tuning in (gcloud's SUPPORTED_TRAINING_REGIONS),
-#: and vcli's own `local`. gcloud refuses any other `--region`; so does vcli.
-TRAINING_REGIONS = (
-    "africa-south1", "asia-east1", "asia-east2", "asia-northeast1", "asia-northeast2", "asia-northeast3",
-    "asia-south1", "asia-south2", "asia-southeast1", "asia-southeast2", "australia-southeast1",
-    "australia-southeast2", "europe-central2", "europe-north1", "europe-north2", "europe-southwest1",
-    "europe-west1", "europe-west10", "europe-west12", "europe-west2", "europe-west3", "europe-west4",
-    "europe-west6", "europe-west8", "europe-west9", "me-central1", "me-central2", "me-west1",
-    "northamerica-northeast1", "northamerica-northeast2", "northamerica-south1", "southamerica-east1",
-    "southamerica-west1", "us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1",
-    "us-west2", "us-west3", "us-west4",
-)
-
-
-def check_region(region: str) -> str:
-    """`region` if Vertex trains there (or it is `local`); else gcloud's error (exit 1)."""
-    from vcli.errors import InvalidValueError
-
-    if region != "local" and region not in TRAINING_REGIONS:
-        shown = region if len(region) <= 60 else region[:60] + "..."
-        raise InvalidValueError("region", f"Available values are [{', '.join(('local', *TRAINING_REGIONS))}], "
-                                          f"but found [{shown}].")
-    return region
 
 
 def note_no_effect(names: list[str], where: str = "") -> None:
