@@ -147,6 +147,15 @@ def test_args_no_replica_could_start_with_are_refused_before_anything_runs(run_v
     assert r.returncode == 1 and "would be" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("group", ["custom-jobs", "hp-tuning-jobs"])
+@pytest.mark.parametrize("size", ["-5", "0"])
+def test_a_page_size_below_one_is_refused_as_gcloud_does(run_vcli, group, size):
+    r = run_vcli(group, "list", f"--page-size={size}")
+    assert r.returncode == 2, r.stderr
+    assert one_error_line(r, f"ERROR: (vcli.{group}.list) ") == (
+        f"argument --page-size: Value must be greater than or equal to 1; received: {size}")
+
+
 def test_unknown_flag_is_a_usage_error_without_traceback(run_vcli):
     r = run_vcli("custom-jobs", "create", "--display-name=j", POOL, "--disk-size=100")
     assert r.returncode == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 import yaml
@@ -138,6 +139,20 @@ def test_bad_formats_are_usage_errors(bad):
     with pytest.raises(UsageError) as info:
         parse_format(bad)
     assert str(info.value).startswith("argument --format:")
+
+
+@pytest.mark.parametrize("bad,why", [
+    ("value(createTime.date(tz=Mars/Olympus))", "date() argument [tz] is not a time zone: [Mars/Olympus]"),
+    ("value(createTime.date(tz=../../../../etc/passwd))", "date() argument [tz] is not a time zone"),
+    ("value(createTime.date(tz_default=Nowhere/X))", "date() argument [tz_default] is not a time zone"),
+    ("value(createTime.duration(precision=-5))", "duration() argument [precision] must be an integer of 0 or more"),
+    ("value(name.slice(1:9:0))", "slice() STEP must not be zero"),
+])
+def test_transform_arguments_that_would_blank_every_row_are_refused(bad, why):
+    # Each printed an empty value for every row, with exit 0.
+    with pytest.raises(UsageError, match=re.escape(why)):
+        parse_format(bad)
+    assert out("value(createTime.date('%Y', tz=Europe/Paris), name.segment(-1), name.slice(0:4:2))", JOBS[:1]) != ""
 
 
 # --------------------------------------------------------------------------- filter, sort

@@ -17,6 +17,7 @@ from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
     LogPrinter,
     check_format,
+    check_page_size,
     emit,
     exit_code_for,
     finish_cancel,
@@ -393,6 +394,7 @@ def list_(
     uri: o.Uri = False,
 ) -> None:
     """List custom jobs (YAML documents by default, as gcloud)."""
+    check_page_size(page_size)
     from vcli.resources import custom_job_resource
     from vcli.store import Store
 

@@ -19,6 +19,7 @@ from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelectio
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
     check_format,
+    check_page_size,
     emit,
     exit_code_for,
     finish_cancel,
@@ -284,6 +285,7 @@ def list_(
     uri: o.Uri = False,
 ) -> None:
     """List hyperparameter tuning jobs."""
+    check_page_size(page_size)
     from vcli.resources import hp_tuning_job_resource
     from vcli.store import Store
 

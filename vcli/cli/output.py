@@ -65,6 +65,14 @@ def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Op
     emit(resources, fmt, is_list=True)
 
 
+def check_page_size(page_size: Optional[int]) -> None:
+    """`--page-size` as gcloud: at least 1 (vcli lists every job at once, but -5 was taken)."""
+    from vcli.errors import UsageError
+
+    if page_size is not None and page_size < 1:
+        raise UsageError(f"argument --page-size: Value must be greater than or equal to 1; received: {page_size}")
+
+
 def check_format(fmt: Optional[str]) -> None:
     """Reject a bad --format before anything runs (not after a whole job)."""
     if fmt:

@@ -442,6 +442,23 @@ def _check_slice(call: Call, src: str, flag: str) -> None:
     op = call.args[0] if call.args else dict(call.kwargs).get("op", ":")
     if not re.fullmatch(r"\s*-?\d{0,9}\s*(:\s*-?\d{0,9}\s*){0,2}", op):
         raise UsageError(f"argument {flag}: [{src}]: slice() takes START:END[:STEP], e.g. slice(0:2)")
+    if op.count(":") == 2 and re.fullmatch(r"-?0+", op.rsplit(":", 1)[1].strip()):  # every row blank before
+        raise UsageError(f"argument {flag}: [{src}]: slice() STEP must not be zero")
+
+
+def _check_zones(call: Call, src: str, flag: str) -> None:
+    """`date(tz=, tz_default=)` name time zones this machine knows (LOCAL, UTC, or an IANA name):
+    `tz=Mars/Olympus` printed every row blank."""
+    values = dict(call.kwargs)
+    for i, name in ((3, "tz"), (4, "tz_default")):
+        zone = values.get(name, call.args[i] if i < len(call.args) else "").strip()
+        if zone and zone.upper() not in ("LOCAL", "UTC"):
+            from zoneinfo import ZoneInfo
+
+            try:
+                ZoneInfo(zone)
+            except (KeyError, ValueError, OSError):  # not found (a KeyError), or not a zone name (../x)
+                raise UsageError(f"argument {flag}: [{src}]: date() argument [{name}] is not a time zone: [{zone}]") from None
 
 
 #: The widest field or precision `format()` accepts: `{0:>999999999}` made a 2 GB string.
@@ -474,20 +491,25 @@ def _check_format(call: Call, src: str, flag: str) -> None:
         parse_key(k, flag)
 
 
-def _check_ints(*names: str) -> Callable[[Call, str, str], None]:
+def _check_ints(*names: str, negative: bool = False) -> Callable[[Call, str, str], None]:
+    """Each of `names` (by keyword or position) is an integer; `negative`: may be below 0 (a
+    segment index; `precision=-5` printed every row blank)."""
+    pattern = r"-?\d{1,6}" if negative else r"\d{1,6}"
+
     def check(call: Call, src: str, flag: str) -> None:
         values = dict(call.kwargs)
         for i, name in enumerate(names):
             v = values.get(name, call.args[i] if i < len(call.args) else None)
-            if v is not None and not re.fullmatch(r"-?\d{1,6}", v.strip()):
-                raise UsageError(f"argument {flag}: [{src}]: {call.name}() argument [{name}] must be an integer")
+            if v is not None and not re.fullmatch(pattern, v.strip()):
+                kind = "an integer" if negative else "an integer of 0 or more"
+                raise UsageError(f"argument {flag}: [{src}]: {call.name}() argument [{name}] must be {kind}")
     return check
 
 
 #: gcloud transforms vcli implements (`gcloud topic projections`); every other is refused.
 TRANSFORMS: dict[str, Transform] = {
     "basename": Transform(_basename, ("undefined",), max_args=1),
-    "date": Transform(_date, ("format", "unit", "undefined", "tz", "tz_default"), max_args=5),
+    "date": Transform(_date, ("format", "unit", "undefined", "tz", "tz_default"), max_args=5, check=_check_zones),
     "duration": Transform(_duration, ("start", "end", "parts", "precision", "unit", "undefined"), max_args=0,
                           takes_undefined=False, check=_check_ints("parts", "precision")),
     "extract": Transform(_extract, (), min_args=1),
@@ -501,7 +523,7 @@ TRANSFORMS: dict[str, Transform] = {
     "lower": Transform(_lower, ("undefined",), max_args=0),
     "map": Transform(lambda v, _r: v, (), max_args=0),
     "notnull": Transform(_notnull, (), max_args=0),
-    "segment": Transform(_segment, ("index", "undefined"), max_args=2, check=_check_ints("index")),
+    "segment": Transform(_segment, ("index", "undefined"), max_args=2, check=_check_ints("index", negative=True)),
     "slice": Transform(_slice, ("op", "undefined"), max_args=1, check=_check_slice),
     "sort": Transform(_sort, ("attr", "undefined"), max_args=1),
     "split": Transform(_split, ("sep", "undefined"), max_args=1),
