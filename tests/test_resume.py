@@ -453,3 +453,26 @@ def test_resume_of_a_study_killed_while_cancelling_starts_no_trial(tmp_path: Pat
     assert study["state"] == "JOB_STATE_CANCELLED"
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"]  # it had reported; no second trial
     assert not processes_with_env("VCLI_JOB_ID", trial_job)
+
+
+def test_cancel_of_a_job_whose_controller_is_stopped_says_so_at_once(tmp_path: Path) -> None:
+    # It waited 2 minutes, stopped nothing and exited 0 ("still stopping").
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", "--display-name=suspended",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}", STEP_SECONDS="300")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+        os.kill(proc.pid, signal.SIGSTOP)
+        r = vcli(home, "custom-jobs", "cancel", job_id, timeout=30)
+        assert r.returncode == 8, r.stderr
+        assert f"(pid {proc.pid}) is stopped (Ctrl-Z or SIGSTOP): the cancel takes effect when it continues" in r.stderr
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=60) == 5  # it continued, saw the cancel, and ended the job
+        assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
+        assert not processes_with_env("VCLI_JOB_ID", job_id)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -129,6 +129,13 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
         return
     err(f"Request to cancel {what} [{shown(row.name)}] has been sent.")
     if cancel.controller_alive(row):
+        if cancel.controller_stopped(row):  # it waited 2 minutes, stopped nothing, and exited 0
+            from vcli.errors import ControllerConflictError
+
+            pid = row.controller_pid
+            raise ControllerConflictError(f"The vcli process that runs {what} [{shown(row.name)}] (pid {pid}) is stopped "
+                                          f"(Ctrl-Z or SIGSTOP): the cancel takes effect when it continues (`fg` in its "
+                                          f"terminal, or `kill -CONT {pid}`).")
         if not wait:
             return
         state = cancel.wait_for_end(store, row.id)

@@ -46,6 +46,18 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
+def controller_stopped(row: JobRow) -> bool:
+    """Is the job's live controller stopped (Ctrl-Z, SIGSTOP, a debugger)? It honours a cancel
+    only once it continues."""
+    try:
+        with open(f"/proc/{row.controller_pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    fields = data[data.rfind(b")") + 2:].split()
+    return bool(fields) and fields[0] in (b"T", b"t")
+
+
 def controller_alive(row: JobRow) -> bool:
     """Is the vcli process that runs this job still there (same pid, same start time)?"""
     if not row.controller_pid:
