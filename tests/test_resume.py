@@ -476,3 +476,37 @@ def test_cancel_of_a_job_whose_controller_is_stopped_says_so_at_once(tmp_path: P
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+ALWAYS_FAILING_WORKER = """
+    import json, os, sys, time
+    if json.loads(os.environ["CLUSTER_SPEC"])["task"]["type"] == "workerpool0":
+        time.sleep(300)
+    time.sleep(2)
+    sys.exit(1)
+"""
+
+
+def test_resume_counts_the_restarts_an_earlier_controller_made(tmp_path: Path) -> None:
+    # restartJobOnWorkerRestart allows 3 restarts; a resumed job got 3 more (5 runs, not 4).
+    home = tmp_path / "home"
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(ALWAYS_FAILING_WORKER))
+    cfg = tmp_path / "job.yaml"
+    pool = ("  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n"
+            f"    containerSpec: {{imageUri: x, command: [python3, {script}]}}\n")
+    cfg.write_text(f"workerPoolSpecs:\n{pool}{pool}scheduling:\n  restartJobOnWorkerRestart: true\n")
+    proc = spawn(home, "custom-jobs", "create", "--display-name=restarts", f"--config={cfg}")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        read_stderr_until(proc, "restart 2 of at most 3", 120)
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    assert r.returncode == 6, r.stderr
+    restarts = [line for line in r.stderr.splitlines() if line.startswith("Restarting job")]
+    assert len(restarts) == 1 and "restart 3 of at most 3" in restarts[0], r.stderr
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
+    assert not processes_with_env("VCLI_JOB_ID", job_id)

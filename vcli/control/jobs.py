@@ -130,6 +130,7 @@ class JobRun:
         one. `running_for` is how long the job had been running (its timeout counts it).
         """
         self._started_at = self.clock.now() - running_for
+        self.restarts = recovery.restarts_so_far(self)
         self._replicas = []
         for launch in self.plan.launches:
             self._replicas.append(self._adopt(launch, stored.get(launch.task_name), final))
@@ -205,8 +206,7 @@ class JobRun:
                 self._set_state(JobState.JOB_STATE_CANCELLING)
 
     def hurry(self) -> None:
-        """Ctrl-C again while stopping: kill every running replica now, not after the grace
-        period (leaving at once left a trainer that ignores SIGTERM running, the job CANCELLING)."""
+        """Ctrl-C again while stopping: kill every running replica now, not after the grace period."""
         if running := self._running_handles():
             self.executor.stop(running, grace_seconds=0.0)
 

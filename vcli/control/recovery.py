@@ -38,6 +38,23 @@ def restart_allowed(run: JobRun) -> bool:
             and run.plan.replan is not None and run.restarts < MAX_JOB_RESTARTS)
 
 
+def restarts_so_far(run: JobRun) -> int:
+    """How many times an earlier controller restarted this job (`resume`): each restart is
+    noted in every replica's log (`restart_message`), so the chief's log counts them. A resumed
+    job restarted 3 more times (5 runs of a trainer, not at most 4)."""
+    import re
+
+    from vcli.logs import read_records
+
+    sched = run.plan.spec.scheduling
+    if sched is None or not sched.restart_job_on_worker_restart or not run.plan.launches:
+        return 0
+    launch = run.plan.launches[0]
+    found = [int(m.group(1)) for r in read_records(launch.log_path, launch.task_name)
+             if r.stream == "vcli" and (m := re.search(r"\(restartJobOnWorkerRestart; restart (\d+) of at most", r.message))]
+    return max(found, default=0)
+
+
 def restart_message(run: JobRun, task_name: str, status: ReplicaStatus) -> str:
     detail = f" ({status.message})" if status.message else ""
     return (f"Restarting job {run.job_id}: replica {task_name} exited with code {status.exit_code}{detail} "
