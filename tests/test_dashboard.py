@@ -356,3 +356,23 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
             assert browser.requests and all(u.startswith((base, "data:")) for u in browser.requests), browser.requests
             (gate / "go-2").touch()
             assert study.wait(timeout=60) == 0
+
+
+def test_clients_that_go_away_mid_response_leave_the_terminal_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each was a 20-line socketserver traceback (BrokenPipeError / ConnectionResetError): a tab
+    # closed while a big study page loads (a probe saw 2,540 after a slowloris client died).
+    # The server's own error hook, with the errors the socket raises mid-write:
+    from vcli.dashboard.server import DashboardServer
+
+    server = DashboardServer(("127.0.0.1", 0), reader=None, loopback_only=True)  # type: ignore[arg-type]
+    try:
+        for error in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "Connection reset by peer"),
+                      TimeoutError("timed out"), ValueError("a bug\nsecond line")):
+            try:
+                raise error
+            except Exception:
+                server.handle_error(None, ("127.0.0.1", 5555))
+    finally:
+        server.server_close()
+    err = capsys.readouterr().err
+    assert err == "ERROR: (vcli.dashboard) a request from 127.0.0.1 failed: ValueError: a bug\n", err

@@ -323,3 +323,16 @@ def test_help_imports_no_plotting_library(tmp_path: Path, argv: list[str]) -> No
                        text=True, timeout=60, stdin=subprocess.DEVNULL)
     (line,) = [line for line in r.stdout.splitlines() if line.startswith("@@")]
     assert json.loads(line[2:]) == [], r.stderr
+
+
+def test_values_in_a_script_the_font_lacks_leave_stderr_one_line(tmp_path: Path) -> None:
+    # matplotlib warned twice per figure for each missing glyph: 30 lines naming vcli's source.
+    home = tmp_path / "cjk"
+    sid, _, _ = script_study(home, tmp_path, TRAINER, "--metric=metric-id=score,goal=maximize",
+                             "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
+                             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                             "--parameter-spec=parameter-id=kind,values=日本語;b",
+                             "--algorithm=random-search", "--max-trial-count=3", "--seed=3")
+    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Wrote "), r.stderr

@@ -66,6 +66,15 @@ class DashboardServer(ThreadingHTTPServer):
         self.reader = reader
         self.loopback_only = loopback_only
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-response (a closed tab) is nothing to report; anything
+        else is one line, never socketserver's traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        line = f"{type(error).__name__}: {error}".splitlines()[0] if error else "unknown error"
+        print(f"ERROR: (vcli.dashboard) a request from {client_address[0]} failed: {line}", file=sys.stderr, flush=True)
+
 
 class Handler(BaseHTTPRequestHandler):
     server: DashboardServer

@@ -101,6 +101,11 @@ def matplotlib() -> Any:
         import matplotlib
     except ImportError:
         raise UsageError("Plots need matplotlib: pip install 'vcli[plot]'.") from None
+    import warnings
+
+    # A parameter value in a script the font lacks (日本語) is drawn as boxes; matplotlib's
+    # warning about it, twice per figure with a source path, flooded plot's and the dashboard's stderr.
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
     return matplotlib
 
 
