@@ -8,6 +8,7 @@ controller's rules can be checked in seconds.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -513,8 +514,13 @@ def test_reports_vertex_could_not_store_are_skipped_never_a_crash(tmp_path: Path
     (trial,) = study["trials"]
     assert trial["state"] == "SUCCEEDED", trial
     # the NaN report once (not once per poll), then step 2; no infinite or 40-digit step
-    assert [(m["stepCount"], m["metrics"][0].get("value")) for m in trial["measurements"]] == [("1", "nan"), ("2", 0.75)], \
+    assert [(m["stepCount"], m["metrics"][0].get("value")) for m in trial["measurements"]] == [("1", "NaN"), ("2", 0.75)], \
         trial["measurements"]
+    # proto3's JSON spelling, which Vertex's own protos parse (they refuse Python's "nan")
+    from google.protobuf import descriptor_pb2, json_format
+
+    value = trial["measurements"][0]["metrics"][0]["value"]
+    assert math.isnan(json_format.Parse(json.dumps({"doubleValue": value}), descriptor_pb2.UninterpretedOption()).double_value)
     r = vcli(home, "hp-tuning-jobs", "export", sid, f"--to={tmp_path / 't.parquet'}")
     assert r.returncode == 0, r.stderr
 

@@ -187,3 +187,18 @@ def test_a_damaged_row_is_one_line_not_a_traceback(tmp_path: Path, sql: str, whe
         assert r.returncode == STORE_UNAVAILABLE, r.stderr
         line = one_line_error(r.stderr)
         assert f"vcli's store has a damaged record ({where.format(job=job)}" in line, line
+
+
+def test_a_relative_home_works_for_the_read_only_store_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dashboard's read-only open built a file: URI from a relative VCLI_HOME: every page a
+    # 500 ("relative path can't be expressed as a file URI") while `list` worked.
+    from vcli.enums import JobKind
+    from vcli.store import Store, default_home
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VCLI_HOME", "home")
+    assert default_home() == tmp_path / "home"
+    Store().close()
+    for store in (Store(readonly=True), Store("home", readonly=True)):
+        assert store.home == tmp_path / "home" and store.list_jobs(JobKind.CUSTOM_JOB) == []
+        store.close()

@@ -88,8 +88,8 @@ def now_iso() -> str:
 
 def default_home() -> Path:
     env = os.environ.get("VCLI_HOME")
-    if env:
-        return Path(env).expanduser()
+    if env:  # absolute: the store records paths under it, and the dashboard opens it by URI
+        return Path(os.path.abspath(os.path.expanduser(env)))
     xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(xdg) / "vcli"
 
@@ -182,7 +182,7 @@ class Store:
     """
 
     def __init__(self, home: Path | str | None = None, *, readonly: bool = False) -> None:
-        self.home = Path(home) if home is not None else default_home()
+        self.home = Path(os.path.abspath(home)) if home is not None else default_home()
         self.db_path = self.home / "vcli.db"
         self._lock = threading.RLock()
         if readonly:

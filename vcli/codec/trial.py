@@ -51,10 +51,15 @@ def json_value(spec: ParameterSpec, value: ParameterValue) -> ParameterValue:
     return value
 
 
+#: proto3's JSON for a double that is not finite (what Vertex prints and `json_format` parses;
+#: it refuses Python's "nan" and "inf"). Python's float() reads both spellings back.
+_PROTO_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     d: dict[str, Any] = {
         "stepCount": str(m.step_count),
-        "metrics": [{"metricId": k, "value": v if math.isfinite(v) else str(v)} for k, v in m.metrics.items()],
+        "metrics": [{"metricId": k, "value": v if math.isfinite(v) else _PROTO_JSON[str(v)]} for k, v in m.metrics.items()],
     }
     if m.elapsed_seconds is not None:
         d["elapsedDuration"] = f"{m.elapsed_seconds:.3f}s"
