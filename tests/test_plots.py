@@ -336,3 +336,18 @@ def test_values_in_a_script_the_font_lacks_leave_stderr_one_line(tmp_path: Path)
     r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("Wrote "), r.stderr
+
+
+def test_names_and_values_are_text_never_tex(tmp_path: Path) -> None:
+    # `$\foo$` as a category crashed plot (a 130-line ParseException traceback); `a$b$c` was
+    # drawn as abc with an italic b.
+    home = tmp_path / "tex"
+    trainer = TRAINER.replace('args["kind"] == "b"', 'args["kind"] == "a$b$c"')
+    sid, _, _ = script_study(home, tmp_path, trainer, "--metric=metric-id=score,goal=maximize",
+                             "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
+                             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
+                             "--parameter-spec=parameter-id=kind,values=$\\foo$;a$b$c",
+                             "--algorithm=random-search", "--max-trial-count=3", "--seed=3")
+    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Wrote "), r.stderr[-2000:]

@@ -197,3 +197,14 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, width: int) -> None:
     ended = [f for f in frames if "pty-study SUCCEEDED  40/40 done · 0 active" in f]
     assert ended, frames[-1]
     assert "finished:JOB_STATE_SUCCEEDED" in re.sub(r"\s+", "", frames[-1])  # (wrapped at 60 columns)
+
+
+@pytest.mark.parametrize("stamp", ["nan", "inf", "1e300", "-1e20"])
+def test_a_log_record_with_an_impossible_time_is_not_a_record(tmp_path, stamp) -> None:
+    # stream-logs crashed on it (a traceback) and the dashboard's whole log page was a 500.
+    from vcli.logs import Follower, read_records
+
+    log = tmp_path / "replica.log"
+    log.write_text(f"1700000000.5\tstdout\tbefore\n{stamp}\tstdout\tforged\n1700000001.5\tstdout\tafter\n")
+    assert [r.message for r in read_records(str(log), "workerpool0-0")] == ["before", "after"]
+    assert [r.message for r in Follower([("workerpool0-0", str(log))]).poll()] == ["before", "after"]

@@ -71,6 +71,8 @@ def parse_line(line: str, task_name: str) -> LogRecord | None:
         ts = float(parts[0])
     except ValueError:
         return None
+    if not 0 <= ts < 32503680000:  # nan, inf, 1e300: not a time (stream-logs crashed, the dashboard's log page was a 500)
+        return None
     return LogRecord(ts, parts[1], task_name, parts[2])
 
 

@@ -56,6 +56,7 @@ def check_host(host: str, allow_remote: bool) -> None:
 class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True  # a slow client never holds up Ctrl-C
     allow_reuse_address = True
+    request_queue_size = 128  # socketserver's 5 left some of 200 clients connecting at once unanswered
 
     def __init__(self, address: tuple[str, int], reader: Reader, *, loopback_only: bool) -> None:
         if ":" in address[0]:

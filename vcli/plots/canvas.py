@@ -106,6 +106,9 @@ def matplotlib() -> Any:
     # A parameter value in a script the font lacks (日本語) is drawn as boxes; matplotlib's
     # warning about it, twice per figure with a source path, flooded plot's and the dashboard's stderr.
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+    # Names and values are text, never TeX: `$\foo$` as a category crashed the report (a
+    # 130-line ParseException traceback) and `a$b$c` was drawn as abc with an italic b.
+    matplotlib.rcParams["text.parse_math"] = False
     return matplotlib
 
 
