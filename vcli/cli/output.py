@@ -124,6 +124,7 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
     """`cancel`: flag the job; wait for its live controller to end it, or stop what a dead one left."""
     from vcli.control import cancel
 
+    was_cancelling = row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING
     if not cancel.request_cancel(store, row):
         err(f"{what} [{shown(row.name)}] has already ended ({row.state}); nothing to cancel.")
         return
@@ -141,7 +142,7 @@ def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
         state = cancel.wait_for_end(store, row.id)
         err(f"{what} [{shown(row.name)}] is now {state.value}." if state else f"{what} [{shown(row.name)}] is still stopping; check with describe.")
         return
-    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
+    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"), cancelled=was_cancelling)
     now = store.get_job(row.id)
     state = now.state if now is not None else JobState.JOB_STATE_CANCELLED.value
     why = " (its replicas had all ended on their own)" if state != JobState.JOB_STATE_CANCELLED.value else ""
@@ -157,12 +158,9 @@ def finish_cancel(store: Any, row: Any, what: str) -> int:
 
     err(f"{what} [{shown(row.name)}] was being cancelled when its vcli process died: "
         "finishing the cancel, not resuming it.")
-    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"))
-    now = store.get_job(row.id)
-    state = JobState(now.state) if now is not None else JobState.JOB_STATE_CANCELLED
-    why = " (its replicas had all ended on their own)" if state != JobState.JOB_STATE_CANCELLED else ""
-    err(f"{what} [{shown(row.name)}] is now {state.value}{why}.")
-    return exit_code_for(state)
+    cancel.stop_orphaned(store, row, on_warning=lambda msg: err(f"WARNING: {msg}"), cancelled=True)
+    err(f"{what} [{shown(row.name)}] is now {JobState.JOB_STATE_CANCELLED.value}.")
+    return exit_code_for(JobState.JOB_STATE_CANCELLED)
 
 
 class LogPrinter:

@@ -133,22 +133,25 @@ def _orphan_outcome(store: Store, job: JobRow) -> tuple[JobState, dict | None]:
                                        "while no vcli process watched it."}
 
 
-def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float = 3.0) -> None:
+def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float = 3.0,
+                  cancelled: bool = False) -> None:
     """Stop what a dead controller left of `row` (and of its trial jobs); mark them CANCELLED
     (a custom job whose replicas had all ended on their own: SUCCEEDED or FAILED, as `resume`
-    would have recorded).
+    would have recorded; CANCELLED all the same when `cancelled`: the cancel was asked before
+    the controller died, and its stop may have ended them).
 
     Replicas are stopped and released through the executor named in each stored handle. A
     failure to stop one executor's replicas is reported through `on_warning` and the others
     are still stopped: the job is marked CANCELLED either way, as nobody else will.
     """
     for job in [row, *store.child_jobs(row.id)]:
-        _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds)
+        _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds, cancelled=cancelled)
     if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
         _close_open_trials(store, row)
 
 
-def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float) -> None:
+def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float,
+                       cancelled: bool = False) -> None:
     """Stop and record one job's leftover replicas, executor by executor, then record the job's
     final state (`_orphan_outcome`) unless it already has one."""
     for name, pairs in _unended_replicas(store, job.id).items():
@@ -157,7 +160,8 @@ def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str],
         except Exception as e:  # report and go on with the other executors
             on_warning(f"could not stop replicas of job {job.id} ({name}): {e}")
     if not has_ended(job):
-        state, error = _orphan_outcome(store, job)
+        state, error = (JobState.JOB_STATE_CANCELLED, {"code": RpcCode.CANCELLED, "message": "CANCELED"}) if cancelled \
+            else _orphan_outcome(store, job)
         store.set_state(job.id, state, error=error)
 
 

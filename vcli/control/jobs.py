@@ -147,23 +147,22 @@ class JobRun:
             self._set_state(JobState.JOB_STATE_RUNNING)
 
     def _adopt(self, launch: ReplicaLaunch, row: Any, final: _Ending | None) -> _Replica:
-        """The replica of `launch` as its stored `row` left it (None: no row).
-
-        One with a handle is taken as it is, never restarted: an ended one keeps its exit (a
-        chief that succeeded starts the workers' drain now), a running one is handed to the
-        executor to watch unless the job has already ended. One without is `find`-ed (a
-        controller killed before it recorded the handle), else stays unstarted."""
+        """The replica of `launch` as its stored `row` left it (None: no row). One with a handle is
+        taken as it is, never restarted: a running one, or a FAILED one (its controller died before
+        failing or restarting the job for it), is handed to the executor to poll unless the job has
+        ended; another ended one keeps its exit (a chief that succeeded starts the workers' drain).
+        One without is `find`-ed (a controller killed before it recorded the handle), else unstarted."""
         r = _Replica(launch=launch)
         if row is None or not row.handle:
             r.handle = recovery.found(self, launch) if final is None else None
             return r
         r.handle = ReplicaHandle.from_json(row.handle)
-        if row.state.is_final():
+        if final is None and (row.state == ReplicaState.FAILED or not row.state.is_final()):
+            self.executor.adopt(r.handle, launch)
+        elif row.state.is_final():
             r.done, r.exit_code = True, row.exit_code
             if row.state == ReplicaState.SUCCEEDED and launch.replica.pool_index == 0:
                 self._chief_done_at = self.clock.now()
-        elif final is None:
-            self.executor.adopt(r.handle, launch)
         return r
 
     def _launch_in_background(self) -> None:
