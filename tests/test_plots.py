@@ -325,15 +325,20 @@ def test_help_imports_no_plotting_library(tmp_path: Path, argv: list[str]) -> No
     assert json.loads(line[2:]) == [], r.stderr
 
 
-def test_values_in_a_script_the_font_lacks_leave_stderr_one_line(tmp_path: Path) -> None:
-    # matplotlib warned twice per figure for each missing glyph: 30 lines naming vcli's source.
-    home = tmp_path / "cjk"
-    sid, _, _ = script_study(home, tmp_path, TRAINER, "--metric=metric-id=score,goal=maximize",
+def _plot_kinds(tmp_path: Path, trainer: str, kinds: str) -> subprocess.CompletedProcess[str]:
+    """`plot` of a 3-trial study over x, n and the categorical `kind` with values `kinds`."""
+    home = tmp_path / "kinds"
+    sid, _, _ = script_study(home, tmp_path, trainer, "--metric=metric-id=score,goal=maximize",
                              "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
                              "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
-                             "--parameter-spec=parameter-id=kind,values=日本語;b",
+                             f"--parameter-spec=parameter-id=kind,values={kinds}",
                              "--algorithm=random-search", "--max-trial-count=3", "--seed=3")
-    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
+    return _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
+
+
+def test_values_in_a_script_the_font_lacks_leave_stderr_one_line(tmp_path: Path) -> None:
+    # matplotlib warned twice per figure for each missing glyph: 30 lines naming vcli's source.
+    r = _plot_kinds(tmp_path, TRAINER, "日本語;b")
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("Wrote "), r.stderr
 
@@ -341,13 +346,6 @@ def test_values_in_a_script_the_font_lacks_leave_stderr_one_line(tmp_path: Path)
 def test_names_and_values_are_text_never_tex(tmp_path: Path) -> None:
     # `$\foo$` as a category crashed plot (a 130-line ParseException traceback); `a$b$c` was
     # drawn as abc with an italic b.
-    home = tmp_path / "tex"
-    trainer = TRAINER.replace('args["kind"] == "b"', 'args["kind"] == "a$b$c"')
-    sid, _, _ = script_study(home, tmp_path, trainer, "--metric=metric-id=score,goal=maximize",
-                             "--parameter-spec=parameter-id=x,type=double,min=0.01,max=1,scale=log",
-                             "--parameter-spec=parameter-id=n,type=integer,min=1,max=4",
-                             "--parameter-spec=parameter-id=kind,values=$\\foo$;a$b$c",
-                             "--algorithm=random-search", "--max-trial-count=3", "--seed=3")
-    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'r.html'}")
+    r = _plot_kinds(tmp_path, TRAINER.replace('args["kind"] == "b"', 'args["kind"] == "a$b$c"'), "$\\foo$;a$b$c")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("Wrote "), r.stderr[-2000:]

@@ -29,32 +29,31 @@ WAIT_SECONDS = 120.0
 #: Replica states with a recorded end: nothing of theirs is left to stop.
 
 
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name (which may itself hold spaces and
+    ')'): [0] is the state, [19] the start time; empty if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    return data[data.rfind(b")") + 2:].split()
+
+
 def process_start_time(pid: int) -> str | None:
     """The kernel's start time of `pid` (clock ticks since boot, as text); None if it is gone,
     or a zombie: a process killed with `kill -9` stays in the table until its parent reaps it
     (for ever under a parent that never does), but it controls nothing any more."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        # Fields 3 (state) and 22 (start time), counted after the command name, which may
-        # itself hold spaces and ')'.
-        fields = data[data.rfind(b")") + 2:].split()
-        if fields[0] in (b"Z", b"X"):
-            return None
-        return fields[19].decode()
-    except (OSError, IndexError):
+    fields = _stat_fields(pid)
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
         return None
+    return fields[19].decode()
 
 
 def controller_stopped(row: JobRow) -> bool:
     """Is the job's live controller stopped (Ctrl-Z, SIGSTOP, a debugger)? It honours a cancel
     only once it continues."""
-    try:
-        with open(f"/proc/{row.controller_pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = _stat_fields(row.controller_pid) if row.controller_pid else []
     return bool(fields) and fields[0] in (b"T", b"t")
 
 
