@@ -376,3 +376,28 @@ def test_clients_that_go_away_mid_response_leave_the_terminal_quiet(capsys: pyte
         server.server_close()
     err = capsys.readouterr().err
     assert err == "ERROR: (vcli.dashboard) a request from 127.0.0.1 failed: ValueError: a bug\n", err
+
+
+def test_a_silent_connection_is_closed_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client that connected and sent nothing (or half a request line) held its thread for
+    # ever: a probe's idle connections were never closed.
+    import socket
+    import threading
+
+    from vcli.dashboard.server import DashboardServer, Handler
+
+    assert Handler.timeout is not None and 0 < Handler.timeout <= 60
+    monkeypatch.setattr(Handler, "timeout", 0.5)  # the same socket timeout, made short for the test
+    server = DashboardServer(("127.0.0.1", 0), reader=None, loopback_only=True)  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for sent in (b"", b"GET / HT"):
+            with socket.create_connection(server.server_address[:2], timeout=10) as client:
+                client.sendall(sent)
+                started = time.monotonic()
+                assert client.recv(1024) == b""  # closed by the server, not the client's 10 s
+                assert time.monotonic() - started < 5
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -80,6 +80,9 @@ class DashboardServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "vcli-dashboard"
+    #: Seconds a connection may stay silent (or not read its response) before it is closed:
+    #: every connection holds a thread, so idle ones would pile up without bound.
+    timeout = 30.0
 
     def do_GET(self) -> None:
         self._respond(body=True)
