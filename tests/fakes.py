@@ -59,6 +59,7 @@ class _Replica:
     ignore_term: bool = False
     exit_code: int | None = None
     message: str | None = None
+    ended_at: float | None = None  # fake clock time
     released: bool = False
 
 
@@ -74,6 +75,11 @@ class FakeWorld:
     stopped: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: Wall time (seconds since the epoch) minus the fake clock's, as of the world's creation.
+    wall_offset: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.wall_offset = time.time() - self.clock.now()
 
     def running(self) -> list[str]:
         """Refs of replicas still running now (after catching up with the clock)."""
@@ -149,7 +155,8 @@ class FakeExecutor(ExecutorBase):
         _advance(rep, self.world)
         if rep.exit_code is None:
             return ReplicaStatus(running=True)
-        return ReplicaStatus(running=False, exit_code=rep.exit_code, message=rep.message)
+        return ReplicaStatus(running=False, exit_code=rep.exit_code, message=rep.message,
+                             end_time=self.world.wall_offset + rep.ended_at if rep.ended_at is not None else None)
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
         reps = [self.world.replicas[h.ref] for h in handles if h.ref in self.world.replicas]
@@ -158,13 +165,13 @@ class FakeExecutor(ExecutorBase):
         stubborn = [r for r in reps if r.exit_code is None and r.ignore_term]
         for rep in reps:
             if rep.exit_code is None and not rep.ignore_term:
-                _end(rep, SIGTERM_EXIT, "killed by signal SIGTERM")
+                _end(rep, SIGTERM_EXIT, "killed by signal SIGTERM", at=self.clock.now())
         if stubborn:
             self.clock.sleep(grace_seconds)
             for rep in stubborn:
                 _advance(rep, self.world)
                 if rep.exit_code is None:
-                    _end(rep, SIGKILL_EXIT, "killed by signal SIGKILL")
+                    _end(rep, SIGKILL_EXIT, "killed by signal SIGKILL", at=self.clock.now())
         with self.world.lock:
             self.world.stopped.extend(h.ref for h in handles)
 
@@ -191,9 +198,10 @@ class FakeExecutor(ExecutorBase):
         self.closed = True
 
 
-def _end(rep: _Replica, code: int, message: str | None = None) -> None:
+def _end(rep: _Replica, code: int, message: str | None = None, *, at: float) -> None:
     rep.exit_code = code
     rep.message = message
+    rep.ended_at = at
     rep.writer.close()
 
 
@@ -215,7 +223,7 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
     now = world.clock.now()
     while rep.exit_code is None and rep.wake_at <= now:
         if rep.position >= len(rep.actions):
-            _end(rep, 0)
+            _end(rep, 0, at=rep.wake_at)
             return
         action = rep.actions[rep.position]
         rep.position += 1
@@ -234,7 +242,7 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
         elif verb == "sleep":
             rep.wake_at += float(arg)
         elif verb == "exit":
-            _end(rep, int(arg))
+            _end(rep, int(arg), at=rep.wake_at)
         elif verb == "ignore-term":
             rep.ignore_term = True
             rep.writer.write("stdout", "ignoring SIGTERM")
@@ -268,4 +276,4 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
             rep.writer.write("stdout", f"bound {arg}" if int(arg) in world.ports else "bind-failed")
         else:
             rep.writer.write("stderr", f"unknown action {action}")
-            _end(rep, 2)
+            _end(rep, 2, at=rep.wake_at)

@@ -130,7 +130,8 @@ def test_exit_codes_and_logs(executor: DockerExecutor, jobs, tmp_path: Path) -> 
     assert ReplicaHandle.from_json(json.loads(json.dumps(handles[0].to_json()))) == handles[0]
 
     status_ok, status_bad = (wait_done(executor, h) for h in handles)
-    assert status_ok == ReplicaStatus(running=False, exit_code=0)
+    assert status_ok == ReplicaStatus(running=False, exit_code=0, end_time=status_ok.end_time)
+    assert status_ok.end_time is not None and abs(status_ok.end_time - time.time()) < 120  # the container's FinishedAt
     assert status_bad.exit_code == 3 and "exited with code 3" in (status_bad.message or "")
 
     # poll says "done" only once the log is complete, vcli exit record included.

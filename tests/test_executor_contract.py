@@ -51,6 +51,8 @@ class Harness:
     #: Builds a second, independent executor of the same kind (another vcli process).
     another: Callable[[], Executor] = lambda: None  # type: ignore[assignment,return-value]
     clock: FakeClock | None = None
+    #: Seconds since the epoch, as the executor's end times are (the fake world's own for the fake).
+    wall: Callable[[], float] = time.time
     handles: list[ReplicaHandle] = field(default_factory=list)
 
     def launch(self, *actions: str, env: dict[str, str] | None = None, task: str = "workerpool0-0",
@@ -128,7 +130,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
     if kind == "fake":
         world = FakeWorld(FakeClock())
         return Harness(kind, FakeExecutor(world), home, "python3", Placement(), clock=world.clock,
-                       another=lambda: FakeExecutor(world))
+                       another=lambda: FakeExecutor(world), wall=lambda: world.wall_offset + world.clock.now())
     if kind == "local":
         from vcli.executors.local import LocalExecutor
 
@@ -304,6 +306,19 @@ def test_poll_is_idempotent_after_exit(h: Harness) -> None:
     handle, status, _ = h.run("exit:5")
     for _ in range(3):
         assert h.executor.poll(handle).exit_code == status.exit_code == 5
+
+
+def test_an_ended_replica_says_when_it_ended_not_when_it_was_polled(h: Harness) -> None:
+    # A replica that ended while no controller watched (one killed, `resume` later) was
+    # recorded as ending when it was next polled.
+    launch = h.launch("out:done", "exit:4")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "done")
+    seen = h.wall()
+    h.sleep(4)  # nobody polls meanwhile
+    status = h.wait(handle)
+    assert (status.exit_code, status.running) == (4, False) and status.end_time is not None, status
+    assert seen - 60 < status.end_time < seen + 2, (h.kind, status.end_time - seen)
 
 
 def test_environment_is_delivered(h: Harness) -> None:

@@ -13,6 +13,8 @@ import os
 import re
 import signal
 import textwrap
+import time
+from datetime import datetime
 from pathlib import Path
 
 from tests.helpers import (
@@ -354,6 +356,21 @@ def test_cancel_of_an_orphaned_job_whose_replicas_all_succeeded_records_success(
     assert job["state"] == "JOB_STATE_SUCCEEDED", (job, r.stderr)
     assert [x["state"] for x in job["replicas"]] == ["SUCCEEDED"]
     assert "is now JOB_STATE_SUCCEEDED (its replicas had all ended on their own)" in r.stderr
+
+
+def test_resume_records_when_replicas_ended_while_no_controller_watched(tmp_path: Path) -> None:
+    """The replica's endTime was the moment `resume` (or `cancel`) polled it, minutes or days
+    after it ended."""
+    home, proc, job_id = _orphaned_one_replica_job(tmp_path, "ended-orphan", "0.5")
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 30, "the replica to finish on its own")
+    gone = time.time()
+    time.sleep(3)
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    [replica] = describe(home, "custom-jobs", job_id)["replicas"]
+    ended = datetime.fromisoformat(replica["endTime"].replace("Z", "+00:00")).timestamp()
+    started = datetime.fromisoformat(replica["startTime"].replace("Z", "+00:00")).timestamp()
+    assert started < ended < gone + 0.5, (replica, gone)
 
 
 def test_cancel_of_an_orphaned_study_ends_its_trials(tmp_path: Path) -> None:

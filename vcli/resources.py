@@ -3,7 +3,7 @@
 Fields are Vertex's (`name`, `displayName`, `jobSpec`, `state`, `createTime`, `startTime`,
 `endTime`, `updateTime`, `labels`, `error`; for tuning jobs `studySpec`, `trialJobSpec`,
 `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount`, `trials`). vcli adds
-`replicas` (where each replica ran, its address, exit code and log), `outputDirectory`, and
+`replicas` (where each replica ran, its address, exit code, log, start and end times), `outputDirectory`, and
 for a job or study that has not ended, `controller`: the vcli process that runs it, whether it
 is alive, and its last heartbeat (a job whose controller is gone is taken over with `resume`).
 """
@@ -76,6 +76,10 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
             d["message"] = r.message
         if r.gpus:
             d["gpus"] = r.gpus
+        if r.start_time:
+            d["startTime"] = r.start_time
+        if r.end_time:  # when it ended, even while no controller watched (a resume records it later)
+            d["endTime"] = r.end_time
         if r.handle and r.handle.get("executor") == ExecutorKind.SSH.value and r.handle.get("details"):
             # Where the replica ran and keeps its files, as the SSH executor recorded them
             # (host, workdir, jobDir, processGroup or container).

@@ -81,9 +81,11 @@ PROJECT = "local"
 LOCATION = "local"
 
 
-def now_iso() -> str:
-    """RFC 3339 UTC with microseconds, as Vertex prints times."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def now_iso(at: float | None = None) -> str:
+    """RFC 3339 UTC with microseconds, as Vertex prints times: now, or `at` (seconds since
+    the epoch)."""
+    moment = datetime.now(UTC) if at is None else datetime.fromtimestamp(at, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_home() -> Path:

@@ -187,6 +187,7 @@ def _stop_replicas(store: Store, job_id: str, executor_name: str, pairs: list[tu
                    grace_seconds: float) -> None:
     """Through the executor called `executor_name`: stop those of `pairs` that still run, record
     how each ended, release them all. Raises what the executor raises (it is closed either way)."""
+    from vcli.control import recovery
     from vcli.control.wiring import executor_for_handles
 
     handles = [h for _, h in pairs]
@@ -198,7 +199,7 @@ def _stop_replicas(store: Store, job_id: str, executor_name: str, pairs: list[tu
         for task, h in pairs:
             status = before[task] if not before[task].running else executor.poll(h)
             store.upsert_replica(job_id, task, state=_replica_end(before[task], status).value,
-                                 exit_code=status.exit_code, message=status.message, end_time=now_iso())
+                                 exit_code=status.exit_code, message=status.message, end_time=recovery.end_time(status))
         executor.release(handles)
     finally:
         executor.close()

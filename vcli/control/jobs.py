@@ -298,9 +298,9 @@ class JobRun:
         """Restart every replica (`vcli.control.recovery`), in the start thread."""
         self.restarts += 1
         message = recovery.restart_message(self, r.launch.task_name, status)
-        self.on_progress(message)
-        for other in self._replicas:
+        for other in self._replicas:  # recorded first (resume counts these) before the user sees it
             _log_vcli(other.launch, message)
+        self.on_progress(message)
         self.restarting = True
         old, self._chief_done_at = list(self._replicas), None
         self._worker = threading.Thread(target=recovery.restart_job, args=(self, old), name=f"vcli-restart-{self.job_id}",
@@ -314,7 +314,7 @@ class JobRun:
         reason = ReplicaState.SUCCEEDED if status.exit_code == 0 else ReplicaState.FAILED
         self.store.upsert_replica(
             self.job_id, r.launch.task_name, state=reason.value, exit_code=status.exit_code,
-            message=status.message, end_time=now_iso(),
+            message=status.message, end_time=recovery.end_time(status),
         )
         _log_vcli(r.launch, f"Task completed. Exit code ({status.exit_code}). Exit reason ({reason.value})"
                   + (f": {status.message}" if status.message else ""))
@@ -432,7 +432,7 @@ class JobRun:
                 r.done = True
                 st = self.executor.poll(r.handle)
                 self.store.upsert_replica(
-                    self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value, exit_code=st.exit_code, end_time=now_iso()
+                    self.job_id, r.launch.task_name, state=ReplicaState.STOPPED.value, exit_code=st.exit_code, end_time=recovery.end_time(st)
                 )
                 _log_vcli(r.launch, "Task stopped by vcli.")
 

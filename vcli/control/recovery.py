@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.spec import ReplicaState
+from vcli.store import now_iso
 
 if TYPE_CHECKING:
     from vcli.control.jobs import JobRun
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 MAX_JOB_RESTARTS = 3
 #: How often a restarting job whose GPUs went to someone else tries to place itself again.
 REPLAN_RETRY_SECONDS = 0.25
+
+
+def end_time(status: ReplicaStatus) -> str:
+    """When an ended replica ended, for the store: its executor's record where there is one (it
+    may have ended while no controller watched, long before this poll), never later than now
+    (a remote host's clock may be ahead); else now."""
+    return now_iso(None if status.end_time is None else min(status.end_time, time.time()))
 
 
 def restart_allowed(run: JobRun) -> bool:

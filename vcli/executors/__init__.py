@@ -112,11 +112,34 @@ class ReplicaHandle:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaStatus:
-    """`exit_code` is None while the replica runs; `message` explains an abnormal end."""
+    """`exit_code` is None while the replica runs; `message` explains an abnormal end.
+
+    `end_time` (seconds since the epoch) is when an ended replica ended, where the executor
+    knows it (its supervisor's record, its container's FinishedAt): a replica that ended
+    while no controller watched is then recorded as ending then, not when it was next
+    polled. None: the caller takes the moment it saw the end.
+    """
 
     running: bool
     exit_code: int | None = None
     message: str | None = None
+    end_time: float | None = None
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> ReplicaStatus:
+        """An ended replica from its supervisor's record `{"exitCode", "signal", "endTime"}`
+        (vcli.executors.supervisor writes it the moment the trainer exits)."""
+        signame = data.get("signal")
+        return cls(running=False, exit_code=int(data["exitCode"]),
+                   message=f"killed by signal {signame}" if signame else None, end_time=epoch_seconds(data.get("endTime")))
+
+
+def epoch_seconds(value: Any) -> float | None:
+    """`value` as a time in seconds since the epoch, or None where it is not a plausible one
+    (a record from a host whose clock is far off, or damaged)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e11:
+        return None
+    return float(value)
 
 
 class HostHealth(Protocol):

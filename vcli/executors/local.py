@@ -230,9 +230,7 @@ class LocalExecutor(ExecutorBase):
             popen.poll()  # reap the supervisor once it is done
         status = _read_status(status_path)
         if status is not None:
-            code = int(status["exitCode"])
-            signame = status.get("signal")
-            return ReplicaStatus(running=False, exit_code=code, message=f"killed by signal {signame}" if signame else None)
+            return ReplicaStatus.from_record(status)
         if self._alive(pid, job_id):
             return ReplicaStatus(running=True)
         return ReplicaStatus(running=False, message="the replica is gone (exit code unknown)")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import calendar
 import re
+from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
-from vcli.executors import ReplicaLaunch, ReplicaStatus
+from vcli.executors import ReplicaLaunch, ReplicaStatus, epoch_seconds
 from vcli.executors.supervisor import MASK_MIN_LENGTH, MAX_RECORD_BYTES
 
 __all__ = ["iter_log_lines", "parse_docker_timestamp", "secret_values", "status_from_state"]
@@ -97,6 +98,12 @@ def status_from_state(state: Mapping[str, Any], task_name: str, *, stopped: bool
     error = (state.get("Error") or "").strip()
     if status in ("running", "paused", "restarting") or (status == "created" and not error):
         return ReplicaStatus(running=True)
+    # FinishedAt is in year 1 for a container that never ran: no end time then.
+    ended = parse_docker_timestamp(str(state.get("FinishedAt") or ""))
+    return replace(_ended(state, status, error, task_name, stopped=stopped), end_time=epoch_seconds(ended))
+
+
+def _ended(state: Mapping[str, Any], status: str, error: str, task_name: str, *, stopped: bool) -> ReplicaStatus:
     code = int(state.get("ExitCode") or 0)
     if status == "created" and error:  # the start failed (e.g. the entrypoint does not exist)
         code = code or 127

@@ -325,11 +325,9 @@ class RayExecutor(ExecutorBase):
         self._pull_log(handle, actor)
         if status is None:
             return ReplicaStatus(running=True)
-        code = status.get("exitCode")
-        if code is None:
+        if status.get("exitCode") is None:
             return ReplicaStatus(running=False, message=str(status.get("message") or "the replica is gone"))
-        signame = status.get("signal")
-        return ReplicaStatus(running=False, exit_code=int(code), message=f"killed by signal {signame}" if signame else None)
+        return ReplicaStatus.from_record(status)
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
         ray = self._ray()

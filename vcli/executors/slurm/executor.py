@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
@@ -424,14 +425,13 @@ class SlurmExecutor(ExecutorBase):
         return ReplicaStatus(running=False, message=slurm_end(slurm_id, state, reason))
 
     def _ended(self, done: Mapping[str, Any], slurm_id: str) -> ReplicaStatus:
-        code = int(done["exitCode"])
-        signame = done.get("signal")
-        message = f"killed by signal {signame}" if signame else None
-        if code != 0:
-            state, reason = self._slurm_verdict(slurm_id, killed=bool(signame))
+        status = ReplicaStatus.from_record(done)
+        if status.exit_code != 0:
+            state, reason = self._slurm_verdict(slurm_id, killed=bool(done.get("signal")))
             if state in client.KILLED_BY_SLURM:
-                message = slurm_end(slurm_id, state, reason) + (f"; {message}" if message else "")
-        return ReplicaStatus(running=False, exit_code=code, message=message)
+                message = slurm_end(slurm_id, state, reason) + (f"; {status.message}" if status.message else "")
+                return replace(status, message=message)
+        return status
 
     def _slurm_verdict(self, slurm_id: str, *, killed: bool) -> tuple[str, str]:
         """The job's state and reason once a replica of it ended non-zero, asked afresh. While

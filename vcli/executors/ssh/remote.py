@@ -415,9 +415,7 @@ def _on_line(rep: Replica, stream: str, text: str) -> None:
 
 def status_of(data: Mapping[str, Any]) -> ReplicaStatus:
     """A supervisor's status record `{"exitCode", "signal", "endTime"}` as a ReplicaStatus."""
-    signame = data.get("signal")
-    return ReplicaStatus(running=False, exit_code=int(data["exitCode"]),
-                         message=f"killed by signal {signame}" if signame else None)
+    return ReplicaStatus.from_record(data)
 
 
 def signal_code(name: str | None) -> int | None:
