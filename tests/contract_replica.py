@@ -14,6 +14,7 @@ A replica is told what to do by its argv, one action per argument, run in order:
     progress          print `PROGRESS`, a line a progress bar redraws with carriage returns
     write:PATH=TEXT   write TEXT into file PATH, creating its directories
     mkdir:PATH        create directory PATH (and its parents)
+    fifo:PATH         create a named pipe at PATH        link:PATH=TARGET   a symbolic link PATH -> TARGET
     churn:DIR         for ever, every 20 ms: rewrite DIR/a.bin, DIR/b.bin and DIR/step (the same
                       step number in all three, in place), as a trainer that checkpoints fast
     tree:TOKEN        start what real trainers start (data loaders, TensorBoard, NCCL helpers): a
@@ -23,7 +24,7 @@ A replica is told what to do by its argv, one action per argument, run in order:
 
 Arguments `--NAME=VALUE` (what a study appends for each hyperparameter) are not actions: they
 are read first, and `%NAME` in an action stands for VALUE (`metric:acc=%x@1` reports x). In
-the paths of `cat`, `write` and `mkdir`, `$NAME` stands for the replica's environment variable
+the paths of `cat`, `write`, `mkdir`, `fifo` and `link`, `$NAME` stands for the replica's environment variable
 NAME, so `cat:$AIP_CHECKPOINT_DIR/w` names the file wherever the replica runs (an SSH host's
 workdir maps the directory elsewhere).
 
@@ -97,6 +98,11 @@ for action in sys.argv[1:]:
             f.write(text)
     elif verb == "mkdir":
         os.makedirs(os.path.expandvars(arg), exist_ok=True)
+    elif verb == "fifo":
+        os.mkfifo(os.path.expandvars(arg))
+    elif verb == "link":
+        path, _, target = arg.partition("=")
+        os.symlink(os.path.expandvars(target), os.path.expandvars(path))
     elif verb == "churn":
         root = os.path.expandvars(arg)
         os.makedirs(root, exist_ok=True)

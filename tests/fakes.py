@@ -22,7 +22,15 @@ from typing import Callable, Mapping, Sequence
 
 from tests.contract_replica import PROGRESS, SOURCE, long_line
 from vcli.errors import ExecutorError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs
+from vcli.executors import (
+    ExecutorBase,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    place_seed_dirs,
+    read_replica_file,
+)
 from vcli.executors.supervisor import MAX_RECORD_BYTES
 from vcli.logs import LogWriter
 
@@ -179,11 +187,7 @@ class FakeExecutor(ExecutorBase):
         rep = self.world.replicas.get(handle.ref)
         if rep is not None:
             _advance(rep, self.world)
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        return read_replica_file(path)  # the files are real ones, read as every executor reads them
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         with self.world.lock:
@@ -262,6 +266,11 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
                 f.write(text)
         elif verb == "mkdir":
             os.makedirs(_expand(arg, env), exist_ok=True)
+        elif verb == "fifo":
+            os.mkfifo(_expand(arg, env))
+        elif verb == "link":
+            path, _, target = arg.partition("=")
+            os.symlink(_expand(target, env), _expand(path, env))
         elif verb == "tree":  # no processes in-process: nothing can be left behind
             rep.writer.write("stdout", "tree started")
         elif verb == "envlen":

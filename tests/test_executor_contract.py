@@ -347,6 +347,21 @@ def test_metric_file_is_read_back(h: Harness) -> None:
     assert h.executor.read_file(handle, launch.metric_file + ".absent") is None
 
 
+def test_a_replica_file_that_is_no_regular_file_reads_as_nothing_at_once(h: Harness) -> None:
+    # A trainer that made its metric file a FIFO hung the study's controller for good; a link
+    # to /dev/zero took all its memory; a link loop ended it with a traceback.
+    m = "$CLOUD_ML_HP_METRIC_FILE"
+    launch = h.launch(f"fifo:{m}.fifo", f"link:{m}.zero=/dev/zero", f"link:{m}.loop={m}.loop", "out:made", "sleep:60")
+    handle = h.start(launch)
+    h.wait_for_log(launch, "made")
+    for suffix in (".fifo", ".zero", ".loop", ".absent"):
+        started = time.monotonic()
+        assert h.executor.read_file(handle, launch.metric_file + suffix) is None, suffix
+        assert time.monotonic() - started < 20, suffix
+    h.executor.stop([handle], grace_seconds=0.5)
+    assert not h.wait(handle).running
+
+
 def test_metric_file_is_readable_while_running(h: Harness) -> None:
     launch = h.launch("metric:loss=1.5@7", "out:reported", "sleep:60")
     handle = h.start(launch)
@@ -1022,3 +1037,16 @@ def _wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> None
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_a_big_replica_file_reads_as_its_last_lines(tmp_path: Path) -> None:
+    # The whole file was read at every poll (ten times a second), however big it grew.
+    from vcli.executors import read_replica_file
+
+    path = tmp_path / "output.metrics"
+    lines = [f'{{"score": "{i}", "global_step": "{i}"}}' for i in range(60_000)]
+    path.write_text("\n".join(lines) + "\n")
+    text = read_replica_file(str(path), limit=4096)
+    assert text is not None and len(text) <= 4096 and text.endswith(lines[-1] + "\n")
+    assert text.splitlines()[0] in lines  # starts at a whole line
+    assert read_replica_file(str(path), limit=path.stat().st_size) == path.read_text()  # within the limit: whole

@@ -525,6 +525,42 @@ def test_reports_vertex_could_not_store_are_skipped_never_a_crash(tmp_path: Path
     assert r.returncode == 0, r.stderr
 
 
+HOSTILE_METRIC_FILES = """
+import json, os, sys, time
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+how = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--how=")][0]
+with open(path, "w") as f:
+    f.write(json.dumps({"score": "0.5", "global_step": "1"}) + "\\n")
+time.sleep(1)  # the controller reads the report
+os.remove(path)
+if how == "fifo":
+    os.mkfifo(path)
+elif how == "zero":
+    os.symlink("/dev/zero", path)
+elif how == "loop":
+    os.symlink(path, path)
+else:  # one line nested beyond the JSON parser's depth
+    with open(path, "w") as f:
+        f.write(json.dumps({"score": "0.75", "global_step": "2"}) + "\\n" + "[" * 100000 + "\\n")
+time.sleep(1.5)  # the controller polls it meanwhile
+"""
+
+
+def test_a_trial_whose_metric_file_is_hostile_keeps_its_reports_and_the_study_goes_on(tmp_path: Path) -> None:
+    # A FIFO hung the controller for good (cancel and SIGTERM too), a link to /dev/zero took
+    # all its memory, a link loop or a deeply nested line ended it with a traceback, each
+    # leaving the study RUNNING (found by a probe).
+    home = tmp_path / "home"
+    sid, study, err = script_study(home, tmp_path, HOSTILE_METRIC_FILES, "--algorithm=grid-search",
+                                   "--parameter-spec=parameter-id=how,type=categorical,values=fifo;zero;loop;deep",
+                                   "--metric=metric-id=score,goal=maximize", "--max-trial-count=4")
+    assert "Traceback" not in err
+    trials = {t["parameters"][0]["value"]: t for t in study["trials"]}
+    assert sorted(trials) == ["deep", "fifo", "loop", "zero"]
+    assert {how: (t["state"], t["finalMeasurement"]["metrics"][0]["value"]) for how, t in trials.items()} == {
+        "fifo": ("SUCCEEDED", 0.5), "zero": ("SUCCEEDED", 0.5), "loop": ("SUCCEEDED", 0.5), "deep": ("SUCCEEDED", 0.75)}
+
+
 def test_a_trainers_escape_sequences_never_reach_the_terminal(tmp_path: Path) -> None:
     """The trainer's last stderr line is repeated in the trial's reason, its line and the
     live table's NOTE: with its control characters escaped (a clear-screen sequence there

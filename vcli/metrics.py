@@ -61,6 +61,8 @@ class MetricReader:
                 report = json.loads(line)
             except ValueError:
                 continue  # a line being rewritten right now; the next read gets it
+            except RecursionError:
+                continue  # "[[[[..." nested beyond the parser's depth: no report
             if not isinstance(report, dict):
                 continue
             step = _step(report.get("global_step"))

@@ -15,6 +15,8 @@ Heavy libraries (docker, paramiko) are imported only inside their executor modul
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
@@ -132,6 +134,38 @@ class ReplicaStatus:
         signame = data.get("signal")
         return cls(running=False, exit_code=int(data["exitCode"]),
                    message=f"killed by signal {signame}" if signame else None, end_time=epoch_seconds(data.get("endTime")))
+
+
+#: The most of a replica's file `read_replica_file` returns (the end of a bigger one). The
+#: hypertune library keeps a trial's last 100 reports, a few kilobytes.
+MAX_READ_BYTES = 1 << 20
+
+
+def read_replica_file(path: str, limit: int = MAX_READ_BYTES) -> str | None:
+    """The text of a file a replica wrote (its metric file), for the controller to read.
+
+    A replica's files are its own: None where `path` is absent, unreadable (no permission, a
+    link loop) or not a regular file (a FIFO is never waited on, /dev/zero never read), never
+    an exception that would end the caller. A file bigger than `limit` bytes gives its last
+    `limit` bytes from the first line that starts there (the latest reports).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        start = max(0, info.st_size - limit)
+        data = os.pread(fd, limit, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if start:
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+    return data.decode("utf-8", "replace")
 
 
 def epoch_seconds(value: Any) -> float | None:

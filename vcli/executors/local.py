@@ -37,7 +37,16 @@ from typing import Callable, Sequence
 
 from vcli import packages
 from vcli.errors import ExecutorError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
+from vcli.executors import (
+    ExecutorBase,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    place_seed_dirs,
+    process_argv,
+    read_replica_file,
+)
 from vcli.executors import supervisor as _supervisor
 from vcli.executors.leases import hand_over, held_leases
 from vcli.logs import LogWriter
@@ -279,11 +288,7 @@ class LocalExecutor(ExecutorBase):
             return copy_still(tree, stop, cont, path, dest)
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        return read_replica_file(path)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Wait for each supervisor to finish stopping its trainer's leftovers; then forget it."""

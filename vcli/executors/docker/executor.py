@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from vcli import packages
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs
+from vcli.executors import (
+    ExecutorBase,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    place_seed_dirs,
+    read_replica_file,
+)
 from vcli.executors.docker.autopackage import build_package
 from vcli.executors.docker.container import LABEL_JOB, LABEL_TASK, container_create_kwargs, container_name
 from vcli.executors.docker.engine import (
@@ -443,11 +451,7 @@ class DockerExecutor(ExecutorBase):
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
         # Every path a replica is told about (output dir, mounts) is bind-mounted at the same path.
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
+        return read_replica_file(path)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         docker = sdk()

@@ -41,7 +41,16 @@ import time
 from typing import Any, Callable, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
+from vcli.executors import (
+    ExecutorBase,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    place_seed_dirs,
+    process_argv,
+    read_replica_file,
+)
 from vcli.executors import supervisor as _supervisor
 
 #: Ray namespace of vcli's actors and placement groups.
@@ -351,11 +360,7 @@ class RayExecutor(ExecutorBase):
                 return ray.get(actor.read_file.remote(path), timeout=CALL_TIMEOUT_SECONDS)  # type: ignore[no-any-return]
             except Exception:  # the node is gone: the shared filesystem may still have it
                 pass
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        return read_replica_file(path)
 
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
         """Copied by the replica's actor on its node, the trainer held still for it (see

@@ -120,11 +120,9 @@ class ReplicaSupervisor:
         self._sweep()
 
     def read_file(self, path: str) -> str | None:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        from vcli.executors import read_replica_file
+
+        return read_replica_file(path)
 
     def fetch_dir(self, path: str, dest: str) -> bool:
         """The contract's copy, taken on this node with the trainer's tree held still

@@ -52,7 +52,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, place_seed_dirs, process_argv
+from vcli.executors import (
+    ExecutorBase,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    place_seed_dirs,
+    process_argv,
+    read_replica_file,
+)
 from vcli.executors.slurm import client
 from vcli.executors.slurm.allocation import (
     Allocation,
@@ -513,11 +522,7 @@ class SlurmExecutor(ExecutorBase):
             return copy_dir_atomically(path, dest)
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        return read_replica_file(path)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Wait for the replicas' supervisors to finish, then scancel their jobs (the whole

@@ -17,7 +17,16 @@ from typing import Callable, Sequence
 
 from vcli import packages
 from vcli.errors import ExecutorError, NotFoundError
-from vcli.executors import ExecutorBase, HostHealth, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus, process_argv
+from vcli.executors import (
+    ExecutorBase,
+    HostHealth,
+    Placement,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaStatus,
+    process_argv,
+    read_replica_file,
+)
 from vcli.executors.ssh.code import RemoteEnv, has_code, populate, private_workdir, python_env, with_env
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
 from vcli.executors.ssh.leases import RemoteLeases, lease_dir_of
@@ -498,11 +507,7 @@ class SSHExecutor(ExecutorBase):
             if local == os.path.abspath(rep.launch.metric_file):
                 remote = rep.remote_metric
                 if rep.released and rep.local_copy:  # copied back at release
-                    try:
-                        with open(local, encoding="utf-8", errors="replace") as f:
-                            return f.read()
-                    except OSError:
-                        return None
+                    return read_replica_file(local)
             cached = rep.reads.get(local)
             if cached is not None and rep.result is None and time.monotonic() - cached[0] < READ_INTERVAL:
                 return cached[1]

@@ -15,11 +15,13 @@ import os
 import posixpath
 import random
 import shlex
+import stat
 import threading
 import time
 from typing import Any, Callable, Iterable
 
 from vcli.errors import ExecutorError
+from vcli.executors import MAX_READ_BYTES
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect, paramiko
 from vcli.hosts import Host, KnownHosts
 
@@ -266,7 +268,9 @@ class HostLink:
         return sftp
 
     def read_text(self, remote: str) -> str | None:
-        """A remote file's text over a cached SFTP session (None if absent); bounded by 10 s."""
+        """A remote file's text over a cached SFTP session, bounded by 10 s; None if absent or
+        not a regular file (a FIFO would block the host's sftp-server, /dev/zero never ends),
+        the last MAX_READ_BYTES of a bigger one, as `read_replica_file` reads a local one."""
         with self._sftp_lock:
             for attempt in (0, 1):
                 try:
@@ -277,11 +281,18 @@ class HostLink:
                         self._sftp = conn.client.open_sftp()
                         self._sftp.get_channel().settimeout(10)
                         self._sftp_conn = conn
+                    info = self._sftp.stat(remote)
+                    if not stat.S_ISREG(info.st_mode or 0):
+                        return None
+                    start = max(0, (info.st_size or 0) - MAX_READ_BYTES)
                     with self._sftp.open(remote, "r") as f:
-                        data = f.read()
+                        f.seek(start)
+                        data = f.read(MAX_READ_BYTES)
                     self._sftp_conn.touch()
+                    if start:
+                        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
                     return data.decode("utf-8", "replace")
-                except (FileNotFoundError, IsADirectoryError):
+                except (FileNotFoundError, IsADirectoryError, PermissionError):
                     return None
                 except ExecutorError:  # no connection at all: the caller knows what that means
                     raise
