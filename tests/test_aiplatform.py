@@ -260,5 +260,114 @@ def test_study_arguments_are_refused_not_changed(tmp_path: Path) -> None:
     assert got["selection"] == "ValueError measurement_selection must be 'best' or 'last', not 'median'"
     assert got["not-a-spec"] == ("TypeError parameter_spec must map parameter ids to hyperparameter_tuning specs "
                                  "(DoubleParameterSpec, ...), not 'lr': int")
-    assert got["integer"].startswith("ConfigError") and "integerValueSpec.minValue" in got["integer"] \
+    assert got["integer"].startswith("ValueError studySpec.parameters[0].integerValueSpec.minValue") \
         and "expected an integer, found [0.5]" in got["integer"], got["integer"]
+
+
+def test_every_bad_argument_is_a_type_or_value_error_naming_it(tmp_path: Path) -> None:
+    """A probe's cases: raw AttributeErrors and TypeErrors from inside vcli naming no argument;
+    a display name or a pool field refused as `vcli.errors` types (not ValueError) saying
+    `Invalid value for [--config]`; `parent_values=[1.5]` of an INTEGER parent ran with 1; an
+    env name `A=B` from from_local_script was recorded, killed the job's runner and left
+    run() waiting for ever."""
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        from vcli import aiplatform
+        from vcli.aiplatform import hyperparameter_tuning as hpt
+        job = aiplatform.CustomJob.from_local_script(display_name="t", script_path="task.py", container_uri="python:3.11")
+        def script(**kw):
+            return aiplatform.CustomJob.from_local_script(display_name="t", script_path="task.py",
+                                                          container_uri="python:3.11", **kw)
+        def study(spec=None, **kw):
+            args = dict(display_name="h", custom_job=job, metric_spec={"accuracy": "maximize"},
+                        parameter_spec=spec or {"x": hpt.DoubleParameterSpec(min=0, max=1)}, max_trial_count=1,
+                        parallel_trial_count=1)
+            return aiplatform.HyperparameterTuningJob(**{**args, **kw})
+        child = hpt.DoubleParameterSpec(min=0, max=1, parent_values=[1.5])
+        cases = {
+            "metric-none": lambda: study(metric_spec=None),
+            "job-none": lambda: study(custom_job=None),
+            "conditional": lambda: study({"x": hpt.CategoricalParameterSpec(values=["a"], conditional_parameter_spec={"y": 3})}),
+            "parent-int": lambda: study({"x": hpt.IntegerParameterSpec(min=0, max=3, conditional_parameter_spec={"y": child})}).run(sync=False),
+            "discrete": lambda: study({"x": hpt.DiscreteParameterSpec(values=["a"])}).run(sync=False),
+            "replicas": lambda: script(replica_count="2"),
+            "args": lambda: script(args=[1, 2]),
+            "env-list": lambda: script(environment_variables=["A"]),
+            "env-name": lambda: script(environment_variables={"A=B": "x"}),
+            "nul-arg": lambda: script(args=["a\\x00b"]),
+            "script": lambda: aiplatform.CustomJob.from_local_script(display_name="t", script_path=None, container_uri="x"),
+            "bucket": lambda: aiplatform.init(staging_bucket=123),
+            "experiment": lambda: job.submit(experiment=object()),
+            "timeout": lambda: job.submit(timeout="abc"),
+            "long-name": lambda: aiplatform.CustomJob.from_local_script(display_name="x" * 129, script_path="task.py",
+                                                                        container_uri="x"),
+        }
+        for name, make in cases.items():
+            try:
+                make()
+                print("CASE", name, "accepted")
+            except (TypeError, ValueError) as e:
+                print("CASE", name, type(e).__name__, str(e).splitlines()[0])
+            except Exception as e:
+                print("CASE", name, "WRONG", type(e).__name__, str(e).splitlines()[0])
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in r.stdout.splitlines() if line.startswith("CASE ")}
+    expected = {
+        "metric-none": "TypeError metric_spec must be a dict of metric ids to 'maximize' or 'minimize', not None",
+        "job-none": "TypeError custom_job must be an aiplatform.CustomJob, not NoneType",
+        "conditional": "TypeError conditional_parameter_spec must map parameter ids to hyperparameter_tuning specs "
+                       "(DoubleParameterSpec, ...), not {'y': 3}",
+        "parent-int": "ValueError studySpec.parameters[0].conditionalParameterSpecs[0].parentIntValues.values[0]",
+        "discrete": "ValueError studySpec.parameters[0].discreteValueSpec.values[0]",
+        "replicas": "TypeError replica_count must be an integer, not '2'",
+        "args": "TypeError args must be a list of strings, not [1, 2]",
+        "env-list": "TypeError environment_variables must be a dict of names to values, not ['A']",
+        "env-name": "ValueError workerPoolSpecs[0].containerSpec.env[0].name: must be a C identifier",
+        "nul-arg": "ValueError workerPoolSpecs[0].containerSpec.args[0]: contains a NUL character",
+        "script": "TypeError script_path must be a path, not NoneType",
+        "bucket": "TypeError staging_bucket must be a string, not int",
+        "experiment": "TypeError experiment must be a string, not object",
+        "timeout": "TypeError timeout must be a number of seconds, not 'abc'",
+        "long-name": "ValueError display_name: ",
+    }
+    assert set(got) == set(expected), got
+    wrong = {k: v for k, v in got.items() if not v.startswith(expected[k])}
+    assert not wrong, wrong
+    assert not (tmp_path / "home" / "jobs").exists() or not any((tmp_path / "home" / "jobs").iterdir()), \
+        "nothing may be recorded for a refused job"
+
+
+def test_wait_raises_when_the_jobs_runner_is_gone_and_timeout_0_is_no_timeout(tmp_path: Path) -> None:
+    """wait() (and run()) waited for ever on a job whose runner had been killed; timeout=0 failed
+    the job at once ("exceeded its scheduling.timeout of 0s"), where Vertex's SDK sets none."""
+    (tmp_path / "slow.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    (tmp_path / "task.py").write_text(TRAIN)
+    r = _notebook(tmp_path, """
+        import os, signal, time
+        from vcli import aiplatform
+        quick = aiplatform.CustomJob.from_local_script(display_name="q", script_path="task.py", container_uri="python:3.11")
+        quick.run(timeout=0)
+        print("QUICK", quick.state.name, quick.to_dict()["jobSpec"].get("scheduling"))
+        job = aiplatform.CustomJob.from_local_script(display_name="s", script_path="slow.py", container_uri="python:3.11")
+        job.run(sync=False)
+        deadline = time.time() + 60
+        while job.to_dict().get("controller", {}).get("pid") is None or job.state.name != "JOB_STATE_RUNNING":
+            assert time.time() < deadline
+            time.sleep(0.2)
+        os.kill(job.to_dict()["controller"]["pid"], signal.SIGKILL)
+        started = time.time()
+        try:
+            job.wait()
+            print("WAIT returned")
+        except RuntimeError as e:
+            print("WAIT", round(time.time() - started), str(e))
+        job.cancel()
+        print("CANCELLED", job.state.name)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _value(r.stdout, "QUICK") == "JOB_STATE_SUCCEEDED None", r.stdout
+    seconds, message = _value(r.stdout, "WAIT").split(" ", 1)
+    assert int(seconds) < 10, r.stdout
+    assert "is JOB_STATE_RUNNING but the vcli process that ran it" in message and "custom-jobs resume" in message, message
+    assert _value(r.stdout, "CANCELLED") == "JOB_STATE_CANCELLED", r.stdout

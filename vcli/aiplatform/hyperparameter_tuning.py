@@ -27,6 +27,13 @@ class _ParameterSpec:
 
     def __init__(self, conditional_parameter_spec: Mapping[str, _ParameterSpec] | None = None,
                  parent_values: Sequence[Any] | None = None) -> None:
+        if conditional_parameter_spec is not None and not (
+                isinstance(conditional_parameter_spec, Mapping)
+                and all(isinstance(k, str) and isinstance(v, _ParameterSpec) for k, v in conditional_parameter_spec.items())):
+            raise TypeError("conditional_parameter_spec must map parameter ids to hyperparameter_tuning specs "
+                            f"(DoubleParameterSpec, ...), not {conditional_parameter_spec!r}")
+        if parent_values is not None and (isinstance(parent_values, (str, bytes)) or not isinstance(parent_values, Sequence)):
+            raise TypeError(f"parent_values must be a list, not {parent_values!r}")
         self.conditional_parameter_spec = dict(conditional_parameter_spec or {})
         self.parent_values = list(parent_values) if parent_values is not None else None
 
@@ -50,8 +57,9 @@ class _ParameterSpec:
                 raise ValueError(f"conditional parameter [{child_id}] of [{parameter_id}] needs parent_values")
             if self._parent_key is None:
                 raise ValueError(f"[{parameter_id}] is a DOUBLE parameter: it cannot have conditional children")
-            values = [str(int(v)) if self._parent_key == "parentIntValues" else v for v in child.parent_values]
-            children.append({"parameterSpec": child.to_dict(child_id), self._parent_key: {"values": values}})
+            # as given: the codec refuses 1.5 or True for an INTEGER parent with the field's path
+            # (str(int(1.5)) made the child active at 1)
+            children.append({"parameterSpec": child.to_dict(child_id), self._parent_key: {"values": list(child.parent_values)}})
         if children:
             out["conditionalParameterSpecs"] = children
         return out
@@ -109,7 +117,8 @@ class DiscreteParameterSpec(_ParameterSpec):
         self.values, self.scale = _value_list(values), scale
 
     def _value_spec(self) -> dict[str, Any]:
-        return {"values": [float(v) for v in self.values]}
+        # numbers as floats; anything else as given, for the codec to refuse with the field's path
+        return {"values": [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in self.values]}
 
 
 def _value_list(values: Any) -> list[Any]:

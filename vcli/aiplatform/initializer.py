@@ -65,8 +65,12 @@ def init(
             check_region(location)
         except InvalidValueError as e:  # mars-central1 was stored and printed in resource names
             raise ValueError(f"location: {e.message}") from None
-    for name, value in (("project", project), ("location", location), ("staging_bucket", staging_bucket),
-                        ("experiment", experiment), ("tracking_uri", tracking_uri), ("executor", executor)):
+    given = (("project", project), ("location", location), ("staging_bucket", staging_bucket),
+             ("experiment", experiment), ("tracking_uri", tracking_uri), ("executor", executor))
+    for name, value in given:  # checked here, not when a later job trips on them
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+    for name, value in given:
         if value is not None:
             config[name] = value
     note_unused("init()", experiment_description=experiment_description, experiment_tensorboard=experiment_tensorboard,

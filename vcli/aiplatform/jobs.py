@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 from vcli.aiplatform.initializer import config, note_unused, resource_name
 from vcli.enums import JobKind, JobState
@@ -54,6 +55,21 @@ def _decode_custom_job(doc: Mapping[str, Any], source: str) -> Any:
     return custom_job_spec_from_dict(decoder.decode_message(dict(doc), CustomJobSpec, ""), decoder)
 
 
+@contextmanager
+def _as_value_error() -> Iterator[None]:
+    """vcli's errors for a bad argument (a field the codec refuses, a display name) as the
+    ValueError Vertex's SDK raises, naming the field: `Invalid value for [--config]` named a
+    flag nobody passed, and `except ValueError` missed them."""
+    from vcli.errors import ConfigError, InvalidValueError
+
+    try:
+        yield
+    except ConfigError as e:
+        raise ValueError(f"{e.path}: {e.message}" if e.path else e.message) from None
+    except InvalidValueError as e:
+        raise ValueError(f"{e.flag.lstrip('-').replace('-', '_')}: {e.message}") from None
+
+
 def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
@@ -78,7 +94,8 @@ class _Job:
 
         if labels and (problem := label_problem(labels)):  # the CLI's --labels rules (they were stored unchecked)
             raise ValueError(f"labels: {problem}")
-        self.display_name = check_display_name(display_name)
+        with _as_value_error():
+            self.display_name = check_display_name(display_name)
         self.labels = dict(labels or {})
         self._job_id: str | None = None
 
@@ -136,7 +153,10 @@ class _Job:
     # ------------------------------------------------------------------ lifecycle
 
     def wait(self) -> None:
-        """Block until the job ends; RuntimeError if it FAILED or was CANCELLED."""
+        """Block until the job ends; RuntimeError if it FAILED or was CANCELLED, or if the vcli
+        process that runs it is gone (killed, crashed): it would never end then."""
+        from vcli.control.cancel import controller_alive
+
         said = None
         while True:
             row = self._row()
@@ -146,6 +166,11 @@ class _Job:
                 said = state
             if state.is_final():
                 break
+            if not controller_alive(row) and not JobState(self._row().state).is_final():  # re-read: it may just have ended
+                raise RuntimeError(
+                    f"{self._noun} {self.resource_name} is {state.value} but the vcli process that ran it (pid "
+                    f"{row.controller_pid}) is gone: `vcli {self._group} resume {self.name}` takes it over, "
+                    f"`vcli {self._group} cancel {self.name}` stops it.")
             time.sleep(POLL_SECONDS)
         if state != JobState.JOB_STATE_SUCCEEDED:
             raise RuntimeError(f"Job failed with:\n{row.error}")
@@ -177,6 +202,9 @@ def _output_dir(base_output_dir: str | None, staging_bucket: str | None) -> str 
     """The job's output directory: as given, else Vertex's default, a folder per job in the
     staging bucket (`gs://bucket/aiplatform-custom-job-<time>`)."""
     bucket = staging_bucket or config["staging_bucket"]
+    for name, value in (("base_output_dir", base_output_dir), ("staging_bucket", bucket)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
     if base_output_dir is None and bucket:
         return f"{bucket.rstrip('/')}/aiplatform-custom-job-{time.strftime('%Y-%m-%d-%H:%M:%S')}"
     return base_output_dir
@@ -185,7 +213,10 @@ def _output_dir(base_output_dir: str | None, staging_bucket: str | None) -> str 
 def _scheduling(timeout: float | None, restart: bool, disable_retries: bool, strategy: Any,
                 max_wait: float | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if timeout is not None:
+    for name, value in (("timeout", timeout), ("max_wait_duration", max_wait)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{name} must be a number of seconds, not {value!r}")
+    if timeout:  # 0 or None: no timeout, as Vertex's SDK reads it (0s failed the job at once)
         out["timeout"] = f"{float(timeout):g}s"
     if restart:
         out["restartJobOnWorkerRestart"] = True
@@ -193,7 +224,7 @@ def _scheduling(timeout: float | None, restart: bool, disable_retries: bool, str
         out["disableRetries"] = True
     if strategy is not None:
         out["strategy"] = getattr(strategy, "name", strategy)
-    if max_wait is not None:
+    if max_wait:
         out["maxWaitDuration"] = f"{float(max_wait):g}s"
     return out
 
@@ -219,7 +250,8 @@ class CustomJob(_Job):
         self._doc: dict[str, Any] = {"workerPoolSpecs": _camel(list(worker_pool_specs))}
         if base_output_dir:
             self._doc["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
-        self.job_spec = _decode_custom_job(self._doc, f"<aiplatform.CustomJob {display_name}>")
+        with _as_value_error():
+            self.job_spec = _decode_custom_job(self._doc, f"<aiplatform.CustomJob {display_name}>")
 
     @classmethod
     def from_local_script(cls, display_name: str, script_path: str, container_uri: str, enable_autolog: bool = False,
@@ -244,10 +276,16 @@ class CustomJob(_Job):
         _Job.__init__(job, display_name, kwargs.pop("labels", None))
         bucket = kwargs.pop("staging_bucket", None)
         note_unused("CustomJob.from_local_script()", **kwargs)
-        job.job_spec = script_pools(script_path, container_uri, args=args, requirements=requirements,
-                                    env=environment_variables, replica_count=replica_count, machine_type=machine_type,
-                                    accelerator_type=accelerator_type, accelerator_count=accelerator_count,
-                                    base_output_dir=_output_dir(base_output_dir, bucket))
+        from vcli.codec import custom_job_spec_to_dict
+
+        with _as_value_error():
+            spec = script_pools(script_path, container_uri, args=args, requirements=requirements,
+                                env=environment_variables, replica_count=replica_count, machine_type=machine_type,
+                                accelerator_type=accelerator_type, accelerator_count=accelerator_count,
+                                base_output_dir=_output_dir(base_output_dir, bucket))
+            # checked as CustomJob(worker_pool_specs=...) and --config are: an env name `A=B` or
+            # a NUL in an argument was recorded, killed the job's runner and left run() waiting
+            job.job_spec = _decode_custom_job(custom_job_spec_to_dict(spec), f"<aiplatform.CustomJob {display_name}>")
         return job
 
     def run(self, service_account: str | None = None, network: str | None = None, timeout: float | None = None,
@@ -279,6 +317,9 @@ class CustomJob(_Job):
         from vcli.codec.schema import build
         from vcli.spec import Scheduling
 
+        for name, value in (("experiment", experiment), ("experiment_run", experiment_run)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, not {type(value).__name__}")
         tracked = self._tracking(self.display_name, experiment, experiment_run)
         note_unused("CustomJob.run()", service_account=service_account, network=network,
                     enable_web_access=enable_web_access, tensorboard=tensorboard,
@@ -289,7 +330,8 @@ class CustomJob(_Job):
         spec = self.job_spec
         if sched:
             decoder = Decoder("<aiplatform.CustomJob.run>")
-            spec = replace(spec, scheduling=build(Scheduling, decoder.decode_message(sched, Scheduling, "scheduling")))
+            with _as_value_error():
+                spec = replace(spec, scheduling=build(Scheduling, decoder.decode_message(sched, Scheduling, "scheduling")))
         spec = replace(spec, experiment=experiment or config["experiment"], experiment_run=experiment_run,
                        service_account=service_account, network=network, enable_web_access=enable_web_access)
         self._submit_spec(spec, tracked)
@@ -347,9 +389,15 @@ class HyperparameterTuningJob(_Job):
         super().__init__(display_name, labels)
         note_unused("HyperparameterTuningJob()", project=project, location=location, credentials=credentials,
                     encryption_spec_key_name=encryption_spec_key_name)
+        if not isinstance(custom_job, CustomJob):
+            raise TypeError(f"custom_job must be an aiplatform.CustomJob, not {type(custom_job).__name__}")
+        if not isinstance(metric_spec, Mapping) or not metric_spec:
+            raise TypeError(f"metric_spec must be a dict of metric ids to 'maximize' or 'minimize', not {metric_spec!r}")
+        if not isinstance(parameter_spec, Mapping):
+            raise TypeError(f"parameter_spec must be a dict of parameter ids to specs, not {type(parameter_spec).__name__}")
         if search_algorithm not in _ALGORITHMS:
             raise ValueError(f"search_algorithm must be one of {list(_ALGORITHMS)}, not {search_algorithm!r}")
-        for pid, p in (parameter_spec.items() if isinstance(parameter_spec, Mapping) else [("", parameter_spec)]):
+        for pid, p in parameter_spec.items():
             if not hasattr(p, "to_dict"):  # an AttributeError from inside vcli before
                 raise TypeError(f"parameter_spec must map parameter ids to hyperparameter_tuning specs "
                                 f"(DoubleParameterSpec, ...), not {pid!r}: {type(p).__name__}")
@@ -389,7 +437,8 @@ class HyperparameterTuningJob(_Job):
         from vcli.codec.study_flags import StudyFlags, study_request
         from vcli.control import runner
 
-        request = study_request(doc, f"<aiplatform.HyperparameterTuningJob {self.display_name}>", StudyFlags())
+        with _as_value_error():
+            request = study_request(doc, f"<aiplatform.HyperparameterTuningJob {self.display_name}>", StudyFlags())
         for notice in request.notices:
             _say(notice)
         trial_job = request.spec.trial_job_spec

@@ -24,9 +24,17 @@ def script_pools(script_path: str, container_uri: str, *, args: Sequence[str] | 
     for name, value in (("args", args), ("requirements", requirements)):
         if isinstance(value, (str, bytes)):  # a string is a sequence of characters: --x=1 became 5 arguments
             raise TypeError(f"{name} must be a list of strings, not a string: [{value}]")
+        if value is not None and (not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value)):
+            raise TypeError(f"{name} must be a list of strings, not {value!r}")
+    if env is not None and (not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env)):
+        raise TypeError(f"environment_variables must be a dict of names to values, not {env!r}")
+    if not isinstance(script_path, (str, os.PathLike)):
+        raise TypeError(f"script_path must be a path, not {type(script_path).__name__}")
     path = os.path.abspath(os.path.expanduser(script_path))
     if not os.path.isfile(path):
         raise ValueError(f"script_path [{script_path}] is not a file")
+    if isinstance(replica_count, bool) or not isinstance(replica_count, int):
+        raise TypeError(f"replica_count must be an integer, not {replica_count!r}")
     if replica_count < 1:
         raise ValueError(f"replica_count must be at least 1, not {replica_count}")
     chief: dict[str, Any] = {"machine-type": machine_type, "replica-count": 1, "local-package-path": os.path.dirname(path),
