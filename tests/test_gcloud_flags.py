@@ -314,6 +314,29 @@ def test_the_notice_names_config_fields_without_local_effect(files: Path) -> Non
     assert r.exit_code == 0 and _notes(r.stderr) == [], r.stderr
 
 
+def test_a_default_value_is_named_and_two_stopping_rules_are_refused(files: Path) -> None:
+    # defaultValue was stored and used by nothing, silently (Vertex: Vizier only, "not
+    # supported by HyperparameterTuningJob"); of two automated-stopping specs, members of one
+    # oneof that Vertex's parser refuses, all but one were dropped without a word.
+    study = STUDY.replace("{minValue: 0.001, maxValue: 0.1}", "{minValue: 0.001, maxValue: 0.1, defaultValue: 5}")
+    assert study != STUDY
+    (files / "default.yaml").write_text(study)
+    r = run("hp-tuning-jobs", "create", f"--config={files}/default.yaml", "--validate-only")
+    assert r.exit_code == 0, r.stderr
+    assert _notes(r.stderr) == ["Note: [--config] studySpec.parameters[0].doubleValueSpec.defaultValue has no effect on "
+                                "local runs."]
+    cases = {"  medianAutomatedStoppingSpec: {}\n  decayCurveStoppingSpec: {}\n":
+             "medianAutomatedStoppingSpec, decayCurveStoppingSpec",
+             "  ashaStoppingSpec: {reductionFactor: 2}\n  decayCurveStoppingSpec: {}\n":  # named in Vertex's field order
+             "decayCurveStoppingSpec, ashaStoppingSpec"}
+    for rules, named in cases.items():
+        (files / "two.yaml").write_text(STUDY.replace("studySpec:\n", "studySpec:\n" + rules, 1))
+        r = run("hp-tuning-jobs", "create", f"--config={files}/two.yaml", "--validate-only")
+        assert r.exit_code == 1, r.stderr
+        assert r.stderr.splitlines()[-1].endswith(f"at [studySpec]: only one of [{named}] may be set: they are one "
+                                                  "choice of StudySpec"), r.stderr
+
+
 def test_verbosity_after_the_command_shows_tracebacks(files: Path) -> None:
     r = run("custom-jobs", "describe", UNKNOWN, "--verbosity=debug")
     assert r.exit_code == 4 and "Traceback" in r.stderr

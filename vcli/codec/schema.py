@@ -175,7 +175,11 @@ NO_LOCAL_EFFECT = frozenset([*(("CustomJobSpec", f) for f in (
     "serviceAccount", "network", "persistentResourceId", "tensorboard", "experiment", "experimentRun",
     "enableWebAccess", "enableDashboardAccess")),
     # Replicas use the host's disks; there is no boot disk to size.
-    ("WorkerPoolSpec", "diskSpec")])
+    ("WorkerPoolSpec", "diskSpec"),
+    # Vertex: "only supported by the Vertex AI Vizier service. Not supported by
+    # HyperparameterTuningJob"; vcli's studies do not read it either.
+    *((spec, "defaultValue") for spec in ("DoubleValueSpec", "IntegerValueSpec", "CategoricalValueSpec",
+                                           "DiscreteValueSpec"))])
 #: Fields that mean something locally for these values only: FLEX_START's wait for every
 #: replica at once is vcli's gang placement (bounded by maxWaitDuration, 24 h by default);
 #: SPOT, LOW_COST, STANDARD and ON_DEMAND choose how Google bills and preempts VMs.
@@ -313,6 +317,11 @@ class Decoder:
             if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT
                     or (only_for is not None and out[key] not in only_for)) and _set(out[key]):
                 self.no_effect.append(sub)
+        for wires in msg.attrs.values():  # a oneof: Vertex's parser refuses two members (one was dropped)
+            given = [w.wire for w in wires if w.wire in value]
+            if len(wires) > 1 and len(given) > 1:
+                raise self.error(path, f"only one of [{', '.join(given)}] may be set: they are one choice "
+                                       f"of {msg.name}")
         return out
 
 
