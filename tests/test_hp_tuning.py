@@ -625,3 +625,20 @@ def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_trial_that_reported_another_tag_is_told_which() -> None:
+    # "finished without reporting the metric [score]" of a trial that reported `Score` left
+    # the user to find the misspelling in the trainer.
+    from vcli.control.active import missing_metric_reason
+    from vcli.metrics import MetricReader
+
+    reader = MetricReader(("score",))
+    lines = [json.dumps({"Score": "0.5", "global_step": "1", "timestamp": 1.0, "trial": "1", "checkpoint_path": ""}),
+             json.dumps({"loss": "0.1", "accuracy\x1b[31m": "0.9", "global_step": "2"})]
+    assert reader.feed_hypertune("\n".join(lines)) is False
+    assert missing_metric_reason(("score",), reader) == (
+        "The trial finished without reporting the metric [score] (report it with cloudml-hypertune, or print a line "
+        "`score=VALUE`); it reported [Score, loss, accuracy\\x1b[31m] instead.")
+    silent = MetricReader(("score",))
+    assert missing_metric_reason(("score",), silent).endswith("`score=VALUE`).")

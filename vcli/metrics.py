@@ -32,6 +32,10 @@ from typing import Sequence
 from vcli.spec import Goal, Measurement, MeasurementSelectionType
 
 HYPERTUNE_DEFAULT_TAG = "training/hptuning/metric"
+#: The keys cloudml-hypertune writes beside a report's tag.
+_HYPERTUNE_KEYS = frozenset(("global_step", "timestamp", "trial", "checkpoint_path"))
+#: How many other tags a reader remembers (to name them when the study's metric never came).
+_OTHER_TAGS = 5
 _STDOUT_METRIC = re.compile(
     r"^\s*([A-Za-z0-9_./-]+)\s*=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
     r"(?:\s+(?:step|global_step)\s*=\s*(\d+))?\s*$"
@@ -47,6 +51,8 @@ class MetricReader:
         self.measurements: list[Measurement] = []
         self._seen: set[tuple[object, ...]] = set()
         self._counts: dict[str, int] = {}
+        #: Tags of hypertune reports that are none of the study's metrics (a misspelt `Score`).
+        self.other_tags: list[str] = []
 
     def feed_hypertune(self, text: str | None) -> bool:
         """Read a whole hypertune file's text; True if a new report was found."""
@@ -69,6 +75,7 @@ class MetricReader:
             if step is None:
                 continue  # not a step Vertex could store (inf, 1e400, beyond int64): not a measurement
             ts = _number(report.get("timestamp")) or 0.0
+            self._note_other_tags(report)
             for metric_id in self.metric_ids:
                 raw = report.get(metric_id)
                 if raw is None and metric_id not in report and len(self.metric_ids) == 1:
@@ -77,6 +84,14 @@ class MetricReader:
                 if value is not None:
                     new |= self._add((ts, step, value, metric_id, "hypertune"), metric_id, value, step)
         return new
+
+    def _note_other_tags(self, report: dict[str, object]) -> None:
+        if len(self.other_tags) >= _OTHER_TAGS:
+            return
+        for key in report:
+            if (key not in _HYPERTUNE_KEYS and key not in self.metric_ids and key != HYPERTUNE_DEFAULT_TAG
+                    and key[:64] not in self.other_tags and len(self.other_tags) < _OTHER_TAGS):
+                self.other_tags.append(key[:64])
 
     def feed_stdout_line(self, line: str, timestamp: float) -> bool:
         m = _STDOUT_METRIC.match(line)

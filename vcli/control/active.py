@@ -145,6 +145,7 @@ def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> 
         return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
                 f"({', '.join(values)}).")
     names = ", ".join(missing or metric_ids)
+    others = f"; it reported [{', '.join(printable(t) for t in reader.other_tags)}] instead" if reader.other_tags else ""
     return (f"The trial finished without reporting the metric [{names}] (report it with "
-            f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`)"
+            f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){others}"
             + ("." if len(metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
