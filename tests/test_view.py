@@ -112,8 +112,8 @@ def test_plain_lines_name_the_trial_its_parameters_and_why() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "trial 1 ACTIVE lr=0.1"
     assert lines[1] == "trial 1 STOPPING at step 2, stopped early (lr=0.1): median rule: best acc 0.5 by step 2 is worse than the median 0.7"
-    assert re.fullmatch(r"trial 1 SUCCEEDED after \d+s, stopped early by the median rule: acc=0.5 step=2 \(lr=0.1\)", lines[2])
-    assert re.fullmatch(r"trial 2 INFEASIBLE after \d+s \(lr=0.2\): see: vcli custom-jobs stream-logs 123", lines[4])
+    assert re.fullmatch(r"trial 1 SUCCEEDED after \d+(\.\d)?s, stopped early by the median rule: acc=0.5 step=2 \(lr=0.1\)", lines[2])
+    assert re.fullmatch(r"trial 2 INFEASIBLE after \d+(\.\d)?s \(lr=0.2\): see: vcli custom-jobs stream-logs 123", lines[4])
 
 
 TRAINER = """
@@ -208,3 +208,11 @@ def test_a_log_record_with_an_impossible_time_is_not_a_record(tmp_path, stamp) -
     log.write_text(f"1700000000.5\tstdout\tbefore\n{stamp}\tstdout\tforged\n1700000001.5\tstdout\tafter\n")
     assert [r.message for r in read_records(str(log), "workerpool0-0")] == ["before", "after"]
     assert [r.message for r in Follower([("workerpool0-0", str(log))]).poll()] == ["before", "after"]
+
+
+def test_short_durations_keep_their_tenths() -> None:
+    # A trial of 0.9 s was "SUCCEEDED after 0s".
+    from vcli.view import _clock
+
+    assert [_clock(x) for x in (-1, 0.94, 0.96, 9.96, 10.5, 185, 3725)] == ["0.0s", "0.9s", "0.9s", "9.9s", "10s",
+                                                                             "3m05s", "1h02m"]

@@ -95,7 +95,9 @@ def _values(snap: StudySnapshot, values: Mapping[str, float]) -> str:
 
 
 def _clock(seconds: float) -> str:
-    """`42s`, `3m05s`, `1h02m`: short and unambiguous."""
+    """`0.9s`, `42s`, `3m05s`, `1h02m`: short and unambiguous (a 0.9 s trial was "after 0s")."""
+    if seconds < 10:  # tenths, cut as the whole seconds below are
+        return f"{int(max(0.0, seconds) * 10) / 10:.1f}s"
     s = int(max(0.0, seconds))
     if s < 60:
         return f"{s}s"
