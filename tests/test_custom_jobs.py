@@ -263,6 +263,38 @@ def test_a_reader_that_goes_away_ends_stream_logs_quietly(tmp_path: Path) -> Non
     assert out.stderr == "", out.stderr
 
 
+CHATTY_SLOWLY = "import time\nfor i in range(20):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
+
+
+def test_a_console_that_stops_taking_output_never_ends_the_job(tmp_path: Path) -> None:
+    """`create ... | head -1` and `create ... > /dev/full` killed the job's controller mid-job
+    (exit 141, or 1 with a traceback): the job stayed RUNNING with nobody driving it. Studies
+    share the same console handling (`keep_console`)."""
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"chatty.py": CHATTY_SLOWLY})
+    pool = f"--worker-pool-spec={POOL},local-package-path={pkg},script=chatty.py"
+    out = subprocess.run(f"{sys.executable} -m vcli custom-jobs create --display-name=piped {pool} | head -1; "
+                         "echo \"codes=${PIPESTATUS[*]}\"", shell=True, executable="/bin/bash", capture_output=True,
+                         text=True, env=vcli_env(home), timeout=120)
+    assert out.stdout.splitlines()[0].endswith("line 0"), out.stdout
+    assert out.stdout.splitlines()[-1] == "codes=0 0", (out.stdout, out.stderr)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=full", pool],
+                           stdout=full, stderr=subprocess.PIPE, text=True, env=vcli_env(home), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "WARNING: (vcli) the output cannot be written (No space left on device); the run goes on without it." \
+        in r.stderr.splitlines()
+    listed = vcli(home, "custom-jobs", "list", "--format=value(displayName,state)")
+    assert sorted(listed.stdout.split("\n")[:-1]) == ["full\tJOB_STATE_SUCCEEDED", "piped\tJOB_STATE_SUCCEEDED"], listed
+    for argv in (["custom-jobs", "list", "--format=json"], ["--help"]):  # one line, never a traceback
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, "-m", "vcli", *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                               env=vcli_env(home), timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.splitlines()[-1].endswith("cannot write the output: No space left on device."), r.stderr
+        assert "Traceback" not in r.stderr
+
+
 def test_scheduling_timeout_fails_job(tmp_path: Path) -> None:
     home = tmp_path / "home"
     pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})

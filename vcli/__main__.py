@@ -18,6 +18,19 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("ERROR: (vcli) Interrupted.\n")
         raise SystemExit(130) from None
+    except OSError as e:  # help or usage text to a closed pipe or a full disk: never a traceback
+        import errno
+        import os
+
+        from vcli.cli.support import OUTPUT_ERRNOS
+
+        if e.errno != errno.EPIPE and e.errno not in OUTPUT_ERRNOS:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush stays quiet
+        if e.errno == errno.EPIPE:
+            raise SystemExit(128 + 13) from None
+        sys.stderr.write(f"ERROR: (vcli) cannot write the output: {e.strerror}.\n")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

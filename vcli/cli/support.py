@@ -5,6 +5,7 @@ and an exit code. Imports only stdlib and typer, so every `vcli.cli` module can 
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from typing import Any, Callable, TypeVar
@@ -56,10 +57,65 @@ def err(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+class LossyStream:
+    """A console stream whose reader may go away (`create ... | head -1`) or whose disk may
+    fill (`> /dev/full`): the first write that fails points its file descriptor at /dev/null
+    and nothing after it fails. A job's controller must never die of its console: it did,
+    mid-job, leaving the job RUNNING with nobody driving it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        #: The error that lost the console, if one did.
+        self.lost: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError as e:
+            self._lose(e)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            self._lose(e)
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null now
+            except OSError:
+                pass
+
+    def _lose(self, error: OSError) -> None:
+        if self.lost is None:
+            self.lost = error
+            import os
+
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            except (OSError, ValueError):
+                pass
+            if error.errno != errno.EPIPE and self is not sys.stderr:  # a reader that left wants no more
+                err(f"WARNING: (vcli) the output cannot be written ({error.strerror}); the run goes on without it.")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def keep_console() -> None:
+    """From now on a failing stdout or stderr never ends this process (`LossyStream`)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, LossyStream):
+            setattr(sys, name, LossyStream(stream))
+
+
 def interrupt_on_signals() -> None:
     """SIGTERM/SIGHUP to a foreground vcli act like Ctrl-C: cancel, clean up, exit, with the
-    shell's code for the signal (143, 129; 130 for Ctrl-C: `interrupted_code`)."""
+    shell's code for the signal (143, 129; 130 for Ctrl-C: `interrupted_code`). A foreground
+    run also keeps going when its console stops taking output (`keep_console`)."""
     import signal
+
+    keep_console()
 
     def handler(signum: int, frame: Any) -> None:
         state["signal"] = signum
@@ -101,6 +157,20 @@ def shorten(message: str) -> str:
     return out
 
 
+#: Errors of a write to a stream that cannot take more (a full disk, a dead terminal). vcli's
+#: own files report these as StoreError (exit 7) before they get this far.
+OUTPUT_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO))
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def command(path: str) -> Callable[[F], F]:
     """Turn VcliErrors into `ERROR: (vcli.PATH) message` and their exit code; Ctrl-C into 130.
 
@@ -127,10 +197,14 @@ def command(path: str) -> Callable[[F], F]:
             except BrokenPipeError:
                 # The reader went away (`| head -1`): stop quietly, as `cat` would (SIGPIPE's
                 # 141); stdout is pointed at /dev/null so that Python's exit flush stays quiet.
-                import os
-
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                _quiet_stdout()
                 raise typer.Exit(128 + 13) from None
+            except OSError as e:
+                if e.errno not in OUTPUT_ERRNOS:
+                    raise
+                _quiet_stdout()  # stdout on a full disk (`> /dev/full`): one line, not a traceback
+                err(f"ERROR: (vcli.{path}) cannot write the output: {e.strerror or e}.")
+                raise typer.Exit(1) from None
 
         return wrapper  # type: ignore[return-value]
 

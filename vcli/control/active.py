@@ -135,6 +135,11 @@ def fatal_failure(trial_id: str, last_error: str | None, modules: tuple[str, ...
             "(local-package-path, packageUris).")
 
 
+def _reported_instead(reader: MetricReader) -> str:
+    """"; it reported [Score] instead": the tags a trial reported that are none of the study's."""
+    return f"; it reported [{', '.join(printable(t) for t in reader.other_tags)}] instead" if reader.other_tags else ""
+
+
 def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> str:
     """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported, or reported
     only as NaN or infinity (it said "without reporting" of a trial that printed score=nan)."""
@@ -145,7 +150,6 @@ def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> 
         return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
                 f"({', '.join(values)}).")
     names = ", ".join(missing or metric_ids)
-    others = f"; it reported [{', '.join(printable(t) for t in reader.other_tags)}] instead" if reader.other_tags else ""
     return (f"The trial finished without reporting the metric [{names}] (report it with "
-            f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){others}"
+            f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){_reported_instead(reader)}"
             + ("." if len(metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
