@@ -342,6 +342,11 @@ def test_create_kwargs_commands_mounts_workdir(tmp_path: Path) -> None:
     module = make_launch(tmp_path, "kw", command=(), args=("--a",), image="img:1", python_module="trainer.task")
     kw = container_create_kwargs(module)  # pythonPackageSpec: python3 -m in the executor image
     assert kw["entrypoint"] == ["python3", "-m", "trainer.task"] and kw["command"] == ["--a"]
+    # A CPU replica on a host that declares GPUs: none of them, even under an nvidia default runtime
+    cpu = ReplicaLaunch(**{**base.__dict__, "placement": Placement(runtime="docker", gpu_host=True)})
+    kw = container_create_kwargs(cpu)
+    assert "device_requests" not in kw
+    assert (kw["environment"]["NVIDIA_VISIBLE_DEVICES"], kw["environment"]["CUDA_VISIBLE_DEVICES"]) == ("void", "")
 
 
 def test_gpu_assignment_two_concurrent_replicas(tmp_path: Path) -> None:

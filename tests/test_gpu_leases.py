@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -688,3 +689,40 @@ def test_an_ssh_hosts_own_nvidia_smi_decides_what_is_busy_there(tmp_path: Path) 
                 executor.close()
         finally:
             del os.environ["VCLI_SSH_USER_KNOWN_HOSTS"]
+
+
+def test_a_cpu_replica_on_a_gpu_host_sees_no_gpu(tmp_path: Path) -> None:
+    """A replica that asks for no GPU, on a host that declares GPUs, saw every GPU (or the
+    shell's CUDA_VISIBLE_DEVICES), those leased to other jobs too. On a host that declares
+    none, the variable is the user's to set and is left alone."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "gpu.py").write_text("import os\nprint('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))\n")
+    pool = f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},python-module=gpu"
+    seen = {}
+    for name, extra in (("gpu-host", _env(CUDA_VISIBLE_DEVICES="0,1")), ("cpu-host", {"CUDA_VISIBLE_DEVICES": "0,1"})):
+        r = vcli(tmp_path / "home", "custom-jobs", "create", f"--display-name={name}", pool, timeout=120, **extra)
+        assert r.returncode == 0, r.stderr
+        seen[name] = [line.split("CVD=", 1)[1] for line in r.stdout.splitlines() if "CVD=" in line]
+    assert seen == {"gpu-host": [""], "cpu-host": ["0,1"]}, seen
+
+
+def test_a_job_whose_max_wait_runs_out_is_failed_and_says_so_in_its_exit_code(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """It was recorded FAILED but exited 3 ("executor unavailable": nothing created, retry),
+    where a study's trial that waited as long exits 6."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    config = tmp_path / "job.yaml"
+    config.write_text("workerPoolSpecs:\n- machineSpec: {machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, "
+                      f"acceleratorCount: 1}}\n  replicaCount: 1\n  containerSpec: {{imageUri: unused, command: "
+                      f"[{sys.executable}, {trainer}], args: [{log}, '0']}}\nscheduling: {{maxWaitDuration: 1s}}\n")
+    someone = LeaseDir(str(gpu_lease_dir))
+    someone.acquire([0], {"job": "someone-else", "user": "bob"})
+    try:
+        r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=impatient", f"--config={config}", timeout=120,
+                 **_env(VCLI_LOCAL_GPUS="1"))
+    finally:
+        someone.release([0])
+    assert r.returncode == 6, r.stderr
+    assert "found no free GPUs within scheduling.maxWaitDuration (1s)" in r.stderr
+    job_id = re.search(r"CustomJob \[(\d+)\] is queued", r.stderr)[1]  # type: ignore[index]
+    assert describe(tmp_path / "home", "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"

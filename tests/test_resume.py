@@ -528,6 +528,8 @@ def test_resume_counts_the_restarts_an_earlier_controller_made(tmp_path: Path) -
     assert len(restarts) == 1 and "restart 3 of at most 3" in restarts[0], r.stderr
     assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
     assert not processes_with_env("VCLI_JOB_ID", job_id)
+    again = vcli(home, "custom-jobs", "resume", job_id, timeout=60)  # exited 0, "succeeded", for a FAILED job
+    assert again.returncode == 6 and "has already ended (JOB_STATE_FAILED)" in again.stderr, again.stderr
 
 
 def test_resume_acts_on_a_replica_its_dead_controller_recorded_failed(tmp_path: Path) -> None:

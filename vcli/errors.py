@@ -79,6 +79,13 @@ class ExecutorError(VcliError):
     exit_code = ExitCode.EXECUTOR_UNAVAILABLE
 
 
+class WaitExpiredError(VcliError):
+    """A job's `scheduling.maxWaitDuration` ran out before its GPUs were free: it is recorded
+    FAILED, so the exit code is a failed job's (as a study's whose trial waited as long)."""
+
+    exit_code = ExitCode.JOB_FAILED
+
+
 class StoreError(VcliError):
     """vcli's home cannot be used: unwritable, on a read-only file system, or full."""
 

@@ -262,7 +262,7 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     if has_ended(row):
         err(f"Hyperparameter tuning job [{row.id}] has already ended ({row.state}); nothing to resume.")
-        return
+        raise typer.Exit(exit_code_for(JobState(row.state)))  # a script's `resume || ...` sees how it ended
     claim_controller(store, row.id)
     if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
         raise typer.Exit(finish_cancel(store, row, "Hyperparameter tuning job"))

@@ -227,8 +227,11 @@ def _launch(ctx: _JobContext, replica: ReplicaId, placement: Placement) -> Repli
 
 
 def _gpu_indices(pool: WorkerPoolSpec, placement: Placement) -> tuple[int, ...] | None:
-    """The placed GPUs; None (GPUs left alone) for a CPU pool that was given none."""
-    return placement.gpu_indices if placement.gpu_indices or pool.machine_spec.accelerator_count else None
+    """The placed GPUs; None (GPUs left alone) for a CPU pool given none on a host that declares
+    none. On a host that declares GPUs, a CPU pool's replica gets () (CUDA_VISIBLE_DEVICES
+    empty): it saw every GPU, those leased to other jobs too."""
+    wants = placement.gpu_indices or pool.machine_spec.accelerator_count or placement.gpu_host
+    return placement.gpu_indices if wants else None
 
 
 def _user_env(pool: WorkerPoolSpec) -> dict[str, str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vcli.enums import JobKind, JobState, RpcCode
+from vcli.errors import WaitExpiredError
 from vcli.spec import CustomJobSpec
 from vcli.store import Store
 
@@ -41,8 +42,8 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
             if on_wait is None:
                 raise
             if limit is not None and time.monotonic() - started >= limit and not getattr(e, "placer_waits", False):
-                raise NoCapacityError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
-                                      f"{e}") from None
+                raise WaitExpiredError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
+                                       f"{e}") from None
             if not said:
                 on_wait(f"Waiting for GPUs: {e}")
                 said = True

@@ -226,7 +226,7 @@ class Scheduler:
             self._jobs[request.job_id] = allocs
             return [
                 Placement(host=a.host, address=self._hosts[a.host].cap.address, gpu_indices=a.gpu_indices,
-                          runtime=self._hosts[a.host].cap.runtime)
+                          runtime=self._hosts[a.host].cap.runtime, gpu_host=bool(self._hosts[a.host].cap.gpu_indices))
                 for a in allocs
             ]
 

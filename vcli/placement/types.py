@@ -21,3 +21,6 @@ class Placement:
     gpu_indices: tuple[int, ...] = ()
     #: "process" or "docker": the runtime on that host (ssh hosts choose per host).
     runtime: str = "process"
+    #: The host declares GPUs, which vcli leases: a replica given none of them sees none
+    #: (CUDA_VISIBLE_DEVICES empty), never the shell's value or every GPU, leased ones too.
+    gpu_host: bool = False

@@ -115,6 +115,8 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         # `--gpus device=0,1` (never runtime=nvidia): only these GPUs exist in the container.
         kwargs["device_requests"] = [DeviceRequest(device_ids=[str(i) for i in gpus], capabilities=[["gpu"]])]
         env.update(visible_devices_env(gpus, in_container=True))
+    elif launch.placement.gpu_host:  # an engine whose default runtime is nvidia would give a CUDA image every GPU
+        env.update({"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_VISIBLE_DEVICES": ""})
     if launch.shm_size:
         kwargs["shm_size"] = launch.shm_size
     if mem_limit is not None:
