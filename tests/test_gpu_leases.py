@@ -726,3 +726,38 @@ def test_a_job_whose_max_wait_runs_out_is_failed_and_says_so_in_its_exit_code(tm
     assert "found no free GPUs within scheduling.maxWaitDuration (1s)" in r.stderr
     job_id = re.search(r"CustomJob \[(\d+)\] is queued", r.stderr)[1]  # type: ignore[index]
     assert describe(tmp_path / "home", "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
+
+
+def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorded(tmp_path: Path) -> None:
+    """VCLI_GPU_LEASE_DIR=/dev/null, or a directory where a GPU's lock file should be (any user
+    can make one in the shared, world-writable default), was a 60-line traceback; `hosts gpus`
+    showed those GPUs FREE; a --async study was left QUEUED with its runner gone."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    blocked = tmp_path / "leases"
+    (blocked / "gpu0.lock").mkdir(parents=True)
+    home = tmp_path / "home"
+    for lease_dir, file in (("/dev/null", "/dev/null/gpu0.lock"), (str(blocked), f"{blocked}/gpu0.lock")):
+        env = _env(VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR=lease_dir)
+        for argv in (_job_args(trainer, log, 0, 1, "blocked"), ["hosts", "gpus"]):
+            r = vcli(home, *argv, timeout=60, **env)
+            assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+            assert r.stderr.splitlines()[-1].startswith(f"ERROR: (vcli.{argv[0]}.") and file in r.stderr, r.stderr
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=queued", _pool(trainer, log, 0, 1),
+             f"--command={sys.executable},{trainer}", f"--args={log},0", *STUDY, "--max-trial-count=1", "--async",
+             "--format=value(name.basename())", timeout=60, **_env(VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR="/dev/null"))
+    assert r.returncode == 0, r.stderr
+    study_id = r.stdout.strip()
+    wait_for(lambda: describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_FAILED", 60, "the study FAILED")
+    assert "Not a directory: /dev/null/gpu0.lock" in describe(home, "hp-tuning-jobs", study_id)["error"]["message"]
+    listed = vcli(home, "custom-jobs", "list", "--format=value(displayName)")
+    assert "blocked" not in listed.stdout  # nothing recorded for a job refused in the foreground
+
+
+def test_a_mistyped_local_gpu_type_is_named(tmp_path: Path) -> None:
+    """`VCLI_LOCAL_GPU_TYPE='NVIDIA_TESLA_T4 '` made every GPU job "never fit" with advice to
+    lower accelerator-count; the variable went unnamed."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    for argv in (_job_args(trainer, log, 0, 1, "typo"), ["hosts", "list", "--include-local"]):
+        r = vcli(tmp_path / "home", *argv, timeout=60, **_env(VCLI_LOCAL_GPUS="1", VCLI_LOCAL_GPU_TYPE="nvidia_tesla_t4"))
+        assert r.returncode == 1, r.stderr
+        assert "Invalid value for [VCLI_LOCAL_GPU_TYPE]: [nvidia_tesla_t4] is not one of [" in r.stderr.splitlines()[-1]

@@ -386,3 +386,27 @@ def test_a_tracker_that_never_answers_times_out_and_the_study_succeeds(tmp_path:
     assert len(warnings) == 1 and "timed out" in warnings[0], r.stderr
     assert "trial(s) 1 started before their MLflow run existed" in r.stderr
     assert elapsed < 60, elapsed
+
+
+def test_two_studies_starting_at_once_on_a_new_sqlite_store_are_both_tracked_quietly(tmp_path: Path) -> None:
+    """Two controllers creating one new SQLite store at once race in MLflow's schema migration:
+    the loser ran its whole study untracked ("cannot start"). MLflow's INFO lines and vcli's
+    "MLflow: experiment ..." line came through --no-user-output-enabled."""
+    from mlflow.tracking import MlflowClient
+
+    pkg, uri = _package(tmp_path), f"sqlite:///{tmp_path}/mlruns.db"
+    procs = [spawn(tmp_path / f"home{i}", *_study_args(f"racer{i}", pkg, [0.1, 0.3], "--args=--steps=1,--pause=0"),
+                   f"--tracking-uri={uri}", "--no-user-output-enabled") for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0 and err == "", err[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    for i in range(2):
+        exp = client.get_experiment_by_name(f"racer{i}")
+        assert exp is not None and len(client.search_runs([exp.experiment_id])) == 3, f"racer{i} untracked"

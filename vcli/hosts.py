@@ -467,6 +467,10 @@ def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
             detected["gpus"]["model"] = gtype
         gtype = os.environ.get("VCLI_LOCAL_GPU_TYPE")
         if gtype:
+            from vcli.spec import ACCELERATOR_TYPES
+
+            if gtype not in ACCELERATOR_TYPES:  # a typo made every GPU job "never fit", the variable unnamed
+                raise InvalidValueError("VCLI_LOCAL_GPU_TYPE", f"[{gtype}] is not one of [{', '.join(ACCELERATOR_TYPES)}]")
             detected["gpus"]["type"] = gtype
     detected.setdefault("cpus", os.cpu_count() or 1)
     mem = _local_memory_gb()

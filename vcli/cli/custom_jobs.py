@@ -20,6 +20,7 @@ from vcli.cli.output import (
     check_page_size,
     emit,
     exit_code_for,
+    failure_recorded,
     finish_cancel,
     get_row,
     list_format,
@@ -320,7 +321,8 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
         return
     try:
-        planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
+        with failure_recorded(store, row.id):
+            planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
     except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
     try:

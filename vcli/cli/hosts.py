@@ -281,10 +281,14 @@ def _local_gpu_rows() -> list[dict[str, Any]]:
     from vcli import hosts as H
     from vcli import properties
     from vcli.placement.gpulease import local_leases, nvidia_busy
+    from vcli.placement.gpus import lease_dir_error
 
     indices, _ = H.local_host().gpus()
     leases = local_leases(properties.gpu_lease_dir())
-    held = leases.probe(indices)
+    try:
+        held = leases.probe(indices)
+    except OSError as e:  # never shown FREE: nobody can lease them
+        raise lease_dir_error(H.LOCAL, leases, e) from None
     busy = nvidia_busy([i for i, r in held.items() if r]) if _exclude_busy() else {}
     return _lease_rows(H.LOCAL, indices, held, busy, leases.waiters())
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vcli.cli import options as o
+from vcli.cli import support
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
@@ -22,6 +23,7 @@ from vcli.cli.output import (
     check_page_size,
     emit,
     exit_code_for,
+    failure_recorded,
     finish_cancel,
     get_row,
     list_format,
@@ -174,6 +176,9 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
     interrupt_on_signals()
     view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
                            iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
+    if not support.state.get("user_output", True):  # --no-user-output-enabled: status lines go; WARNING and ERROR stay
+        status = view.progress
+        view.progress = lambda text: status(text) if text.startswith(("WARNING", "ERROR")) else None  # type: ignore[method-assign]
     run = runner.study_run(study, listener=view)
     if resumed or background:
         run.resume()
@@ -241,11 +246,12 @@ def run_study(job: Annotated[str, typer.Argument()]) -> None:
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
         return
-    study = runner.plan_stored_study(store, row, secrets=secrets_from_stdin())
-    try:
-        raise typer.Exit(_run_in_foreground(study, None, background=True))
-    finally:
-        study.close()
+    with failure_recorded(store, row.id):
+        study = runner.plan_stored_study(store, row, secrets=secrets_from_stdin())
+        try:
+            raise typer.Exit(_run_in_foreground(study, None, background=True))
+        finally:
+            study.close()
 
 
 @app.command("resume", cls=GcloudCommand)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any, Optional
 
 from vcli.cli.support import err, shown
@@ -87,6 +88,28 @@ def exit_code_for(state: JobState) -> int:
 
     return int({JobState.JOB_STATE_SUCCEEDED: ExitCode.OK,
                 JobState.JOB_STATE_CANCELLED: ExitCode.CANCELLED}.get(state, ExitCode.JOB_FAILED))
+
+
+@contextmanager
+def failure_recorded(store: Any, job_id: str) -> Iterator[None]:
+    """A detached runner's error that ends it before its job or study ended (it cannot even be
+    planned: a GPU lease directory nobody can use, ...) is recorded as the job's FAILED state
+    with the error's line: the job was left QUEUED with its controller gone, and neither
+    `describe` nor the SDK's `wait()` learnt why."""
+    from vcli.enums import RpcCode
+    from vcli.errors import StoreError, VcliError
+
+    try:
+        yield
+    except VcliError as e:
+        try:
+            row = store.get_job(job_id)
+            if row is not None and not JobState(row.state).is_final():
+                store.set_state(job_id, JobState.JOB_STATE_FAILED,
+                                error={"code": RpcCode.FAILED_PRECONDITION, "message": str(e)})
+        except StoreError:
+            pass
+        raise
 
 
 def warn_orphaned(resources: list[dict[str, Any]], group: str) -> None:

@@ -42,6 +42,7 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -198,11 +199,15 @@ class LeaseDir:
         for _ in range(10):
             for flags in (os.O_RDWR, os.O_RDONLY):
                 try:
-                    return os.open(path, flags | os.O_CLOEXEC)
+                    fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK)
                 except PermissionError:
                     continue
                 except FileNotFoundError:
                     break
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory or a FIFO someone put there
+                    os.close(fd)
+                    raise OSError(errno.EINVAL, "not a lock file", path)
+                return fd
             else:
                 raise PermissionError(errno.EACCES, f"cannot open {path}")
             if not create:
@@ -290,10 +295,7 @@ class LeaseDir:
             if mine is not None:
                 out[index] = _read_record(mine.fd)
                 continue
-            try:
-                fd = self._open(index, create=False)
-            except OSError:
-                fd = None
+            fd = self._open(index, create=False)  # OSError: a lock file nobody can use is never "free"
             if fd is None:
                 out[index] = None
                 continue

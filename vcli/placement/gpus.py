@@ -52,6 +52,21 @@ class GpuAllocationError(VcliError):
     exit_code = ExitCode.INVALID
 
 
+class GpuLeaseError(VcliError):
+    """This host's GPU lease directory cannot be used (not a directory, a lock file that is not
+    one): no GPU job can run here until it is fixed."""
+
+    exit_code = ExitCode.INVALID
+
+
+def lease_dir_error(host: str, leases: Any, error: OSError) -> GpuLeaseError:
+    """One line for a lease directory that cannot be used, naming the file and the setting."""
+    where = f": {error.filename}" if error.filename else f" ({getattr(leases, 'path', host)})"
+    return GpuLeaseError(f"Cannot lease GPUs of host {host}: {error.strerror or error}{where}. The GPU lease directory "
+                         "(VCLI_GPU_LEASE_DIR, `vcli config set gpu/lease-dir`) must be a directory of lock files "
+                         "every vcli user can write.")
+
+
 class GpusBusyError(VcliError):
     """The GPUs exist but other replicas hold them now (only when not waiting)."""
 
@@ -130,7 +145,10 @@ class GpuAllocator:
         from vcli.placement.gpulease import describe_holder
 
         out = {}
-        held = leases.probe(indices)
+        try:
+            held = leases.probe(indices)
+        except OSError as e:
+            raise lease_dir_error(host, leases, e) from None
         for i, rec in held.items():
             if rec is not None and leases.held_here(i) is None:
                 out[i] = "held by " + describe_holder(rec)
@@ -226,9 +244,16 @@ class GpuAllocator:
                record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
         """Lease `count` of `free` host-wide, one index at a time (skipping held ones), all or
         none: (indices, {}) or (None, index -> who holds it)."""
+        leases = self.leases[host]
+        try:
+            return self._lease_in(leases, free, count, record)
+        except OSError as e:
+            raise lease_dir_error(host, leases, e) from None
+
+    def _lease_in(self, leases: Any, free: list[int], count: int,
+                  record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
         from vcli.placement.gpulease import LeaseBusy, base_record, describe_holder
 
-        leases = self.leases[host]
         record = base_record(**record)
         busy = self._nvidia_busy(leases, []) if self.nvidia_check else {}
         got: list[int] = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from vcli.errors import ExitCode, VcliError
+from vcli.placement.gpus import GpusBusyError
 from vcli.placement.machines import machine_resources
 from vcli.placement.types import Placement
 
@@ -212,7 +213,7 @@ class Scheduler:
                     indices = self.gpus.allocate(host, n, accelerator_type=None, timeout=0,
                                                  record={**record, "replica": r.task_name}) if n else ()
                     allocs.append(_Allocation(host, tuple(indices), cpus, mem))
-            except VcliError:  # taken by another user of a shared allocator: not now
+            except GpusBusyError:  # taken by another user of a shared allocator: not now
                 for a in allocs:
                     self.gpus.release(a.host, a.gpu_indices)
                 self._resync_free()

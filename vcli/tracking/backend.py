@@ -13,7 +13,8 @@ MLflow's usual patience. MLflow's "View run ... at" lines are kept off vcli's st
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 #: vcli's bounds for its own requests (used when the variable is not set), and no "View run"
 #: lines from MLflow on stdout, which holds vcli's data (`--format=json`).
@@ -54,6 +55,12 @@ class Backend:
 
     def __init__(self, uri: str) -> None:
         bound_requests()
+        import logging
+
+        # "Creating initial MLflow database tables..." and alembic's migration steps are
+        # MLflow's INFO lines on vcli's stderr, which --no-user-output-enabled could not silence.
+        for name in ("mlflow.store.db.utils", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
@@ -120,3 +127,81 @@ class Backend:
 def _tags(tags: Mapping[str, str]) -> Iterable[tuple[str, str]]:
     for key, value in tags.items():
         yield key, str(value)[:_TAG_LEN]
+
+
+#: Tries and the first pause of `open_backend` (the pause doubles: 0.5 + 1 + 2 + 4 s at most).
+OPEN_TRIES, OPEN_PAUSE = 5, 0.5
+
+
+def open_backend(uri: str) -> Backend:
+    """`Backend(uri)`, tried again on a failure other than MLflow missing: two controllers that
+    start at once on a new SQLite store race in MLflow's schema migration (alembic: "Online
+    migration expected to match one row"), and the loser ran its whole job untracked; worse, a
+    migration run twice at once can leave the store half-migrated for good (`table
+    _alembic_tmp_tags already exists`), so for a SQLite store the opening is serialised across
+    processes and users (`_schema_lock`)."""
+    import time
+
+    for attempt in range(OPEN_TRIES):
+        try:
+            with _schema_lock(uri):
+                return Backend(uri)
+        except ImportError:
+            raise
+        except Exception:
+            if attempt + 1 == OPEN_TRIES:
+                raise
+            time.sleep(OPEN_PAUSE * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+#: How long `_schema_lock` waits for another process's opening of the same store.
+SCHEMA_LOCK_SECONDS = 60.0
+
+
+@contextmanager
+def _schema_lock(uri: str) -> Iterator[None]:
+    """Around the opening of a SQLite tracking store (where MLflow creates and migrates its
+    schema): an exclusive `flock` on a lock file in the temporary directory named after the
+    database's absolute path, so every vcli process of every user on this machine opens that
+    store one at a time. Other stores, or a lock that cannot be had within
+    SCHEMA_LOCK_SECONDS, go ahead unlocked."""
+    import fcntl
+    import hashlib
+    import tempfile
+    import time
+
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = os.path.abspath(uri[len("sqlite:///"):].split("?", 1)[0])
+    name = f"vcli-mlflow-{hashlib.sha256(database.encode()).hexdigest()[:16]}.lock"
+    path = os.path.join(tempfile.gettempdir(), name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            os.fchmod(fd, 0o666)  # another user's vcli locks the same file
+        except OSError:
+            pass
+    except PermissionError:  # made by another user: a read-only descriptor locks it as well
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            yield
+            return
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + SCHEMA_LOCK_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # drops the lock

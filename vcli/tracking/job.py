@@ -42,9 +42,9 @@ class JobTracker:
         self.syncer = Syncer(self._step, target=self.target, say=say, what="job")
 
     def open(self) -> None:
-        from vcli.tracking.backend import Backend
+        from vcli.tracking.backend import open_backend
 
-        self.backend = Backend(str(self.settings["uri"]))
+        self.backend = open_backend(str(self.settings["uri"]))
         self.syncer.start()
         self.syncer.poke()
 

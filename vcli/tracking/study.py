@@ -89,9 +89,9 @@ class StudyTracker(StudyListener):
 
     def open(self) -> None:
         """Import MLflow (on this thread: a second or two) and start syncing."""
-        from vcli.tracking.backend import Backend
+        from vcli.tracking.backend import open_backend
 
-        self.backend = Backend(str(self.settings["uri"]))
+        self.backend = open_backend(str(self.settings["uri"]))
         self.syncer.start()
         self.syncer.poke()
 
