@@ -754,6 +754,40 @@ def test_a_trial_that_waits_longer_than_max_wait_duration_fails_the_study(store:
     assert 60 <= world.clock.now() - 1000 < 62
 
 
+@pytest.mark.parametrize("ending", ["goal_value", "study_timeout_seconds"])
+def test_a_study_that_stops_launching_while_a_trial_waits_for_capacity_ends(store: Store, world: FakeWorld,
+                                                                            ending: str) -> None:
+    """One slot's worth of GPUs, two trials at a time: the second waits. The goal reached (or
+    the time budget used up) meanwhile left the study RUNNING for ever, waiting for that trial,
+    its entry in the hosts' GPU queue holding other users' jobs back (found by a probe)."""
+    from vcli.placement import NoCapacityError
+
+    class OneSlot:
+        def __init__(self) -> None:
+            self.placed: set[str] = set()
+            self.stopped_waiting = 0
+
+        def __call__(self, replicas: Sequence[Any], job_id: str | None = None, **_: Any) -> list[Placement]:
+            if self.placed:
+                raise NoCapacityError("1 of 1 GPUs in use")
+            self.placed.add(str(job_id))
+            return [Placement() for _ in replicas]
+
+        def release(self, job_id: str) -> None:
+            self.placed.discard(job_id)
+
+        def stop_waiting(self) -> None:
+            self.stopped_waiting += 1
+
+    placer = OneSlot()
+    limits = {"goal_value": 0.0} if ending == "goal_value" else {"study_timeout_seconds": 5}
+    run, _ = study(store, world, "metric:acc=%x@1", "sleep:20", max_trials=4, parallel=2, placer=placer, **limits)
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    assert [t.state for t in run.trials.values()] == [TrialState.SUCCEEDED]  # the waiting one never started
+    assert not run.queued and placer.stopped_waiting == 1
+    assert world.clock.now() - 1000 < 60
+
+
 @pytest.mark.parametrize("crash_at", [30, 60])  # both are crashes after which the trial on GPU 1 ends first
 def test_a_resumed_study_never_gives_a_reattached_trials_gpu_to_a_new_trial(store: Store, world: FakeWorld,
                                                                             crash_at: int) -> None:

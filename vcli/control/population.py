@@ -203,3 +203,13 @@ def _has_files(path: str) -> bool:
         if files:
             return True
     return False
+
+
+def give_up_queued(queued: list[PendingTrial], placer: Any) -> None:
+    """A study that stops launching (its time budget ran out, its goal value was reached) drops
+    the trials still waiting for capacity and leaves the hosts' GPU waiting queues: it waited
+    for them for ever, RUNNING, and its queue entry held other users' jobs back."""
+    queued.clear()
+    stop_waiting = getattr(placer, "stop_waiting", None)
+    if stop_waiting is not None:
+        stop_waiting()

@@ -43,7 +43,7 @@ from vcli.control.active import (
 from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
-from vcli.control.population import PendingTrial, Population
+from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
 from vcli.errors import StoreError, VcliError
 from vcli.executors import Executor
@@ -171,6 +171,8 @@ class StudyRun:
                 self._launch()
             except VcliError as e:  # e.g. a trial that can never be placed on the hosts
                 return self._fail(str(e))
+        elif self.queued:  # launching stopped (budget, goal): what waits for capacity never starts
+            give_up_queued(self.queued, self.placer)
         if not self.active and not self.queued and self._nothing_left():
             return self._complete()
         return None
@@ -310,15 +312,10 @@ class StudyRun:
             return False
         plan = self.strategy.seeded(plan, pending, trial_id)
         job_row = self.store.create_job(
-            job_id=job_id,
-            kind=JobKind.CUSTOM_JOB.value,
-            display_name=f"{self.display_name}-trial-{trial_id}",
+            job_id=job_id, kind=JobKind.CUSTOM_JOB.value, display_name=f"{self.display_name}-trial-{trial_id}",
             record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
                     "outputDirectory": f"{self.base_output}/{trial_id}"},
-            state=JobState.JOB_STATE_QUEUED.value,
-            parent_id=self.study_id,
-            trial_id=trial_id,
-        )
+            state=JobState.JOB_STATE_QUEUED.value, parent_id=self.study_id, trial_id=trial_id)
         trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE,
                       custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso(),
                       lineage=pending.lineage)
@@ -420,13 +417,8 @@ class StudyRun:
         if final is not None:  # the selected measurement keeps its own elapsed time
             index = next(i for i, m in enumerate(active.reader.measurements) if m is final)
             final = active.trial.measurements[index]
-        trial = replace(
-            trial,
-            state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
-            final_measurement=None if reason else final,
-            infeasible_reason=reason,
-            end_time=now_iso(),
-        )
+        trial = replace(trial, state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
+                        final_measurement=None if reason else final, infeasible_reason=reason, end_time=now_iso())
         if counts_as_failure:
             self._failed += 1
             self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
