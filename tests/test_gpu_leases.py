@@ -761,3 +761,18 @@ def test_a_mistyped_local_gpu_type_is_named(tmp_path: Path) -> None:
         r = vcli(tmp_path / "home", *argv, timeout=60, **_env(VCLI_LOCAL_GPUS="1", VCLI_LOCAL_GPU_TYPE="nvidia_tesla_t4"))
         assert r.returncode == 1, r.stderr
         assert "Invalid value for [VCLI_LOCAL_GPU_TYPE]: [nvidia_tesla_t4] is not one of [" in r.stderr.splitlines()[-1]
+
+
+def test_a_lease_record_nested_too_deep_reads_as_an_unknown_holder(tmp_path: Path) -> None:
+    # Lease files are world-writable: a record of 100,000 "[" crashed `hosts gpus` and every
+    # create waiting for that GPU with a RecursionError traceback (found by a probe).
+    from vcli.placement.gpulease import _read_record, describe_holder
+
+    path = tmp_path / "gpu0.lock"
+    path.write_text("[" * 100_000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _read_record(fd) == {}
+    finally:
+        os.close(fd)
+    assert describe_holder({}) == "another vcli replica"

@@ -410,3 +410,16 @@ def test_two_studies_starting_at_once_on_a_new_sqlite_store_are_both_tracked_qui
     for i in range(2):
         exp = client.get_experiment_by_name(f"racer{i}")
         assert exp is not None and len(client.search_runs([exp.experiment_id])) == 3, f"racer{i} untracked"
+
+
+def test_mlflow_database_errors_are_one_warning_never_its_tracebacks(tmp_path: Path) -> None:
+    """`--tracking-uri=sqlite:///` (no database) printed MLflow's own ERROR records with their
+    tracebacks, once per retry: 137 lines for one job (found by a probe)."""
+    pkg = _package(tmp_path)
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=nodb", "--tracking-uri=sqlite:///",
+             f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},script=curve.py",
+             "--args=--x=0.5,--steps=1,--pause=0", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and " ERROR " not in r.stderr, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and warnings[0].startswith("WARNING: MLflow tracking at sqlite:/// failed"), r.stderr

@@ -58,9 +58,11 @@ class Backend:
         import logging
 
         # "Creating initial MLflow database tables..." and alembic's migration steps are
-        # MLflow's INFO lines on vcli's stderr, which --no-user-output-enabled could not silence.
+        # MLflow's INFO lines on vcli's stderr, which --no-user-output-enabled could not silence;
+        # its database errors came as tracebacks, once per retry (825 lines for one study).
+        # vcli says what failed itself, in one WARNING line (`vcli.tracking.sync`).
         for name in ("mlflow.store.db.utils", "alembic"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
