@@ -27,13 +27,14 @@ both; `vcli.executors.ssh` reads them).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import math
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from vcli.errors import ConfigError, InvalidValueError, NotFoundError
 
@@ -382,22 +383,51 @@ def save_inventory(hosts: Mapping[str, Host], path: Path | None = None) -> None:
 
 def _write_hosts(hosts: Mapping[str, Any], path: Path) -> None:
     """Write the inventory file (its `hosts` mapping as given), atomically."""
+    import tempfile
+
     import yaml
 
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     body = {"hosts": dict(hosts)}
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("# vcli host inventory: edit freely or use `vcli hosts add|remove`.\n")
-        yaml.safe_dump(body, f, sort_keys=False, default_flow_style=False)
-    os.replace(tmp, path)
+    # A temporary file of its own: two writers shared `hosts.yaml.tmp`, and one renamed the
+    # other's away (a traceback) or over its hosts.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("# vcli host inventory: edit freely or use `vcli hosts add|remove`.\n")
+            yaml.safe_dump(body, f, sort_keys=False, default_flow_style=False)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def inventory_lock(path: Path | None = None) -> Iterator[None]:
+    """Hold the inventory's lock (a `flock` on `<file>.lock` beside it) for a read-modify-write:
+    two `hosts add` at once (a provisioning loop, two terminals) each keep their host; without
+    it 3 of 40 were lost, one reported added."""
+    import fcntl
+
+    path = path or hosts_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise ConfigError(f"The host inventory {path} cannot be written: {e.strerror}.") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def put_host(host: Host) -> None:
-    inv = load_inventory()
-    inv[host.name] = validate(host)
-    save_inventory(inv)
+    with inventory_lock():
+        inv = load_inventory()
+        inv[host.name] = validate(host)
+        save_inventory(inv)
 
 
 def remove_hosts(names: Sequence[str]) -> None:
@@ -405,14 +435,15 @@ def remove_hosts(names: Sequence[str]) -> None:
     not there). The file is edited as written, not validated: an entry that breaks the rules
     (a hand edit, an older vcli's) can be removed, and the others are kept as they are."""
     path = hosts_file()
-    raw = _raw_hosts(path)
-    missing = [n for n in names if n not in raw]
-    if missing:
-        raise NotFoundError(f"Host [{missing[0]}] is not in the inventory ({path}); nothing was removed. "
-                            "List hosts with `vcli hosts list`.")
-    for n in names:
-        raw.pop(n, None)
-    _write_hosts(raw, path)
+    with inventory_lock(path):
+        raw = _raw_hosts(path)
+        missing = [n for n in names if n not in raw]
+        if missing:
+            raise NotFoundError(f"Host [{missing[0]}] is not in the inventory ({path}); nothing was removed. "
+                                "List hosts with `vcli hosts list`.")
+        for n in names:
+            raw.pop(n, None)
+        _write_hosts(raw, path)
 
 
 def _raw_hosts(path: Path) -> dict[str, Any]:

@@ -210,19 +210,15 @@ def _save_detected(inv: dict, rows: list[dict[str, Any]]) -> None:
 
     from vcli import hosts as H
 
-    changed = False
-    for row in rows:
-        if row.get("status") in _FAILED:
-            continue
-        h = inv.get(row["name"])
-        if h is None:
-            continue
-        det = _detected(row)
-        if dict(h.detected) != det:
-            inv[h.name] = replace(h, detected=det)
-            changed = True
-    if changed:
-        H.save_inventory(inv)
+    found = {row["name"]: _detected(row) for row in rows if row.get("status") not in _FAILED and row["name"] in inv}
+    if all(dict(inv[name].detected) == det for name, det in found.items()):
+        return
+    with H.inventory_lock():  # read again: another `hosts add` may have written it meanwhile
+        now = H.load_inventory()
+        for name, det in found.items():
+            if name in now:
+                now[name] = replace(now[name], detected=det)
+        H.save_inventory(now)
 
 
 _GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, pid, since, gpus, reason)"
