@@ -5,6 +5,7 @@ field needs nothing but its declaration."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from enum import Enum
 from typing import Any, ClassVar, Mapping
 
@@ -325,7 +326,8 @@ def test_a_scalar_field_takes_what_gcloud_takes(typ, value, expected):
         ("str", None, "expected a string"), ("str", [1], "expected a string"), ("str", {"a": 1}, "expected a string"),
         ("int64", True, r"expected an integer, found \[True\]"), ("int64", 1.5, r"expected an integer, found \[1.5\]"),
         ("int32", "1e3", r"expected an integer, found \[1e3\]"), ("int64", None, "expected an integer"),
-        ("count", -1, r"expected a non-negative number, found \[-1\]"), ("count", "x", r"expected a number, found \[x\]"),
+        ("count", -1, r"expected a non-negative number, found \[-1\]"), ("count", math.nan, r"expected a non-negative number, found \[nan\]"),
+        ("count", math.inf, r"expected a non-negative number, found \[inf\]"), ("count", "x", r"expected a number, found \[x\]"),
         ("double", False, r"expected a number, found \[False\]"), ("double", "fast", r"expected a number, found \[fast\]"),
         ("double", [1.0], "expected a number"),
         ("bool", "yes", r"expected true or false, found \[yes\]"), ("bool", 1, r"expected true or false, found \[1\]"),

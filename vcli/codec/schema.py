@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -260,7 +261,7 @@ class Decoder:
     def _decode_count(self, value: Any, path: str) -> int | float:
         """An integer, or (vcli) a positive fraction: kept an int when whole."""
         number = self._decode_double(value, path)
-        if number < 0:
+        if not 0 <= number < math.inf:  # NaN too: it was "a fraction of a GPU"
             raise self.error(path, f"expected a non-negative number, found [{value}]")
         return int(number) if number.is_integer() else number
 
