@@ -776,3 +776,29 @@ def test_a_lease_record_nested_too_deep_reads_as_an_unknown_holder(tmp_path: Pat
     finally:
         os.close(fd)
     assert describe_holder({}) == "another vcli replica"
+
+
+def test_resume_in_a_shell_that_declares_no_gpus_warns_as_create_does(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """A job queued for a GPU whose controller died, resumed from a shell without
+    VCLI_LOCAL_GPUS (cron, another terminal), ran at once without any GPU, silently
+    (found by a probe); `create` says so in one WARNING line, and now `resume` does too."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    home = tmp_path / "home"
+    someone = LeaseDir(str(gpu_lease_dir))
+    someone.acquire([0], {"job": "someone-else", "user": "bob"})
+    try:
+        proc = spawn(home, *_job_args(trainer, log, 0, 1, "queued"), **_env(VCLI_LOCAL_GPUS="1"))
+        try:
+            job_id = re.search(r"CustomJob \[(\d+)\] is queued", read_stderr_until(proc, "is queued", 60))[1]  # type: ignore[index]
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        env = {k: v for k, v in os.environ.items() if k != "VCLI_LOCAL_GPUS"}
+        r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "resume", job_id], capture_output=True,
+                           text=True, timeout=120, env={**vcli_env(home), **{"VCLI_GPUS": ""},
+                                                        **{k: env[k] for k in ("PATH",)}})
+    finally:
+        someone.release([0])
+    assert r.returncode == 0, r.stderr
+    assert ("WARNING: workerpool0 asks for 1 NVIDIA_TESLA_T4 but this machine declares no GPUs: its replicas run "
+            "without one") in r.stderr, r.stderr

@@ -291,6 +291,10 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
+    from vcli.control.wiring import accelerator_notices
+
+    for notice in accelerator_notices(planned.execution.kind, planned.spec):  # this shell may declare no GPUs
+        err(notice)
     try:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
     finally:

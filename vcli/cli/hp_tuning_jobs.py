@@ -273,6 +273,10 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
         raise typer.Exit(finish_cancel(store, row, "Hyperparameter tuning job"))
     study = runner.plan_stored_study(store, row)
+    from vcli.control.wiring import accelerator_notices
+
+    for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):  # this shell may declare no GPUs
+        err(notice)
     try:
         raise typer.Exit(_run_in_foreground(study, fmt, resumed=True))
     finally:
