@@ -372,6 +372,25 @@ def test_a_nul_in_a_flags_file_is_refused(run_vcli, vcli_home, tmp_path):
     assert not (vcli_home / "jobs").exists()
 
 
+@pytest.mark.parametrize("content,fragment", [
+    ("hots:\n  gpu1: {address: 10.0.0.5}\n", "unknown key(s) hots; the file holds `hosts:`"),  # was: no hosts
+    ("hosts:\n  gpu1: {address: 10.0.0.5, gpus: {count: 1.9}}\n",
+     "hosts.gpu1.gpus.count: expected a whole number, found [1.9]"),  # was 1 GPU
+    ("hosts:\n  gpu1: {address: 10.0.0.5, gpus: true}\n", "hosts.gpu1.gpus: expected a whole number, found [True]"),
+    ("hosts:\n  gpu1: {address: 10.0.0.5, port: 22.7}\n", "hosts.gpu1.port: expected a whole number, found [22.7]"),
+    ("hosts:\n  local: {gpus: {count: 1, tpye: NVIDIA_TESLA_T4}}\n", "hosts.local.gpus: unknown key(s) tpye"),
+    ("hosts:\n  gpu1: {address: 10.0.0.5, gpus: two}\n", "hosts.gpu1.gpus: expected a whole number, found [two]"),
+], ids=["top-key", "fraction", "bool", "port", "gpus-key", "words"])
+def test_an_inventory_read_loosely_before_is_one_line_naming_the_key(run_vcli, vcli_home, tmp_path, content, fragment):
+    # Each was taken silently (a misspelt top key emptied the inventory, numbers were cut) or
+    # was Python's int() text naming no key (found by a probe).
+    path = tmp_path / "hosts.yaml"
+    path.write_text(content)
+    r = run_vcli("hosts", "list", env={"VCLI_HOSTS_FILE": str(path)}, timeout=30)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert fragment in one_error_line(r, "ERROR: (vcli.hosts.list) "), r.stderr
+
+
 @pytest.mark.parametrize(
     "content,fragment",
     [

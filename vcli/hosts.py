@@ -215,22 +215,27 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
     gpus = data.get("gpus")
     count = gtype = indices = None
     if isinstance(gpus, Mapping):
-        count = gpus.get("count")
+        if unknown := sorted(set(map(str, gpus)) - {"count", "type", "indices"}):
+            raise ConfigError(f"{where}.gpus: unknown key(s) {', '.join(unknown)}; known: count, indices, type")
+        count = _whole(gpus.get("count"), f"{where}.gpus.count")
         gtype = gpus.get("type")
-        indices = tuple(int(i) for i in gpus["indices"]) if gpus.get("indices") is not None else None
+        listed = gpus.get("indices")
+        if listed is not None and not isinstance(listed, (list, tuple)):
+            raise ConfigError(f"{where}.gpus.indices: expected a list of GPU indices, found [{listed}]")
+        indices = tuple(_whole(i, f"{where}.gpus.indices") for i in listed) if listed is not None else None
     elif gpus is not None:
-        count = gpus
+        count = _whole(gpus, f"{where}.gpus")
     try:
         return validate(Host(
             name=name,
             address=str(address or "127.0.0.1"),
-            port=int(data.get("port", 22)),
+            port=_whole(data.get("port", 22), f"{where}.port"),
             user=data.get("user") or None,
             identity_file=data.get("identity_file") or None,
             runtime=str(data.get("runtime", "process")),
             workdir=str(data.get("workdir") or DEFAULT_WORKDIR),
             python=str(data.get("python") or "python3"),
-            gpu_count=int(count) if count is not None else None,
+            gpu_count=count,
             gpu_type=str(gtype) if gtype else None,
             gpu_indices=indices,
             cpus=float(data["cpus"]) if data.get("cpus") is not None else None,
@@ -244,6 +249,16 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
         raise ConfigError(f"{where}.{key}: {e.message} (correct the file, or `vcli hosts remove {name}`)") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _whole(value: Any, where: str) -> Any:
+    """An inventory number that must be whole: as given (`true`, 1.9 and 22.7 were cut to 1,
+    1 and 22 without a word), or one line naming its key."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\d{1,9}", value.strip()):
+        return int(value)
+    raise ConfigError(f"{where}: expected a whole number, found [{value}]")
 
 
 #: The most GPUs one host may declare (a DGX has 8, a2-megagpu-16g 16); a count of 1e12 was
@@ -374,6 +389,9 @@ def load_inventory(path: Path | None = None) -> dict[str, Host]:
     data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
     if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
         raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
+    if unknown := sorted(set(map(str, data)) - {"hosts"}):  # `hots:` emptied the inventory, silently
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; the file holds `hosts:` mapping host names "
+                          "to settings")
     return {str(n): host_from_yaml(str(n), h or {}, source=str(path)) for n, h in (data.get("hosts") or {}).items()}
 
 
@@ -460,6 +478,9 @@ def _raw_hosts(path: Path) -> dict[str, Any]:
     data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
     if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
         raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
+    if unknown := sorted(set(map(str, data)) - {"hosts"}):  # `hots:` emptied the inventory, silently
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; the file holds `hosts:` mapping host names "
+                          "to settings")
     return {str(k): v for k, v in (data.get("hosts") or {}).items()}
 
 
