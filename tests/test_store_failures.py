@@ -202,3 +202,20 @@ def test_a_relative_home_works_for_the_read_only_store_too(tmp_path: Path, monke
     for store in (Store(readonly=True), Store("home", readonly=True)):
         assert store.home == tmp_path / "home" and store.list_jobs(JobKind.CUSTOM_JOB) == []
         store.close()
+
+
+def test_a_store_locked_by_another_process_says_so(tmp_path: Path) -> None:
+    """SQLite's busy timeout (30 s) running out, because another process (a sqlite3 shell, a
+    backup) held vcli.db's write lock, was reported as "database is locked. Set VCLI_HOME to a
+    writable directory on a local disk": wrong advice for a fine home (found by a probe)."""
+    import sqlite3
+
+    from vcli.store_tx import store_error
+
+    for code in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
+        error = sqlite3.OperationalError("database is locked")
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+        line = str(store_error(tmp_path, error))
+        assert line == (f"Cannot use vcli's home {tmp_path} (VCLI_HOME): its store vcli.db was locked by another process "
+                        f"for more than 30 s. Find it with `fuser {tmp_path / 'vcli.db'}` (a sqlite3 shell, a backup), "
+                        "and try again once it is done."), line

@@ -89,7 +89,8 @@ def store_errors(home: Path) -> Iterator[None]:
 
 
 #: SQLite's primary result codes vcli tells apart (`sqlite3.Error.sqlite_errorcode & 0xff`).
-_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 10, 13, 14
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = (
+    3, 5, 6, 8, 10, 13, 14)
 
 
 def store_error(home: Path, error: BaseException) -> StoreError:
@@ -106,6 +107,9 @@ def store_error(home: Path, error: BaseException) -> StoreError:
         why, fix = "permission denied", "Fix its permissions, or set VCLI_HOME to a directory of yours."
     elif code in (errno.ENOTDIR, errno.EEXIST):
         why, fix = "a file is in the way of the directory", "Move that file away, or set VCLI_HOME elsewhere."
+    elif sql in (_SQLITE_BUSY, _SQLITE_LOCKED):  # the home is fine: "set VCLI_HOME to a writable directory" was wrong
+        why = "its store vcli.db was locked by another process for more than 30 s"
+        fix = f"Find it with `fuser {home / 'vcli.db'}` (a sqlite3 shell, a backup), and try again once it is done."
     else:
         detail = getattr(error, "strerror", None) or str(error) or type(error).__name__
         why, fix = str(detail), "Set VCLI_HOME to a writable directory on a local disk."
