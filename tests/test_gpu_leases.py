@@ -802,3 +802,25 @@ def test_resume_in_a_shell_that_declares_no_gpus_warns_as_create_does(tmp_path: 
     assert r.returncode == 0, r.stderr
     assert ("WARNING: workerpool0 asks for 1 NVIDIA_TESLA_T4 but this machine declares no GPUs: its replicas run "
             "without one") in r.stderr, r.stderr
+
+
+def test_a_hung_nvidia_smi_is_one_warning_and_asked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A hung nvidia-smi (a GPU fallen off the bus) added 20 s to every command, silently, and
+    the machine was then taken for one without GPUs (found by a probe)."""
+    from vcli.placement import gpus
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nsleep 30\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("VCLI_GPUS", raising=False)
+    monkeypatch.setattr(gpus, "SMI_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(gpus, "_SMI_HUNG", False)
+    started = time.monotonic()
+    assert gpus.detect_local_gpus() == ((), None)
+    assert gpus.detect_local_gpus() == ((), None)  # not asked again
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("WARNING: nvidia-smi did not answer within 0.5 s") == 1, err

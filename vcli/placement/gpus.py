@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -358,6 +359,22 @@ def parse_declared_gpus(name: str, text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+#: How long `nvidia-smi -L` may take (a GPU fallen off the bus hangs it).
+SMI_TIMEOUT_SECONDS = 10
+_SMI_HUNG = False
+
+
+def _smi_hung() -> None:
+    """Say once per process that nvidia-smi hung, and never ask it again here (every command
+    waited for it twice, silently, then took this GPU machine for one without GPUs)."""
+    global _SMI_HUNG
+    if not _SMI_HUNG:
+        _SMI_HUNG = True
+        sys.stderr.write(f"WARNING: nvidia-smi did not answer within {SMI_TIMEOUT_SECONDS} s: this machine's GPUs are "
+                         "taken as none (declare them with VCLI_LOCAL_GPUS, or fix the driver).\n")
+        sys.stderr.flush()
+
+
 def detect_local_gpus() -> tuple[tuple[int, ...], str | None]:
     """This machine's (GPU indices, Vertex accelerator type): $VCLI_GPUS ("0,1,3" or a count;
     no type; anything else is a ConfigError), else `nvidia-smi -L` (the type when every GPU's
@@ -366,10 +383,13 @@ def detect_local_gpus() -> tuple[tuple[int, ...], str | None]:
     if declared:
         return parse_declared_gpus("VCLI_GPUS", declared), None
     smi = shutil.which("nvidia-smi")
-    if not smi:
+    if not smi or _SMI_HUNG:
         return (), None
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_SECONDS).stdout
+    except subprocess.TimeoutExpired:
+        _smi_hung()
+        return (), None
     except (OSError, subprocess.SubprocessError):
         return (), None
     # "GPU 0: NVIDIA H200 (UUID: GPU-...)"; MIG devices are indented lines below their GPU
