@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,47 @@ def test_a_store_locked_by_another_process_says_so(tmp_path: Path) -> None:
         assert line == (f"Cannot use vcli's home {tmp_path} (VCLI_HOME): its store vcli.db was locked by another process "
                         f"for more than 30 s. Find it with `fuser {tmp_path / 'vcli.db'}` (a sqlite3 shell, a backup), "
                         "and try again once it is done."), line
+
+
+def test_a_controller_waits_out_a_store_another_process_keeps_locked(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A running job's controller failed the job (and stopped its trainer) once another
+    process had held vcli.db's write lock for SQLite's 30 s (found by a probe). Here SQLite's
+    wait is made 50 ms; a controller (`wait_out_locks`) waits out a 1 s lock, saying so once;
+    any other command still fails with the line above."""
+    import sqlite3
+    import threading
+
+    from vcli.errors import StoreError
+    from vcli.store import Store
+    from vcli.store_tx import wait_out_locks
+
+    store = Store(tmp_path / "home")
+    store._conn.execute("PRAGMA busy_timeout=50")  # SQLite's 30 s, shortened for the test
+    row = store.create_job(kind="customJob", display_name="j", record={}, state="JOB_STATE_RUNNING")
+
+    def hold(seconds: float, held: threading.Event) -> None:
+        other = sqlite3.connect(store.db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        other.execute("ROLLBACK")
+        other.close()
+
+    for patience, seconds in ((0.0, 1.0), (30.0, 1.0)):
+        wait_out_locks(patience)
+        held = threading.Event()
+        holder = threading.Thread(target=hold, args=(seconds, held))
+        holder.start()
+        held.wait(10)
+        try:
+            if patience:
+                store.beat(row.id)  # waits for the holder
+            else:
+                with pytest.raises(StoreError, match="locked by another process"):
+                    store.beat(row.id)
+        finally:
+            holder.join()
+            wait_out_locks(0)
+    assert capsys.readouterr().err.count("is locked by another process (for more than 30 s now); waiting for it.") == 1
+    store.close()

@@ -15,6 +15,18 @@ from typing import Any, Iterator
 
 from vcli.errors import StoreError
 
+#: How long a process that drives jobs (`wait_out_locks`) waits, beyond SQLite's own 30 s,
+#: for a store another process holds locked before its write fails (0: it fails then).
+_patience = {"seconds": 0.0}
+
+
+def wait_out_locks(seconds: float) -> None:
+    """Let this process's writes wait up to `seconds` for a store another process keeps locked
+    (a sqlite3 shell, a backup), saying so once on stderr: a controller failed its running
+    job, and stopped its trainer, after SQLite's 30 s. Commands that only read or record keep
+    the 30 s and fail with one line."""
+    _patience["seconds"] = float(seconds)
+
 
 class Tx:
     """`with store._tx() as conn` (`Store._tx`): one IMMEDIATE transaction under the process lock.
@@ -28,16 +40,25 @@ class Tx:
         self.home = home
 
     def __enter__(self) -> sqlite3.Connection:
+        import time
+
         self.lock.acquire()
+        deadline = None
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            self.lock.release()
-            raise store_error(self.home, e) from e
+            while True:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    return self.conn
+                except sqlite3.Error as e:
+                    waited_enough = deadline is not None and time.monotonic() > deadline
+                    if not _busy(e) or _patience["seconds"] <= 0 or waited_enough:
+                        raise store_error(self.home, e) from e
+                    if deadline is None:
+                        deadline = time.monotonic() + _patience["seconds"]
+                        _say_locked(self.home)
         except BaseException:
             self.lock.release()
             raise
-        return self.conn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
@@ -59,6 +80,21 @@ class Tx:
             self.conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def _busy(error: sqlite3.Error) -> bool:
+    return (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+def _say_locked(home: Path) -> None:
+    import sys
+
+    try:
+        sys.stderr.write(f"WARNING: vcli's store {home / 'vcli.db'} is locked by another process (for more than 30 s "
+                         "now); waiting for it. Find it with `fuser` if it does not let go.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def makedirs_private(path: Path | str) -> None:

@@ -57,6 +57,11 @@ def err(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+#: How long a running job's or study's controller waits for a store another process keeps
+#: locked before it gives up (and fails the job): SQLite's own 30 s stopped running trainers.
+STORE_LOCK_PATIENCE_SECONDS = 600.0
+
+
 class LossyStream:
     """A console stream whose reader may go away (`create ... | head -1`) or whose disk may
     fill (`> /dev/full`): the first write that fails points its file descriptor at /dev/null
@@ -112,10 +117,14 @@ def keep_console() -> None:
 def interrupt_on_signals() -> None:
     """SIGTERM/SIGHUP to a foreground vcli act like Ctrl-C: cancel, clean up, exit, with the
     shell's code for the signal (143, 129; 130 for Ctrl-C: `interrupted_code`). A foreground
-    run also keeps going when its console stops taking output (`keep_console`)."""
+    run also keeps going when its console stops taking output (`keep_console`), and when
+    another process keeps vcli's store locked for up to 10 minutes (`wait_out_locks`)."""
     import signal
 
+    from vcli.store_tx import wait_out_locks
+
     keep_console()
+    wait_out_locks(STORE_LOCK_PATIENCE_SECONDS)
 
     def handler(signum: int, frame: Any) -> None:
         state["signal"] = signum
