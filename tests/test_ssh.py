@@ -818,3 +818,25 @@ def test_pbt_copies_a_checkpoint_from_one_host_to_the_other(cluster: netns.Netns
         assert f"restored step={start} score={score:.6f}" in log
         assert int(t["measurements"][0]["stepCount"]) == start + 1
     assert crossed >= 1
+
+
+def test_a_port_that_never_speaks_ssh_is_named_as_such(tmp_path: Path) -> None:
+    """A tarpit or a hung sshd was paramiko's "No existing session" (found by a probe)."""
+    import socket
+
+    from vcli.errors import ExecutorError
+    from vcli.executors.ssh.trust import connect
+    from vcli.hosts import Host, KnownHosts
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    port = listener.getsockname()[1]
+    try:
+        host = Host(name="tarpit", address="127.0.0.1", port=port, user="root")
+        with pytest.raises(ExecutorError) as e:
+            connect(host, timeout=0.5, known_hosts=KnownHosts(user=tmp_path / "known_hosts", vcli=tmp_path / "known_hosts.vcli"))
+    finally:
+        listener.close()
+    assert str(e.value) == (f"Cannot connect to host tarpit (root@127.0.0.1:{port}): no SSH answer within 0.5 s (a hung "
+                            f"sshd, or another service on port {port}?)"), str(e.value)

@@ -197,6 +197,9 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
     except (pm.SSHException, OSError, EOFError) as e:
         client.close()
         reason = "timed out" if isinstance(e, socket.timeout) else (str(e) or type(e).__name__)
+        if reason == "No existing session" or reason.startswith("Error reading SSH protocol banner"):
+            # paramiko's words for a port that accepts connections and never speaks SSH
+            reason = f"no SSH answer within {timeout:g} s (a hung sshd, or another service on port {host.port}?)"
         raise ExecutorError(f"Cannot connect to host {host.name} ({hostport(host)}): {reason}") from None
     except BaseException:
         client.close()
