@@ -70,6 +70,20 @@ def _orphaned_one_replica_job(tmp_path: Path, name: str, step_seconds: str):
     return home, proc, job_id
 
 
+def _orphaned_two_replica_job(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A job of a chief and a worker, each stepping for 300 s, whose controller is killed
+    (SIGKILL) once both run: (home, the job id)."""
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "custom-jobs", "create", f"--display-name={name}",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=1,container-image-uri=x",
+                 f"--command=python3,{script}", STEP_SECONDS="300")
+    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
+    _kill_controller(proc)
+    return home, job_id
+
+
 def _pids(text: str) -> dict[str, str]:
     """Task name -> the pid each trainer printed when it started (all starts, in order)."""
     out: dict[str, str] = {}
@@ -120,14 +134,7 @@ def test_a_custom_job_survives_its_controller_and_resumes(tmp_path: Path) -> Non
 
 
 def test_cancel_of_an_orphaned_job_stops_everything(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    script = _trainer(tmp_path)
-    proc = spawn(home, "custom-jobs", "create", "--display-name=orphan",
-                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=1,container-image-uri=x",
-                 f"--command=python3,{script}", STEP_SECONDS="300")
-    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
-    _kill_controller(proc)
+    home, job_id = _orphaned_two_replica_job(tmp_path, "orphan")
     r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
     assert r.returncode == 0, r.stderr
     job = describe(home, "custom-jobs", job_id)
@@ -538,14 +545,7 @@ def test_resume_acts_on_a_replica_its_dead_controller_recorded_failed(tmp_path: 
     # `resume` past its 120 s). Now the failure is acted on: the job FAILS, the chief is stopped.
     from vcli.store import Store
 
-    home = tmp_path / "home"
-    script = _trainer(tmp_path)
-    proc = spawn(home, "custom-jobs", "create", "--display-name=failed-row",
-                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--worker-pool-spec={POOL}=1,container-image-uri=x",
-                 f"--command=python3,{script}", STEP_SECONDS="300")
-    job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-    wait_for(lambda: len(running_replicas(job_id)) == 2, 30, "both replicas running")
-    _kill_controller(proc)
+    home, job_id = _orphaned_two_replica_job(tmp_path, "failed-row")
     for pid in set(processes_with_env("VCLI_JOB_ID", job_id)) & set(processes_with_env("VCLI_TASK_NAME", "workerpool1-0")):
         os.kill(pid, signal.SIGKILL)  # the worker ended, and (below) its dead controller had recorded it FAILED
     wait_for(lambda: not set(processes_with_env("VCLI_JOB_ID", job_id)) & set(processes_with_env("VCLI_TASK_NAME", "workerpool1-0")),
