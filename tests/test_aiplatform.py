@@ -144,6 +144,11 @@ def test_a_tuning_study_from_a_notebook_runs_async_and_its_trials_match_describe
             print("TRIAL", trial.id, trial.state.name, json.dumps(params, separators=(",", ":")),
                   trial.final_measurement.metrics[0].value)
         print("TRIALS", json.dumps([t.to_dict() for t in hp_job.trials]))
+        try:  # a second run() started another study and the object forgot the first
+            hp_job.run(sync=False)
+        except RuntimeError as e:
+            print("AGAIN", e)
+        print("STILL", hp_job.name)
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     returned, state_then = _value(r.stdout, "RETURNED").split()
@@ -160,6 +165,12 @@ def test_a_tuning_study_from_a_notebook_runs_async_and_its_trials_match_describe
         assert ("momentum" in p) == (p["optimizer"] == "sgd")  # the conditional parameter
     assert study["studySpec"]["algorithm"] == "RANDOM_SEARCH"
     assert study["studySpec"]["measurementSelectionType"] == "BEST_MEASUREMENT"  # Vertex SDK's default
+    study_id = _value(r.stdout, "ID")
+    assert _value(r.stdout, "AGAIN") == (f"HyperparameterTuningJob [{study_id}] has already been run: "
+                                         "make a new HyperparameterTuningJob to run it again.")
+    assert _value(r.stdout, "STILL") == study_id
+    listed = vcli(tmp_path / "home", "hp-tuning-jobs", "list", "--format=value(name)")
+    assert [name.rsplit("/", 1)[-1] for name in listed.stdout.split()] == [study_id], listed.stdout
 
 
 def test_a_failed_job_raises_as_vertex_does_and_import_stays_light(tmp_path: Path) -> None:
@@ -177,11 +188,16 @@ def test_a_failed_job_raises_as_vertex_does_and_import_stays_light(tmp_path: Pat
         except RuntimeError as e:
             print("RAISED", str(e).splitlines()[0])
         print("STATE", job.state.name)
+        try:
+            job.submit()
+        except RuntimeError as e:
+            print("AGAIN", e)
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     assert _value(r.stdout, "HEAVY") == "[]"
     assert _value(r.stdout, "RAISED") == "Job failed with:"
     assert _value(r.stdout, "STATE") == "JOB_STATE_FAILED"
+    assert _value(r.stdout, "AGAIN").endswith("has already been run: make a new CustomJob to run it again.")
 
 
 def test_arguments_a_notebook_gets_wrong_are_clear_errors_before_anything_runs(tmp_path: Path) -> None:

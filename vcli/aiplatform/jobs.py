@@ -185,6 +185,14 @@ class _Job:
         if cancel.request_cancel(store, row) and not cancel.controller_alive(row):
             cancel.stop_orphaned(store, row, on_warning=lambda msg: _say(f"WARNING: {msg}"))
 
+    def _not_yet_run(self) -> None:
+        """Refuse a second run()/submit() on one object: it started another job or study and
+        the object then spoke only of the new one, the first left running unseen (Vertex's
+        training jobs refuse it as well)."""
+        if self._job_id is not None:
+            raise RuntimeError(f"{self._noun} [{self._job_id}] has already been run: make a new "
+                               f"{type(self).__name__} to run it again.")
+
     def _created(self, job_id: str) -> None:
         self._job_id = job_id
         _say(f"{self._noun} created. Resource name: {self.resource_name}")
@@ -317,6 +325,7 @@ class CustomJob(_Job):
         from vcli.codec.schema import build
         from vcli.spec import Scheduling
 
+        self._not_yet_run()
         for name, value in (("experiment", experiment), ("experiment_run", experiment_run)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string, not {type(value).__name__}")
@@ -421,6 +430,7 @@ class HyperparameterTuningJob(_Job):
             disable_retries: bool = False, scheduling_strategy: Any = None,
             max_wait_duration: float | None = None) -> None:
         """Submit the study (each trial a custom job), then (`sync=True`) wait for its end."""
+        self._not_yet_run()
         note_unused("HyperparameterTuningJob.run()", service_account=service_account, network=network,
                     enable_web_access=enable_web_access, tensorboard=tensorboard,
                     create_request_timeout=create_request_timeout)
