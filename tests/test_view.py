@@ -116,6 +116,30 @@ def test_plain_lines_name_the_trial_its_parameters_and_why() -> None:
     assert re.fullmatch(r"trial 2 INFEASIBLE after \d+(\.\d)?s \(lr=0.2\): see: vcli custom-jobs stream-logs 123", lines[4])
 
 
+def test_plain_lines_print_every_measurement_reported_between_two_polls() -> None:
+    out = io.StringIO()
+    view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE),
+                                     MetricSpec(metric_id="loss", goal=Goal.MINIMIZE)], [], 3)
+    ms = [Measurement(step_count=s, metrics={"acc": s / 10, "loss": 1 - s / 10}) for s in (1, 2, 3)]
+    half = Measurement(step_count=4, metrics={"acc": 0.4})
+
+    def measured(*measurements: Measurement) -> list[str]:
+        before = len(out.getvalue().splitlines())
+        view.trial_measured(Trial(id="7", parameters={"lr": 0.1}, state=TrialState.ACTIVE,
+                                  measurements=tuple(measurements)))
+        return [line.split(" (")[0] for line in out.getvalue().splitlines()[before:]]
+
+    # three steps in one poll: three lines (only step 3 was printed)
+    assert measured(*ms) == ["trial 7 measurement step=1 acc=0.1 loss=0.9", "trial 7 measurement step=2 acc=0.2 loss=0.8",
+                             "trial 7 measurement step=3 acc=0.3 loss=0.7"]
+    assert measured(*ms, half) == ["trial 7 measurement step=4 acc=0.4"]
+    # step 4's second metric came later: step 4 again, complete; nothing printed twice otherwise
+    full = Measurement(step_count=4, metrics={"acc": 0.4, "loss": 0.6})
+    assert measured(*ms, full) == ["trial 7 measurement step=4 acc=0.4 loss=0.6"]
+    assert measured(*ms, full, Measurement(step_count=5, metrics={"acc": 0.5, "loss": 0.5})) == [
+        "trial 7 measurement step=5 acc=0.5 loss=0.5"]
+
+
 TRAINER = """
 import sys, time
 x = float([a for a in sys.argv if a.startswith("--x=")][0].split("=")[1])

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from vcli.spec import Goal, JobState, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
+from vcli.spec import Goal, JobState, Measurement, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
 from vcli.tuning.events import StudyListener
 
 if TYPE_CHECKING:
@@ -422,15 +422,33 @@ class PlainStudyView(StudyView):
     def __init__(self, stream: IO[str], *args: Any) -> None:
         super().__init__(*args)
         self.stream = stream
+        #: Per trial, the measurements already printed (how many, and the last one as printed).
+        self._shown: dict[str, tuple[int, Measurement | None]] = {}
 
     def _params(self, t: Trial) -> str:
         return " ".join(f"{k}={_fmt(v)}" for k, v in t.parameters.items())
 
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:
-        line = self.line(kind, trial) if trial is not None else None
-        if line is not None:
-            self.stream.write(line + "\n")
+        if kind == StudyEvent.TRIAL_MEASUREMENT and trial is not None:
+            lines = self.measurement_lines(trial)
+        else:
+            line = self.line(kind, trial) if trial is not None else None
+            lines = [line] if line is not None else []
+        if lines:
+            self.stream.write("".join(line + "\n" for line in lines))
             self.stream.flush()
+
+    def measurement_lines(self, trial: Trial) -> list[str]:
+        """A line for each measurement not printed yet: a trainer that reports several steps
+        between two polls had only its last one printed. A measurement printed before and
+        completed since (a second metric of the same step) is printed again."""
+        count, last = self._shown.get(trial.id, (0, None))
+        ms = trial.measurements
+        start = count - 1 if 0 < count <= len(ms) and ms[count - 1] != last else count
+        self._shown[trial.id] = (len(ms), ms[-1] if ms else None)
+        params = self._params(trial)
+        return [f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)} ({params})"
+                for m in ms[start:]]
 
     def line(self, kind: StudyEvent, trial: Trial) -> str | None:
         """The line for one event: each names the trial, its state and its parameters."""
@@ -441,9 +459,6 @@ class PlainStudyView(StudyView):
                 line += (f" (member {trial.lineage.member}, from trial {trial.lineage.parent_trial_id}'s checkpoint "
                          f"at step {trial.lineage.start_step})")
             return line
-        if kind == StudyEvent.TRIAL_MEASUREMENT:
-            m = trial.measurements[-1]
-            return f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)} ({params})"
         if kind == StudyEvent.TRIAL_STOPPING:
             at = f" at step {trial.measurements[-1].step_count}" if trial.measurements else ""
             early = ", stopped early" if trial.early_stopping_rule else ""
