@@ -540,6 +540,72 @@ def test_a_job_pending_past_max_wait_duration_is_cancelled_with_slurms_reason(cl
     wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
 
 
+def _queue(cluster: SlurmCluster) -> dict[str, list[str]]:
+    """Slurm job name -> states of the jobs of that name squeue lists (a job once)."""
+    out: dict[str, list[str]] = {}
+    for line in cluster.run("squeue", "-h", "-o", "%F|%j|%T").stdout.splitlines():
+        slurm_id, name, state = line.split("|")
+        out.setdefault(name, []).append(state)
+    return out
+
+
+def _pending_then_killed(cluster: SlurmCluster, home: Path, pkg: Path, name: str, known: list[str]) -> str:
+    """Create a job while the cluster is full; once its allocation pends, kill -9 its
+    controller; the job's id (`known`: the ids of the home's other jobs)."""
+    proc = spawn(cluster, home, "custom-jobs", "create", f"--display-name={name}",
+                 f"--worker-pool-spec={SMALL},local-package-path={pkg},script=trial.py", "--args=--lr=0.3")
+    try:
+        [job_id] = wait_for(lambda: [i for i in list_ids(home, "custom-jobs") if i not in known], 60, "the job")
+        wait_for(lambda: _queue(cluster).get(f"vcli-{job_id}") == ["PENDING"], 60, "its allocation pending")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        reap(proc)
+    return job_id
+
+
+def test_a_controller_killed_while_its_allocation_pends_leaves_nothing_queued(cluster: SlurmCluster,
+                                                                             tmp_path: Path) -> None:
+    """kill -9 while Slurm kept the job pending: only the dead controller knew that Slurm job;
+    `cancel` left it queued (to run later for a CANCELLED job) and `resume` queued a second one
+    behind it. Now both find it by its name."""
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"trial.py": TRIAL})
+    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "-N2", "--job-name=blocker", "--output=/dev/null",
+                          "--wrap=sleep 300").stdout.strip()
+    resumed_err = tmp_path / "resume.err"
+    resumed = None
+    try:
+        try:
+            wait_for(lambda: _queue(cluster).get("blocker") == ["RUNNING"], 60, "the blocker")
+            cancelled = _pending_then_killed(cluster, home, pkg, "cancelled", [])
+            kept = _pending_then_killed(cluster, home, pkg, "kept", [cancelled])
+            time.sleep(1)
+            assert _queue(cluster) == {"blocker": ["RUNNING"], f"vcli-{cancelled}": ["PENDING"],
+                                       f"vcli-{kept}": ["PENDING"]}
+            r = run(cluster, home, "custom-jobs", "cancel", cancelled, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert f"vcli-{cancelled}" not in _queue(cluster)
+            resumed = subprocess.Popen(cluster.client([sys.executable, "-m", "vcli", "custom-jobs", "resume", kept]),
+                                       env=vcli_env(home, **_env(cluster)), cwd=REPO, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=resumed_err.open("w"), start_new_session=True)
+            wait_for(lambda: "Waiting" in resumed_err.read_text(), 60, "the resumed job waiting")
+            time.sleep(4)  # the resumed controller asks Slurm again every few seconds: still one job
+            assert _queue(cluster) == {"blocker": ["RUNNING"], f"vcli-{kept}": ["PENDING"]}
+        finally:
+            cluster.run("scancel", blocker, check=False)
+        if resumed is not None:
+            resumed.wait(timeout=180)
+    finally:
+        if resumed is not None:
+            reap(resumed)
+    assert resumed.returncode == 0, resumed_err.read_text()[-3000:]
+    assert describe(home, "custom-jobs", kept)["state"] == "JOB_STATE_SUCCEEDED"
+    assert describe(home, "custom-jobs", cancelled)["state"] == "JOB_STATE_CANCELLED"
+    wait_for(lambda: not cluster.jobs(), 20, "squeue to be empty")
+    assert not list((home / "slurm" / "leases").iterdir())  # the cancelled holders' leases too
+
+
 def test_validate_only_and_print_env_show_the_slurm_plan_and_submit_nothing(cluster: SlurmCluster,
                                                                             tmp_path: Path) -> None:
     home = tmp_path / "home"

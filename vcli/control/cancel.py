@@ -145,8 +145,24 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
     """
     for job in [row, *store.child_jobs(row.id)]:
         _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds, cancelled=cancelled)
+    if "slurm" in (row.record or {}):
+        _cancel_slurm_leftovers(row, on_warning)
     if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
         _close_open_trials(store, row)
+
+
+def _cancel_slurm_leftovers(row: JobRow, on_warning: Callable[[str], None]) -> None:
+    """scancel the Slurm jobs a dead controller submitted for `row` (or its trials) that no
+    replica recorded: an allocation still pending when it died (only its memory knew it),
+    which would otherwise run later and hold nodes for a job that had ended."""
+    from vcli.control.wiring import slurm_executor
+
+    study = row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value
+    ours = (lambda name: name.startswith(f"vcli-{row.id}-t")) if study else (lambda name: name == f"vcli-{row.id}")
+    try:
+        slurm_executor(row.record["slurm"]).cancel_leftovers(ours, pending_only=False)
+    except Exception as e:  # the cluster may be gone; the job is marked CANCELLED all the same
+        on_warning(f"could not cancel {row.id}'s queued Slurm jobs: {e}")
 
 
 def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float,

@@ -14,10 +14,11 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vcli.errors import ExecutorError
 from vcli.executors.slurm import client
@@ -39,6 +40,19 @@ class TaskGroup:
     mem_per_cpu_mb: int
     gpus: int
     nodes: int
+
+
+def allocation_key(job_id: str, holder: Mapping[str, Any]) -> str:
+    """What an allocation is for: `study S trial N` for a study's trial, else the job's id
+    (written in its lease file)."""
+    return f"study {holder['study']} trial {holder.get('trial')}" if holder.get("study") else job_id
+
+
+def allocation_name(key: str) -> str:
+    """The Slurm job name of the allocation for `key`: `vcli-S-tN` for trial N of study S,
+    `vcli-JOB` for a job (what `cancel` and `resume` find a dead controller's leftovers by)."""
+    m = re.fullmatch(r"study (\S+) trial (\S+)", key)
+    return f"vcli-{m.group(1)}-t{m.group(2)}" if m else f"vcli-{key}"
 
 
 @dataclass

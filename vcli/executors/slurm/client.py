@@ -207,6 +207,17 @@ def nodes(partition: str | None = None) -> list[NodeInfo]:
     return list(out.values())
 
 
+def own_jobs() -> list[tuple[str, str, str]]:
+    """(Slurm job id, state, name) of every job of this user that squeue lists; a
+    heterogeneous job once, by its leader's id (`%F`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in run(["squeue", "-h", "--me", "-o", "%F|%T|%j"]).stdout.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3:
+            out.setdefault(parts[0], (parts[1], parts[2]))
+    return [(slurm_id, state, name) for slurm_id, (state, name) in out.items()]
+
+
 class Queue:
     """A cached view of squeue: job states and live steps, asked at most every `ttl` seconds.
 

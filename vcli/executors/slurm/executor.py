@@ -66,6 +66,7 @@ from vcli.executors.slurm import client
 from vcli.executors.slurm.allocation import (
     Allocation,
     TaskGroup,
+    allocation_name,
     group_options,
     node_slots,
     reserve_ports,
@@ -254,6 +255,46 @@ class SlurmExecutor(ExecutorBase):
             if self.queue.job(slurm_id) is None:
                 return
             time.sleep(0.1)
+
+    def cancel_leftovers(self, named: Callable[[str], bool], *, pending_only: bool) -> list[str]:
+        """scancel this user's Slurm jobs whose name `named` accepts (vcli names them after the
+        job or the study's trial: `vcli-JOB`, `vcli-STUDY-tN`) and that this executor does not
+        hold; remove their leases. What a controller killed while its allocation pended left in
+        the queue: only its memory knew the Slurm id, so `resume` queued a second one behind it
+        and `cancel` left it, to run later and hold nodes for a job that had ended.
+        `pending_only`: leave running ones (whose steps a resumed controller re-attaches).
+        Returns the Slurm ids cancelled."""
+        with self._lock:
+            held = {a.slurm_id for a in (*self._allocs.values(), *self._pending.values())}
+        gone = [slurm_id for slurm_id, state, name in client.own_jobs()
+                if named(name) and slurm_id not in held and (state == "PENDING" or not pending_only)]
+        for slurm_id in gone:
+            self.cancel_allocation(slurm_id)
+        if gone or not pending_only:
+            self._drop_leases(named)
+        return gone
+
+    def _drop_leases(self, named: Callable[[str], bool]) -> None:
+        """Remove the lease files of allocations `named` accepts that this executor does not
+        hold (a holder cancelled before it ran never removes its own)."""
+        with self._lock:
+            mine = {a.lease for a in (*self._allocs.values(), *self._pending.values())}
+        folder = os.path.join(self.shared_dir, "leases")
+        try:
+            tokens = os.listdir(folder)
+        except OSError:
+            return
+        for token in tokens:
+            path = os.path.join(folder, token)
+            if path in mine:
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    key = f.readline().strip()
+            except OSError:
+                continue
+            if key and named(allocation_name(key)):
+                unlink(path)
 
     def release_job(self, job_id: str) -> None:
         """Cancel the allocation placed for vcli job `job_id` (idempotent)."""

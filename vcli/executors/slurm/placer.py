@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from vcli.errors import ExecutorError
 from vcli.executors import Placement
+from vcli.executors.slurm.allocation import allocation_key, allocation_name
 from vcli.executors.slurm.status import unlink
 
 if TYPE_CHECKING:
@@ -42,13 +43,15 @@ class SlurmPlacer:
             return [Placement(host=f"<slurm node {i}>", address="<slurm node>") for i in range(len(replicas))]
         job_id = job_id or uuid.uuid4().hex[:12]
         holder = holder or {}
-        key = f"study {holder['study']} trial {holder.get('trial')}" if holder.get("study") else job_id
+        key = allocation_key(job_id, holder)
         with ex._lock:
             alloc = ex._pending.get(key)
         first = alloc is None
         if alloc is None:
             sched = spec.scheduling
-            name = f"vcli-{holder['study']}-t{holder.get('trial')}" if holder.get("study") else f"vcli-{job_id}"
+            name = allocation_name(key)
+            # a controller killed while this job's (or trial's) allocation pended left it queued
+            ex.cancel_leftovers(lambda other: other == name, pending_only=True)
             alloc = ex.submit(groups, key=key, name=name, comment=comment(key, self.labels),
                               timeout_seconds=sched.timeout_seconds if sched else None,
                               max_wait=sched.wait_limit_seconds if sched else None)
