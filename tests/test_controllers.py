@@ -515,6 +515,29 @@ def test_a_trial_stopped_early_succeeds_and_frees_its_slot_at_once(store: Store,
     assert world.running() == []
 
 
+@pytest.mark.parametrize("elapsed", [False, True], ids=["steps-then-a-final-report-without-one", "elapsed-no-steps"])
+def test_early_stopping_still_stops_when_reports_end_without_a_step_or_count_none(store: Store, world: FakeWorld,
+                                                                                  elapsed: bool) -> None:
+    """The guard "a trial as far as those that ran to their end is finishing" compared each
+    finished trial's LAST report's step: a final report without a step (step 0) made every
+    running trial "finishing", and with useElapsedDuration steps were compared while the rule
+    read seconds (all 0 for a trainer counting none): the rule never stopped anything."""
+    if elapsed:  # reports at 1.5 s, 3 s, 4.5 s and 6 s of each trial, none with a step
+        actions = ["sleep:1.5", "metric:acc=-%x", "sleep:1.5", "metric:acc=-%x", "sleep:1.5", "metric:acc=-%x",
+                   "sleep:1.5", "metric:acc=-%x", "exit:0"]
+    else:  # steps 1-4, then the final evaluation reported once more without a step
+        actions = ["metric:acc=-%x@1", "sleep:5", "metric:acc=-%x@2", "sleep:5", "metric:acc=-%x@3", "sleep:5",
+                   "metric:acc=-%x@4", "metric:acc=-%x", "exit:0"]
+    run, _ = study(store, world, *actions, max_trials=4, parallel=1, algorithm=Algorithm.GRID_SEARCH,
+                   parameters=(GRID_X,),
+                   stopping=AshaStoppingSpec(reduction_factor=2, min_step_count=1, max_step_count=4,
+                                             use_elapsed_duration=elapsed))
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    first, *rest = (run.trials[k] for k in sorted(run.trials, key=int))
+    assert first.early_stopping_rule is None
+    assert [t.early_stopping_rule for t in rest] == ["asha"] * 3, [t.stop_reason for t in rest]
+
+
 def test_a_multi_objective_study_keeps_its_pareto_front(store: Store, world: FakeWorld) -> None:
     """acc = x and cost = x: maximising both has one optimum; maximising acc while minimising
     cost makes every trial a trade-off, so all of them are on the front."""

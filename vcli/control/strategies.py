@@ -18,6 +18,7 @@ A strategy sees the run through `StudyRun`'s public surface (`trials`, `queued`,
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vcli.control.population import PendingTrial, Population, schedule, seeded, stored_handle
@@ -78,18 +79,36 @@ class Strategy:
 class SearchStrategy(Strategy):
     """A suggester's search, with the spec's early-stopping rule if it has one."""
 
-    def __init__(self, stopping: StoppingRule | None) -> None:
+    def __init__(self, stopping: StoppingRule | None, elapsed: bool = False) -> None:
         self.stopping = stopping
+        #: The rule's x axis is elapsed seconds (`useElapsedDuration`), not steps.
+        self.elapsed = elapsed
+        self._reach: dict[str, tuple[object, float | None]] = {}
+
+    def reach(self, trial: Trial) -> float | None:
+        """How far the trial got on the rule's x axis: its largest step (or elapsed time) of
+        any measurement, not its last one's (a final report without a step is step 0)."""
+        hit = self._reach.get(trial.id)
+        if hit is not None and hit[0] is trial.measurements:
+            return hit[1]
+        xs = [m.elapsed_seconds if self.elapsed else m.step_count for m in trial.measurements]
+        xs = [float(x) for x in xs if x is not None and math.isfinite(x)]
+        far = max(xs) if xs else None
+        self._reach[trial.id] = (trial.measurements, far)
+        return far
 
     def review(self, run: StudyRun, active: ActiveTrial) -> None:
         if self.stopping is None:
             return
         trials = list(run.trials.values())
         # A trial already as far as the trials that ran to their end is finishing: stopping
-        # it now would save nothing, only mislabel a complete run as stopped early.
-        full = [t.measurements[-1].step_count for t in trials
-                if t.state == TrialState.SUCCEEDED and not t.early_stopping_rule and t.measurements]
-        if full and active.trial.measurements and active.trial.measurements[-1].step_count >= max(full):
+        # it now would save nothing, only mislabel a complete run as stopped early. Measured
+        # on the rule's own axis: steps compared while the rule read seconds (a trainer that
+        # counts no steps), or a last report without a step (step 0), turned the rule off.
+        full = [x for t in trials if t.state == TrialState.SUCCEEDED and not t.early_stopping_rule
+                and (x := self.reach(t)) is not None]
+        here = self.reach(active.trial)
+        if full and here is not None and here >= max(full):
             return
         reason = self.stopping.review(active.trial, trials)
         if reason:

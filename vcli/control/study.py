@@ -123,6 +123,7 @@ class StudyRun:
             from vcli.tuning.stopping import stopping_rule
 
             stopping = stopping_rule(stop_spec, self.metric)
+            return SearchStrategy(stopping, elapsed=bool(getattr(stop_spec, "use_elapsed_duration", False)))
         return SearchStrategy(stopping)
 
     def on_progress(self, message: str) -> None:
