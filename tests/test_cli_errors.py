@@ -918,3 +918,36 @@ def test_ctrl_c_while_vcli_imports_is_one_line_and_exit_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert (proc.returncode, err) == (130, "ERROR: (vcli) Interrupted.\n")
+
+
+def test_an_exception_vcli_does_not_expect_is_one_line_exit_70_its_traceback_kept(tmp_path, monkeypatch, capsys):
+    """A bug in vcli printed Python's traceback (exit 1); now one line naming it and the file
+    holding the traceback. Exits a command chooses (a failed job's 6) pass through."""
+    import typer
+
+    from vcli.cli.support import command
+
+    monkeypatch.setenv("VCLI_HOME", str(tmp_path / "home"))
+
+    @command("hp-tuning-jobs.create")
+    def buggy() -> None:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    @command("custom-jobs.create")
+    def failed_job() -> None:
+        raise typer.Exit(6)
+
+    with pytest.raises(typer.Exit) as e:
+        buggy()
+    assert e.value.exit_code == 70
+    err = capsys.readouterr().err
+    head = ("ERROR: (vcli.hp-tuning-jobs.create) internal error, a bug in vcli: OverflowError: cannot convert float "
+            "infinity to integer; its traceback is in ")
+    assert err.startswith(head) and err.count("\n") == 1, err
+    kept = err[len(head):].strip()
+    assert os.path.dirname(kept) == str(tmp_path / "home" / "crashes")
+    text = open(kept, encoding="utf-8").read()
+    assert text.startswith("Traceback") and "in buggy" in text
+    with pytest.raises(typer.Exit) as e:
+        failed_job()
+    assert e.value.exit_code == 6 and capsys.readouterr().err == ""

@@ -515,6 +515,31 @@ def test_a_trial_stopped_early_succeeds_and_frees_its_slot_at_once(store: Store,
     assert world.running() == []
 
 
+def test_a_bug_under_a_running_study_stops_its_trials_and_records_it_failed(store: Store, world: FakeWorld) -> None:
+    """An exception vcli did not expect (a PBT factor made an integer inf) killed the
+    controller and left the study RUNNING, its trials running with nobody watching."""
+
+    class Buggy(FakeExecutor):
+        polls = 0
+
+        def poll(self, handle: Any) -> Any:
+            Buggy.polls += 1
+            if Buggy.polls == 30:
+                raise OverflowError("cannot convert float infinity to integer")
+            return super().poll(handle)
+
+    run, _ = study(store, world, "metric:acc=%x@1", "sleep:100", "exit:0", max_trials=4, parallel=2,
+                   executor=Buggy(world))
+    with pytest.raises(OverflowError):
+        run.run()
+    assert world.running() == []  # both trials' replicas were stopped
+    row = store.get_job(run.study_id)
+    assert row.state == JobState.JOB_STATE_FAILED.value
+    assert row.error == {"code": 13, "message": "The study was stopped: vcli's controller failed: OverflowError: "
+                                                "cannot convert float infinity to integer"}
+    assert {t.state for t in store.trials(run.study_id)} == {TrialState.INFEASIBLE}
+
+
 @pytest.mark.parametrize("elapsed", [False, True], ids=["steps-then-a-final-report-without-one", "elapsed-no-steps"])
 def test_early_stopping_still_stops_when_reports_end_without_a_step_or_count_none(store: Store, world: FakeWorld,
                                                                                   elapsed: bool) -> None:

@@ -204,6 +204,20 @@ def test_explore_clamps_moves_inward_at_the_ends_and_resamples_zero():
     assert len(moved_dropout) > 1  # 0 x 2 would stay 0: resampled instead
 
 
+@pytest.mark.parametrize("factor", [1e308, 1e-308])
+def test_explore_with_an_extreme_factor_stays_in_the_domain(factor: float):
+    """A factor check_pbt accepts made an INTEGER inf (OverflowError: the study's controller
+    died with a traceback and left the study RUNNING)."""
+    assert judge(study(perturbation_factors=(factor,))) is None
+    sched = PbtScheduler(study(resample_probability=0.0, perturbation_factors=(factor,)), seed=3)
+    start = {"lr": 1e-3, "momentum": 0.9, "dropout": 0.25, "units": 3, "layers": 2, "batch": 32.0,
+             "optimizer": "adam", "beta2": 0.99}
+    for k in range(10):
+        out = sched.explore(start, key=(k,))
+        in_domain(study(), out)
+        assert (out["units"], out["layers"]) == ((512, 4) if factor > 1 else (1, 1)), out
+
+
 def test_explore_resample_probability_one_draws_from_the_prior():
     spec = study(resample_probability=1.0, perturbation_factors=(1.0,))
     sched = PbtScheduler(spec, seed=5)

@@ -28,7 +28,18 @@ class ExitCode(IntEnum):
     STORE_UNAVAILABLE = 7
     #: Another live vcli process already runs (controls) this job.
     CONTROLLER_CONFLICT = 8
+    #: A bug in vcli: an exception it did not expect (sysexits' EX_SOFTWARE).
+    INTERNAL = 70
     INTERRUPTED = 130
+
+
+def stopped_by(error: BaseException, what: str) -> dict[str, object]:
+    """The error a job or study (`what`) is recorded FAILED with when vcli stops it because
+    `error` happened under its controller: the store failing (Vertex's PERMISSION_DENIED, 7),
+    else a bug in vcli (INTERNAL, 13)."""
+    if isinstance(error, StoreError):
+        return {"code": 7, "message": f"The {what} was stopped: {error}"}
+    return {"code": 13, "message": f"The {what} was stopped: vcli's controller failed: {type(error).__name__}: {error}"}
 
 
 class VcliError(Exception):

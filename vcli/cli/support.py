@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import functools
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 import typer
 
@@ -210,11 +210,59 @@ def command(path: str) -> Callable[[F], F]:
                 raise typer.Exit(128 + 13) from None
             except OSError as e:
                 if e.errno not in OUTPUT_ERRNOS:
-                    raise
+                    internal_error(path, e)
                 _quiet_stdout()  # stdout on a full disk (`> /dev/full`): one line, not a traceback
                 err(f"ERROR: (vcli.{path}) cannot write the output: {e.strerror or e}.")
                 raise typer.Exit(1) from None
+            except Exception as e:
+                import click
+
+                if isinstance(e, (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.ClickException,
+                                  click.exceptions.Abort)):
+                    raise  # an exit code or usage error the command chose
+                internal_error(path, e)
 
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+def internal_error(path: str, error: BaseException) -> NoReturn:
+    """A bug in vcli (an exception nothing expected): one line naming it and the file that
+    keeps its traceback (`$VCLI_HOME/crashes/`, else the temp folder), exit 70; the job or
+    study it ran was stopped and recorded FAILED by its controller. `--verbosity=debug`
+    prints the traceback too."""
+    import traceback
+
+    text = traceback.format_exc()
+    if state["verbosity"] == "debug":
+        sys.stderr.write(text)
+    where = _keep_traceback(text)
+    kept = f"; its traceback is in {where}" if where else ""
+    err(f"ERROR: (vcli.{path}) internal error, a bug in vcli: {type(error).__name__}: {shorten(str(error))}{kept}")
+    raise typer.Exit(70) from None
+
+
+def _keep_traceback(text: str) -> str | None:
+    import os
+    import tempfile
+    import time
+
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}.txt"
+    try:
+        from vcli.store import default_home
+
+        folder = default_home() / "crashes"
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = str(folder / name)
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+        return path
+    except Exception:  # the home is what failed, perhaps: the temp folder then
+        try:
+            fd, path = tempfile.mkstemp(prefix="vcli-crash-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            return path
+        except OSError:
+            return None

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 from vcli.control import recovery
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job, replica_address, with_trial_args
-from vcli.errors import StoreError, VcliError
+from vcli.errors import StoreError, VcliError, stopped_by
 from vcli.executors import Executor, ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.spec import JobState, ReplicaState, RpcCode
 from vcli.store import Store, now_iso
@@ -360,7 +360,7 @@ class JobRun:
         self.executor.release(self._started_handles())
         self.plan.release_placement()
         self.store.release_ballast()
-        self.error = {"code": RpcCode.PERMISSION_DENIED, "message": f"The job was stopped: {error}"}
+        self.error = stopped_by(error, "job")
         self.state = self._final = JobState.JOB_STATE_FAILED
         try:
             self.store.set_state(self.job_id, JobState.JOB_STATE_FAILED.value, error=self.error)
@@ -494,6 +494,7 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
                 run.hurry()
         on_tick()
         raise
-    except StoreError as e:
-        run.abort(e)
+    except Exception as e:  # the store failed, or a bug: never a RUNNING job whose replicas nobody watches
+        if isinstance(e, StoreError) or not isinstance(e, VcliError):
+            run.abort(e)
         raise

@@ -45,7 +45,7 @@ from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
-from vcli.errors import StoreError, VcliError
+from vcli.errors import StoreError, VcliError, stopped_by
 from vcli.executors import Executor
 from vcli.spec import (
     CustomJobSpec,
@@ -143,8 +143,9 @@ class StudyRun:
         except KeyboardInterrupt:
             self._end_cancelled()
             raise
-        except StoreError as e:
-            self._abort(e)
+        except Exception as e:  # the store failed, or a bug: never a RUNNING study whose trials nobody watches
+            if isinstance(e, StoreError) or not isinstance(e, VcliError):
+                self._abort(e)
             raise
 
     def _tick(self) -> JobState | None:
@@ -187,13 +188,14 @@ class StudyRun:
         self._stop_all("the study failed")
         return self._finish(JobState.JOB_STATE_FAILED, {"code": RpcCode.FAILED_PRECONDITION, "message": message})
 
-    def _abort(self, error: StoreError) -> None:
-        """The store failed under the study (e.g. a full disk): stop every trial, record what we can."""
+    def _abort(self, error: Exception) -> None:
+        """The store failed under the study (e.g. a full disk), or vcli did: stop every trial,
+        record what we can (FAILED)."""
         for active in self.active.values():
             active.run.abort(error)
         self.active.clear()
         self.store.release_ballast()
-        self.error = {"code": RpcCode.PERMISSION_DENIED, "message": f"The study was stopped: {error}"}
+        self.error = stopped_by(error, "study")
         self.state = JobState.JOB_STATE_FAILED
         try:
             for trial in self.trials.values():

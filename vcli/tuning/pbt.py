@@ -418,7 +418,8 @@ class PbtScheduler:
             return self._prior(col, rng.random())
         if node.kind == DOUBLE:
             return float(min(node.hi, max(node.lo, value * factor)))
-        scaled = value * factor  # INTEGER
+        # INTEGER: clamped before int() (a huge factor made it inf: OverflowError, the controller died)
+        scaled = min(float(node.int_hi) + 1.0, max(float(node.int_lo) - 1.0, value * factor))
         moved = int(math.floor(scaled + 0.5))
         if factor != 1 and moved == value:
             moved = value + (1 if scaled > value else -1)
