@@ -627,6 +627,20 @@ def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_stdout_reports_read_every_metric_id_a_study_accepts() -> None:
+    """`acc@1=0.69` was never read (ids were [A-Za-z0-9_./-] only) while the trial's reason
+    told the user to print exactly that line."""
+    from vcli.metrics import MetricReader
+
+    reader = MetricReader(("acc@1", "λ", "a=b"))
+    assert reader.feed_stdout_line("acc@1=0.69 step=1", 1.0)
+    assert reader.feed_stdout_line("λ = 0.5 step=1", 1.0)
+    assert reader.feed_stdout_line("a=b=0.25 step=1", 1.0)
+    assert not reader.feed_stdout_line("acc=0.9 step=1", 1.0)  # not one of the study's
+    assert not reader.feed_stdout_line("acc@1=high step=2", 1.0)
+    assert [(m.step_count, m.metrics) for m in reader.measurements] == [(1, {"acc@1": 0.69, "λ": 0.5, "a=b": 0.25})]
+
+
 def test_a_trial_that_reported_another_tag_is_told_which() -> None:
     # "finished without reporting the metric [score]" of a trial that reported `Score` left
     # the user to find the misspelling in the trainer.

@@ -214,6 +214,41 @@ def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
     assert logs.count("\tdone") == 8
 
 
+def test_reports_and_ends_made_while_no_controller_watched_keep_their_own_times(tmp_path: Path) -> None:
+    """A report made while the controller was dead got the time `resume` read it as its
+    elapsedDuration, and a trial that ended meanwhile the resume's time as its endTime
+    ("SUCCEEDED after 0.0s"): a stretched curve for rules that read elapsed time."""
+    home = tmp_path / "home"
+    script = _trainer(tmp_path)
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=late-reports", "--max-trial-count=1",
+                 "--parallel-trial-count=1", "--algorithm=random-search", "--seed=3",
+                 "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
+                 f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}",
+                 STEP_SECONDS="1.0")
+    try:
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: any(t.get("measurements") for t in describe(home, "hp-tuning-jobs", study_id).get("trials", [])),
+                 60, "step 1 recorded")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    [trial_job] = [t["customJob"].rsplit("/", 1)[-1] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]]
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", trial_job), 30, "the trainer to finish on its own")
+    ended = time.time()
+    time.sleep(4)
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    [trial] = describe(home, "hp-tuning-jobs", study_id)["trials"]
+    assert trial["state"] == "SUCCEEDED" and [m["stepCount"] for m in trial["measurements"]] == ["1", "2"]
+    start = datetime.fromisoformat(trial["startTime"].replace("Z", "+00:00")).timestamp()
+    end = datetime.fromisoformat(trial["endTime"].replace("Z", "+00:00")).timestamp()
+    assert end < ended + 0.5, (trial["endTime"], ended)
+    late = float(trial["measurements"][1]["elapsedDuration"].rstrip("s"))
+    assert late < ended - start + 0.5, (trial["measurements"], ended - start)
+    assert "SUCCEEDED after 0.0s" not in r.stdout
+
+
 SECRET_TRAINER = """
     import os, sys, time
     if os.environ.get("API_TOKEN") != "s3cret-value":

@@ -36,8 +36,11 @@ HYPERTUNE_DEFAULT_TAG = "training/hptuning/metric"
 _HYPERTUNE_KEYS = frozenset(("global_step", "timestamp", "trial", "checkpoint_path"))
 #: How many other tags a reader remembers (to name them when the study's metric never came).
 _OTHER_TAGS = 5
+#: `<metricId>=<number> [step=<n>]`: the id is any run of non-blank characters, as a metricId
+#: may be (`acc@1`, `λ`, even `a=b`: the id ends at the `=` before the number); only the
+#: study's own ids count, so a broader pattern reads nothing else.
 _STDOUT_METRIC = re.compile(
-    r"^\s*([A-Za-z0-9_./-]+)\s*=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+    r"^\s*(\S+?)\s*=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
     r"(?:\s+(?:step|global_step)\s*=\s*(\d+))?\s*$"
 )
 
@@ -49,6 +52,9 @@ class MetricReader:
         self.metric_ids: tuple[str, ...] = (metric_ids,) if isinstance(metric_ids, str) else tuple(metric_ids)
         self.metric_id = self.metric_ids[0]
         self.measurements: list[Measurement] = []
+        #: When each of `measurements` was reported (seconds since the epoch, by the report's
+        #: own timestamp or its log line's), None if unknown.
+        self.times: list[float | None] = []
         self._seen: set[tuple[object, ...]] = set()
         self._counts: dict[str, int] = {}
         #: Tags of hypertune reports that are none of the study's metrics (a misspelt `Score`).
@@ -117,6 +123,7 @@ class MetricReader:
             self.measurements[-1] = Measurement(step_count=step, metrics={**last.metrics, metric_id: value})
         else:
             self.measurements.append(Measurement(step_count=step, metrics={metric_id: value}))
+            self.times.append(key[0] if math.isfinite(key[0]) and key[0] > 0 else None)
         return True
 
     def complete(self, m: Measurement) -> bool:

@@ -77,11 +77,38 @@ class StudySnapshot:
         return m.metrics, m.step_count
 
     def duration(self, t: Trial, now: float | None = None) -> float | None:
-        """Seconds the trial ran (so far, at `now`), as the view saw it."""
+        """Seconds the trial ran (so far, at `now`): an ended trial's from its recorded start
+        and end (one that ended while no controller ran was "after 0.0s" once resumed), else
+        as the view saw it."""
+        if t.state.is_final() and (ran := _iso_span(t.start_time, t.end_time)) is not None:
+            return ran
         start = self.started.get(t.id)
         if start is None:
             return None
         return self.ended.get(t.id, time.monotonic() if now is None else now) - start
+
+
+def _iso_seconds(stamp: str | None) -> float | None:
+    """A stored ISO time as seconds since the epoch; None if missing or unreadable."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def _iso_span(start: str | None, end: str | None) -> float | None:
+    """Seconds from one stored ISO time to another; None if either is missing or unreadable."""
+    a, b = _iso_seconds(start), _iso_seconds(end)
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+def _started_at(t: Trial) -> float:
+    """The monotonic time the trial started: now, or its recorded start for a trial `resume`
+    re-attached (its TIME goes on from there, not from the resume)."""
+    began = _iso_seconds(t.start_time)
+    return time.monotonic() - (max(0.0, time.time() - began) if began is not None else 0.0)
 
 
 def _lineage(t: Trial) -> str:
@@ -383,7 +410,7 @@ class StudyView(StudyListener):
         self.snapshot.ended = self._ended
 
     def trial_started(self, trial: Trial) -> None:
-        self._started[trial.id] = time.monotonic()
+        self._started[trial.id] = _started_at(trial)
         self._event(StudyEvent.TRIAL_STARTED, trial)
 
     def trial_measured(self, trial: Trial) -> None:
@@ -523,7 +550,7 @@ class LiveStudyView(StudyView):
 
     def trial_started(self, trial: Trial) -> None:
         with self._lock:
-            self._started[trial.id] = time.monotonic()
+            self._started[trial.id] = _started_at(trial)
         self._event(StudyEvent.TRIAL_STARTED, trial)
 
     def show(self, kind: StudyEvent, trial: Trial | None) -> None:

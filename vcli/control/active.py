@@ -14,7 +14,7 @@ from vcli.executors import Executor, Placement
 from vcli.logs import Follower, printable
 from vcli.metrics import MetricReader
 from vcli.spec import CustomJobSpec, Trial
-from vcli.store import ReplicaRow
+from vcli.store import ReplicaRow, now_iso
 
 __all__ = ["ActiveTrial", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
            "seconds_since", "trainer_modules", "unimportable_module"]
@@ -60,13 +60,26 @@ class ActiveTrial:
         return new
 
     def with_measurements(self, now: float) -> Trial:
-        """The trial with the reader's measurements, each stamped with the elapsed time at which
-        it was first seen (metrics are re-read every tick, so within a tick of the report)."""
-        elapsed = round(now - self.started, 3)
-        while len(self.elapsed) < len(self.reader.measurements):
-            self.elapsed.append(elapsed)
+        """The trial with the reader's measurements, each stamped with its elapsed time: when
+        it was reported (the report's own time), else when it was first seen (metrics are
+        re-read every tick). The report's time is taken only between the previous
+        measurement's and the moment seen: reports made while no controller ran were all
+        stamped with the time `resume` read them, and a trainer's clock may be off."""
+        seen = round(now - self.started, 3)
+        wall_start = time.time() - (now - self.started)
+        for i in range(len(self.elapsed), len(self.reader.measurements)):
+            at = self.reader.times[i] if i < len(self.reader.times) else None
+            floor = self.elapsed[-1] if self.elapsed else 0.0
+            by_report = None if at is None else round(at - wall_start, 3)
+            self.elapsed.append(by_report if by_report is not None and floor <= by_report < seen else seen)
         ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(self.reader.measurements, self.elapsed))
         return replace(self.trial, measurements=ms)
+
+    def end_time(self) -> str:
+        """When the trial's replicas ended, as their executors recorded it (a trial that ended
+        while no controller ran was stamped with the time `resume` saw it), else now."""
+        ends = [r.end_time for r in self.run.store.replicas(self.run.job_id)]
+        return max(ends) if ends and all(ends) else now_iso()  # type: ignore[type-var]
 
 
 def default_failure_budget(max_trial_count: int) -> int:

@@ -421,7 +421,7 @@ class StudyRun:
             index = next(i for i, m in enumerate(active.reader.measurements) if m is final)
             final = active.trial.measurements[index]
         trial = replace(trial, state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
-                        final_measurement=None if reason else final, infeasible_reason=reason, end_time=now_iso())
+                        final_measurement=None if reason else final, infeasible_reason=reason, end_time=active.end_time())
         if counts_as_failure:
             self._failed += 1
             self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
