@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -248,3 +249,22 @@ def test_missing_tensorboard_is_one_line_with_the_install_hint(study, tmp_path: 
              PYTHONPATH=f"{shim}{os.pathsep}{REPO}", PATH=str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("pip install tensorboard (or pip install 'vcli[tensorboard]')")
+
+
+def test_a_port_in_use_or_a_host_not_here_is_one_line_before_tensorboard_starts(study) -> None:
+    """TensorBoard said so itself, after seconds of its start-up logging, and exited 255."""
+    home, s = study
+    study_id = s["name"].rsplit("/", 1)[1]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = vcli(home, "hp-tuning-jobs", "tensorboard", study_id, f"--port={port}", timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"ERROR: (vcli.hp-tuning-jobs.tensorboard) Invalid value for [--port]: port {port} on 127.0.0.1 is in use "
+        "(another TensorBoard?): give another, or --port=0 for any free port."]
+    r = vcli(home, "hp-tuning-jobs", "tensorboard", study_id, "--host=192.0.2.1", "--port=0", timeout=60)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "ERROR: (vcli.hp-tuning-jobs.tensorboard) Invalid value for [--host]: cannot listen on [192.0.2.1]:0: "
+        "Cannot assign requested address"], r.stderr

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -401,6 +402,7 @@ def tensorboard(
 
     if not 0 <= port <= 65535:  # TensorBoard's own traceback (-1), exit 255 (70000)
         raise InvalidValueError("--port", f"a port is a number from 0 to 65535 (0: any free port), not {port}.")
+    _check_bindable(host, port)
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     trials = store.trials(row.id)
@@ -417,6 +419,28 @@ def tensorboard(
     sys.stdout.flush()
     # exec: TensorBoard takes this process's place, so Ctrl-C or a kill stops it and nothing is left.
     os.execv(argv[0], argv)
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """One line before TensorBoard starts for a port in use or a host not of this machine
+    (TensorBoard said so after 5 s of its own start-up logging, and exited 255)."""
+    import socket
+
+    from vcli.errors import InvalidValueError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise InvalidValueError("--host", f"cannot resolve [{host}]: {e}") from None
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise InvalidValueError("--port", f"port {port} on {host} is in use (another TensorBoard?): "
+                                                  "give another, or --port=0 for any free port.") from None
+            raise InvalidValueError("--host", f"cannot listen on [{host}]:{port}: {e.strerror or e}") from None
 
 
 @app.command("cancel", cls=GcloudCommand)
