@@ -207,10 +207,15 @@ def test_an_existing_optuna_study_is_one_line(study, tmp_path: Path) -> None:
                                                "OperationalError"),
         ("export", "postgresql://u@127.0.0.1:1/db", "cannot open the Optuna storage postgresql://u@127.0.0.1:1/db: ImportError"),
         ("export", "mysql://u:pa55w0rd@127.0.0.1:1/db", "cannot open the Optuna storage mysql://u:***@127.0.0.1:1/db: "),
+        # a short password was masked wherever its letters occurred: every `p` of the message
+        ("export", "postgresql://u:p@127.0.0.1:1/db", "cannot open the Optuna storage postgresql://u:***@127.0.0.1:1/db: "
+                                                     "ImportError: Failed to import DB access module for the specified "
+                                                     "storage URL. Please install appropriate one."),
         ("plot", "{missing}/r.html", "Invalid value for [--output]: cannot write [{missing}/r.html]: No such file or directory"),
         ("plot", "{afile}/r.svg", "Invalid value for [--output]: cannot write [{afile}/r-history.svg]: Not a directory"),
     ],
-    ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "password", "html-no-dir",
+    ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "password", "short-password",
+         "html-no-dir",
          "svg-under-a-file"],
 )
 def test_a_destination_that_cannot_be_written_is_one_line(study, tmp_path: Path, command: str, target: str,

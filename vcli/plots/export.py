@@ -138,8 +138,7 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
     shown, password = shown_url(url), _password(url)
 
     def line(e: BaseException) -> str:
-        text = _first_line(e)
-        return text.replace(password, "***") if password else text
+        return masked(_first_line(e), url, password)
 
     directions = ["maximize" if m.goal == Goal.MAXIMIZE else "minimize" for m in spec.metrics]
     try:
@@ -159,6 +158,20 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
     except Exception as e:  # the storage failed while writing (a full disk, a dropped connection)
         raise InvalidValueError("--to", f"writing to the Optuna storage {shown} failed: {line(e)}") from None
     return study_name
+
+
+def masked(text: str, url: str, password: str | None) -> str:
+    """`text` (a storage's error) with the storage URL's password as ***: in the URL, after
+    `user:`, and as a word of its own when it is long enough to be told from words (every
+    `p` of the driver's message became *** for the password `p`, garbling it)."""
+    import re
+
+    if not password:
+        return text
+    text = text.replace(url, shown_url(url)).replace(f":{password}@", ":***@")
+    if len(password) >= 4:
+        text = re.sub(rf"(?<![\w]){re.escape(password)}(?![\w])", "***", text)
+    return text
 
 
 def _password(url: str) -> str | None:
