@@ -235,6 +235,9 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
         env = rep.launch.env
         if verb in ("out", "err"):
             rep.writer.write("stdout" if verb == "out" else "stderr", _mask(rep, arg))
+        elif verb == "chatter":  # N lines of 223 bytes on stdout at once (a chatty trainer)
+            for _ in range(int(arg)):
+                rep.writer.write("stdout", "epoch 1 batch progress " + "x" * 200)
         elif verb == "metric":
             mid, _, rest = arg.partition("=")
             value, _, step = rest.partition("@")

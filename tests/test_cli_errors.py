@@ -470,6 +470,39 @@ def test_an_unreachable_ray_cluster_is_one_line_at_once(run_vcli, vcli_home):
         assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.parametrize("answer", ["http", "silent"])
+def test_a_ray_address_that_is_not_a_ray_cluster_is_one_line_at_once(run_vcli, vcli_home, answer):
+    """A port that accepts connections but is no GCS (an HTTP server, such as Ray's own
+    dashboard on 8265, or one that never says a word) hung create and --validate-only for
+    more than 5 minutes, printing Ray's warnings, deaf to Ctrl-C."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    if answer == "http":
+        server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port, close = server.server_address[1], server.shutdown
+    else:
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port, close = silent.getsockname()[1], silent.close
+    try:
+        t0 = time.monotonic()
+        r = run_vcli("custom-jobs", "create", "--display-name=r", "--command=python3,-c,pass", "--executor=ray",
+                     "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x",
+                     f"--ray-address=127.0.0.1:{port}", "--validate-only", timeout=90)
+    finally:
+        close()
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert one_error_line(r).endswith(
+        f"127.0.0.1:{port} accepts connections but is not a Ray cluster (its GCS, or a ray:// client server, speaks "
+        "gRPC; this does not): the GCS listens on port 6379 unless `ray start --head --port` said otherwise.")
+    assert time.monotonic() - t0 < 40
+
+
 @pytest.mark.parametrize(
     "pool,fragment",
     [

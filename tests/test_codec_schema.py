@@ -208,6 +208,20 @@ def test_every_stopping_spec_round_trips_under_its_vertex_key(stopping, key):
     assert codec.study_spec_from_stored(wire) == spec
 
 
+def test_a_null_field_is_not_set_as_in_vertex():
+    """proto3 JSON reads null as the field's default: `medianAutomatedStoppingSpec: null` turned
+    the median rule on, `hyperbandStoppingSpec: null` was an error, and a null next to a rule
+    was refused as two rules at once."""
+    wire = {k: v for k, v in codec.study_spec_to_dict(full_study()).items() if not k.endswith("StoppingSpec")}
+    assert codec.study_spec_from_stored({**wire, "medianAutomatedStoppingSpec": None}).automated_stopping_spec is None
+    assert codec.study_spec_from_stored({**wire, "hyperbandStoppingSpec": None}).automated_stopping_spec is None
+    both = {**wire, "hyperbandStoppingSpec": None, "decayCurveStoppingSpec": {"useElapsedDuration": True}}
+    assert codec.study_spec_from_stored(both).automated_stopping_spec == DecayCurveAutomatedStoppingSpec(
+        use_elapsed_duration=True)
+    with pytest.raises(ConfigError, match="unknown field"):
+        codec.study_spec_from_stored({**wire, "medianStoppingSpec": None})  # a misspelt key is still refused
+
+
 def test_secret_env_values_are_redacted_on_the_wire(tmp_path):
     job = full_job(tmp_path)
     pool = dataclasses.replace(

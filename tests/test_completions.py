@@ -74,6 +74,12 @@ def test_bash_tab_completes_job_ids_study_ids_and_choices(tmp_path: Path) -> Non
     assert _bash_complete(tmp_path, home, ["vcli", "hp-tuning-jobs", "stream-logs", ""]) == [study]
     assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "create", "--executor", ""]) == ["local", "docker", "ssh", "ray", "slurm"]
     assert _bash_complete(tmp_path, home, ["vcli", "hp-tuning-jobs", "create", "--algorithm", "g"]) == ["grid-search"]
+    # `--flag=value`, as the README writes it: bash splits it at `=` (it offered file names)
+    assert _bash_complete(tmp_path, home, ["vcli", "hp-tuning-jobs", "create", "--algorithm", "=", "g"]) == ["grid-search"]
+    assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "create", "--executor", "="]) == [
+        "local", "docker", "ssh", "ray", "slurm"]
+    assert _bash_complete(tmp_path, home, ["vcli", "custom-jobs", "create", "--executor=local", "--hosts", "=", ""]) == []
+    assert sorted(_bash_complete(tmp_path, home, ["vcli", "custom-jobs", "describe", "--format=json", ""])) == sorted(jobs)
 
 
 def test_bash_tab_completes_host_names(tmp_path: Path) -> None:

@@ -515,6 +515,17 @@ def test_a_trial_stopped_early_succeeds_and_frees_its_slot_at_once(store: Store,
     assert world.running() == []
 
 
+def test_a_metric_printed_after_more_than_a_polls_read_at_the_end_is_not_lost(store: Store, world: FakeWorld) -> None:
+    """A poll reads at most 4 MiB of a log, and the read before a trial is concluded read no
+    more: a trainer that printed 14 MB and then its metrics in its last moment lost them."""
+    run, _ = study(store, world, "sleep:1", "chatter:60000", "out:acc=0.9 step=1", "out:acc=0.95 step=2", "exit:0",
+                   max_trials=1, parallel=1)
+    state = run.run()
+    [trial] = run.trials.values()
+    assert state == JobState.JOB_STATE_SUCCEEDED, trial.infeasible_reason
+    assert trial.final_measurement.metrics == {"acc": 0.95} and len(trial.measurements) == 2
+
+
 def test_a_bug_under_a_running_study_stops_its_trials_and_records_it_failed(store: Store, world: FakeWorld) -> None:
     """An exception vcli did not expect (a PBT factor made an integer inf) killed the
     controller and left the study RUNNING, its trials running with nobody watching."""

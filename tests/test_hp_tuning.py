@@ -627,6 +627,24 @@ def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_metric_printed_after_megabytes_of_output_at_the_very_end_is_read(tmp_path: Path) -> None:
+    """A poll reads at most 4 MiB of a log; the last read before a trial is concluded read no
+    more, so a chatty trainer's final `score=` lines were lost: INFEASIBLE, the study FAILED
+    (or, with metrics every step, a final measurement some steps early)."""
+    script = (
+        "import sys\n"
+        "line = 'epoch 1 batch progress ' + 'x' * 200 + '\\n'\n"
+        "sys.stdout.write(line * 60000)\n"
+        "for step in range(1, 4):\n"
+        "    sys.stdout.write(f'score={step / 10} step={step}\\n')\n"
+        "sys.stdout.flush()\n")
+    _, study, _ = script_study(tmp_path / "chatty", tmp_path, script, "--metric=metric-id=score,goal=maximize",
+                               "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--max-trial-count=1")
+    [trial] = study["trials"]
+    assert trial["state"] == "SUCCEEDED", trial
+    assert trial["finalMeasurement"]["stepCount"] == "3" and len(trial["measurements"]) == 3
+
+
 def test_stdout_reports_read_every_metric_id_a_study_accepts() -> None:
     """`acc@1=0.69` was never read (ids were [A-Za-z0-9_./-] only) while the trial's reason
     told the user to print exactly that line."""

@@ -252,6 +252,25 @@ def test_the_intermediate_values_have_a_colour_key_for_any_number_of_trials(n: i
     assert len({tuple(c) if not isinstance(c, str) else c for c in colours}) == n
 
 
+def test_figures_of_metrics_whose_file_names_coincide_are_all_written(tmp_path: Path) -> None:
+    """Metrics `l/s` and `l_s` both became `-l_s` in file names: one's figures silently
+    overwrote the other's (`Wrote r-rank-l_s.svg.` twice)."""
+    from dataclasses import replace
+
+    from vcli.plots import write_report
+    from vcli.spec import MetricSpec
+
+    spec, params, trials = _synthetic(6, metrics=2)
+    spec = replace(spec, metrics=(MetricSpec(metric_id="l/s", goal=spec.metrics[0].goal),
+                                  MetricSpec(metric_id="l_s", goal=spec.metrics[1].goal)))
+    trials = [replace(t, measurements=tuple(replace(m, metrics={"l/s": m.metrics["loss"], "l_s": m.metrics["cost"]})
+                                            for m in t.measurements)) for t in trials]
+    trials = [replace(t, final_measurement=t.measurements[-1]) for t in trials]
+    written = write_report(str(tmp_path / "r.svg"), "s", spec, params, trials)
+    assert len(written) == len(set(written)) and sorted(os.listdir(tmp_path)) == sorted(os.path.basename(w) for w in written)
+    assert str(tmp_path / "r-rank-l_s.svg") in written and str(tmp_path / "r-rank-l_s-2.svg") in written
+
+
 def test_the_timeline_shows_durations_and_how_many_ran_at_once() -> None:
     from datetime import UTC, datetime
 

@@ -606,11 +606,42 @@ def test_a_controller_killed_while_its_allocation_pends_leaves_nothing_queued(cl
     assert not list((home / "slurm" / "leases").iterdir())  # the cancelled holders' leases too
 
 
+def test_a_job_whose_cpus_never_fit_and_a_bad_orphan_timeout_are_one_line_at_once(cluster: SlurmCluster,
+                                                                                      tmp_path: Path) -> None:
+    """Three 4-CPU replicas on two 4-CPU nodes pended for ever ("Waiting ...", Slurm's reason
+    Resources); VCLI_SLURM_ORPHAN_TIMEOUT=abc was a traceback, and 0 ended live jobs after 5 s."""
+    home = tmp_path / "home"
+    began = time.monotonic()
+    r = run(cluster, home, "custom-jobs", "create", "--display-name=never", f"--worker-pool-spec={WHOLE},container-image-uri=python",
+            "--worker-pool-spec=machine-type=n1-standard-4,replica-count=2,container-image-uri=python",
+            "--command=python3,-c,print(1)", timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert ("workerpool0+workerpool1: 3 replica(s) of 4 CPU(s) each do not fit the Slurm cluster (2 node(s), 4, 4 CPUs): "
+            "room for 2; use fewer replicas or a smaller machine type.") in r.stderr, r.stderr
+    assert time.monotonic() - began < 30 and not cluster.jobs()
+    for bad in ("abc", "nan", "0", "29"):
+        r = run(cluster, home, "custom-jobs", "create", "--display-name=o", f"--worker-pool-spec={SMALL},container-image-uri=python",
+                "--command=python3,-c,print(1)", timeout=60, VCLI_SLURM_ORPHAN_TIMEOUT=bad)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert (f"VCLI_SLURM_ORPHAN_TIMEOUT must be a number of seconds from 30 (vcli renews a job's lease every 10 s) "
+                f"to 1e9, not [{bad}]") in r.stderr
+    assert not cluster.jobs()
+
+
+def test_a_timeout_beyond_what_slurm_counts_is_no_time_limit() -> None:
+    """8,166 years became --time=4294967298 minutes, which Slurm kept modulo 2^32: 2 minutes."""
+    from vcli.executors.slurm.allocation import time_option
+
+    assert time_option(None) == [] and time_option(90) == ["--time=2"]
+    assert time_option((2**31 - 1) * 60) == [f"--time={2**31 - 1}"]
+    assert time_option(257698037880) == ["--time=UNLIMITED"] == time_option(315576000000)
+
+
 def test_validate_only_and_print_env_show_the_slurm_plan_and_submit_nothing(cluster: SlurmCluster,
                                                                             tmp_path: Path) -> None:
     home = tmp_path / "home"
     pools = [f"--worker-pool-spec={SMALL},container-image-uri=python,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1",
-             "--worker-pool-spec=machine-type=n1-standard-4,replica-count=2,container-image-uri=python"]
+             "--worker-pool-spec=machine-type=n1-standard-2,replica-count=2,container-image-uri=python"]
     with QueueWatch(cluster) as watch:
         v = run(cluster, home, "custom-jobs", "create", "--display-name=plan", "--validate-only", *pools,
                 "--command=python3,-c,print(1)", "--format=json", timeout=60, VCLI_SLURM_PARTITION="main")
@@ -619,7 +650,7 @@ def test_validate_only_and_print_env_show_the_slurm_plan_and_submit_nothing(clus
     assert v.returncode == 0, v.stderr
     assert ("Note: on Slurm the job (each trial of a study) is a heterogeneous Slurm job of 2 components "
             "(workerpool0: --ntasks=1 --nodes=1 --cpus-per-task=1 --mem-per-cpu=1000M --gpus-per-task=1; "
-            "workerpool1: --ntasks=2 --nodes=2 --cpus-per-task=4 --mem-per-cpu=1000M) --partition=main") in v.stderr, v.stderr
+            "workerpool1: --ntasks=2 --nodes=2 --cpus-per-task=2 --mem-per-cpu=1000M) --partition=main") in v.stderr, v.stderr
     assert json.loads(v.stdout)["executor"] == "slurm"
     assert p.returncode == 0, p.stderr
     replicas = json.loads(p.stdout)

@@ -246,6 +246,16 @@ def test_convex_defaults_learn_max_steps_and_wait_for_completed_trials():
     assert any(out.steps[t] < 20 for t in bad)
 
 
+def test_convex_counts_of_zero_are_unset_as_in_vertex():
+    """`maxStepCount: 0` (proto3's "not set": learn it) made every extrapolation end at x = 0,
+    so the rule never stopped anything."""
+    curves, good, bad = mixed_curves(18, seed=3)
+    zeros = ConvexAutomatedStoppingSpec(max_step_count=0, min_step_count=0, min_measurement_count=0)
+    out = simulate(lambda: stopping_rule(zeros, ACC), curves, max_steps=20)
+    unset = simulate(lambda: stopping_rule(ConvexAutomatedStoppingSpec(), ACC), curves, max_steps=20)
+    assert out.steps == unset.steps and any(out.steps[t] < 20 for t in bad)
+
+
 def test_convex_never_stops_a_flat_curve():
     curves = [saturating(0.9)] * 6 + [lambda step: 0.1]
     out = simulate(lambda: stopping_rule(ConvexAutomatedStoppingSpec(min_measurement_count=3), ACC), curves,

@@ -57,3 +57,37 @@ def property_names(incomplete: str) -> list[str]:
     from vcli.properties import KNOWN
 
     return [p for p in KNOWN if p.startswith(incomplete)]
+
+
+def register_bash() -> None:
+    """bash completion that reads `--flag=value`, the form the README writes: bash splits the
+    line at `=` (COMP_WORDBREAKS), so Click got `--algorithm`, `=`, `p` and `--algorithm=p<TAB>`
+    offered file names. The words are joined back before Click sees them; the completions are
+    the values, which replace the part after `=`."""
+    import os
+
+    from typer._click.shell_completion import add_completion_class, split_arg_string
+    from typer._completion_classes import BashComplete
+
+    class JoinedBashComplete(BashComplete):
+        def get_completion_args(self) -> tuple[list[str], str]:
+            words, cword = joined_words(split_arg_string(os.environ["COMP_WORDS"]), int(os.environ["COMP_CWORD"]))
+            return words[1:cword], (words[cword] if cword < len(words) else "")
+
+    add_completion_class(JoinedBashComplete, "bash")
+
+
+def joined_words(words: list[str], cword: int) -> tuple[list[str], int]:
+    """`words` with `--flag`, `=`, `value` joined into `--flag=value`, and where word `cword` went."""
+    out: list[str] = []
+    where: dict[int, int] = {}
+    for i, word in enumerate(words):
+        flag_open = bool(out) and out[-1].startswith("--") and i > 0 and words[i - 1] == "=" and out[-1].endswith("=")
+        if word == "=" and out and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] += "="
+        elif flag_open:
+            out[-1] += word
+        else:
+            out.append(word)
+        where[i] = len(out) - 1
+    return out, where.get(cword, len(out))

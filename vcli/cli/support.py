@@ -215,10 +215,9 @@ def command(path: str) -> Callable[[F], F]:
                 err(f"ERROR: (vcli.{path}) cannot write the output: {e.strerror or e}.")
                 raise typer.Exit(1) from None
             except Exception as e:
-                import click
+                from typer._click.exceptions import ClickException  # typer carries its own Click
 
-                if isinstance(e, (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.ClickException,
-                                  click.exceptions.Abort)):
+                if isinstance(e, (typer.Exit, typer.Abort, ClickException)):
                     raise  # an exit code or usage error the command chose
                 internal_error(path, e)
 

@@ -312,6 +312,8 @@ class Decoder:
                 hint = difflib.get_close_matches(key, list(schema), n=1)
                 extra = f"; did you mean [{hint[0]}]?" if hint else "."
                 raise self.error(sub, f"unknown field of {msg.name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
+            if val is None:  # proto3 JSON: null is the field's default, not set (`medianAutomatedStoppingSpec: null`
+                continue     # turned the median rule on)
             out[key] = self.decode(val, schema[key].kind, sub)
             unmodelled = schema[key].attr is None and msg.cls is not None  # not a wrapper's inner field
             only_for = LOCAL_EFFECT_ONLY_FOR.get((msg.name, key))
@@ -319,7 +321,7 @@ class Decoder:
                     or (only_for is not None and out[key] not in only_for)) and _set(out[key]):
                 self.no_effect.append(sub)
         for wires in msg.attrs.values():  # a oneof: Vertex's parser refuses two members (one was dropped)
-            given = [w.wire for w in wires if w.wire in value]
+            given = [w.wire for w in wires if value.get(w.wire) is not None]
             if len(wires) > 1 and len(given) > 1:
                 raise self.error(path, f"only one of [{', '.join(given)}] may be set: they are one choice "
                                        f"of {msg.name}")

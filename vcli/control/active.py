@@ -46,17 +46,20 @@ class ActiveTrial:
                    follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
                    started=started, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements])
 
-    def read_metrics(self, executor: Executor) -> bool:
-        """Feed the chief's new reports to the reader; True if a measurement changed."""
+    def read_metrics(self, executor: Executor, *, drain: bool = False) -> bool:
+        """Feed the chief's new reports to the reader; True if a measurement changed. A poll
+        reads at most 4 MiB of the log; `drain` (the trial ended) reads all of it: a trainer
+        that printed more in its last tenth of a second lost the metric lines after it."""
         chief = self.run.plan.launches[0]
         handle = self.run.primary_handle
         text = executor.read_file(handle, chief.metric_file) if handle is not None else None
         new = self.reader.feed_hypertune(text)
-        for rec in self.follower.poll():
-            if rec.stream == "stdout":
-                new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
-            elif rec.stream == "stderr" and rec.message.strip():
-                self.last_error = printable(rec.message.strip()[:300])  # shown in tables and reasons
+        for batch in (self.follower.drain() if drain else [self.follower.poll()]):
+            for rec in batch:
+                if rec.stream == "stdout":
+                    new |= self.reader.feed_stdout_line(rec.message, rec.timestamp)
+                elif rec.stream == "stderr" and rec.message.strip():
+                    self.last_error = printable(rec.message.strip()[:300])  # shown in tables and reasons
         return new
 
     def with_measurements(self, now: float) -> Trial:

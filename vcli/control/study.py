@@ -371,12 +371,13 @@ class StudyRun:
             if state is None:
                 continue
             del self.active[trial_id]
-            self.refresh_measurements(active)
+            if self.refresh_measurements(active, drain=True):  # all the log: the last lines hold the metric
+                self.listener.trial_measured(active.trial)
             self._conclude(active, state)
 
-    def refresh_measurements(self, active: ActiveTrial) -> bool:
+    def refresh_measurements(self, active: ActiveTrial, drain: bool = False) -> bool:
         """Read the trial's new reports into its measurements; True if there were any."""
-        if not active.read_metrics(self.executor):
+        if not active.read_metrics(self.executor, drain=drain):
             return False
         active.trial = self.strategy.refreshed(active.with_measurements(self.clock.now()))
         self.trials[active.trial.id] = active.trial

@@ -123,9 +123,12 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
     from vcli.plots import render
 
     drawn, _ = render.draw(spec, params, trials)
-    written = []
+    written: list[str] = []
     for fig in drawn:
-        target = f"{stem}-{re.sub(r'[^A-Za-z0-9_.-]', '_', fig.key)}{ext}"
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", fig.key)
+        target, n = f"{stem}-{name}{ext}", 2
+        while target in written:  # metrics `a/b` and `a_b`: one's figures silently replaced the other's
+            target, n = f"{stem}-{name}-{n}{ext}", n + 1
         render.save(fig, target, ext.lower()[1:])
         written.append(target)
     return written

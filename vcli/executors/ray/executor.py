@@ -52,6 +52,7 @@ from vcli.executors import (
     read_replica_file,
 )
 from vcli.executors import supervisor as _supervisor
+from vcli.executors.ray.reach import check_reachable
 
 #: Ray namespace of vcli's actors and placement groups.
 NAMESPACE = "vcli"
@@ -96,7 +97,7 @@ class RayExecutor(ExecutorBase):
             raise ExecutorError("The ray executor needs Ray: pip install 'vcli[ray]'.") from None
         with self._lock:
             if not ray.is_initialized():
-                _check_reachable(self.address)  # Ray itself retries an unreachable GCS without bound
+                check_reachable(self.address)  # Ray itself retries an unreachable GCS without bound
                 try:
                     ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
                              logging_level="ERROR", configure_logging=False)
@@ -529,44 +530,6 @@ def _supervisor_source() -> str:
         with open(os.path.abspath(_supervisor.__file__), encoding="utf-8") as f:
             _SUPERVISOR_SOURCE = f.read()
     return _SUPERVISOR_SOURCE
-
-
-#: How long the GCS of a cluster may take to accept a TCP connection (seconds).
-CONNECT_TIMEOUT_SECONDS = 10.0
-#: Where Ray records the GCS address of the cluster started on this machine (`address="auto"`).
-CURRENT_CLUSTER_FILE = "/tmp/ray/ray_current_cluster"
-
-
-def _check_reachable(address: str) -> None:
-    """Raise ExecutorError at once when the cluster's GCS (or Ray client server) does not accept
-    a TCP connection: `ray.init` would retry for ever, printing warnings every few seconds.
-    `auto` is $RAY_ADDRESS, else the address Ray recorded in CURRENT_CLUSTER_FILE (none: Ray
-    says so itself, at once)."""
-    import socket
-
-    target, origin = address, ""
-    if address == "auto":
-        target = os.environ.get("RAY_ADDRESS", "")
-        origin = " ($RAY_ADDRESS)"
-        if not target or target == "auto":
-            try:
-                with open(CURRENT_CLUSTER_FILE, encoding="utf-8") as f:
-                    target = f.read().strip()
-                origin = f" (recorded in {CURRENT_CLUSTER_FILE})"
-            except OSError:
-                return
-    hostport = target.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        return  # not host:port: let Ray judge it
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_SECONDS):
-            pass
-    except OSError as e:
-        stale = " It is left from a cluster that is gone: start one (`ray start --head`) or pass --ray-address." \
-            if address == "auto" and "recorded" in origin else ""
-        raise ExecutorError(f"Cannot connect to the Ray cluster at {hostport}{origin}: "
-                            f"{e.strerror or e or 'no answer'}.{stale}") from None
 
 
 def _is_this_machine(address: str) -> bool:

@@ -125,7 +125,25 @@ def task_groups(nodes: Sequence[NodeInfo], replicas: Sequence[ReplicaId], spec: 
     have = sum(n.gpus for n in nodes)
     if need > have:
         raise PlacementError(f"the job's replicas ask for {need} GPU(s) in all; {where} has {have}.")
+    _check_cpus(groups, nodes, where)
     return groups
+
+
+def _check_cpus(groups: Sequence[TaskGroup], nodes: Sequence[NodeInfo], where: str) -> None:
+    """`PlacementError` for replicas whose CPUs no empty cluster of `nodes` holds (the job
+    pended for ever, `Waiting` with Slurm's PartitionConfig or Resources)."""
+    from vcli.placement import PlacementError
+
+    for g in groups:
+        fits = sum(n.cpus // g.cpus for n in nodes)
+        if fits < g.tasks:
+            pools = "+".join(f"workerpool{p}" for p in g.pools)
+            raise PlacementError(f"{pools}: {g.tasks} replica(s) of {g.cpus} CPU(s) each do not fit "
+                                 f"{where} ({len(nodes)} node(s), {', '.join(str(n.cpus) for n in nodes[:8])} CPUs): "
+                                 f"room for {fits}; use fewer replicas or a smaller machine type.")
+    need, have = sum(g.tasks * g.cpus for g in groups), sum(n.cpus for n in nodes)
+    if need > have:
+        raise PlacementError(f"the job's replicas ask for {need} CPUs in all; {where} has {have}.")
 
 
 def group_options(group: TaskGroup) -> list[str]:
@@ -136,9 +154,38 @@ def group_options(group: TaskGroup) -> list[str]:
     return opts
 
 
+#: The most minutes Slurm's --time holds (a signed 32-bit count; more wrapped round: a timeout
+#: of 8,166 years became a limit of 2 minutes, and Slurm killed the job).
+MAX_TIME_MINUTES = 2**31 - 1
+
+
+def orphan_timeout(renew_seconds: float) -> int:
+    """$VCLI_SLURM_ORPHAN_TIMEOUT (default 600): seconds the holder keeps an allocation after
+    the last renewal of its lease (vcli renews it every `renew_seconds`). At least 3 renewals
+    (anything else is one line: `abc` was a traceback, and 0 or a few seconds ended every
+    live job after 5 s)."""
+    from vcli.errors import ConfigError
+
+    raw = os.environ.get("VCLI_SLURM_ORPHAN_TIMEOUT", "").strip() or "600"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    least = 3 * renew_seconds
+    if not (math.isfinite(value) and least <= value <= 10**9):
+        raise ConfigError(f"VCLI_SLURM_ORPHAN_TIMEOUT must be a number of seconds from {least:g} (vcli renews a "
+                          f"job's lease every {renew_seconds:g} s) to 1e9, not [{raw[:40]}].")
+    return int(value)
+
+
 def time_option(timeout_seconds: float | None) -> list[str]:
-    """`scheduling.timeout` as sbatch's --time (whole minutes, rounded up; none without one)."""
-    return [f"--time={max(1, math.ceil(timeout_seconds / 60))}"] if timeout_seconds else []
+    """`scheduling.timeout` as sbatch's --time (whole minutes, rounded up; none without one;
+    UNLIMITED beyond what Slurm can count, some 4,000 years: vcli's own timer still ends
+    the job at its timeout)."""
+    if not timeout_seconds:
+        return []
+    minutes = max(1, math.ceil(timeout_seconds / 60))
+    return [f"--time={minutes}" if minutes <= MAX_TIME_MINUTES else "--time=UNLIMITED"]
 
 
 def node_slots(groups: Sequence[TaskGroup], components: Sequence[Component]) -> list[list[tuple[str, tuple[int, ...]]]]:

@@ -69,6 +69,7 @@ from vcli.executors.slurm.allocation import (
     allocation_name,
     group_options,
     node_slots,
+    orphan_timeout,
     reserve_ports,
     shared_files,
     task_groups,
@@ -117,7 +118,7 @@ class SlurmExecutor(ExecutorBase):
         self.home = home
         self.python = python or os.environ.get("VCLI_PYTHON") or properties.get("python") or sys.executable
         self.shared_dir = os.path.abspath(os.fspath(shared_dir)) if shared_dir else os.path.join(self._home(), "slurm")
-        self.orphan_timeout = int(float(os.environ.get("VCLI_SLURM_ORPHAN_TIMEOUT", "600")))
+        self.orphan_timeout = orphan_timeout(LEASE_RENEW_SECONDS)
         self.queue = client.Queue()
         self.states = client.JobStates(self.queue)
         self._lock = threading.RLock()

@@ -43,6 +43,7 @@ class ConvexRule:
     name = "convex"
 
     def __init__(self, metric: MetricSpec, spec: ConvexAutomatedStoppingSpec):
+        spec = _unset_zeros(spec)
         self.curves = Curves(metric, spec.use_elapsed_duration)
         self.spec = spec
         self.min_measurements = (spec.min_measurement_count if spec.min_measurement_count is not None
@@ -101,7 +102,17 @@ class ConvexRule:
         return s1 + max(slope, 0.0) * (max_x - x1), s1
 
 
+def _unset_zeros(spec: ConvexAutomatedStoppingSpec) -> ConvexAutomatedStoppingSpec:
+    """The spec as Vertex reads it: a count of 0 is not set (proto3 int64: `maxStepCount: 0`
+    means "learn it", where it made every extrapolation end at x = 0 and the rule stop nothing)."""
+    from dataclasses import replace
+
+    names = ("max_step_count", "min_step_count", "min_measurement_count")
+    return replace(spec, **{n: None for n in names if getattr(spec, n) == 0})
+
+
 def _describe(spec: ConvexAutomatedStoppingSpec) -> str:
+    spec = _unset_zeros(spec)
     unit = RULE.unit(spec)
     mx = spec.max_step_count if spec.max_step_count is not None else "learned"
     mn = spec.min_step_count if spec.min_step_count is not None else "max/10"
@@ -110,6 +121,7 @@ def _describe(spec: ConvexAutomatedStoppingSpec) -> str:
 
 
 def _check(stop: ConvexAutomatedStoppingSpec, study: StudySpec, error: FieldError) -> None:
+    stop = _unset_zeros(stop)
     for name, value in (("minStepCount", stop.min_step_count), ("maxStepCount", stop.max_step_count),
                         ("minMeasurementCount", stop.min_measurement_count)):
         if value is not None and value < 0:
