@@ -227,6 +227,20 @@ def test_a_fraction_of_a_gpu_needs_the_ray_executor(tmp_path: Path) -> None:
         "a fraction of a GPU needs --executor=ray (the local executor gives each replica whole GPUs)"]
 
 
+@pytest.mark.parametrize("count", ["0.00001", "1e-9", "0.33333"])
+def test_a_gpu_share_finer_than_rays_is_one_line_before_anything_runs(tmp_path: Path, count: str) -> None:
+    """It passed --validate-only; `create` then recorded the job and FAILED it with Ray's
+    ValueError ("The precision of the fractional quantity of resource num_gpus ...")."""
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=x", "--executor=ray", "--validate-only",
+             "--ray-address=127.0.0.1:1",
+             f"--worker-pool-spec=machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count={count},"
+             "executor-image-uri=python:3.11,python-module=m")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"ERROR: (vcli.custom-jobs.create) argument --worker-pool-spec: workerpool0 asks for accelerator-count="
+        f"{float(count):g}: Ray counts a GPU in steps of 0.0001 (such as 0.25 or 0.0005)"]
+
+
 def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp_path: Path) -> None:
     home = tmp_path / "home"
     pkg = write_package(tmp_path, {"slow.py": """

@@ -589,7 +589,7 @@ def test_a_controller_killed_while_its_allocation_pends_leaves_nothing_queued(cl
             resumed = subprocess.Popen(cluster.client([sys.executable, "-m", "vcli", "custom-jobs", "resume", kept]),
                                        env=vcli_env(home, **_env(cluster)), cwd=REPO, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=resumed_err.open("w"), start_new_session=True)
-            wait_for(lambda: "Waiting" in resumed_err.read_text(), 60, "the resumed job waiting")
+            wait_for(lambda: "Waiting for capacity: Slurm job" in resumed_err.read_text(), 60, "the resumed job waiting")
             time.sleep(4)  # the resumed controller asks Slurm again every few seconds: still one job
             assert _queue(cluster) == {"blocker": ["RUNNING"], f"vcli-{kept}": ["PENDING"]}
         finally:
@@ -626,6 +626,44 @@ def test_a_job_whose_cpus_never_fit_and_a_bad_orphan_timeout_are_one_line_at_onc
         assert (f"VCLI_SLURM_ORPHAN_TIMEOUT must be a number of seconds from 30 (vcli renews a job's lease every 10 s) "
                 f"to 1e9, not [{bad}]") in r.stderr
     assert not cluster.jobs()
+
+
+def test_a_running_job_outlives_a_slurmctld_restart(cluster: SlurmCluster,
+                                                                             tmp_path: Path) -> None:
+    """One squeue unanswered (a slurmctld restarting, a failover, 30 s of no answer) ended the
+    job's controller with exit 3 and left the job RUNNING, its allocation running, nobody
+    driving it."""
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"nap.py": """
+        import time
+        print("up", flush=True)
+        time.sleep(40)
+        print("done", flush=True)
+    """})
+    proc = spawn(cluster, home, "custom-jobs", "create", "--display-name=outage",
+                 f"--worker-pool-spec={SMALL},local-package-path={pkg},script=nap.py")
+    try:
+        wait_for(lambda: _logs_saying(home, "up", 1), 120, "the replica up")
+        cluster.restart_slurmctld(down_seconds=15)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert err.count("WARNING: Slurm does not answer") == 1, err
+    [job_id] = list_ids(home, "custom-jobs")
+    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    wait_for(lambda: not cluster.jobs(), 30, "squeue to be empty")
+
+
+def test_a_job_sbatch_refuses_leaves_no_lease_and_names_what_was_given(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Each refused job left its lease file in the shared directory, and the error named no flag."""
+    home = tmp_path / "home"
+    account = "p" * 5000  # "Pathname of a file, directory or other parameter too long"
+    r = run(cluster, home, "custom-jobs", "create", "--display-name=refused", f"--slurm-account={account}",
+            f"--worker-pool-spec={SMALL},container-image-uri=python", "--command=python3,-c,print(1)", timeout=60)
+    assert r.returncode == 3 and r.stderr.count("\n") == 1, r.stderr
+    assert "`sbatch --parsable` failed: " in r.stderr and "(given: --slurm-account=ppp" in r.stderr, r.stderr
+    assert not list((home / "slurm" / "leases").iterdir()) and not cluster.jobs()
 
 
 def test_a_timeout_beyond_what_slurm_counts_is_no_time_limit() -> None:

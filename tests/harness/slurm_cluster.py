@@ -195,6 +195,17 @@ class SlurmCluster:
                 _kill(p, signal.SIGKILL)
             node.popen.wait(10)
 
+    def restart_slurmctld(self, down_seconds: float) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state), leave it down `down_seconds`, start it
+        again with the same state (a restart for a configuration change, a failover): jobs
+        and steps run on meanwhile; clients get "Unable to contact slurm controller"."""
+        ctld = next(p for p in self._procs if "slurmctld" in " ".join(map(str, p.args)))
+        ctld.terminate()
+        ctld.wait(30)
+        self._procs.remove(ctld)
+        time.sleep(down_seconds)
+        self._daemon("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)], self.ctl_ns)
+
     def kill_node_processes(self, name: str) -> None:
         """SIGKILL every process in a node's namespace (what is left of a node whose slurmd died:
         its steps' processes, which a real dead node would have taken with it)."""

@@ -33,6 +33,8 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
     from vcli.placement import NoCapacityError
 
     limit = spec.scheduling.wait_limit_seconds if spec.scheduling else None
+    # what it waits for: "GPUs" said so for a CPU-only job pending on Slurm or Ray
+    what = "GPUs" if any(p.machine_spec.accelerator_count for p in spec.worker_pool_specs) else "capacity"
     started = time.monotonic()
     said = False
     while True:
@@ -42,10 +44,11 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
             if on_wait is None:
                 raise
             if limit is not None and time.monotonic() - started >= limit and not getattr(e, "placer_waits", False):
-                raise WaitExpiredError(f"The job found no free GPUs within scheduling.maxWaitDuration ({limit:g}s): "
+                free = "free GPUs" if what == "GPUs" else "capacity"
+                raise WaitExpiredError(f"The job found no {free} within scheduling.maxWaitDuration ({limit:g}s): "
                                        f"{e}") from None
             if not said:
-                on_wait(f"Waiting for GPUs: {e}")
+                on_wait(f"Waiting for {what}: {e}")
                 said = True
             if cancelled is not None and cancelled():
                 raise WaitCancelled() from None

@@ -110,15 +110,27 @@ def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
     except ValueError:
         choices = ", ".join(k.value for k in ExecutorKind)
         raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {choices})") from None
-    if spec is not None and kind is not ExecutorKind.RAY:
-        for i, pool in enumerate(spec.worker_pool_specs):
-            count = pool.machine_spec.accelerator_count
-            if count and not float(count).is_integer():
-                # Only Ray accounts for shares of a GPU; elsewhere a replica's GPUs are its own.
-                raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count}: "
-                                 f"a fraction of a GPU needs --executor=ray (the {kind.value} executor gives "
-                                 "each replica whole GPUs)")
+    if spec is not None:
+        _check_gpu_shares(kind, spec)
     return kind
+
+
+def _check_gpu_shares(kind: ExecutorKind, spec: Any) -> None:
+    """A fraction of a GPU only on Ray, and in Ray's steps of 0.0001 (UsageError otherwise)."""
+    from vcli.errors import UsageError
+
+    for i, pool in enumerate(spec.worker_pool_specs):
+        count = float(pool.machine_spec.accelerator_count or 0)
+        if not count or count.is_integer():
+            continue
+        if kind is not ExecutorKind.RAY:
+            # Only Ray accounts for shares of a GPU; elsewhere a replica's GPUs are its own.
+            raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count:g}: "
+                             f"a fraction of a GPU needs --executor=ray (the {kind.value} executor gives "
+                             "each replica whole GPUs)")
+        if abs(count * 10_000 - round(count * 10_000)) > 1e-6:  # Ray's own ValueError failed the job
+            raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count:g}: "
+                             "Ray counts a GPU in steps of 0.0001 (such as 0.25 or 0.0005)")
 
 
 _LOCAL_PLACERS: dict[bool, Any] = {}

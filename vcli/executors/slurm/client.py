@@ -218,6 +218,10 @@ def own_jobs() -> list[tuple[str, str, str]]:
     return [(slurm_id, state, name) for slurm_id, (state, name) in out.items()]
 
 
+#: How long squeue may go unanswered while jobs run before vcli gives up on Slurm (seconds).
+OUTAGE_SECONDS = 600.0
+
+
 class Queue:
     """A cached view of squeue: job states and live steps, asked at most every `ttl` seconds.
 
@@ -230,18 +234,51 @@ class Queue:
         self._at = float("-inf")
         self._jobs: dict[str, tuple[str, str]] = {}
         self._steps: set[str] = set()
+        self._answered = False
+        #: Since when squeue fails (None: it answers), and when it answered again after failing.
+        self._failing: float | None = None
+        self._recovered = float("-inf")
 
     def refresh(self, force: bool = False) -> None:
+        """Ask squeue again (at most every `ttl` s). While slurmctld does not answer (a restart,
+        a failover, an RPC storm: routine on a cluster), the last answer stands, for up to
+        `OUTAGE_SECONDS`, with one WARNING; one failed squeue ended a running job's controller
+        and left the job RUNNING with nobody driving it."""
         with self._lock:
             if not force and time.monotonic() - self._at < self.ttl:
                 return
-            jobs: dict[str, tuple[str, str]] = {}
-            for line in run(["squeue", "-h", "-o", "%i|%T|%r"]).stdout.splitlines():
-                parts = line.split("|")
-                if len(parts) >= 3:
-                    jobs[parts[0]] = (parts[1], parts[2])
-            steps = set(run(["squeue", "-h", "-s", "-o", "%i"]).stdout.split())
-            self._jobs, self._steps, self._at = jobs, steps, time.monotonic()
+            try:
+                jobs: dict[str, tuple[str, str]] = {}
+                for line in run(["squeue", "-h", "-o", "%i|%T|%r"]).stdout.splitlines():
+                    parts = line.split("|")
+                    if len(parts) >= 3:
+                        jobs[parts[0]] = (parts[1], parts[2])
+                steps = set(run(["squeue", "-h", "-s", "-o", "%i"]).stdout.split())
+            except ExecutorError as e:
+                self._outage(e)
+                return
+            if self._failing is not None:
+                self._recovered = time.monotonic()
+            self._jobs, self._steps, self._at, self._answered, self._failing = jobs, steps, time.monotonic(), True, None
+
+    def shaky(self, seconds: float = 60.0) -> bool:
+        """Has squeue failed now or within `seconds`? A slurmctld that just came back lists a
+        running job's steps only once their nodes registered again: a step missing then is
+        not an ended one."""
+        return self._failing is not None or time.monotonic() - self._recovered < seconds
+
+    def _outage(self, error: ExecutorError) -> None:
+        now = time.monotonic()
+        if not self._answered or (self._failing is not None and now - self._failing > OUTAGE_SECONDS):
+            raise error
+        if self._failing is None:
+            self._failing = now
+            import sys
+
+            sys.stderr.write(f"WARNING: Slurm does not answer ({error}); vcli keeps the jobs' last known state and "
+                             f"asks again, for up to {OUTAGE_SECONDS:g} s.\n")
+            sys.stderr.flush()
+        self._at = now  # the next ask after `ttl`, not at once
 
     def job(self, job_id: str) -> tuple[str, str] | None:
         """(state, reason) of a job squeue lists (a heterogeneous job by its leader: `ID+0`)."""

@@ -208,7 +208,12 @@ class SlurmExecutor(ExecutorBase):
         for i, g in enumerate(groups):
             argv += [":"] * bool(i) + group_options(g) + self._queue_options() + time_option(timeout_seconds)
         argv += [os.path.join(bin_dir, "holder.sh"), lease, str(self.orphan_timeout)]
-        out = client.run(argv).stdout.strip()
+        try:
+            out = client.run(argv).stdout.strip()
+        except ExecutorError as e:  # its lease was left behind, one per refused job
+            unlink(lease)
+            given = [f"--slurm-{k}={v}" for k, v in self.settings().items() if v and k in ("partition", "account", "qos")]
+            raise ExecutorError(f"{e}{' (given: ' + ', '.join(given) + ')' if given else ''}") from None
         slurm_id = out.split(";")[0].strip()
         if not slurm_id.isdigit():
             raise ExecutorError(f"sbatch did not give a job id: {out[:200]}")
@@ -460,7 +465,8 @@ class SlurmExecutor(ExecutorBase):
             if self.queue.has_step(step):
                 return ReplicaStatus(running=True)
             self.queue.invalidate()  # a step that just started may not be listed yet: ask again
-            if self.queue.has_step(step) or (done := read_status(status_path)) is None and self._young(status_path):
+            if self.queue.has_step(step) or (done := read_status(status_path)) is None and (
+                    self._young(status_path) or self.queue.shaky()):
                 return ReplicaStatus(running=True)
             if done is not None:
                 return self._ended(done, slurm_id)
