@@ -651,7 +651,13 @@ def test_a_running_job_outlives_a_slurmctld_restart(cluster: SlurmCluster,
     assert proc.returncode == 0, err[-3000:]
     assert err.count("WARNING: Slurm does not answer") == 1, err
     [job_id] = list_ids(home, "custom-jobs")
-    assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    # describe names the replica's Slurm job and step (the README said so; only SSH's were shown)
+    [replica] = job["replicas"]
+    slurm = replica["slurm"]
+    assert slurm["step"].startswith(slurm["slurmJob"] + ".") and slurm["node"] == replica["host"], replica
+    assert slurm["partition"] == "(default)"
     wait_for(lambda: not cluster.jobs(), 30, "squeue to be empty")
 
 

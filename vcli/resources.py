@@ -84,6 +84,10 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
             # Where the replica ran and keeps its files, as the SSH executor recorded them
             # (host, workdir, jobDir, processGroup or container).
             d["remote"] = dict(r.handle["details"])
+        if r.handle and r.handle.get("executor") == ExecutorKind.SLURM.value and r.handle.get("details"):
+            # Its Slurm job and step (for scontrol, sattach, sacct), node, partition, component.
+            d["slurm"] = {k: v for k, v in r.handle["details"].items()
+                          if k in ("slurmJob", "step", "node", "partition", "hetGroup") and v != ""}
         replicas.append(d)
     if replicas:
         out["replicas"] = replicas
