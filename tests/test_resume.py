@@ -247,6 +247,9 @@ def test_reports_and_ends_made_while_no_controller_watched_keep_their_own_times(
     late = float(trial["measurements"][1]["elapsedDuration"].rstrip("s"))
     assert late < ended - start + 0.5, (trial["measurements"], ended - start)
     assert "SUCCEEDED after 0.0s" not in r.stdout
+    # the study's own duration, not the time since the resume (it printed "in 0.4s")
+    took = float(re.search(r"finished: JOB_STATE_SUCCEEDED in ([\d.]+)s", r.stderr).group(1))
+    assert took > 4, r.stderr
 
 
 SECRET_TRAINER = """

@@ -26,6 +26,7 @@ from vcli.cli.output import (
     list_format,
     list_output,
     print_cancel,
+    ran_seconds,
     stream_logs,
     warn_orphaned,
 )
@@ -245,7 +246,8 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     printer.flush()
     final = job.store.get_job(job.job_id)
     msg = "" if outcome.state == JobState.JOB_STATE_SUCCEEDED else (final.error or {}).get("message", "")
-    err(f"CustomJob [{name}] finished: {outcome.state.value} in {time.monotonic() - started:.1f}s." + (f" {msg}" if msg else ""))
+    took = ran_seconds(final, time.monotonic() - started)
+    err(f"CustomJob [{name}] finished: {outcome.state.value} in {took:.1f}s." + (f" {msg}" if msg else ""))
     if fmt:
         _emit_job(job.store, job.job_id, fmt)
     if isinstance(outcome.startup_error, VcliError):

@@ -30,6 +30,7 @@ from vcli.cli.output import (
     list_format,
     list_output,
     print_cancel,
+    ran_seconds,
     stream_logs,
     warn_orphaned,
 )
@@ -222,6 +223,7 @@ def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional
     from vcli.view import study_result_lines
 
     msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
+    seconds = ran_seconds(study.store.get_job(study.study_id), seconds)
     err(f"Hyperparameter tuning job [{study.study_id}] finished: {state.value} in {seconds:.1f}s." + (f" {msg}" if msg else ""))
     best = run.best_trial()
     schedule = run.strategy.schedule(run, best) if best is not None and best.final_measurement is not None else None

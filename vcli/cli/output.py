@@ -82,6 +82,20 @@ def check_format(fmt: Optional[str]) -> None:
         parse_format(fmt)
 
 
+def ran_seconds(row: Any, measured: float) -> float:
+    """How long the job or study ran: from its recorded start to its recorded end (a resumed
+    one printed the time since the resume: "in 3.3s" of a study that ran a minute), else
+    `measured` (this process's own count)."""
+    from datetime import datetime
+
+    try:
+        start = datetime.fromisoformat((row.start_time or row.create_time).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(row.end_time.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        return measured
+    return max(measured, (end - start).total_seconds())
+
+
 def exit_code_for(state: JobState) -> int:
     """The process exit code for a job's final state (see `vcli.errors.ExitCode`)."""
     from vcli.errors import ExitCode
