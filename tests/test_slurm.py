@@ -672,6 +672,23 @@ def test_a_job_sbatch_refuses_leaves_no_lease_and_names_what_was_given(cluster: 
     assert not list((home / "slurm" / "leases").iterdir()) and not cluster.jobs()
 
 
+def test_a_slurm_conf_that_does_not_exist_is_said_at_once(tmp_path: Path) -> None:
+    """Slurm's clients retry a missing config for 60 s: `slurm check` took 2.5 minutes and
+    `create` 30 s, both blaming slurmctld."""
+    from tests.helpers import vcli
+
+    env = {"SLURM_CONF": str(tmp_path / "nowhere.conf")}
+    said = f"SLURM_CONF names {tmp_path / 'nowhere.conf'}, which does not exist"
+    began = time.monotonic()
+    check = vcli(tmp_path / "home", "slurm", "check", "--format=json", timeout=60, **env)
+    create = vcli(tmp_path / "home", "custom-jobs", "create", "--executor=slurm", "--display-name=x",
+                  f"--worker-pool-spec={SMALL},container-image-uri=python", "--command=python3,-c,print(1)",
+                  timeout=60, **env)
+    assert time.monotonic() - began < 20
+    assert check.returncode == 3 and all(said in c["detail"] for c in json.loads(check.stdout)["commands"])
+    assert create.returncode == 3 and create.stderr.count("\n") == 1 and said in create.stderr, create.stderr
+
+
 def test_a_timeout_beyond_what_slurm_counts_is_no_time_limit() -> None:
     """8,166 years became --time=4294967298 minutes, which Slurm kept modulo 2^32: 2 minutes."""
     from vcli.executors.slurm.allocation import time_option

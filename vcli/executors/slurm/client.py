@@ -40,6 +40,10 @@ def client_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run(argv: Sequence[str], *, timeout: float = COMMAND_TIMEOUT_SECONDS, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; `ExecutorError` (one line) when it cannot run, times out or fails."""
+    conf = (env if env is not None else os.environ).get("SLURM_CONF")
+    if conf and not os.path.exists(conf):  # Slurm's clients retry it for 60 s; vcli then blamed slurmctld
+        raise ExecutorError(f"SLURM_CONF names {conf}, which does not exist: point it at the cluster's slurm.conf "
+                            "(or unset it for Slurm's default).")
     try:
         res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                              env=env if env is not None else client_env(), stdin=subprocess.DEVNULL)
