@@ -90,7 +90,7 @@ def test_a_forbidden_import_is_caught_lazy_or_not() -> None:
         "vcli.tuning.toy": "from vcli.store import Store\n",
         "vcli.tuning.suggesters.toy": "def f():\n    import vcli.control.study\n",
         "vcli.spec": tree["vcli.spec"] + "\ndef _late():\n    from vcli import hosts\n",
-        "vcli.view": tree["vcli.view"] + "\ndef _late():\n    from vcli.executors import Placement\n",
+        "vcli.view.table": tree["vcli.view.table"] + "\ndef _late():\n    from vcli.executors import Placement\n",
         "vcli.placement.toy": "from ..executors.local import LocalExecutor\n",
         "vcli.executors.toy": "from vcli.cli import app\n",
     }

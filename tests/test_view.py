@@ -236,7 +236,7 @@ def test_a_log_record_with_an_impossible_time_is_not_a_record(tmp_path, stamp) -
 
 def test_short_durations_keep_their_tenths() -> None:
     # A trial of 0.9 s was "SUCCEEDED after 0s".
-    from vcli.view import _clock
+    from vcli.view.table import clock as _clock
 
     assert [_clock(x) for x in (-1, 0.94, 0.96, 9.96, 10.5, 185, 3725)] == ["0.0s", "0.9s", "0.9s", "9.9s", "10s",
                                                                              "3m05s", "1h02m"]

@@ -88,6 +88,18 @@ def now_iso(at: float | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def iso_seconds(stamp: str | None) -> float | None:
+    """A stored time (`now_iso`'s form, or any ISO 8601 time; UTC when it names no zone) as
+    seconds since the epoch; None for None, "" or text that is not such a time."""
+    if not stamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 def default_home() -> Path:
     env = os.environ.get("VCLI_HOME")
     if env:  # absolute: the store records paths under it, and the dashboard opens it by URI

@@ -86,14 +86,11 @@ def ran_seconds(row: Any, measured: float) -> float:
     """How long the job or study ran: from its recorded start to its recorded end (a resumed
     one printed the time since the resume: "in 3.3s" of a study that ran a minute), else
     `measured` (this process's own count)."""
-    from datetime import datetime
+    from vcli.store import iso_seconds
 
-    try:
-        start = datetime.fromisoformat((row.start_time or row.create_time).replace("Z", "+00:00"))
-        end = datetime.fromisoformat(row.end_time.replace("Z", "+00:00"))
-    except (AttributeError, TypeError, ValueError):
-        return measured
-    return max(measured, (end - start).total_seconds())
+    start = iso_seconds(getattr(row, "start_time", None) or getattr(row, "create_time", None))
+    end = iso_seconds(getattr(row, "end_time", None))
+    return measured if start is None or end is None else max(measured, end - start)
 
 
 def exit_code_for(state: JobState) -> int:

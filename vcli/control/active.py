@@ -14,7 +14,7 @@ from vcli.executors import Executor, Placement
 from vcli.logs import Follower, printable
 from vcli.metrics import MetricReader
 from vcli.spec import CustomJobSpec, Trial
-from vcli.store import ReplicaRow, now_iso
+from vcli.store import ReplicaRow, iso_seconds, now_iso
 
 __all__ = ["ActiveTrial", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
            "seconds_since", "trainer_modules", "unimportable_module"]
@@ -100,14 +100,8 @@ def restored_placements(rows: Iterable[ReplicaRow]) -> dict[str, tuple[Placement
 
 def seconds_since(iso: str | None) -> float:
     """Seconds from an ISO time in the store to now (0 if unknown)."""
-    from datetime import datetime
-
-    if not iso:
-        return 0.0
-    try:
-        return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0.0
+    at = iso_seconds(iso)
+    return 0.0 if at is None else max(0.0, time.time() - at)
 
 
 def trainer_modules(spec: CustomJobSpec) -> tuple[str, ...]:

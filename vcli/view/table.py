@@ -1,21 +1,17 @@
-"""What a person watching a study sees: a live rich table on a terminal, plain lines elsewhere.
-
-`study_table(snapshot)` is a pure function of a `StudySnapshot`; `LiveStudyView` refreshes it
-with rich's `Live`; `PlainStudyView` prints one line per trial event (for CI logs and pipes).
-Both take the same events from the study controller.
-"""
+"""The study's table: `study_table(snapshot)`, a pure function of a `StudySnapshot` (what a
+view collected from the study's events), laid out to fit a terminal's width and height, and
+the formatting its rows share with the plain lines (`vcli.view`)."""
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from vcli.spec import Goal, JobState, Measurement, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
-from vcli.tuning.events import StudyListener
+from vcli.spec import Goal, JobState, MetricSpec, Trial, TrialState
+from vcli.store import iso_seconds
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -29,7 +25,16 @@ STATE_STYLE = {
 }
 
 
-def _fmt(value: Any) -> str:
+_JOB_STYLE = {
+    JobState.JOB_STATE_RUNNING: "cyan",
+    JobState.JOB_STATE_SUCCEEDED: "green",
+    JobState.JOB_STATE_FAILED: "red",
+    JobState.JOB_STATE_CANCELLED: "yellow",
+    JobState.JOB_STATE_CANCELLING: "yellow",
+}
+
+
+def fmt_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
@@ -88,26 +93,16 @@ class StudySnapshot:
         return self.ended.get(t.id, time.monotonic() if now is None else now) - start
 
 
-def _iso_seconds(stamp: str | None) -> float | None:
-    """A stored ISO time as seconds since the epoch; None if missing or unreadable."""
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
-    except ValueError:
-        return None
-
-
 def _iso_span(start: str | None, end: str | None) -> float | None:
     """Seconds from one stored ISO time to another; None if either is missing or unreadable."""
-    a, b = _iso_seconds(start), _iso_seconds(end)
+    a, b = iso_seconds(start), iso_seconds(end)
     return None if a is None or b is None else max(0.0, b - a)
 
 
-def _started_at(t: Trial) -> float:
+def started_at(t: Trial) -> float:
     """The monotonic time the trial started: now, or its recorded start for a trial `resume`
     re-attached (its TIME goes on from there, not from the resume)."""
-    began = _iso_seconds(t.start_time)
+    began = iso_seconds(t.start_time)
     return time.monotonic() - (max(0.0, time.time() - began) if began is not None else 0.0)
 
 
@@ -117,11 +112,11 @@ def _lineage(t: Trial) -> str:
     return f"{lin.parent_trial_id}@{lin.start_step}" if lin is not None and lin.parent_trial_id else "-"
 
 
-def _values(snap: StudySnapshot, values: Mapping[str, float]) -> str:
-    return " ".join(f"{m.metric_id}={_fmt(values[m.metric_id])}" for m in snap.metrics if m.metric_id in values)
+def values_text(snap: StudySnapshot, values: Mapping[str, float]) -> str:
+    return " ".join(f"{m.metric_id}={fmt_value(values[m.metric_id])}" for m in snap.metrics if m.metric_id in values)
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
     """`0.9s`, `42s`, `3m05s`, `1h02m`: short and unambiguous (a 0.9 s trial was "after 0s")."""
     if seconds < 10:  # tenths, cut as the whole seconds below are
         return f"{int(max(0.0, seconds) * 10) / 10:.1f}s"
@@ -184,10 +179,10 @@ def _summary(snap: StudySnapshot, now: float, width: int) -> Text:
         parts.append((6, f"{early} stopped early"))
     elapsed = now - snap.since if snap.since is not None else None
     if elapsed is not None:
-        parts.append((3, f"elapsed {_clock(elapsed)}"))
+        parts.append((3, f"elapsed {clock(elapsed)}"))
         if ended and ended < snap.max_trial_count and not snap.state.is_final():
             rate = ended / max(elapsed, 1e-9)
-            parts.append((2, f"ETA ~{_clock((snap.max_trial_count - ended) / rate)}"))
+            parts.append((2, f"ETA ~{clock((snap.max_trial_count - ended) / rate)}"))
             parts.append((7, f"{rate * 60:.1f} trials/min"))
     if hasattr(os, "getloadavg"):
         parts.append((8, f"load {os.getloadavg()[0]:.1f}/{os.cpu_count() or 1}"))
@@ -210,8 +205,8 @@ def _best_line(snap: StudySnapshot, param_ids: Sequence[str]) -> Text:
     if best is not None:
         values, step = snap.latest(best)
         text.append("best ", style="bold green")
-        text.append(f"trial {best.id}  {_values(snap, values)} (step {step})  ")
-        text.append(" ".join(f"{p}={_fmt(best.parameters[p])}" for p in param_ids if p in best.parameters), style="dim")
+        text.append(f"trial {best.id}  {values_text(snap, values)} (step {step})  ")
+        text.append(" ".join(f"{p}={fmt_value(best.parameters[p])}" for p in param_ids if p in best.parameters), style="dim")
     elif len(snap.metrics) > 1 and (front := snap.optimal()):
         text.append("Pareto front ", style="bold green")
         text.append(f"{len(front)} trial(s), marked *: " + ", ".join(sorted(front, key=int)))
@@ -315,7 +310,7 @@ def _columns(snap: StudySnapshot, shown: Sequence[Trial], optimal: set[str], now
         _Column("STEP", [Text("-" if step is None else str(step)) for _, step in latest], drop_rank=5),
     ]
     durations = [snap.duration(t, now) for t in shown]
-    cols.append(_Column("TIME", [Text("-" if d is None else _clock(d)) for d in durations], drop_rank=30))
+    cols.append(_Column("TIME", [Text("-" if d is None else clock(d)) for d in durations], drop_rank=30))
     return cols + _lineage_columns(snap, shown) + _note_columns(shown)
 
 
@@ -385,229 +380,3 @@ def _fit(columns: list[_Column], width: int) -> tuple[list[_Column], list[str]]:
         dropped.append(victim.header)
     return kept, dropped
 
-
-_JOB_STYLE = {
-    JobState.JOB_STATE_RUNNING: "cyan",
-    JobState.JOB_STATE_SUCCEEDED: "green",
-    JobState.JOB_STATE_FAILED: "red",
-    JobState.JOB_STATE_CANCELLED: "yellow",
-    JobState.JOB_STATE_CANCELLING: "yellow",
-}
-
-
-class StudyView(StudyListener):
-    """Collects trial events into a snapshot; subclasses decide how to show it (`show`, with
-    the event's name) and where status lines go (`progress`)."""
-
-    def __init__(self, display_name: str, metrics: Sequence[MetricSpec], parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
-        self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count,
-                                      {}, {}, {}, since=time.monotonic())
-        self._trials: dict[str, Trial] = {}
-        self._started: dict[str, float] = {}
-        self._ended: dict[str, float] = {}
-        self.snapshot.trials = self._trials
-        self.snapshot.started = self._started
-        self.snapshot.ended = self._ended
-
-    def trial_started(self, trial: Trial) -> None:
-        self._started[trial.id] = _started_at(trial)
-        self._event(StudyEvent.TRIAL_STARTED, trial)
-
-    def trial_measured(self, trial: Trial) -> None:
-        self._event(StudyEvent.TRIAL_MEASUREMENT, trial)
-
-    def trial_stopping(self, trial: Trial) -> None:
-        self._event(StudyEvent.TRIAL_STOPPING, trial)
-
-    def trial_ended(self, trial: Trial) -> None:
-        self._event(StudyEvent.TRIAL_FINISHED, trial)
-
-    def study_ended(self, state: JobState, best: Trial | None, optimal: Sequence[Trial]) -> None:
-        self.show(StudyEvent.STUDY_FINISHED, best)
-
-    def _event(self, kind: StudyEvent, trial: Trial) -> None:
-        self._record(trial)
-        self.show(kind, trial)
-
-    def _record(self, trial: Trial) -> None:
-        self._trials[trial.id] = trial
-        if trial.state.is_final():
-            self._ended.setdefault(trial.id, time.monotonic())
-
-    def show(self, kind: StudyEvent, trial: Trial | None) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def close(self, state: JobState) -> None:
-        self.snapshot.state = JobState(state)
-
-
-class PlainStudyView(StudyView):
-    """One line per trial event on `stream`: for pipes and CI logs. Status messages (a trial
-    stopped early, replicas stopping, waiting for capacity) go to stderr, as every status
-    line does, so that `stream` holds the trial lines alone."""
-
-    def __init__(self, stream: IO[str], *args: Any) -> None:
-        super().__init__(*args)
-        self.stream = stream
-        #: Per trial, the measurements already printed (how many, and the last one as printed).
-        self._shown: dict[str, tuple[int, Measurement | None]] = {}
-
-    def _params(self, t: Trial) -> str:
-        return " ".join(f"{k}={_fmt(v)}" for k, v in t.parameters.items())
-
-    def show(self, kind: StudyEvent, trial: Trial | None) -> None:
-        if kind == StudyEvent.TRIAL_MEASUREMENT and trial is not None:
-            lines = self.measurement_lines(trial)
-        else:
-            line = self.line(kind, trial) if trial is not None else None
-            lines = [line] if line is not None else []
-        if lines:
-            self.stream.write("".join(line + "\n" for line in lines))
-            self.stream.flush()
-
-    def measurement_lines(self, trial: Trial) -> list[str]:
-        """A line for each measurement not printed yet: a trainer that reports several steps
-        between two polls had only its last one printed. A measurement printed before and
-        completed since (a second metric of the same step) is printed again."""
-        count, last = self._shown.get(trial.id, (0, None))
-        ms = trial.measurements
-        start = count - 1 if 0 < count <= len(ms) and ms[count - 1] != last else count
-        self._shown[trial.id] = (len(ms), ms[-1] if ms else None)
-        params = self._params(trial)
-        return [f"trial {trial.id} measurement step={m.step_count} {_values(self.snapshot, m.metrics)} ({params})"
-                for m in ms[start:]]
-
-    def line(self, kind: StudyEvent, trial: Trial) -> str | None:
-        """The line for one event: each names the trial, its state and its parameters."""
-        params = self._params(trial)
-        if kind == StudyEvent.TRIAL_STARTED:
-            line = f"trial {trial.id} ACTIVE {params}"
-            if trial.lineage is not None and trial.lineage.parent_trial_id:
-                line += (f" (member {trial.lineage.member}, from trial {trial.lineage.parent_trial_id}'s checkpoint "
-                         f"at step {trial.lineage.start_step})")
-            return line
-        if kind == StudyEvent.TRIAL_STOPPING:
-            at = f" at step {trial.measurements[-1].step_count}" if trial.measurements else ""
-            early = ", stopped early" if trial.early_stopping_rule else ""
-            return f"trial {trial.id} STOPPING{at}{early} ({params}): {_stop_reason(trial)}"
-        if kind == StudyEvent.TRIAL_FINISHED:
-            dur = self.snapshot.duration(trial)
-            after = f" after {_clock(dur)}" if dur is not None else ""
-            if trial.state == TrialState.SUCCEEDED:
-                values, step = self.snapshot.latest(trial)
-                early = f", stopped early by the {trial.early_stopping_rule} rule" if trial.early_stopping_rule else ""
-                return f"trial {trial.id} SUCCEEDED{after}{early}: {_values(self.snapshot, values)} step={step} ({params})"
-            return f"trial {trial.id} {trial.state.value}{after} ({params}): {trial.infeasible_reason}"
-        return None
-
-    def progress(self, text: str) -> None:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-
-def _stop_reason(t: Trial) -> str:
-    """Why the study stops a trial, naming the rule once (rules' reasons start with their name)."""
-    reason = t.stop_reason or "stopped by the study"
-    rule = t.early_stopping_rule
-    if rule and not reason.lower().startswith((rule.lower(), "pbt")):
-        return f"{rule} rule: {reason}"
-    return reason
-
-
-class LiveStudyView(StudyView):
-    """A rich Live screen (`study_table`) sized to the terminal, redrawn on every event and
-    four times a second (for durations, elapsed time and resizes). Status messages show in
-    the screen's last lines; WARNING and ERROR lines are also printed above it, to stay."""
-
-    def __init__(self, stream: IO[str], *args: Any) -> None:
-        super().__init__(*args)
-        import threading
-        from collections import deque
-
-        from rich.console import Console
-        from rich.live import Live
-
-        self._lock = threading.Lock()
-        self.messages: deque[str] = deque(maxlen=MESSAGE_LINES)
-        #: Lines kept free under the screen: once the study ends, for the lines that report it.
-        self._margin = 0
-        self.console = Console(file=stream)
-        self.live = Live(console=self.console, refresh_per_second=4, transient=False, get_renderable=self._screen)
-        self.live.start()
-
-    def _screen(self) -> Any:
-        """The screen now (called by Live's refresh thread as well: reads a copy)."""
-        with self._lock:
-            snap = StudySnapshot(self.snapshot.display_name, self.snapshot.metrics, self.snapshot.parameter_ids,
-                                 self.snapshot.max_trial_count, dict(self._trials), dict(self._started), dict(self._ended),
-                                 self.snapshot.state, self.snapshot.since)
-            messages = list(self.messages)
-        return study_table(snap, width=self.console.width, height=self.console.height - self._margin, messages=messages)
-
-    def _record(self, trial: Trial) -> None:
-        with self._lock:  # the refresh thread reads these (`_screen`)
-            super()._record(trial)
-
-    def trial_started(self, trial: Trial) -> None:
-        with self._lock:
-            self._started[trial.id] = _started_at(trial)
-        self._event(StudyEvent.TRIAL_STARTED, trial)
-
-    def show(self, kind: StudyEvent, trial: Trial | None) -> None:
-        self.live.refresh()
-
-    def progress(self, text: str) -> None:
-        from rich.text import Text
-
-        if text.startswith(("WARNING", "ERROR")):
-            self.live.console.print(Text(text))
-        with self._lock:
-            self.messages.append(text)
-        self.live.refresh()
-
-    def close(self, state: JobState) -> None:
-        with self._lock:
-            super().close(state)
-            self._margin = 4  # the final screen and the lines after it fit the terminal together
-        self.live.refresh()
-        self.live.stop()
-
-
-def make_study_view(stream: IO[str], *args: Any) -> StudyView:
-    if stream.isatty():
-        return LiveStudyView(stream, *args)
-    return PlainStudyView(stream, *args)
-
-
-def study_result_lines(
-    metrics: Sequence[MetricSpec], best: Trial | None, optimal: Sequence[Trial],
-    schedule: Sequence[Mapping[str, Any]] | None, param_specs: Mapping[str, ParameterSpec],
-) -> list[str]:
-    """What an ended study found, for people: the Pareto front (several metrics), the best
-    trial with its PBT schedule (`schedule`: its lineage's legs), or the best trial and the
-    args it ran with. Empty when no trial succeeded."""
-    from vcli.codec.trial import trial_args
-
-    def args(parameters: Mapping[str, Any]) -> str:
-        return " ".join(trial_args(param_specs, parameters))
-
-    if len(metrics) > 1:
-        front = [t for t in optimal if t.final_measurement is not None]
-        lines = [f"Pareto front: {len(front)} trial(s) not dominated by any other:"] if front else []
-        for t in front:
-            values = " ".join(f"{k}={v:.6g}" for k, v in t.final_measurement.metrics.items())  # type: ignore[union-attr]
-            lines.append(f"  trial {t.id}: {values} with {args(t.parameters)}")
-        return lines
-    if best is None or best.final_measurement is None:
-        return []
-    metric_id = metrics[0].metric_id
-    head = f"Best trial: {best.id} {metric_id}={best.final_measurement.metrics[metric_id]:.6g} (step {best.final_measurement.step_count})"
-    if not schedule:
-        return [f"{head} with {args(best.parameters)}"]
-    return [f"{head}; its schedule (PBT lineage):",
-            *(f"  steps {leg['fromStep']}-{leg['toStep']}: trial {leg['trialId']} with {args(leg['parameters'])}"
-              for leg in schedule)]
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
