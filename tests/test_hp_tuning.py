@@ -674,3 +674,57 @@ def test_a_trial_that_reported_another_tag_is_told_which() -> None:
         "`score=VALUE`); it reported [Score, loss, accuracy\\x1b[31m] instead.")
     silent = MetricReader(("score",))
     assert missing_metric_reason(("score",), silent).endswith("`score=VALUE`).")
+
+
+def test_a_trainer_that_reports_every_batch_keeps_a_bounded_even_curve(tmp_path: Path) -> None:
+    """200,000 `score=` lines were 200,000 stored measurements: `list` and `describe` took 37 s
+    and 900 MB, the controller 450 MB. The trial now keeps at most MEASUREMENT_LIMIT of them,
+    evenly over its history, with the final (best and last) ones exact."""
+    from vcli.metrics import MEASUREMENT_LIMIT
+
+    script = (
+        "import sys\n"
+        "for step in range(1, 30001):\n"
+        "    value = 0.9 if step == 12345 else step / 1e5\n"  # the best one is in the middle
+        "    sys.stdout.write(f'score={value} step={step}\\n')\n")
+    home, study, _ = script_study(tmp_path / "flood", tmp_path, script, "--metric=metric-id=score,goal=maximize",
+                                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--max-trial-count=1",
+                                  "--measurement-selection=best")
+    [trial] = study["trials"]
+    assert trial["state"] == "SUCCEEDED", trial
+    assert trial["finalMeasurement"]["stepCount"] == "12345" and trial["finalMeasurement"]["metrics"][0]["value"] == 0.9
+    steps = [int(m["stepCount"]) for m in trial["measurements"]]
+    assert MEASUREMENT_LIMIT // 2 <= len(steps) <= MEASUREMENT_LIMIT + 8, len(steps)
+    assert steps[0] == 1 and steps[-1] == 30000 and 12345 in steps and steps == sorted(steps)
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
+    assert gaps[len(gaps) // 10] == gaps[-len(gaps) // 10] == 32, gaps[::50]  # an even stride, not a dense tail
+    elapsed = [float(m["elapsedDuration"].rstrip("s")) for m in trial["measurements"]]
+    assert elapsed == sorted(elapsed)
+
+
+def test_the_metric_reader_bounds_what_it_remembers() -> None:
+    """Each report seen stayed in memory for ever (de-duplication of the hypertune file, which
+    the library rewrites with its last 100 reports): bounded now, with no report read twice."""
+    from vcli.metrics import MetricReader
+    from vcli.spec import Goal, MeasurementSelectionType
+
+    reader = MetricReader(("loss", "acc"), limit=64)
+    reports = []
+    for step in range(1, 5001):
+        reports += [json.dumps({"loss": str(1 / step), "global_step": str(step), "timestamp": 1e9 + step}),
+                    json.dumps({"acc": str(step % 997 / 1000), "global_step": str(step), "timestamp": 1e9 + step})]
+        if step % 7 == 0 or step == 5000:  # the file as the library rewrites it, read now and then
+            assert reader.feed_hypertune("\n".join(reports[-200:]))
+            assert not reader.feed_hypertune("\n".join(reports[-200:]))  # the same file again: nothing new
+    assert len(reader._seen) <= 1200 and 32 <= len(reader.measurements) <= 64 + 8
+    assert all(set(m.metrics) == {"loss", "acc"} for m in reader.measurements)
+    assert reader.measurements[0].step_count == 1 and reader.measurements[-1].step_count == 5000
+    assert reader.final(Goal.MINIMIZE, MeasurementSelectionType.LAST_MEASUREMENT).step_count == 5000
+    assert max(m.metrics["acc"] for m in reader.measurements) == 0.996  # the largest and smallest of each metric
+    assert min(m.metrics["loss"] for m in reader.measurements) == 1 / 5000
+    assert len(reader.times) == len(reader.elapsed) == len(reader.measurements)
+    single = MetricReader("score", limit=16)
+    for step in range(1, 1001):
+        single.feed_stdout_line(f"score={-abs(step - 700)} step={step}", float(step))
+    best = single.final(Goal.MAXIMIZE, MeasurementSelectionType.BEST_MEASUREMENT)
+    assert best.step_count == 700 and len(single._stdout_seen) == 1

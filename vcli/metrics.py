@@ -20,6 +20,14 @@ when there is exactly one.
 `final_measurement` applies `measurementSelectionType`: LAST (the default) takes the latest
 report, BEST the best value for the goal. With several metrics "best" has no single order, so
 the final measurement is always the latest one holding every metric with a finite value.
+
+A trial keeps at most `MEASUREMENT_LIMIT` intermediate measurements: a trainer that reports
+every batch (200,000 stdout lines) made every save, `list` and `describe` scale with them (a
+minute and 900 MB per `describe`). Past the limit the reader thins them evenly over the
+trial's history (every 2nd, then every 4th report... is kept), always keeping the first, the
+latest, the one with the largest step, the latest complete one and, per metric, the largest
+and smallest value, so the final measurement (LAST or BEST), early-stopping reach and the
+curve's shape are what they would have been.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from vcli.spec import Goal, Measurement, MeasurementSelectionType
 HYPERTUNE_DEFAULT_TAG = "training/hptuning/metric"
 #: The keys cloudml-hypertune writes beside a report's tag.
 _HYPERTUNE_KEYS = frozenset(("global_step", "timestamp", "trial", "checkpoint_path"))
+#: The most intermediate measurements one trial keeps (see the module's docstring).
+MEASUREMENT_LIMIT = 1000
 #: How many other tags a reader remembers (to name them when the study's metric never came).
 _OTHER_TAGS = 5
 #: `<metricId>=<number> [step=<n>]`: the id is any run of non-blank characters, as a metricId
@@ -48,14 +58,28 @@ _STDOUT_METRIC = re.compile(
 class MetricReader:
     """Accumulates the measurements of a trial's metrics (`metric_ids`) from its reports."""
 
-    def __init__(self, metric_ids: str | Sequence[str]) -> None:
+    def __init__(self, metric_ids: str | Sequence[str], limit: int = MEASUREMENT_LIMIT) -> None:
         self.metric_ids: tuple[str, ...] = (metric_ids,) if isinstance(metric_ids, str) else tuple(metric_ids)
         self.metric_id = self.metric_ids[0]
         self.measurements: list[Measurement] = []
         #: When each of `measurements` was reported (seconds since the epoch, by the report's
         #: own timestamp or its log line's), None if unknown.
         self.times: list[float | None] = []
+        #: The trial's elapsed seconds at each of `measurements`: None until the controller
+        #: stamps it (`ActiveTrial.with_measurements`); thinned with them.
+        self.elapsed: list[float | None] = []
+        #: Each measurement's place among all the trial's measurements (thinning keeps a stride).
+        self._ordinals: list[int] = []
+        self._appended = 0
+        self._stride = 1
+        self._limit = max(8, limit)
+        #: Ordinals thinning keeps (see `_protect`), by role.
+        self._kept: dict[str, tuple[tuple[float, ...], int]] = {}
+        #: Reports already read: hypertune's by their (timestamp, step, value, tag), pruned to
+        #: what its file still holds; stdout's only at the latest line time (lines come once).
         self._seen: set[tuple[object, ...]] = set()
+        self._stdout_seen: set[tuple[object, ...]] = set()
+        self._stdout_time: float | None = None
         self._counts: dict[str, int] = {}
         #: Tags of hypertune reports that are none of the study's metrics (a misspelt `Score`).
         self.other_tags: list[str] = []
@@ -65,6 +89,7 @@ class MetricReader:
         if not text:
             return False
         new = False
+        oldest = math.inf
         for line in text.splitlines():
             line = line.strip()
             if not line:
@@ -81,6 +106,7 @@ class MetricReader:
             if step is None:
                 continue  # not a step Vertex could store (inf, 1e400, beyond int64): not a measurement
             ts = _number(report.get("timestamp")) or 0.0
+            oldest = min(oldest, ts) if ts == ts else oldest
             self._note_other_tags(report)
             for metric_id in self.metric_ids:
                 raw = report.get(metric_id)
@@ -88,7 +114,11 @@ class MetricReader:
                     raw = report.get(HYPERTUNE_DEFAULT_TAG)
                 value = _number(raw)
                 if value is not None:
-                    new |= self._add((ts, step, value, metric_id, "hypertune"), metric_id, value, step)
+                    new |= self._add(self._seen, (ts, step, value, metric_id), metric_id, value, step)
+        # The library keeps its last 100 reports and drops the oldest first: a report older
+        # than the oldest in the file never comes back (a file read mid-rewrite lacks its tail).
+        if oldest != math.inf and len(self._seen) > 1000:
+            self._seen = {k for k in self._seen if not isinstance(k[0], float) or k[0] >= oldest}
         return new
 
     def _note_other_tags(self, report: dict[str, object]) -> None:
@@ -108,15 +138,18 @@ class MetricReader:
         step = _step(m.group(3)) if m.group(3) else self._counts.get(metric_id, 0) + 1
         if step is None:
             return False
-        return self._add((timestamp, step, value, metric_id, "stdout"), metric_id, value, step)
+        if timestamp != self._stdout_time:  # a line is read once: repeats can only share its time
+            self._stdout_seen, self._stdout_time = set(), timestamp
+        return self._add(self._stdout_seen, (timestamp, step, value, metric_id), metric_id, value, step)
 
-    def _add(self, key: tuple[float, int, float, str, str], metric_id: str, value: float, step: int) -> bool:
-        # repr: a NaN (value or timestamp) never equals itself, so as a float it made every
-        # re-read of the same report a new measurement (one every poll)
-        seen = tuple(repr(k) if isinstance(k, float) else k for k in key)
-        if seen in self._seen:
+    def _add(self, seen: set[tuple[object, ...]], key: tuple[float, int, float, str], metric_id: str,
+             value: float, step: int) -> bool:
+        # repr of the value: a NaN never equals itself, so as a float it made every re-read
+        # of the same report a new measurement (one every poll)
+        mark = (key[0] if math.isfinite(key[0]) else repr(key[0]), step, repr(value), metric_id)
+        if mark in seen:
             return False
-        self._seen.add(seen)
+        seen.add(mark)
         self._counts[metric_id] = self._counts.get(metric_id, 0) + 1
         last = self.measurements[-1] if self.measurements else None
         if last is not None and last.step_count == step and metric_id not in last.metrics:
@@ -124,7 +157,47 @@ class MetricReader:
         else:
             self.measurements.append(Measurement(step_count=step, metrics={metric_id: value}))
             self.times.append(key[0] if math.isfinite(key[0]) and key[0] > 0 else None)
+            self.elapsed.append(None)
+            self._ordinals.append(self._appended)
+            self._appended += 1
+        self._protect(self.measurements[-1], self._ordinals[-1])
+        self._drop_previous_unless_kept()
+        if len(self.measurements) > self._limit:
+            self._thin()
         return True
+
+    def _protect(self, m: Measurement, ordinal: int) -> None:
+        """Note what `m` is best at: a rank (larger wins; later wins ties) per role."""
+        ranks: dict[str, tuple[float, ...]] = {"step": (float(m.step_count),)}
+        if self.complete(m):
+            ranks["complete"] = (float(ordinal),)
+        for k, v in m.metrics.items():
+            if math.isfinite(v):
+                ranks[f"max:{k}"] = (v, float(m.step_count))
+                ranks[f"min:{k}"] = (-v, float(m.step_count))
+        for role, rank in ranks.items():
+            held = self._kept.get(role)
+            if held is None or rank >= held[0]:
+                self._kept[role] = (rank, ordinal)
+
+    def _keeps(self, ordinal: int) -> bool:
+        return ordinal % self._stride == 0 or any(o == ordinal for _, o in self._kept.values())
+
+    def _drop_previous_unless_kept(self) -> None:
+        """After a new measurement: the one before it goes if neither the stride nor a role keeps it."""
+        if len(self._ordinals) > 1 and not self._keeps(self._ordinals[-2]):
+            for column in (self.measurements, self.times, self.elapsed, self._ordinals):
+                del column[-2]
+
+    def _thin(self) -> None:
+        """Over the limit: keep every (2 × stride)th measurement, the latest and the kept roles."""
+        self._stride *= 2
+        last = self._ordinals[-1]
+        rows = [i for i, o in enumerate(self._ordinals) if o == last or self._keeps(o)]
+        self.measurements = [self.measurements[i] for i in rows]
+        self.times = [self.times[i] for i in rows]
+        self.elapsed = [self.elapsed[i] for i in rows]
+        self._ordinals = [self._ordinals[i] for i in rows]
 
     def complete(self, m: Measurement) -> bool:
         """True if `m` holds a finite value of every metric."""

@@ -13,7 +13,7 @@ from vcli.control.jobs import JobPlan, JobRun
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower, printable
 from vcli.metrics import MetricReader
-from vcli.spec import CustomJobSpec, Trial
+from vcli.spec import CustomJobSpec, Measurement, Trial
 from vcli.store import ReplicaRow, iso_seconds, now_iso
 
 __all__ = ["ActiveTrial", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
@@ -33,8 +33,8 @@ class ActiveTrial:
     stopped_early: bool = False
     #: Set when the study stops the trial as INFEASIBLE (e.g. PBT and a report without a step).
     fail_reason: str | None = None
-    #: Elapsed seconds at which each of `reader.measurements` was first seen.
-    elapsed: list[float] = field(default_factory=list)
+    #: The elapsed seconds recorded for measurements before a `resume`, by `_recorded_key`.
+    recorded: dict[tuple[object, ...], float] = field(default_factory=dict)
     #: The chief's latest non-empty stderr line (why a failed trial failed, in its own words).
     last_error: str | None = None
 
@@ -44,7 +44,7 @@ class ActiveTrial:
         chief = plan.launches[0]
         return cls(trial=trial, run=run, reader=MetricReader(metric_ids),
                    follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-                   started=started, elapsed=[m.elapsed_seconds or 0.0 for m in trial.measurements])
+                   started=started, recorded={_recorded_key(m): m.elapsed_seconds or 0.0 for m in trial.measurements})
 
     def read_metrics(self, executor: Executor, *, drain: bool = False) -> bool:
         """Feed the chief's new reports to the reader; True if a measurement changed. A poll
@@ -70,12 +70,17 @@ class ActiveTrial:
         stamped with the time `resume` read them, and a trainer's clock may be off."""
         seen = round(now - self.started, 3)
         wall_start = time.time() - (now - self.started)
-        for i in range(len(self.elapsed), len(self.reader.measurements)):
-            at = self.reader.times[i] if i < len(self.reader.times) else None
-            floor = self.elapsed[-1] if self.elapsed else 0.0
-            by_report = None if at is None else round(at - wall_start, 3)
-            self.elapsed.append(by_report if by_report is not None and floor <= by_report < seen else seen)
-        ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(self.reader.measurements, self.elapsed))
+        r = self.reader
+        first = len(r.elapsed)
+        while first and r.elapsed[first - 1] is None:  # the new ones are the last ones
+            first -= 1
+        for i in range(first, len(r.elapsed)):
+            floor = r.elapsed[i - 1] if i else 0.0
+            recorded = self.recorded.get(_recorded_key(r.measurements[i]))  # re-read after a resume
+            by_report = None if r.times[i] is None else round(r.times[i] - wall_start, 3)  # type: ignore[operator]
+            r.elapsed[i] = (recorded if recorded is not None
+                            else by_report if by_report is not None and floor <= by_report < seen else seen)  # type: ignore[operator]
+        ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(r.measurements, r.elapsed))
         return replace(self.trial, measurements=ms)
 
     def end_time(self) -> str:
@@ -83,6 +88,11 @@ class ActiveTrial:
         while no controller ran was stamped with the time `resume` saw it), else now."""
         ends = [r.end_time for r in self.run.store.replicas(self.run.job_id)]
         return max(ends) if ends and all(ends) else now_iso()  # type: ignore[type-var]
+
+
+def _recorded_key(m: Measurement) -> tuple[object, ...]:
+    """A measurement as re-read from the same reports: its step and its values."""
+    return (m.step_count, *sorted((k, repr(v)) for k, v in m.metrics.items()))
 
 
 def default_failure_budget(max_trial_count: int) -> int:
