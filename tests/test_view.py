@@ -240,3 +240,20 @@ def test_short_durations_keep_their_tenths() -> None:
 
     assert [_clock(x) for x in (-1, 0.94, 0.96, 9.96, 10.5, 185, 3725)] == ["0.0s", "0.9s", "0.9s", "9.9s", "10s",
                                                                              "3m05s", "1h02m"]
+
+
+def test_plain_lines_go_on_when_a_long_trials_measurements_are_thinned() -> None:
+    """A trial keeps at most 1,000 measurements: once thinned, the list is shorter than the
+    count of lines printed, and the plain view printed nothing more until it grew past it."""
+    out = io.StringIO()
+    view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE)], [], 3)
+
+    def m(step: int) -> Measurement:
+        return Measurement(step_count=step, metrics={"acc": step / 1e4}, elapsed_seconds=step / 100)
+
+    view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=tuple(m(s) for s in range(1, 11))))
+    thinned = (*(m(s) for s in range(1, 11, 2)), m(11), m(12))  # step 10, printed last, thinned away
+    view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=thinned))
+    view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=(*thinned, m(13))))
+    steps = [int(re.search(r"step=(\d+)", line).group(1)) for line in out.getvalue().splitlines()]
+    assert steps == list(range(1, 14))

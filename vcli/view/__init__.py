@@ -73,8 +73,8 @@ class PlainStudyView(StudyView):
     def __init__(self, stream: IO[str], *args: Any) -> None:
         super().__init__(*args)
         self.stream = stream
-        #: Per trial, the measurements already printed (how many, and the last one as printed).
-        self._shown: dict[str, tuple[int, Measurement | None]] = {}
+        #: Per trial, the last measurement printed.
+        self._shown: dict[str, Measurement] = {}
 
     def _params(self, t: Trial) -> str:
         return " ".join(f"{k}={fmt_value(v)}" for k, v in t.parameters.items())
@@ -93,10 +93,10 @@ class PlainStudyView(StudyView):
         """A line for each measurement not printed yet: a trainer that reports several steps
         between two polls had only its last one printed. A measurement printed before and
         completed since (a second metric of the same step) is printed again."""
-        count, last = self._shown.get(trial.id, (0, None))
         ms = trial.measurements
-        start = count - 1 if 0 < count <= len(ms) and ms[count - 1] != last else count
-        self._shown[trial.id] = (len(ms), ms[-1] if ms else None)
+        start = _first_unprinted(ms, self._shown.get(trial.id))
+        if ms:
+            self._shown[trial.id] = ms[-1]
         params = self._params(trial)
         return [f"trial {trial.id} measurement step={m.step_count} {values_text(self.snapshot, m.metrics)} ({params})"
                 for m in ms[start:]]
@@ -127,6 +127,21 @@ class PlainStudyView(StudyView):
     def progress(self, text: str) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
+
+
+def _first_unprinted(ms: Sequence[Measurement], last: Measurement | None) -> int:
+    """Where the measurements after `last` (the last one printed) start in `ms`. Found by its
+    step and elapsed time (a metric merged into it since changes its values only: it is
+    printed again); a long trial's measurements are thinned, so `last` may be gone, and
+    then the later ones are those after it in time and step."""
+    if last is None:
+        return 0
+    where = (last.step_count, last.elapsed_seconds)
+    for j in range(len(ms) - 1, -1, -1):
+        if (ms[j].step_count, ms[j].elapsed_seconds) == where:
+            return j if ms[j] != last else j + 1
+    after = (last.elapsed_seconds or 0.0, last.step_count)
+    return next((k for k, m in enumerate(ms) if (m.elapsed_seconds or 0.0, m.step_count) > after), len(ms))
 
 
 def _stop_reason(t: Trial) -> str:
