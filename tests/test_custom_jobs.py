@@ -205,9 +205,11 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("more", [1, 12])
+def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, more: int) -> None:
     # An impatient user's second Ctrl-C inside the stop's 3 s grace made vcli exit 130 "cancelled"
-    # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING.
+    # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING. A
+    # third one, 0.1 s after the second, escaped the handler: the job CANCELLING for good.
     home = tmp_path / "home"
     pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(home, "custom-jobs", "create", "--display-name=impatient",
@@ -217,7 +219,9 @@ def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path) 
         wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
         os.kill(proc.pid, signal.SIGINT)
         read_stderr_until(proc, "Stopping 1 replica(s)", 30)
-        os.kill(proc.pid, signal.SIGINT)
+        for _ in range(more):
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.01)
         assert proc.wait(timeout=60) == 130
         assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
         assert not processes_with_env("VCLI_JOB_ID", job_id)

@@ -13,6 +13,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import (
     describe,
     job_id_from_stderr,
@@ -591,11 +593,14 @@ def test_a_trial_that_reported_only_nan_says_so(tmp_path: Path) -> None:
     assert reason == "The trial reported the metric [score] only as values that are not finite numbers (inf, nan).", reason
 
 
-def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("more", [1, 12])
+def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing(tmp_path: Path, more: int) -> None:
     # The second Ctrl-C made vcli exit 130 "every trial was stopped" at once, with the trial's
-    # trainer (ignoring SIGTERM) still running and the study CANCELLING.
+    # trainer (ignoring SIGTERM) still running and the study CANCELLING. A third one, 0.1 s
+    # after the second, escaped the handler: the study CANCELLING for good, trials STOPPING.
     import signal
     import textwrap
+    import time
 
     home = tmp_path / "home"
     script = tmp_path / "stubborn.py"
@@ -618,7 +623,9 @@ def test_a_second_ctrl_c_while_a_study_stops_kills_its_trials_and_leaves_nothing
         proc.send_signal(signal.SIGINT)
         wait_for(lambda: store.get_job(trial_job).state == "JOB_STATE_CANCELLING", 30, "the trial stopping", interval=0.01)
         store.close()
-        proc.send_signal(signal.SIGINT)
+        for _ in range(more):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.01)
         assert proc.wait(timeout=60) == 130
         assert describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_CANCELLED"
         assert not processes_with_env("VCLI_JOB_ID", trial_job)

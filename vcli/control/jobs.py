@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from vcli.control import recovery
+from vcli.control import interrupts, recovery
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job, replica_address, with_trial_args
 from vcli.errors import StoreError, VcliError, stopped_by
@@ -484,15 +484,13 @@ def run_job(run: JobRun, *, on_tick: Callable[[], None] = lambda: None, interval
                 return state
             run.clock.sleep(interval)
     except KeyboardInterrupt:
-        run.cancel()
-        while True:  # the replicas are stopped in the background: wait for it
-            try:
-                while run.poll() is None:
-                    run.clock.sleep(0.05)
-                break
-            except KeyboardInterrupt:  # Ctrl-C again: kill now, and still wait for the end
-                run.hurry()
-        on_tick()
+        with interrupts.deferred() as ctrl_c:  # a Ctrl-C from here on must not stop the wind-down
+            run.cancel()
+            while run.poll() is None:  # the replicas are stopped in the background: wait for it
+                if ctrl_c.again():  # Ctrl-C again: kill now, and still wait for the end
+                    run.hurry()
+                run.clock.sleep(0.05)
+            on_tick()
         raise
     except Exception as e:  # the store failed, or a bug: never a RUNNING job whose replicas nobody watches
         if isinstance(e, StoreError) or not isinstance(e, VcliError):

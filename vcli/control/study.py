@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from vcli.codec import custom_job_spec_to_dict, iter_parameters
 from vcli.codec.trial import trial_args
+from vcli.control import interrupts
 from vcli.control.active import (
     ActiveTrial,
     default_failure_budget,
@@ -91,6 +92,8 @@ class StudyRun:
     exhausted: bool = False
     _stop_launching: str | None = None
     _cancelled: bool = False
+    #: Ctrl-Cs noted while the study winds down after the first (`interrupts.deferred`).
+    _ctrl_c: interrupts.Deferred = field(default_factory=interrupts.Deferred)
     queued: list[PendingTrial] = field(default_factory=list)
     _waiting_logged: bool = False
     _waiting_since: float = 0.0
@@ -141,7 +144,8 @@ class StudyRun:
                 self.clock.sleep(interval)
             return ended
         except KeyboardInterrupt:
-            self._end_cancelled()
+            with interrupts.deferred() as self._ctrl_c:  # a Ctrl-C from here on must not stop the wind-down
+                self._end_cancelled()
             raise
         except Exception as e:  # the store failed, or a bug: never a RUNNING study whose trials nobody watches
             if isinstance(e, StoreError) or not isinstance(e, VcliError):
@@ -446,12 +450,11 @@ class StudyRun:
             self.request_stop(active, reason)
         deadline = self.clock.now() + 120
         while self.active and self.clock.now() < deadline:
-            try:
-                self._poll_active()
-                self.clock.sleep(0.05)
-            except KeyboardInterrupt:  # Ctrl-C while stopping: kill the trials now, still wait for them
+            if self._ctrl_c.again():  # Ctrl-C while stopping: kill the trials now, still wait for them
                 for active in list(self.active.values()):
                     active.run.hurry()
+            self._poll_active()
+            self.clock.sleep(0.05)
 
     # ------------------------------------------------------------------ records
 
