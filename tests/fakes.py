@@ -210,11 +210,10 @@ def _end(rep: _Replica, code: int, message: str | None = None, *, at: float) -> 
 
 
 def _mask(rep: _Replica, line: str) -> str:
-    for name in rep.launch.secret_env:
-        value = rep.launch.env.get(name, "")
-        if len(value) >= 4:
-            line = line.replace(value, "<redacted>")
-    return line
+    from vcli.executors.supervisor import MASK_MIN_LENGTH, masker
+
+    values = {rep.launch.env.get(name, "") for name in rep.launch.secret_env}
+    return masker(tuple(sorted((v for v in values if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True)))(line)
 
 
 def _expand(path: str, env: Mapping[str, str]) -> str:

@@ -327,6 +327,20 @@ def test_environment_is_delivered(h: Harness) -> None:
     assert lines(launch) == ["VCLI_CONTRACT=a b;$(x)", "CLOUD_ML_TRIAL_ID unset"]
 
 
+def test_a_short_secret_is_masked_only_where_it_stands_alone(h: Harness) -> None:
+    """A token `2345` turned `score=0.12345` into `score=0.1<redacted>`: the metric lost, the
+    trial INFEASIBLE, the study FAILED. Secrets under 8 characters are masked as words or
+    numbers of their own; longer ones everywhere."""
+    launch = h.launch("out:score=0.12345 step=2345", "out:pin 2345.", "out:test_accuracy=0.9 (test)",
+                      "out:x-k3y-s3cr3t-long-y", env={"API_TOKEN": "2345", "DB_PASSWORD": "test",
+                                                     "VCLI_SECRET_KEY": "k3y-s3cr3t-long"})
+    launch = replace(launch, secret_env=("API_TOKEN", "DB_PASSWORD", "VCLI_SECRET_KEY"))
+    handle = h.start(launch)
+    assert h.wait(handle).exit_code == 0
+    assert lines(launch) == ["score=0.12345 step=<redacted>", "pin <redacted>.", "test_accuracy=0.9 (<redacted>)",
+                             "x-<redacted>-y"]
+
+
 def test_secrets_are_delivered_and_masked_in_the_log(h: Harness) -> None:
     launch = h.launch("envlen:API_TOKEN", "env:API_TOKEN", "out:token s3cret value!", "err:s3cret value",
                       env={"API_TOKEN": "s3cret value"})
@@ -423,12 +437,14 @@ def test_stop_from_another_executor_instance(h: Harness) -> None:
 
 
 #: Executors that can find a replica whose handle was never recorded (the others say None).
-FINDERS = {"local", "docker", "slurm"}
+FINDERS = {"local", "docker", "slurm", "ssh", "ssh-docker"}
 
 
-def test_find_a_replica_whose_handle_was_never_recorded(h: Harness) -> None:
+def test_find_a_replica_whose_handle_was_never_recorded(hd: Harness) -> None:
     """What `resume` does after a controller died between `start` and recording the handle:
-    another executor finds the running replica (and, once it ended, its exit), and only its."""
+    another executor finds the running replica (and, once it ended, its exit), and only its.
+    (The ssh executor found none, and `resume` started a second chief beside the first.)"""
+    h = hd
     launch = h.launch("out:up", "sleep:300")
     handle = h.start(launch)
     h.wait_for_log(launch, "up")

@@ -253,6 +253,33 @@ def test_injection_args_reach_the_trainer_verbatim(cluster: netns.NetnsCluster, 
         assert "s3cr3t" not in text
 
 
+def test_links_in_a_package_reach_the_host_as_the_trainer_sees_them_locally(cluster: netns.NetnsCluster,
+                                                                             tmp_path: Path) -> None:
+    """A link to a directory in the package (`data_link -> data`) was silently left out: the job
+    SUCCEEDED locally and FAILED over SSH. Links inside are followed now (a loop is not), and
+    a link out of the package is named in one WARNING line."""
+    env = Env(cluster, tmp_path)
+    pkg = write_package(tmp_path, {"read.py": """
+        import os
+        print("data_link:", open("data_link/x.txt").read(), flush=True)
+        print("nested:", open("nested/deeper/x.txt").read(), flush=True)
+        print("outside there:", os.path.exists("ext"), flush=True)
+    """, "data/x.txt": "payload"})
+    (pkg / "data_link").symlink_to("data")
+    (pkg / "nested").mkdir()
+    (pkg / "nested" / "deeper").symlink_to("../data")
+    (pkg / "nested" / "loop").symlink_to("..")
+    (tmp_path / "elsewhere").mkdir()
+    (pkg / "ext").symlink_to(tmp_path / "elsewhere")
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=links",
+                  f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+                  "script=read.py", timeout=180)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    assert "data_link: payload" in res.stdout and "nested: payload" in res.stdout
+    assert "outside there: False" in res.stdout
+    assert f"link(s) out of the package (ext -> {tmp_path / 'elsewhere'})" in res.stderr, res.stderr
+
+
 # =========================================================================== (d) host loss
 
 
@@ -482,6 +509,38 @@ def test_resume_reattaches_a_replica_whose_controller_died(cluster: netns.NetnsC
     assert logs.stdout.count("up on") == 1 and logs.stdout.count("done") == 1, logs.stdout
     _wait_no_pids(cluster, "h1", job_id, 10)
     assert _replica_sessions(cluster, "h1") == []
+
+
+def test_resume_and_cancel_while_the_host_is_unreachable_conclude_nothing_false(cluster: netns.NetnsCluster,
+                                                                                tmp_path: Path) -> None:
+    """The controller dead and the host unreachable for a while: `resume` recorded the job
+    FAILED ("exited 255") in 0.4 s and abandoned the running replica; `cancel` said its replicas
+    "had all ended on their own". Now resume is exit 3 with the job left as it was (resumable),
+    and cancel warns that the replica may run on until its lease runs out."""
+    env = Env(cluster, tmp_path, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "30", "VCLI_SSH_CONNECT_TIMEOUT": "3"})
+    pkg = write_package(tmp_path, {"slow.py": """
+        import os, time
+        print("up on", os.environ["VCLI_TASK_NAME"], flush=True)
+        time.sleep(120)
+    """})
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=unreachable",
+                     f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},"
+                     "script=slow.py")
+    job_id = _kill_controller_when_up(env, cluster, proc, "h1")
+    cluster.link_down("h1")
+    try:
+        res = env.run("custom-jobs", "resume", job_id, timeout=120)
+        assert res.returncode == 3, f"{res.returncode}\n{res.stdout}\n{res.stderr}"
+        assert "Cannot re-attach to replica workerpool0-0 on host h1" in res.stderr and "Nothing was changed" in res.stderr
+        assert env.describe(job_id)["state"] == "JOB_STATE_RUNNING"
+        assert cluster.job_pids("h1", job_id), "the replica stopped"
+        res = env.run("custom-jobs", "cancel", job_id, timeout=120)
+        assert "ended on their own" not in res.stdout + res.stderr, res.stderr
+        assert "WARNING: could not stop replicas" in res.stderr and "VCLI_SSH_ORPHAN_TIMEOUT" in res.stderr, res.stderr
+        assert env.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
+    finally:
+        cluster.link_up("h1")
+    _wait_no_pids(cluster, "h1", job_id, 90)  # no controller renews its lease: it stops itself
 
 
 def test_an_orphaned_replica_is_stopped_after_the_orphan_timeout(cluster: netns.NetnsCluster, tmp_path: Path) -> None:

@@ -41,10 +41,15 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import selectors
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Callable
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -106,6 +111,27 @@ REDACTED = "<redacted>"
 MASK_MIN_LENGTH = 4
 
 
+#: Secrets at least this long are masked wherever they appear; shorter ones only where they
+#: stand as a word or number of their own (see `masker`).
+MASK_ANYWHERE_LENGTH = 8
+
+
+def masker(secrets: tuple[str, ...]) -> Callable[[str], str]:
+    """A function that replaces each of `secrets` (longest first) in a line by REDACTED: one of
+    MASK_ANYWHERE_LENGTH characters or more wherever it appears, a shorter one only where it
+    is not part of a longer word or number. With a token 2345, `score=0.12345` lost its metric
+    (the trial INFEASIBLE, the study FAILED); a password `test` made `test_accuracy=0.9`
+    unreadable. A long, random token does not turn up inside other text by chance."""
+    long = [re.escape(v) for v in secrets if len(v) >= MASK_ANYWHERE_LENGTH]
+    short = [re.escape(v) for v in secrets if len(v) < MASK_ANYWHERE_LENGTH]
+    parts = long + ([r"(?<![0-9A-Za-z_])(?<![0-9]\.)(?:" + "|".join(short) + r")(?![0-9A-Za-z_])(?!\.[0-9])"]
+                    if short else [])
+    if not parts:
+        return lambda line: line
+    pattern = re.compile("|".join(parts))
+    return lambda line: pattern.sub(REDACTED, line)
+
+
 #: The longest log record, in bytes: a longer line (a progress bar redrawn with \r, a dump
 #: without newlines) is logged as several records of at most this size, so the supervisor's
 #: memory stays bounded and a 200 MB line costs linear time, not quadratic (Docker's log
@@ -123,6 +149,7 @@ class _Log:
         self.stream = stream
         self.secrets = tuple(sorted((v for v in secrets if len(v) >= MASK_MIN_LENGTH), key=len, reverse=True))
         self.secret_bytes = tuple(v.encode("utf-8", errors="replace") for v in self.secrets)
+        self.mask = masker(self.secrets)
         self.buf = bytearray()
         self.scanned = 0  # buf[:scanned] holds no newline
         self.lost = 0
@@ -167,8 +194,7 @@ class _Log:
 
     def _write(self, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip("\r").replace("\t", "    ")
-        for secret in self.secrets:
-            line = line.replace(secret, REDACTED)
+        line = self.mask(line)
         record = f"{time.time():.6f}\t{self.stream}\t{line}\n".encode("utf-8", errors="replace")
         try:
             os.write(self.out, record)

@@ -51,7 +51,7 @@ from vcli.executors.docker.engine import (
 from vcli.executors.docker.installs import build_installs
 from vcli.executors.docker.output import iter_log_lines, parse_docker_timestamp, secret_values, status_from_state
 from vcli.executors.leases import held_leases, keep_container_leases
-from vcli.executors.supervisor import REDACTED
+from vcli.executors.supervisor import masker
 from vcli.logs import LogWriter, last_times
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +81,11 @@ class _Watch:
     thread: threading.Thread | None = None
     #: For an adopted container: the last timestamp already in the log, per stream.
     after: dict[str, float] = field(default_factory=dict)
+    #: Replaces the secrets in a line (`supervisor.masker`).
+    mask: Callable[[str], str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mask = masker(self.secrets)
 
 
 def cleanup_job(job_id: str, *, base_url: str | None = None) -> int:
@@ -356,9 +361,7 @@ class DockerExecutor(ExecutorBase):
             for ts, line in iter_log_lines(self._frames(cid, name), watch.secrets):
                 if after is not None and ts is not None and ts <= after + 1e-6:  # the log keeps µs
                     continue  # already in the log (an adopted container)
-                for secret in watch.secrets:
-                    line = line.replace(secret, REDACTED)
-                watch.writer.write(name, line, ts)
+                watch.writer.write(name, watch.mask(line), ts)
         except Exception:  # the container was removed / engine went away
             pass
 

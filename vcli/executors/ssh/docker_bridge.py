@@ -206,6 +206,18 @@ class DockerOnHosts:
         return ReplicaHandle(executor=self._name, host=host.name, ref=ref, task_name=launch.task_name,
                              details=replica_details(host.name, ref))
 
+    def find(self, launch: ReplicaLaunch, link: HostLink) -> ReplicaHandle | None:
+        """The replica's container on the host's engine (`DockerExecutor.find`), if it was started."""
+        remote, view = self._remote(launch, link)
+        inner = self.engine(link.host.name).find(remote)
+        if inner is None:
+            return None
+        ref = f"docker:{inner.ref}@{launch.job_id}@{view.root}"
+        with self._lock:
+            self.metric_files[ref] = view.metric_file
+        return ReplicaHandle(executor=self._name, host=link.host.name, ref=ref, task_name=launch.task_name,
+                             details=replica_details(link.host.name, ref))
+
     def keep_leases(self, launch: ReplicaLaunch, cid: str) -> None:
         """Hand the GPU leases of container `cid` (just started on its host) from the
         controller's lease server to a keeper on the host that lives until the container stops

@@ -30,7 +30,7 @@ from vcli.executors import (
 from vcli.executors.ssh.code import RemoteEnv, has_code, populate, private_workdir, python_env, with_env
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
 from vcli.executors.ssh.leases import RemoteLeases, lease_dir_of
-from vcli.executors.ssh.link import HostLink, q
+from vcli.executors.ssh.link import HostLink, answering, q
 from vcli.executors.ssh.remote import (
     ALIVE_SCRIPT,
     FREE_PORT,
@@ -41,6 +41,7 @@ from vcli.executors.ssh.remote import (
     beat,
     beat_seconds,
     build_remote_command,
+    find_replica,
     hook_exit_signal,
     install_tools,
     map_path,
@@ -72,6 +73,7 @@ PROBE_SECONDS = 5.0
 #: How long release() waits for a replica's supervisor to finish stopping its trainer's
 #: leftovers (and the wrapper to hand over the rest of the log) before stopping it outright.
 RELEASE_WAIT_SECONDS = 6.0
+RETRY = " Nothing was changed: resume again once the host answers."
 
 
 class SSHExecutor(ExecutorBase):
@@ -393,8 +395,8 @@ class SSHExecutor(ExecutorBase):
             if handle.ref in self._replicas:
                 return
         pid, job_id, root = parse_ref(handle.ref)
+        link = answering(self._link(handle.host), f"re-attach to replica {launch.task_name}", self._orphan_timeout, RETRY)
         try:
-            link = self._link(handle.host)
             host = link.host
             view = remote_view(launch, root, self._home)
             paths = remote_paths(launch, view, self._home)
@@ -410,6 +412,12 @@ class SSHExecutor(ExecutorBase):
                                  f"{host.port}).")
         self._keep(handle.ref, rep)
 
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The replica's supervisor on its host (by the replica's tag), an ended one (by its status
+        file), else None; ExecutorError if the host cannot be reached (it may run there)."""
+        link = answering(self._link(launch.placement.host), f"look for replica {launch.task_name}", self._orphan_timeout, RETRY)
+        return self._docker.find(launch, link) if self._is_docker(launch) else find_replica(self.name, link, launch, self._home)
+
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
         if handle.ref.startswith("docker:"):
             return self._docker.poll(handle)
@@ -419,10 +427,10 @@ class SSHExecutor(ExecutorBase):
     def _poll_foreign(self, handle: ReplicaHandle) -> ReplicaStatus:
         """A replica another vcli process started: is its supervisor still there?"""
         pid, job_id, _ = parse_ref(handle.ref)
-        try:
-            rc, out, _ = self._link(handle.host).run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pid)}", timeout=20)
-        except ExecutorError as e:
-            return ReplicaStatus(running=False, exit_code=255, message=str(e))
+        # A host that cannot be reached raises: its replica may run on (it outlives its
+        # controller); "exited 255" made `cancel` say it had ended on its own, and left it running.
+        link = answering(self._link(handle.host), f"reach replica {handle.task_name}", self._orphan_timeout)
+        rc, out, _ = link.run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pid)}", timeout=20)
         alive = "RUNNING" in out
         return ReplicaStatus(running=alive, message=None if alive else "the replica is gone (exit code unknown)")
 

@@ -352,3 +352,15 @@ class HostLink:
     def root(self) -> str:
         return self.expand(self.host.workdir).rstrip("/") or "/"
 
+
+
+def answering(link: HostLink, what: str, orphan_timeout: float, advice: str = "") -> HostLink:
+    """`link`, once its host ran a command; else ExecutorError saying so, and that replicas
+    there may well run on (they outlive a controller, on their lease): nothing is concluded."""
+    try:
+        link.run("true", timeout=20)
+    except ExecutorError as e:
+        raise ExecutorError(f"Cannot {what} on host {link.host.name}: {str(e).rstrip('.')}.{advice} Replicas there "
+                            f"stop themselves once no controller renewed their lease for {orphan_timeout:g}s "
+                            "(VCLI_SSH_ORPHAN_TIMEOUT).") from None
+    return link

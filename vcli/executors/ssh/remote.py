@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from vcli.errors import ExecutorError, InvalidValueError
-from vcli.executors import ReplicaLaunch, ReplicaStatus
+from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors import supervisor as _supervisor
 from vcli.executors.ssh import wrapper as _wrapper
 from vcli.executors.ssh.link import Conn, HostLink, q, qargv
@@ -63,6 +63,7 @@ from vcli.placement import leaseserver as _leaseserver
 
 __all__ = [
     "ALIVE_SCRIPT",
+    "find_replica",
     "DEFAULT_ORPHAN_TIMEOUT",
     "FREE_PORT",
     "ORPHAN_GRACE_SECONDS",
@@ -230,6 +231,24 @@ def stop_command(python: str, tools: Tools, job_id: str, grace_seconds: float,
     for pid, tag in targets:
         args += [pid, tag]
     return qargv(args)
+
+
+def find_replica(executor: str, link: HostLink, launch: ReplicaLaunch, home: str) -> ReplicaHandle | None:
+    """`wrapper.py find` on the host: the handle of the replica's live supervisor, or of its
+    end (pid 0: its status file is there), None if it never started. Raises ExecutorError."""
+    paths = remote_paths(launch, remote_view(launch, link.root(), home), home)
+    rc, out, err = link.run(qargv([link.host.python, "-S", install_tools(link).wrapper, "find",
+                                   replica_tag(launch.job_id, launch.task_name), paths.status]), timeout=30)
+    said = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("VCLI-")}
+    if rc != 0 or not said:
+        raise ExecutorError(f"Cannot look for replica {launch.task_name} on host {link.host.name}: "
+                            f"{(err.strip().splitlines() or [f'exit status {rc}'])[-1]}")
+    pid = said["VCLI-SUPERVISOR"][0] if "VCLI-SUPERVISOR" in said else "0" if "VCLI-ENDED" in said else None
+    if pid is None:
+        return None
+    ref = f"{pid}@{launch.job_id}@{link.root()}"
+    return ReplicaHandle(executor=executor, host=link.host.name, ref=ref, task_name=launch.task_name,
+                         details=replica_details(link.host.name, ref))
 
 
 #: `sh -c ALIVE_SCRIPT alive JOB PID`: RUNNING if PID is alive and carries VCLI_JOB_ID=JOB.

@@ -29,12 +29,35 @@ EXCLUDED_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_c
                  "node_modules", ".tox", ".ipynb_checkpoints"}
 
 
-def _local_manifest(root: str) -> dict[str, tuple[int, int, int]]:
-    """rel path -> (size, mtime seconds, mode) of the files to ship."""
+#: The most files one package ships (links can make a small tree look huge).
+MAX_FILES = 200_000
+
+
+def _local_manifest(root: str, outside: list[str] | None = None) -> dict[str, tuple[int, int, int]]:
+    """rel path -> (size, mtime seconds, mode) of the files to ship: what a trainer sees in the
+    package, links to directories inside it included (`data_link -> data`: a link to a directory
+    was left out, and the same job FAILED over SSH that SUCCEEDED locally). A link that leads
+    out of the package (`data -> /mnt/datasets`) is not followed: its `name -> target` goes to
+    `outside`. A link back to a directory it is in is not followed either (a loop)."""
     out: dict[str, tuple[int, int, int]] = {}
     root = os.path.abspath(root)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.endswith(".egg-info"))
+    real_root = os.path.realpath(root)
+    chains = {root: (real_root,)}  # the real directories on the way to each directory walked
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        chain = chains.pop(dirpath, ())
+        kept = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            real = os.path.realpath(full)
+            if d in EXCLUDED_DIRS or d.endswith(".egg-info") or real in chain:
+                continue
+            if os.path.islink(full) and os.path.commonpath([real, real_root]) != real_root:
+                if outside is not None:
+                    outside.append(f"{os.path.relpath(full, root)} -> {os.readlink(full)}")
+                continue
+            chains[full] = (*chain, real)
+            kept.append(d)
+        dirnames[:] = kept
         for name in filenames:
             if name.endswith((".pyc", ".pyo")):
                 continue
@@ -45,6 +68,8 @@ def _local_manifest(root: str) -> dict[str, tuple[int, int, int]]:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
+            if len(out) >= MAX_FILES:
+                raise ExecutorError(f"'{root}' holds more than {MAX_FILES} files (links included): too many to ship.")
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             out[rel] = (st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode))
     return out
@@ -130,7 +155,8 @@ def ship(link: HostLink, local_dir: str, progress: Callable[[str], None]) -> str
         raise ExecutorError(f"Directory '{local_dir}' is not found.")
     remote = code_dir(link.root(), local_dir)
     with link.sync_lock:
-        key = json.dumps(sorted(_local_manifest(local_dir).items()))
+        outside: list[str] = []
+        key = json.dumps(sorted(_local_manifest(local_dir, outside).items()))
         if link.synced.get(remote) == key:
             return remote
         started = time.monotonic()
@@ -138,4 +164,8 @@ def ship(link: HostLink, local_dir: str, progress: Callable[[str], None]) -> str
         link.synced[remote] = key
         progress(f"Copied {local_dir} to {link.host.name}:{remote} ({up} uploaded, {same} unchanged, "
                  f"{gone} removed, {time.monotonic() - started:.1f}s).")
+        if outside:
+            more = f" and {len(outside) - 3} more" if len(outside) > 3 else ""
+            progress(f"WARNING: not copied to {link.host.name}: {len(outside)} link(s) out of the package "
+                     f"({', '.join(outside[:3])}{more}); a trainer there finds nothing at those paths.")
     return remote

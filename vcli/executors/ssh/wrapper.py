@@ -6,6 +6,7 @@
     python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
     python -S wrapper.py keep SOCKET I,J... CONTAINER JOB_ID REPLICA
+    python -S wrapper.py find TAG STATUS
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
 
@@ -464,6 +465,19 @@ def attach(job_id: str, pid: int, status: str, log: str, tag: str, lease: str, a
     return relay.finish()
 
 
+def find(tag: str, status: str) -> int:
+    """Print `VCLI-SUPERVISOR <pid>` for the live supervisor of replica TAG (the root of the
+    processes carrying the tag: its wrapper does not), `VCLI-ENDED` if none runs but its STATUS
+    file exists, else `VCLI-NONE`: for a controller that died before recording the handle."""
+    pids = set(tagged([tag]))
+    roots = sorted(pid for pid in pids if _parent(pid) not in pids)
+    if roots:
+        print(f"VCLI-SUPERVISOR {roots[0]}")
+    else:
+        print("VCLI-ENDED" if os.path.exists(status) else "VCLI-NONE")
+    return 0
+
+
 # --------------------------------------------------------------------------- stop
 
 
@@ -578,6 +592,8 @@ def main(args: list[str]) -> int:
     if len(args) >= 5 and args[0] == "stop" and len(args) % 2 == 1:
         pairs = args[3:]
         return stop(args[1], float(args[2]), [(int(pairs[i]), pairs[i + 1]) for i in range(0, len(pairs), 2)])
+    if len(args) == 3 and args[0] == "find":
+        return find(args[1], args[2])
     if len(args) == 6 and args[0] == "keep":
         return keep(args[1], [int(i) for i in args[2].split(",") if i], args[3], args[4], args[5])
     print(__doc__.split("\n\n")[1], file=sys.stderr)
