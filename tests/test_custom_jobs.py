@@ -267,6 +267,23 @@ def test_a_reader_that_goes_away_ends_stream_logs_quietly(tmp_path: Path) -> Non
     assert out.stderr == "", out.stderr
 
 
+def test_a_reader_that_goes_away_is_141_under_pythonunbuffered_too(tmp_path: Path) -> None:
+    """With PYTHONUNBUFFERED=1 (the Dockerfile sets it) stdout wrote straight to the pipe: the
+    first 64 KiB of a big `--format=json` went out, the rest was dropped silently, exit 0."""
+    home = tmp_path / "home"
+    args = ",".join(f"--arg{i}={'x' * 40}" for i in range(2000))
+    r = vcli(home, "custom-jobs", "create", "--display-name=big", "--format=value(name.basename())",
+             f"--worker-pool-spec={POOL},container-image-uri=x", f"--command={sys.executable},-c,pass", f"--args={args}",
+             timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().splitlines()[-1]
+    out = subprocess.run(f"{sys.executable} -m vcli custom-jobs describe {job_id} --format=json | head -c 10; "
+                         "s=\"${PIPESTATUS[*]}\"; echo; echo \"codes=$s\"", shell=True, executable="/bin/bash",
+                         capture_output=True, text=True, env={**vcli_env(home), "PYTHONUNBUFFERED": "1"}, timeout=120)
+    assert out.stdout.splitlines()[-1] == "codes=141 0", out.stdout
+    assert out.stderr == "", out.stderr
+
+
 CHATTY_SLOWLY = "import time\nfor i in range(20):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
 
 

@@ -735,3 +735,16 @@ def test_the_metric_reader_bounds_what_it_remembers() -> None:
         single.feed_stdout_line(f"score={-abs(step - 700)} step={step}", float(step))
     best = single.final(Goal.MAXIMIZE, MeasurementSelectionType.BEST_MEASUREMENT)
     assert best.step_count == 700 and len(single._stdout_seen) == 1
+
+
+def test_stdout_reports_read_every_spelling_of_a_value_that_is_not_finite() -> None:
+    """`score=NaN`, `-Infinity` (proto3, Java) and `+Inf` (Go) were never read (only `nan` and
+    `inf`); Arabic-Indic digits were read as a number; a negative step dropped the line."""
+    from vcli.metrics import MetricReader
+
+    reader = MetricReader("score")
+    for line in ("score=NaN step=1", "score=-Infinity step=2", "score=+Inf step=3", "score=0.5 step=-4"):
+        assert reader.feed_stdout_line(line, 1.0), line
+    assert not reader.feed_stdout_line("score=\u0661\u0662 step=5", 1.0)
+    got = [(m.step_count, repr(m.metrics["score"])) for m in reader.measurements]
+    assert got == [(1, "nan"), (2, "-inf"), (3, "inf"), (-4, "0.5")]

@@ -49,9 +49,12 @@ _OTHER_TAGS = 5
 #: `<metricId>=<number> [step=<n>]`: the id is any run of non-blank characters, as a metricId
 #: may be (`acc@1`, `λ`, even `a=b`: the id ends at the `=` before the number); only the
 #: study's own ids count, so a broader pattern reads nothing else.
+#: Numbers are ASCII (`score=١٢` read as 12 before); values that are not finite in any usual
+#: spelling (`nan`, `NaN`, `inf`, `-Infinity`: Python's, proto3's and Java's, Go's `+Inf`);
+#: steps may be negative, as hypertune's `global_step` may.
 _STDOUT_METRIC = re.compile(
-    r"^\s*(\S+?)\s*=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
-    r"(?:\s+(?:step|global_step)\s*=\s*(\d+))?\s*$"
+    r"^\s*(\S+?)\s*=\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:[-+]?inf(?:inity)?|[-+]?nan))"
+    r"(?:\s+(?:step|global_step)\s*=\s*([-+]?[0-9]+))?\s*$"
 )
 
 

@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from vcli import __version__
-from vcli.cli import complete, config, custom_jobs, dashboard, hosts, hp_tuning_jobs, slurm
+from vcli.cli import complete, config, custom_jobs, dashboard, hosts, hp_tuning_jobs, slurm, support
 from vcli.cli.gcloud_flags import GcloudCommand, RootGroup
 
 app = typer.Typer(
@@ -58,6 +58,7 @@ def run() -> None:
     """The `vcli` program (named `vcli` however it was started, so completion finds it)."""
     from typer.main import get_command
 
+    support.whole_writes()
     command = get_command(app)
     complete.register_bash()  # after get_command, which registers typer's own bash completion
     command(prog_name="vcli")

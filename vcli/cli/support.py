@@ -226,6 +226,22 @@ def command(path: str) -> Callable[[F], F]:
     return deco
 
 
+def whole_writes() -> None:
+    """Give stdout and stderr a buffered layer when they have none: under PYTHONUNBUFFERED (the
+    Dockerfile sets it) the text layer wrote straight to the file, and a pipe whose reader went
+    away took the first 64 KiB of a big `--format=json`, the rest was dropped silently and vcli
+    exited 0. A buffered layer writes everything or raises BrokenPipeError (exit 141).
+    Line-buffered, so lines still go out as they are printed."""
+    import io
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        raw = getattr(stream, "buffer", None)
+        if isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.RawIOBase):
+            setattr(sys, name, io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+                                                line_buffering=True))
+
+
 def internal_error(path: str, error: BaseException) -> NoReturn:
     """A bug in vcli (an exception nothing expected): one line naming it and the file that
     keeps its traceback (`$VCLI_HOME/crashes/`, else the temp folder), exit 70; the job or
