@@ -380,7 +380,9 @@ def test_a_nul_in_a_flags_file_is_refused(run_vcli, vcli_home, tmp_path):
     ("hosts:\n  gpu1: {address: 10.0.0.5, port: 22.7}\n", "hosts.gpu1.port: expected a whole number, found [22.7]"),
     ("hosts:\n  local: {gpus: {count: 1, tpye: NVIDIA_TESLA_T4}}\n", "hosts.local.gpus: unknown key(s) tpye"),
     ("hosts:\n  gpu1: {address: 10.0.0.5, gpus: two}\n", "hosts.gpu1.gpus: expected a whole number, found [two]"),
-], ids=["top-key", "fraction", "bool", "port", "gpus-key", "words"])
+    ("hosts:\n  gpu1: {address: 10.0.0.5, gpus: {count: 2, indices: [0, 0]}}\n",
+     "hosts.gpu1.gpus.indices: each GPU index once, found [0, 0]"),  # `hosts gpus` listed GPU 0 twice, FREE
+], ids=["top-key", "fraction", "bool", "port", "gpus-key", "words", "same-index"])
 def test_an_inventory_read_loosely_before_is_one_line_naming_the_key(run_vcli, vcli_home, tmp_path, content, fragment):
     # Each was taken silently (a misspelt top key emptied the inventory, numbers were cut) or
     # was Python's int() text naming no key (found by a probe).

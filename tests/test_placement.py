@@ -95,6 +95,14 @@ def test_never_fits_fails_at_once_saying_what_is_missing() -> None:
     assert s.try_place(job("four-again", 4)) is None
 
 
+def test_a_job_that_never_fits_the_hosts_cpus_names_them() -> None:
+    """The message named the hosts' GPUs only, when their CPUs were the limit (found by a probe)."""
+    s = Scheduler([gpu_host("h1", 2, cpus=2), gpu_host("h2", 1, cpus=2)])
+    with pytest.raises(PlacementError) as e:
+        s.try_place(job("wide", 0, 0, 0, cpus=4))
+    assert "h1: 2 x NVIDIA_TESLA_T4, 2 vCPUs; h2: 1 x NVIDIA_TESLA_T4, 2 vCPUs" in str(e.value), str(e.value)
+
+
 def test_accelerator_type_is_matched() -> None:
     s = Scheduler([gpu_host("t4", 2, T4), gpu_host("l4", 2, L4), gpu_host("any", 1, None)])
     p = s.try_place(job("x", 2, gtype=L4))

@@ -899,3 +899,27 @@ def test_a_port_that_never_speaks_ssh_is_named_as_such(tmp_path: Path) -> None:
         listener.close()
     assert str(e.value) == (f"Cannot connect to host tarpit (root@127.0.0.1:{port}): no SSH answer within 0.5 s (a hung "
                             f"sshd, or another service on port {port}?)"), str(e.value)
+
+
+def test_a_refused_port_and_an_identity_file_that_is_a_directory_are_said_plainly(tmp_path: Path) -> None:
+    """Paramiko's "[Errno None] Unable to connect to port P on A" and a raw "[Errno 21] Is a
+    directory" reached the user (found by a probe)."""
+    import socket
+
+    from vcli.errors import ExecutorError
+    from vcli.executors.ssh.trust import connect
+    from vcli.hosts import Host, KnownHosts
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    known = KnownHosts(user=tmp_path / "known_hosts", vcli=tmp_path / "known_hosts.vcli")
+    with pytest.raises(ExecutorError) as e:
+        connect(Host(name="gone", address="127.0.0.1", port=port, user="root"), timeout=2, known_hosts=known)
+    assert str(e.value) == (f"Cannot connect to host gone (root@127.0.0.1:{port}): connection refused (no sshd "
+                            f"listening on port {port}?)"), str(e.value)
+    with pytest.raises(ExecutorError) as e:
+        connect(Host(name="k", address="127.0.0.1", port=port, user="root", identity_file=str(tmp_path)), timeout=2,
+                known_hosts=known)
+    assert str(e.value) == f"Host k: identity file {tmp_path} is not a file.", str(e.value)

@@ -223,6 +223,8 @@ def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.y
         if listed is not None and not isinstance(listed, (list, tuple)):
             raise ConfigError(f"{where}.gpus.indices: expected a list of GPU indices, found [{listed}]")
         indices = tuple(_whole(i, f"{where}.gpus.indices") for i in listed) if listed is not None else None
+        if indices is not None and len(set(indices)) != len(indices):  # `hosts gpus` listed GPU 0 twice, FREE
+            raise ConfigError(f"{where}.gpus.indices: each GPU index once, found {list(indices)}")
     elif gpus is not None:
         count = _whole(gpus, f"{where}.gpus")
     try:

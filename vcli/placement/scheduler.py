@@ -112,7 +112,8 @@ class HostCapacity:
 
     def describe(self) -> str:
         g = f"{len(self.gpu_indices)} x {self.gpu_type or 'GPU'}" if self.gpu_indices else "no GPUs"
-        return f"{self.name}: {g}"
+        cpus = f", {self.cpus:g} vCPUs" if self.cpus is not None else ""  # the limit as often as the GPUs
+        return f"{self.name}: {g}{cpus}"
 
 
 @dataclass

@@ -175,6 +175,8 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
             key_file = os.path.expanduser(host.identity_file)
             if not os.path.exists(key_file):
                 raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} does not exist.")
+            if not os.path.isfile(key_file):
+                raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} is not a file.")
             kwargs.update(key_filename=key_file, look_for_keys=False, allow_agent=False)
         client.connect(
             hostname=host.address, port=host.port, username=host.login, timeout=timeout,
@@ -197,7 +199,12 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
     except (pm.SSHException, OSError, EOFError) as e:
         client.close()
         reason = "timed out" if isinstance(e, socket.timeout) else (str(e) or type(e).__name__)
-        if reason == "No existing session" or reason.startswith("Error reading SSH protocol banner"):
+        if isinstance(e, pm.ssh_exception.NoValidConnectionsError):  # "[Errno None] Unable to connect to port..."
+            errors = list(e.errors.values())
+            reason = (f"connection refused (no sshd listening on port {host.port}?)"
+                      if errors and all(isinstance(x, ConnectionRefusedError) for x in errors)
+                      else "; ".join(sorted({getattr(x, "strerror", None) or str(x) for x in errors})) or reason)
+        elif reason == "No existing session" or reason.startswith("Error reading SSH protocol banner"):
             # paramiko's words for a port that accepts connections and never speaks SSH
             reason = f"no SSH answer within {timeout:g} s (a hung sshd, or another service on port {host.port}?)"
         raise ExecutorError(f"Cannot connect to host {host.name} ({hostport(host)}): {reason}") from None
