@@ -586,6 +586,54 @@ def test_docker_runtime_through_the_hosts_engine(cluster: netns.NetnsCluster, tm
     assert job["state"] == "JOB_STATE_SUCCEEDED" and job["replicas"][0]["host"] == "h2"
 
 
+@pytest.mark.docker
+def test_a_container_whose_controller_died_is_stopped_after_the_orphan_timeout(cluster: netns.NetnsCluster,
+                                                                              tmp_path: Path) -> None:
+    """Process replicas stopped themselves once no controller renewed their lease; a container
+    on a `runtime: docker` host ran on for good (found by a probe). Its keeper on the host now
+    stops it; while the controller lives, its renewals keep it running past the timeout."""
+    from tests.harness.docker_env import BASE_IMAGE, ensure_docker
+
+    ensure_docker()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env = Env(cluster, tmp_path / "a", extra={"h2": {"runtime": "docker"}}, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "6"})
+    script = "import os, time; print('up on', os.environ['VCLI_TASK_NAME'], flush=True); time.sleep({})"
+    config = tmp_path / "job.json"
+
+    def job(seconds: int) -> str:
+        config.write_text(json.dumps({"workerPoolSpecs": [{
+            "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": BASE_IMAGE, "command": ["python3", "-c", script.format(seconds)]}}]}))
+        return str(config)
+
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h2", "--display-name=renewed",
+                  f"--config={job(12)}", timeout=300)  # twice the timeout: renewed all along
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    env = Env(cluster, tmp_path / "b", extra={"h2": {"runtime": "docker"}}, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "6"})
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h2", "--display-name=orphan",
+                     f"--config={job(600)}")
+    try:
+        job_id = _wait_up(env, 1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        reap(proc)
+
+    def running() -> list[str]:
+        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=vcli.job={job_id}"], capture_output=True,
+                             text=True, timeout=60)
+        return out.stdout.split()
+
+    assert running(), "the container did not outlive its controller"
+    deadline = time.monotonic() + 60
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not running(), "the orphaned container still runs"
+    res = env.run("custom-jobs", "resume", job_id, timeout=120)
+    assert env.describe(job_id)["state"] in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED"), res.stderr
+
+
 # =========================================================================== (e) study over two 1-GPU hosts
 
 

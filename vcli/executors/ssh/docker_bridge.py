@@ -10,7 +10,10 @@ Needs the docker CLI (>= 18.09) on the host and the login user in its docker gro
 
 A container's GPU leases live on the host as a process replica's do: once it started, the
 wrapper's `keep` (`vcli.executors.ssh.wrapper`) takes them over from the controller's lease
-server and holds them in a keeper on the host that waits for the container to stop.
+server and holds them in a keeper on the host that waits for the container to stop. The
+keeper also watches the container's own lease file, which the controller touches every few
+seconds (`renew`): once nobody renewed it for VCLI_SSH_ORPHAN_TIMEOUT seconds, it stops the
+container, as a process replica's wrapper stops its tree.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from typing import Any, Callable, Sequence
 from vcli.errors import ExecutorError
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.executors.ssh.remote import install_tools, map_path, parse_ref, remote_view, replica_details
+from vcli.executors.ssh.remote import (
+    beat_seconds,
+    install_tools,
+    map_path,
+    parse_ref,
+    remote_paths,
+    remote_view,
+    replica_details,
+)
 from vcli.executors.ssh.transfer import upload_dir
 from vcli.logs import LogWriter
 
@@ -139,9 +150,14 @@ class DockerOnHosts:
     """
 
     def __init__(self, link: Callable[[str], HostLink], home: str, executor_name: str,
-                 leases: LeasesOf | None = None) -> None:
+                 leases: LeasesOf | None = None, orphan_timeout: float = 600.0) -> None:
         self._link = link
         self._leases = leases
+        self._orphan_timeout = orphan_timeout
+        #: container id -> (host, its lease file there): what the controller renews (`renew`).
+        self.guarded: dict[str, tuple[str, str]] = {}
+        self._renewing: threading.Thread | None = None
+        self._closed = threading.Event()
         self._home = home
         self._name = executor_name
         self._lock = threading.RLock()
@@ -219,24 +235,60 @@ class DockerOnHosts:
                              details=replica_details(link.host.name, ref))
 
     def keep_leases(self, launch: ReplicaLaunch, cid: str) -> None:
-        """Hand the GPU leases of container `cid` (just started on its host) from the
-        controller's lease server to a keeper on the host that lives until the container stops
-        (`wrapper.py keep`). Raises ExecutorError (the Docker executor then removes the container)."""
-        gpus = self._leases(launch, self._link(launch.placement.host).host) if self._leases is not None else None
-        if gpus is None:
-            return
-        leases, indices = gpus
+        """Start the keeper of container `cid` (just started on its host; `wrapper.py keep`): it
+        holds the container's GPU leases, taken over from the controller's lease server, and
+        stops the container once no controller renewed its lease for VCLI_SSH_ORPHAN_TIMEOUT
+        seconds (a container whose controller died ran on for good). Raises ExecutorError
+        (the Docker executor then removes the container)."""
         link = self._link(launch.placement.host)
         host = link.host
-        command = qargv([host.python, "-S", install_tools(link).wrapper, "keep", str(leases.socket),
-                         ",".join(str(i) for i in indices), cid, launch.job_id, launch.task_name])
+        gpus = self._leases(launch, host) if self._leases is not None else None
+        lease = self._lease_path(launch, link)
+        socket_name, indices = (str(gpus[0].socket), gpus[1]) if gpus else ("-", ())
+        command = qargv([host.python, "-S", install_tools(link).wrapper, "keep", socket_name,
+                         ",".join(str(i) for i in indices), cid, launch.job_id, launch.task_name, lease,
+                         f"{self._orphan_timeout:g}", "3"])
         rc, out, err = link.run(command, timeout=60)
         pid = next((line.split()[1] for line in out.splitlines() if line.startswith("VCLI-KEEPER ")), None)
         if rc != 0 or pid is None:
             detail = err.strip().splitlines()[-1:] or [f"exit status {rc}"]
-            raise ExecutorError(f"Cannot hold the GPU lease(s) {list(indices)} of replica {launch.task_name} on "
-                                f"host {host.name}: {detail[0]}")
-        leases.handed_over(indices)
+            held = f"hold the GPU lease(s) {list(indices)} of" if indices else "start the keeper of"
+            raise ExecutorError(f"Cannot {held} replica {launch.task_name} on host {host.name}: {detail[0]}")
+        if gpus:
+            gpus[0].handed_over(indices)
+        self._guard(cid, host.name, lease)
+
+    def _guard(self, cid: str, host_name: str, lease: str) -> None:
+        """Renew container `cid`'s lease from now on (a thread, started with the first one)."""
+        with self._lock:
+            self.guarded[cid] = (host_name, lease)
+            if self._renewing is None and not self._closed.is_set():
+                self._renewing = threading.Thread(target=self._renew_while_open, name="vcli-ssh-docker-lease",
+                                                  daemon=True)
+                self._renewing.start()
+
+    def _renew_while_open(self) -> None:
+        while not self._closed.wait(beat_seconds(self._orphan_timeout)):
+            self.renew()
+
+    def _lease_path(self, launch: ReplicaLaunch, link: HostLink) -> str:
+        _, view = self._remote(launch, link)
+        return remote_paths(launch, view, self._home).lease
+
+    def renew(self) -> None:
+        """Renew the lease of every container this controller holds, one command per host (a
+        host that does not answer is simply not renewed)."""
+        by_host: dict[str, list[str]] = {}
+        with self._lock:
+            for host_name, lease in self.guarded.values():
+                by_host.setdefault(host_name, []).append(lease)
+        for host_name, leases in by_host.items():
+            link = self._link(host_name)
+            if not link.lost():
+                try:
+                    link.quick(f"touch -c -- {qargv(leases)}", timeout=20)
+                except ExecutorError:
+                    pass
 
     def adopt(self, handle: ReplicaHandle, launch: ReplicaLaunch) -> None:
         """Stream an adopted container's output into its local log again (the host's engine
@@ -245,6 +297,7 @@ class DockerOnHosts:
         remote, view = self._remote(launch, link)
         with self._lock:
             self.metric_files[handle.ref] = view.metric_file
+        self._guard(self.inner(handle).ref, handle.host, remote_paths(launch, view, self._home).lease)
         try:
             self.engine(handle.host).adopt(self.inner(handle), remote)
         except ExecutorError as e:
@@ -284,6 +337,9 @@ class DockerOnHosts:
         self.engine(host_name).stop([self.inner(h) for h in handles], grace_seconds=grace_seconds)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
+        with self._lock:
+            for h in handles:
+                self.guarded.pop(self.inner(h).ref, None)
         for host_name in sorted({h.host for h in handles}):
             if self._link(host_name).lost():
                 continue
@@ -293,6 +349,7 @@ class DockerOnHosts:
                 pass  # the host went away meanwhile: its containers stay for `docker rm`
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             bridges = [b for b, _ in self._engines.values()]
         for b in bridges:

@@ -101,10 +101,10 @@ class SSHExecutor(ExecutorBase):
         #: host -> why it is down (declared dead here, not yet answering again).
         self._down: dict[str, str] = {}
         self._probing: set[str] = set()
-        self._docker = DockerOnHosts(self._link, self._home, self.name, self._replica_leases)
-        self._closed = threading.Event()
         #: VCLI_SSH_ORPHAN_TIMEOUT: how long replicas run on without a controller renewing their lease.
         self._orphan_timeout = orphan_timeout()
+        self._docker = DockerOnHosts(self._link, self._home, self.name, self._replica_leases, self._orphan_timeout)
+        self._closed = threading.Event()
         self._beats: threading.Thread | None = None
 
     # ------------------------------------------------------------------ hosts

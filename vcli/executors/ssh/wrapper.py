@@ -5,7 +5,7 @@
                              [NAME=VALUE...] -- ARGV...
     python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
-    python -S wrapper.py keep SOCKET I,J... CONTAINER JOB_ID REPLICA
+    python -S wrapper.py keep SOCKET|- I,J... CONTAINER JOB_ID REPLICA [LEASE ORPHAN_TIMEOUT GRACE]
     python -S wrapper.py find TAG STATUS
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
@@ -524,17 +524,33 @@ def _container_running(container: str) -> bool | None:
     return False if b"no such" in p.stderr.lower() else None
 
 
-def _keep_waiting(container: str) -> None:
-    """Until the container is not running (stopped, removed, unknown to a reachable engine)."""
+def _keep_waiting(container: str, lease: str = "", orphan_timeout: float = 0.0, grace: float = 3.0) -> None:
+    """Until the container is not running (stopped, removed, unknown to a reachable engine).
+    With a `lease`: once no controller renewed it for `orphan_timeout` seconds, the container
+    is stopped (`docker stop -t GRACE`), as a process replica's wrapper stops its tree; a
+    container replica whose controller died ran on for good."""
     import subprocess
 
+    started = time.time()
+    if lease:
+        _touch(lease)
     unsure = 0
+    stopped = False
     while True:
         try:
-            subprocess.run(["docker", "container", "wait", container], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            waiter = subprocess.Popen(["docker", "container", "wait", container], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except OSError:
-            pass
+            waiter = None
+        while waiter is not None and waiter.poll() is None:
+            if lease and not stopped and _lease_age(lease, started) > orphan_timeout:
+                stopped = True
+                subprocess.run(["docker", "container", "stop", "-t", f"{grace:g}", container], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=grace + 60)
+            try:
+                waiter.wait(timeout=min(5.0, max(0.5, orphan_timeout / 10)) if lease else None)
+            except subprocess.TimeoutExpired:
+                pass
         running = _container_running(container)
         if running is False:
             return
@@ -544,12 +560,18 @@ def _keep_waiting(container: str) -> None:
         time.sleep(1.0)
 
 
-def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica: str) -> int:
+def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica: str, lease: str = "",
+         orphan_timeout: float = 0.0, grace: float = 3.0) -> int:
+    """Keep a container replica: hold its GPU leases (SOCKET `-`: none) and stop it once its
+    lease (LEASE, renewed by the controller) is older than ORPHAN_TIMEOUT, until it stops."""
     try:
-        fds = take_over(socket_name, gpus)
+        fds = take_over(socket_name, gpus) if socket_name != "-" else []
     except OSError as e:
         os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpus}: {e.strerror or e}\n".encode())
         return 127
+    if lease:
+        os.makedirs(os.path.dirname(lease), exist_ok=True)
+        _touch(lease)
     pid = os.fork()
     if pid == 0:
         try:
@@ -558,10 +580,11 @@ def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica
             for std in (0, 1, 2):
                 os.dup2(devnull, std)
             os.environ["VCLI_JOB_ID"] = job_id
-            _keep_waiting(container)
+            _keep_waiting(container, lease, orphan_timeout, grace)
         finally:
             os._exit(0)
-    _record_holder(fds, {"pid": pid, "replica": replica, "container": container[:12], "wrapperPid": os.getpid()})
+    if fds:
+        _record_holder(fds, {"pid": pid, "replica": replica, "container": container[:12], "wrapperPid": os.getpid()})
     for fd in fds:
         os.close(fd)
     os.write(1, f"VCLI-KEEPER {pid}\n".encode())
@@ -594,8 +617,9 @@ def main(args: list[str]) -> int:
         return stop(args[1], float(args[2]), [(int(pairs[i]), pairs[i + 1]) for i in range(0, len(pairs), 2)])
     if len(args) == 3 and args[0] == "find":
         return find(args[1], args[2])
-    if len(args) == 6 and args[0] == "keep":
-        return keep(args[1], [int(i) for i in args[2].split(",") if i], args[3], args[4], args[5])
+    if len(args) in (6, 9) and args[0] == "keep":
+        guard = (args[6], float(args[7]), float(args[8])) if len(args) == 9 else ()
+        return keep(args[1], [int(i) for i in args[2].split(",") if i], args[3], args[4], args[5], *guard)
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2
 
