@@ -596,3 +596,17 @@ def test_resume_acts_on_a_replica_its_dead_controller_recorded_failed(tmp_path: 
     job = describe(home, "custom-jobs", job_id)
     assert job["state"] == "JOB_STATE_FAILED", job
     assert not processes_with_env("VCLI_JOB_ID", job_id)
+
+
+def test_the_closing_line_gives_the_recorded_run_not_this_process_time() -> None:
+    """`finished ... in 15.0s` of a study recorded as 6.9 s (a tracker slow to answer after the
+    end; found by a probe), and before that the time since a resume."""
+    from types import SimpleNamespace
+
+    from vcli.cli.output import ran_seconds
+
+    row = SimpleNamespace(start_time="2026-11-28T22:08:13.110000Z", create_time="2026-11-28T22:08:12.000000Z",
+                          end_time="2026-11-28T22:08:20.005000Z")
+    assert abs(ran_seconds(row, 15.0) - 6.895) < 1e-6
+    assert abs(ran_seconds(row, 0.4) - 6.895) < 1e-6
+    assert ran_seconds(SimpleNamespace(start_time=None, create_time=None, end_time=None), 3.5) == 3.5

@@ -84,13 +84,14 @@ def check_format(fmt: Optional[str]) -> None:
 
 def ran_seconds(row: Any, measured: float) -> float:
     """How long the job or study ran: from its recorded start to its recorded end (a resumed
-    one printed the time since the resume: "in 3.3s" of a study that ran a minute), else
+    one printed the time since the resume: "in 3.3s" of a study that ran a minute; a study
+    whose tracker was slow to answer after its end, "in 15.0s" of one recorded as 6.9 s), else
     `measured` (this process's own count)."""
     from vcli.store import iso_seconds
 
     start = iso_seconds(getattr(row, "start_time", None) or getattr(row, "create_time", None))
     end = iso_seconds(getattr(row, "end_time", None))
-    return measured if start is None or end is None else max(measured, end - start)
+    return measured if start is None or end is None else max(0.0, end - start)
 
 
 def exit_code_for(state: JobState) -> int:
