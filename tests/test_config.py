@@ -886,7 +886,7 @@ def test_plain_scalars_follow_yaml_1_2_core_schema(tmp_path):
 
 def test_the_python_property_is_the_interpreter_of_local_modules(tmp_path):
     """`vcli config set python PATH` is what the local executor runs `python -m` with (it was
-    accepted and ignored); a path that is not an executable is refused when set."""
+    accepted and ignored); a path that is not a Python 3 interpreter is refused when set."""
     import sys
 
     from tests.helpers import vcli
@@ -898,7 +898,11 @@ def test_the_python_property_is_the_interpreter_of_local_modules(tmp_path):
     python.chmod(0o755)
     bad = vcli(home, "config", "set", "python", str(tmp_path / "missing"))
     assert bad.returncode != 0 and "is not an executable file" in bad.stderr and bad.stderr.count("\n") == 1
+    true = vcli(home, "config", "set", "python", "/bin/true")  # taken: every job SUCCEEDED without its trainer
+    assert true.returncode != 0 and "[/bin/true] is not a Python 3 interpreter" in true.stderr, true.stderr
+    assert true.stderr.count("\n") == 1
     assert vcli(home, "config", "set", "python", str(python)).returncode == 0
+    marker.unlink()  # `set` ran it once, to check it
     pkg = tmp_path / "pkg"
     (pkg / "trainer").mkdir(parents=True)
     (pkg / "trainer" / "__init__.py").write_text("")

@@ -121,10 +121,26 @@ def set_(prop: str, value: str) -> None:
 
         if shutil.which(value) is None:
             raise InvalidValueError(prop, f"[{value}] is not an executable file (nor a command on PATH)")
+        _check_python(value)
     with _locked():
         data = load()
         data[prop] = value
         _write(data)
+
+
+def _check_python(value: str) -> None:
+    """`python` must run Python 3 (`/bin/true` was taken: every local job then SUCCEEDED without
+    running its trainer)."""
+    import subprocess
+
+    try:
+        out = subprocess.run([value, "-c", "import sys; print('vcli-python', sys.version_info[0])"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise InvalidValueError("python", f"[{value}] could not be run: {e}") from None
+    if "vcli-python 3" not in out.stdout:
+        raise InvalidValueError("python", f"[{value}] is not a Python 3 interpreter (it did not run "
+                                          "`python -c 'import sys; print(sys.version_info[0])'`)")
 
 
 def unset(prop: str) -> None:
