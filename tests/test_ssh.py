@@ -280,6 +280,19 @@ def test_links_in_a_package_reach_the_host_as_the_trainer_sees_them_locally(clus
     assert f"link(s) out of the package (ext -> {tmp_path / 'elsewhere'})" in res.stderr, res.stderr
 
 
+def test_a_missing_interpreter_is_named_not_the_working_directory(cluster: netns.NetnsCluster, tmp_path: Path) -> None:
+    """An inventory `python` that does not exist failed the job with "cannot create the working
+    directory" (found by a probe)."""
+    env = Env(cluster, tmp_path, extra={"h1": {"python": "/nonexistent/python"}})
+    pkg = write_package(tmp_path, {"t.py": "print('hi')\n"})
+    res = env.run("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=nopython",
+                  f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,local-package-path={pkg},script=t.py",
+                  timeout=180)
+    assert res.returncode == 3, f"{res.returncode}\n{res.stderr}"
+    assert "Host h1: cannot run its Python interpreter /nonexistent/python" in res.stderr, res.stderr
+    assert "working directory" not in res.stderr
+
+
 # =========================================================================== (d) host loss
 
 

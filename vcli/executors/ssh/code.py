@@ -96,6 +96,9 @@ def populate(link: HostLink, local_dir: str, store: str, workdirs: Sequence[str]
     with link.sync_lock:
         command = f"{q(python)} -S {q(script)} populate {q(code_dir(link.root(), local_dir))} {q(store)} {qargv(workdirs)}"
         rc, out, err = link.run(command, timeout=600)
+    if rc in (126, 127):  # the shell could not run the inventory's interpreter: not the directory's fault
+        raise ExecutorError(f"Host {link.host.name}: cannot run its Python interpreter {python} (the inventory's "
+                            f"`python`; `vcli hosts check {link.host.name}` tests it): {_error(out, err)}")
     if rc != 0:
         raise ExecutorError(f"Host {link.host.name}: cannot create the working directory {workdirs[0]}: "
                             f"{_error(out, err)}")
