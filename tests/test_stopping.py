@@ -191,6 +191,21 @@ def test_decay_curve_stops_trials_that_cannot_catch_up(metric):
     assert "predicts at best" in next(iter(out.reasons.values()))
 
 
+def test_decay_curve_judges_huge_values_as_it_judges_them_scaled_down():
+    """Values near 1e160 overflowed the fit's squares: numpy's RuntimeWarnings on the user's
+    terminal and a NaN bound, which stopped the trial (found by a probe). The rule is now the
+    same at any scale, and silent."""
+    import warnings
+
+    curves, _, _ = mixed_curves(18, seed=1)
+    huge = [lambda step, c=c: c(step) * 1e160 for c in curves]
+    plain = simulate(lambda: stopping_rule(DecayCurveAutomatedStoppingSpec(), ACC), curves, max_steps=20, parallel=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = simulate(lambda: stopping_rule(DecayCurveAutomatedStoppingSpec(), ACC), huge, max_steps=20, parallel=2)
+    assert scaled.steps == plain.steps and plain.total < 18 * 20
+
+
 def test_decay_curve_keeps_a_slow_starter_that_ends_best():
     # Completed curves teach that early values say little: fast-rising mediocre configs and
     # slow-rising ones that end higher. A slow starter must then survive.

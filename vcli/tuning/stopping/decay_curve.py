@@ -100,6 +100,13 @@ def _prediction_upper_bound(rows, finals, query) -> float | None:
     X = np.asarray(rows, dtype=float)
     y = np.asarray(finals, dtype=float)
     q = np.asarray(query, dtype=float)
+    # One scale for the scores and the target: the prediction scales with it and the leverage
+    # does not, and values near 1e160 no longer overflow the squares (numpy's warnings on the
+    # user's terminal, and a NaN bound that stopped the trial).
+    scale = float(max(np.abs(y).max(), np.abs(X[:, 1:]).max(), np.abs(q[1:]).max(), 1.0))
+    if not math.isfinite(scale):
+        return None
+    X[:, 1:], q[1:], y = X[:, 1:] / scale, q[1:] / scale, y / scale
     lows, highs = X[:, 1:].min(axis=0), X[:, 1:].max(axis=0)
     tol = 1e-12 * (1 + np.abs(X[:, 1:]).max(axis=0))
     outside = np.any(q[1:] > highs + tol) or np.any(q[1:] < lows - tol)
@@ -110,12 +117,14 @@ def _prediction_upper_bound(rows, finals, query) -> float | None:
     n, p = X.shape
     if n <= p:
         return None
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    resid = y - X @ coef
-    sigma2 = float(resid @ resid) / (n - p)
-    xtx_inv = np.linalg.pinv(X.T @ X)
-    var = sigma2 * (1.0 + float(q @ xtx_inv @ q))
-    return float(q @ coef) + DECAY_Z * math.sqrt(max(var, 0.0))
+    with np.errstate(all="ignore"):
+        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        resid = y - X @ coef
+        sigma2 = float(resid @ resid) / (n - p)
+        xtx_inv = np.linalg.pinv(X.T @ X)
+        var = sigma2 * (1.0 + float(q @ xtx_inv @ q))
+        bound = (float(q @ coef) + DECAY_Z * math.sqrt(max(var, 0.0))) * scale
+    return bound if math.isfinite(bound) else None  # never a decision on a NaN
 
 
 
