@@ -110,6 +110,9 @@ def test_csv_has_one_row_per_trial_with_every_parameter_and_metric(study, tmp_pa
         # Integers as integers: the whole DISCRETE value as the trainer got it (`16`, not `16.0`).
         assert row["param_bs"] in ("8", "16", "32") and row["param_bs"] == str(int(params["bs"]))
         assert row["param_drop"] in ("0.1", "0.25", "0.5")
+    upper = tmp_path / "TRIALS.CSV"  # refused before, while `plot` took `.PNG` (found by a probe)
+    assert vcli(home, "hp-tuning-jobs", "export", _id(s), f"--to={upper}").returncode == 0
+    assert upper.read_text() == out.read_text()
 
 
 def test_parquet_keeps_the_types(study, tmp_path: Path) -> None:

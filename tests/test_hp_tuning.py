@@ -748,3 +748,21 @@ def test_stdout_reports_read_every_spelling_of_a_value_that_is_not_finite() -> N
     assert not reader.feed_stdout_line("score=\u0661\u0662 step=5", 1.0)
     got = [(m.step_count, repr(m.metrics["score"])) for m in reader.measurements]
     assert got == [(1, "nan"), (2, "-inf"), (3, "inf"), (-4, "0.5")]
+
+
+def test_metrics_reported_at_different_steps_are_said_so() -> None:
+    """`acc` at step 1 and `loss` at step 2 were "finished without reporting the metric [acc,
+    loss]": both were reported, never at one step (found by a probe)."""
+    from vcli.control.active import missing_metric_reason
+    from vcli.metrics import MetricReader
+
+    reader = MetricReader(("acc", "loss"))
+    for line in ("acc=0.5 step=1", "loss=0.2 step=2", "acc=0.6 step=3"):
+        assert reader.feed_stdout_line(line, 1.0)
+    assert missing_metric_reason(("acc", "loss"), reader) == (
+        "The trial reported the metrics [acc, loss] but never all of them at one step: a multi-objective trial must "
+        "report every metric with the same step (the same `global_step`, or `step=` on stdout).")
+    only_acc = MetricReader(("acc", "loss"))
+    only_acc.feed_stdout_line("acc=0.5 step=1", 1.0)
+    assert missing_metric_reason(("acc", "loss"), only_acc).startswith(
+        "The trial finished without reporting the metric [loss]")

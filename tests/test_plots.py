@@ -297,6 +297,32 @@ def test_an_unknown_output_extension_is_one_line(single, tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []
 
 
+def test_nothing_to_draw_and_a_name_that_is_only_an_extension_are_one_line(tmp_path: Path) -> None:
+    """A .png report of a study with nothing to draw wrote nothing and exited 0; `--output=.html`
+    said it "must end in .html" (found by a probe)."""
+    from tests.helpers import vcli
+
+    home = tmp_path / "home"
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=silent", "--max-trial-count=1",
+             "--algorithm=random-search", "--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+             "--metric=metric-id=score,goal=maximize", "--format=value(name.basename())",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x", f"--command={sys.executable},-c,pass",
+             timeout=120)
+    sid = r.stdout.strip().splitlines()[-1]
+    import sqlite3
+
+    with sqlite3.connect(home / "vcli.db") as db:  # as a study cancelled before its first trial
+        db.execute("DELETE FROM trials WHERE study_id = ?", (sid,))
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _plot(home, out, sid, "--output=study.png")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"nothing to draw for [{sid}] as .png: no trial has a measurement yet (0 trial(s))" in r.stderr, r.stderr
+    r = _plot(home, out, sid, "--output=.html")
+    assert r.returncode == 2 and "[.html] needs a file name before .html" in r.stderr, r.stderr
+    assert list(out.iterdir()) == []
+
+
 def test_without_matplotlib_it_says_what_to_install(single, tmp_path: Path) -> None:
     home, sid, _ = single
     # A `matplotlib` that fails to import, first on the path: as if it were not installed.

@@ -193,7 +193,7 @@ def test_convex_fields_vcli_does_not_use_are_named_in_one_note(tmp_path: Path) -
     "flag, message",
     [
         ("--early-stopping=asha,reduction-factor=1", "reduction-factor: must be an integer of at least 2"),
-        ("--early-stopping=hyperband", "max-step-count: Hyperband needs maxStepCount"),
+        ("--early-stopping=hyperband", "max-step-count: required: Hyperband builds its brackets"),  # was "found [0]"
         ("--early-stopping=sometimes", "valid rules are [none, median, decay-curve, convex, asha, hyperband]"),
         ("--early-stopping=asha,bogus=1", "valid keys are"),
         ("--early-stopping=asha,min-step-count=x", "must be an integer"),

@@ -346,10 +346,10 @@ def export(
         err(f"Exported {len(trials)} trial(s) of [{row.id}] to the Optuna study [{name}] at {ex.shown_url(to)}.")
         return
     columns, rows = ex.table(spec, params, trials)
-    if not to.endswith((".csv", ".parquet")):
+    if not to.lower().endswith((".csv", ".parquet")):  # as `plot` takes `.PNG`
         raise UsageError(f"argument --to: [{to}] is neither a .csv or .parquet file nor a storage URL such as sqlite:///optuna.db")
     try:
-        (ex.write_csv if to.endswith(".csv") else ex.write_parquet)(to, columns, rows)
+        (ex.write_csv if to.lower().endswith(".csv") else ex.write_parquet)(to, columns, rows)
     except OSError as e:  # no such directory, a file in the way, no permission, a full disk
         raise InvalidValueError("--to", f"cannot write [{to}]: {e.strerror or e}") from None
     err(f"Exported {len(trials)} trial(s) of [{row.id}] to {to}.")
@@ -375,12 +375,19 @@ def plot(
     title = f"{row.display_name} ({row.id})" if row.display_name else row.id
     target = output or f"{row.id}.html"
     try:
-        for path in plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials):
+        written = plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials)
+        for path in written:
             err(f"Wrote {path}.")
     except OSError as e:  # no such directory, a file in the way, no permission, a full disk
         from vcli.errors import InvalidValueError
 
         raise InvalidValueError("--output", f"cannot write [{e.filename or target}]: {e.strerror or e}") from None
+    if not written:  # an .svg/.png report of a study with nothing to draw wrote nothing, exit 0
+        from vcli.errors import InvalidValueError
+
+        raise InvalidValueError("--output", f"nothing to draw for [{row.id}] as {os.path.splitext(target)[1]}: no trial "
+                                            f"has a measurement yet ({len(trials)} trial(s)); an .html report shows "
+                                            "the study as it is")
 
 
 @app.command("tensorboard", cls=GcloudCommand)

@@ -169,6 +169,10 @@ def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> 
         values = sorted({repr(v) for v in reported})
         return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
                 f"({', '.join(values)}).")
+    if not missing and len(metric_ids) > 1:  # each was reported, never all at one step
+        return (f"The trial reported the metrics [{', '.join(metric_ids)}] but never all of them at one step: a "
+                "multi-objective trial must report every metric with the same step (the same `global_step`, or "
+                "`step=` on stdout).")
     names = ", ".join(missing or metric_ids)
     return (f"The trial finished without reporting the metric [{names}] (report it with "
             f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){_reported_instead(reader)}"

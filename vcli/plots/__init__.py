@@ -112,6 +112,8 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
     (`report_html`); `.svg` or `.png` one file per figure, `<stem>-<key>.<ext>`. Any other
     extension is a UsageError naming --output, raised before anything is drawn."""
     stem, ext = os.path.splitext(path)
+    if not ext and os.path.basename(stem).lower() in OUTPUT_EXTENSIONS:  # `--output=.html`
+        raise UsageError(f"argument --output: [{path}] needs a file name before {os.path.basename(stem)}")
     if ext.lower() not in OUTPUT_EXTENSIONS:
         raise UsageError(f"argument --output: [{path}] must end in {', '.join(OUTPUT_EXTENSIONS[:-1])} "
                          f"or {OUTPUT_EXTENSIONS[-1]}")

@@ -87,6 +87,8 @@ def _smooth_round_robin(weights: list[int]) -> list[int]:
 
 def _check(stop: HyperbandStoppingSpec, study: StudySpec, error: FieldError) -> None:
     check_halving_fields(stop, study, error)  # type: ignore[arg-type]
+    if not stop.max_step_count:  # unset (proto3's 0): "found [0]" named nothing the user gave
+        raise error("maxStepCount", "required: Hyperband builds its brackets from the steps of a full trial")
     if stop.max_step_count < stop.min_step_count * stop.reduction_factor:
         raise error("maxStepCount", f"Hyperband needs maxStepCount (the steps of a full trial) of at least "
                     f"minStepCount x reductionFactor = {stop.min_step_count * stop.reduction_factor}, "
