@@ -230,6 +230,27 @@ def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, 
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_controller_killed_in_the_stop_grace_still_has_its_stubborn_trainer_killed(tmp_path: Path) -> None:
+    """Ctrl-C, then `kill -9` of the controller within the 3 s grace: nobody sent the SIGKILL,
+    and a trainer that ignores SIGTERM trained on (found by a probe). Its supervisor now
+    kills it itself once the grace is over."""
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
+    proc = spawn(home, "custom-jobs", "create", "--display-name=graceless",
+                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
+    try:
+        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+        os.kill(proc.pid, signal.SIGINT)
+        read_stderr_until(proc, "Stopping 1 replica(s)", 30)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 20, "the stubborn trainer killed")
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_cancel_with_the_shells_exit_code(tmp_path: Path, sig: int, code: int) -> None:
     """A foreground run that gets SIGTERM (a CI runner's timeout) or SIGHUP (its terminal closed)

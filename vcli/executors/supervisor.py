@@ -18,7 +18,8 @@ a new process group, and:
 - then stops every remaining descendant (SIGTERM, a short grace, SIGKILL, repeated until none
   is left) and exits 0;
 - on SIGTERM (a stop request): SIGTERM to every descendant, and keeps waiting for the trainer;
-  on SIGUSR1 (the grace period is over): SIGKILL to every descendant. An exit caused this way
+  on SIGUSR1 (the grace period is over): SIGKILL to every descendant; if the executor that
+  asked is gone (before or during the grace), SIGKILL after ORPHAN_GRACE_SECONDS itself. An exit caused this way
   is recorded like any other (the trainer's own status: 143 for SIGTERM, 137 for SIGKILL).
 
 - holds the replica's host-wide GPU leases (`--lease-fd`: locked descriptors of
@@ -256,6 +257,7 @@ class _Supervisor:
         self.cleanup_deadline: float | None = None
         self.killed = False  # once set, every turn SIGKILLs every descendant
         self.orphan_kill_at: float | None = None
+        self.stop_requested = False  # a SIGTERM came while the trainer ran
         # Set by `_take_over` (the log and the trainer's pipes) and by `run` after the fork.
         self.log_fd = self.out_r = self.out_w = self.err_r = self.err_w = -1
         self.parent = 0
@@ -383,13 +385,16 @@ class _Supervisor:
             signum = self.requested.pop(0)
             if signum == signal.SIGTERM and self.trainer_status is None:
                 _signal_all(signal.SIGTERM)
-                if os.getppid() != self.parent:  # our executor is gone: nobody will say "grace over"
-                    self.orphan_kill_at = time.monotonic() + ORPHAN_GRACE_SECONDS
+                self.stop_requested = True
             elif signum == signal.SIGUSR1:
                 self.killed = True
 
     def _escalate(self) -> None:
-        """Once the orphan grace is over, or SIGKILL was called for, SIGKILL every descendant (every turn)."""
+        """Once the orphan grace is over, or SIGKILL was called for, SIGKILL every descendant (every turn).
+        A stop whose executor is gone, before or during its grace, gets the grace from here:
+        a controller killed in the grace left a trainer that ignores SIGTERM training on."""
+        if self.stop_requested and self.orphan_kill_at is None and os.getppid() != self.parent:
+            self.orphan_kill_at = time.monotonic() + ORPHAN_GRACE_SECONDS
         if self.orphan_kill_at is not None and time.monotonic() > self.orphan_kill_at:
             self.killed = True
         if self.killed:
