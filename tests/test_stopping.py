@@ -469,3 +469,39 @@ def test_review_does_not_stop_trials_without_measurements():
                  AshaStoppingSpec(), HyperbandStoppingSpec(max_step_count=9)):
         t = Trial(id="1", parameters={}, state=TrialState.ACTIVE)
         assert stopping_rule(spec, ACC).review(t, [t]) is None
+
+
+def _reported(curve: Callable[[int], float], steps: int, thinned: bool) -> tuple:
+    """A trial's measurements of `curve` at steps 1..`steps`, as a MetricReader keeps them
+    (`thinned`) or every one of them."""
+    from vcli.metrics import MetricReader
+
+    if not thinned:
+        return tuple(Measurement(step_count=s, metrics={"accuracy": curve(s)}) for s in range(1, steps + 1))
+    reader = MetricReader("accuracy")
+    for s in range(1, steps + 1):
+        reader.feed_stdout_line(f"accuracy={curve(s)!r} step={s}", 1.0)
+    return tuple(reader.measurements)
+
+
+@pytest.mark.parametrize("thinned", [False, True], ids=["whole", "thinned"])
+@pytest.mark.parametrize("rule, spec, worse_stops", [
+    ("median", MedianAutomatedStoppingSpec(), True),
+    ("asha", AshaStoppingSpec(reduction_factor=3, min_step_count=1), False),
+])
+def test_rules_judge_long_finished_trials_as_if_every_report_were_kept(thinned, rule, spec, worse_stops):
+    """Finished trials of 100,000 reports keep 1,000 measurements: with an even stride the
+    early steps were gone (steps 1, 129, 257...), so ASHA compared a running trial at rung 3
+    with a finished one at step 129 (a better trial stopped) and the median rule read running
+    averages of step 1 alone (a worse trial never stopped; found by a probe)."""
+    kept = _reported(lambda s: 1 - 1 / s, 100_000, thinned)
+    done = [Trial(id=str(i), parameters={}, state=TrialState.SUCCEEDED, measurements=kept) for i in range(1, 6)]
+    r = stopping_rule(spec, ACC)
+    if worse_stops:  # always worse than every finished trial: stopped at step 3, as with whole curves
+        running = Trial(id="9", parameters={}, state=TrialState.ACTIVE,
+                        measurements=_reported(lambda s: 0.5 * (1 - 1 / s), 3, False))
+        assert r.review(running, [*done, running]) is not None
+    else:  # better than the finished ones at every step: never stopped at a rung
+        running = Trial(id="9", parameters={}, state=TrialState.ACTIVE,
+                        measurements=_reported(lambda s: 1.1 * (1 - 1 / s), 3, False))
+        assert r.review(running, [*done, running]) is None

@@ -219,6 +219,26 @@ def test_a_flag_that_makes_a_config_invalid_is_named_instead_of_the_file(tmp_pat
     assert f"Invalid value for [{named}]: " in r.stderr and "hp_tuning.yaml" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("flags, named, said", [
+    (("--metric=metric-id=a,goal=maximize", "--metric=metric-id=a,goal=minimize"), "--metric",
+     "metricId [a] is listed twice"),
+    (("--parameter-spec=parameter-id=x,type=double,min=0,max=1",
+      "--parameter-spec=parameter-id=x,type=double,min=0,max=2"), "--parameter-spec", "[x]"),
+])
+def test_study_flags_that_clash_are_named_not_config(tmp_path: Path, flags: tuple[str, ...], named: str,
+                                                     said: str) -> None:
+    """Two --metric flags of one id were "Invalid value for [--config]: <flags> at ..." with no
+    --config given (found by a probe)."""
+    base = {"--metric": "--metric=metric-id=m,goal=maximize",
+            "--parameter-spec": "--parameter-spec=parameter-id=p,type=double,min=0,max=1"}
+    other = [v for k, v in base.items() if k != named]
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=x", *flags, *other,
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=img", "--command=python3,-c,pass",
+             "--validate-only")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"Invalid value for [{named}]: " in r.stderr and said in r.stderr and "<flags>" not in r.stderr, r.stderr
+
+
 def test_plain_output_holds_trial_lines_and_status_goes_to_stderr(tmp_path: Path) -> None:
     # Without --format, stdout (not a terminal) is one line per trial event; status messages
     # (a trial stopped early) are stderr's, as every status line is.

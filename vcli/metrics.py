@@ -23,11 +23,12 @@ the final measurement is always the latest one holding every metric with a finit
 
 A trial keeps at most `MEASUREMENT_LIMIT` intermediate measurements: a trainer that reports
 every batch (200,000 stdout lines) made every save, `list` and `describe` scale with them (a
-minute and 900 MB per `describe`). Past the limit the reader thins them evenly over the
-trial's history (every 2nd, then every 4th report... is kept), always keeping the first, the
-latest, the one with the largest step, the latest complete one and, per metric, the largest
-and smallest value, so the final measurement (LAST or BEST), early-stopping reach and the
-curve's shape are what they would have been.
+minute and 900 MB per `describe`). Past the limit the reader keeps the first quarter of the
+limit whole (the early steps the early-stopping rules compare at) and thins the rest evenly
+(every 2nd, then every 4th report... is kept), always keeping the latest, the one with the
+largest step, the latest complete one and, per metric, the largest and smallest value, so
+the final measurement (LAST or BEST), early-stopping reach and the curve's shape are what
+they would have been.
 """
 
 from __future__ import annotations
@@ -184,7 +185,11 @@ class MetricReader:
                 self._kept[role] = (rank, ordinal)
 
     def _keeps(self, ordinal: int) -> bool:
-        return ordinal % self._stride == 0 or any(o == ordinal for _, o in self._kept.values())
+        # The first quarter of the limit stays whole: early-stopping rules compare trials at
+        # their first steps (ASHA's rungs 1, 3, 9...; the median rule's early running averages),
+        # where a stride of 128 left a finished trial with no value before step 129.
+        return (ordinal < self._limit // 4 or ordinal % self._stride == 0
+                or any(o == ordinal for _, o in self._kept.values()))
 
     def _drop_previous_unless_kept(self) -> None:
         """After a new measurement: the one before it goes if neither the stride nor a role keeps it."""

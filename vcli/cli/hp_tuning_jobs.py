@@ -109,7 +109,8 @@ def create(
     request = study_request(doc, source, StudyFlags(
         display_name, max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
         measurement_selection.spec_value() if measurement_selection is not None else None, study_timeout, goal_value,
-        algorithm_flag=algorithm is not None, early_stopping_flag=early_stopping is not None))
+        algorithm_flag=algorithm is not None, early_stopping_flag=early_stopping is not None,
+        metric_flag=bool(metric), parameter_flag=bool(parameter_spec), worker_pool_flag=bool(worker_pool_spec)))
     for notice in request.notices:
         err(notice)
     # gcloud puts these in trialJobSpec; they change nothing locally (the notice says so).

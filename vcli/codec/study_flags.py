@@ -43,6 +43,10 @@ class StudyFlags:
     goal_value: float | None = None
     algorithm_flag: bool = False
     early_stopping_flag: bool = False
+    #: The document parts --metric, --parameter-spec and --worker-pool-spec wrote.
+    metric_flag: bool = False
+    parameter_flag: bool = False
+    worker_pool_flag: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,12 @@ def _flag_error(error: ConfigError, flags: StudyFlags) -> Exception:
         return InvalidValueError("--early-stopping", f"{key}: {message}" if key else message)
     if flags.algorithm_flag and path == "studySpec.algorithm":
         return InvalidValueError("--algorithm", message)
+    # Two --metric flags of one id were "Invalid value for [--config]: <flags> at ...".
+    for wrote, prefix, flag in ((flags.metric_flag, "studySpec.metrics", "--metric"),
+                                (flags.parameter_flag, "studySpec.parameters", "--parameter-spec"),
+                                (flags.worker_pool_flag, "trialJobSpec.workerPoolSpecs", "--worker-pool-spec")):
+        if wrote and (path == prefix or path.startswith((prefix + ".", prefix + "["))):
+            return InvalidValueError(flag, f"[{path}]: {message}")
     return error
 
 

@@ -28,9 +28,21 @@ class Curve(list):
     def __init__(self, points: list[Point]):
         super().__init__(points)
         self.xs = [p.x for p in points]
+        # Prefix sums of scores and of weights, each point weighted by the x span it stands
+        # for (the gap to the point before; the first, the gap after): evenly spaced reports
+        # weigh the same, and a long trial's thinned measurements (dense early, sparse later)
+        # still average as the reports they stand for.
         self.prefix = [0.0]
-        for p in points:
-            self.prefix.append(self.prefix[-1] + p.score)
+        self.weights = [0.0]
+        for i, p in enumerate(points):
+            gap = (p.x - points[i - 1].x) if i else (points[1].x - p.x if len(points) > 1 else 1.0)
+            w = gap if gap > 0 else 1.0
+            self.prefix.append(self.prefix[-1] + w * p.score)
+            self.weights.append(self.weights[-1] + w)
+
+    def average(self, k: int) -> float:
+        """The weighted running average of the first `k` points' scores (k >= 1)."""
+        return self.prefix[k] / self.weights[k]
 
     def upto(self, x: float) -> int:
         """How many points have x' <= x."""

@@ -50,7 +50,7 @@ class MedianRule:
                 continue
             k = pts.upto(x)
             if k:
-                averages.append(pts.prefix[k] / k)
+                averages.append(pts.average(k))
         if len(averages) < MEDIAN_MIN_TRIALS:
             return None
         median = _median(averages)
