@@ -768,3 +768,28 @@ def test_metrics_reported_at_different_steps_are_said_so() -> None:
     only_acc.feed_stdout_line("acc=0.5 step=1", 1.0)
     assert missing_metric_reason(("acc", "loss"), only_acc).startswith(
         "The trial finished without reporting the metric [loss]")
+
+
+def test_a_ctrl_c_as_soon_as_the_study_is_submitted_cancels_it(tmp_path: Path) -> None:
+    """Ctrl-C right after `submitted successfully`, before the study's run had its own handler,
+    ended vcli ("Interrupted.", 130) and left the study QUEUED or RUNNING with nobody driving
+    it, trainers running (5 of 5 times; found by a probe)."""
+    import signal
+
+    home = tmp_path / "home"
+    proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=early", "--max-trial-count=6",
+                 "--parallel-trial-count=3", "--algorithm=random-search",
+                 "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
+                 "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x",
+                 "--command=python3,-c,import time; time.sleep(60)")
+    try:
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    study = describe(home, "hp-tuning-jobs", study_id)
+    assert study["state"] == "JOB_STATE_CANCELLED", study["state"]
+    assert all(t["state"] in ("SUCCEEDED", "INFEASIBLE") for t in study.get("trials", [])), study.get("trials")
+    assert not any(processes_with_env("VCLI_JOB_ID", t["customJob"].rsplit("/", 1)[-1]) for t in study.get("trials", []))

@@ -264,3 +264,36 @@ def test_a_controller_waits_out_a_store_another_process_keeps_locked(tmp_path: P
             wait_out_locks(0)
     assert capsys.readouterr().err.count("is locked by another process (for more than 30 s now); waiting for it.") == 1
     store.close()
+
+
+def test_a_ctrl_c_just_after_a_transaction_began_leaves_the_connection_usable(tmp_path: Path) -> None:
+    """A Ctrl-C between a BEGIN that succeeded and its return left the connection inside the
+    transaction: every later write was "cannot start a transaction within a transaction" (exit
+    7, telling the user to change VCLI_HOME) and the job stayed RUNNING (found by a probe)."""
+    import sqlite3
+    import threading
+
+    from vcli.store_tx import Tx
+
+    real = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    real.execute("CREATE TABLE t (x)")
+
+    class InterruptedAfterBegin:
+        """The connection, with a Ctrl-C arriving the moment BEGIN returned."""
+
+        in_transaction = property(lambda self: real.in_transaction)
+
+        def execute(self, sql: str, *args: object) -> object:
+            out = real.execute(sql, *args)
+            if sql.startswith("BEGIN"):
+                raise KeyboardInterrupt
+            return out
+
+    lock = threading.RLock()
+    with pytest.raises(KeyboardInterrupt):
+        with Tx(InterruptedAfterBegin(), lock, tmp_path):  # type: ignore[arg-type]
+            pass
+    assert not real.in_transaction
+    with Tx(real, lock, tmp_path) as conn:  # the next write works, and the lock was let go
+        conn.execute("INSERT INTO t VALUES (1)")
+    assert real.execute("SELECT count(*) FROM t").fetchone() == (1,)

@@ -57,6 +57,11 @@ class Tx:
                         deadline = time.monotonic() + _patience["seconds"]
                         _say_locked(self.home)
         except BaseException:
+            # A Ctrl-C between a BEGIN that succeeded and the return left the connection inside
+            # the transaction: every later write failed ("cannot start a transaction within a
+            # transaction", exit 7) and the job was left RUNNING with nobody driving it.
+            if self.conn.in_transaction:
+                self._rollback()
             self.lock.release()
             raise
 

@@ -170,25 +170,36 @@ def _emit_study(store: Any, study_id: str, fmt: Optional[str]) -> None:
 def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False, background: bool = False) -> int:
     """Submit (or take over: `resumed`, or `background` for create --async's runner) and run
     the study here, its table on stdout (stderr with --format); the exit code."""
+    import signal
+
     from vcli.codec import iter_parameters
-    from vcli.control import runner
+    from vcli.control import interrupts, runner
     from vcli.view import make_study_view
 
     spec = study.spec
-    _announce(study, resumed, background)
     interrupt_on_signals()
-    view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
-                           iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
-    if not support.state.get("user_output", True):  # --no-user-output-enabled: status lines go; WARNING and ERROR stay
-        status = view.progress
-        view.progress = lambda text: status(text) if text.startswith(("WARNING", "ERROR")) else None  # type: ignore[method-assign]
-    run = runner.study_run(study, listener=view)
-    if resumed or background:
-        run.resume()
+    # From the moment the study is recorded (or claimed) until `run()` handles Ctrl-C itself, a
+    # Ctrl-C is noted and turned into a cancel: it ended vcli there, the study left QUEUED or
+    # RUNNING with nobody driving it and, after a resume, its trainers running.
+    with interrupts.deferred((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as early:
+        _announce(study, resumed, background)
+        view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
+                               iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
+        if not support.state.get("user_output", True):  # --no-user-output-enabled: status lines go; WARNING and ERROR stay
+            status = view.progress
+            view.progress = lambda text: status(text) if text.startswith(("WARNING", "ERROR")) else None  # type: ignore[method-assign]
+        run = runner.study_run(study, listener=view)
+        if resumed or background:
+            run.resume()
+    if early.count:
+        support.state["signal"] = early.signum if early.signum != signal.SIGINT else None
+        study.store.request_cancel(study.study_id)  # the first turn of `run()` carries it out
     started = time.monotonic()
     try:
         state = run.run()
     except KeyboardInterrupt:
+        state = None
+    if state is None or early.count:
         view.close(JobState.JOB_STATE_CANCELLED)
         err(f"Hyperparameter tuning job [{study.study_id}] was cancelled (interrupted); every trial was stopped.")
         return interrupted_code()

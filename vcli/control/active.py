@@ -160,19 +160,24 @@ def _reported_instead(reader: MetricReader) -> str:
     return f"; it reported [{', '.join(printable(t) for t in reader.other_tags)}] instead" if reader.other_tags else ""
 
 
+def _reported_but_unusable(metric_ids: tuple[str, ...], reader: MetricReader) -> str:
+    """Every metric was reported: only as values that are not finite, or never all at one step."""
+    reported = [m.metrics[k] for m in reader.measurements for k in metric_ids if k in m.metrics]
+    if not any(math.isfinite(v) for v in reported):
+        values = sorted({repr(v) for v in reported})
+        return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
+                f"({', '.join(values)}).")
+    return (f"The trial reported the metrics [{', '.join(metric_ids)}] but never all of them at one step: a "
+            "multi-objective trial must report every metric with the same step (the same `global_step`, or "
+            "`step=` on stdout).")
+
+
 def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> str:
     """Why a trial that exited 0 is INFEASIBLE: the metrics it never reported, or reported
     only as NaN or infinity (it said "without reporting" of a trial that printed score=nan)."""
     missing = [k for k in metric_ids if not any(k in m.metrics for m in reader.measurements)]
-    reported = [m.metrics[k] for m in reader.measurements for k in metric_ids if k in m.metrics]
-    if not missing and reported and not any(math.isfinite(v) for v in reported):
-        values = sorted({repr(v) for v in reported})
-        return (f"The trial reported the metric [{', '.join(metric_ids)}] only as values that are not finite numbers "
-                f"({', '.join(values)}).")
-    if not missing and len(metric_ids) > 1:  # each was reported, never all at one step
-        return (f"The trial reported the metrics [{', '.join(metric_ids)}] but never all of them at one step: a "
-                "multi-objective trial must report every metric with the same step (the same `global_step`, or "
-                "`step=` on stdout).")
+    if not missing:
+        return _reported_but_unusable(metric_ids, reader)
     names = ", ".join(missing or metric_ids)
     return (f"The trial finished without reporting the metric [{names}] (report it with "
             f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){_reported_instead(reader)}"

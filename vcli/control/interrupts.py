@@ -18,13 +18,15 @@ from typing import Any, Iterator
 
 
 class Deferred:
-    """How many Ctrl-Cs arrived since the last `again()`."""
+    """How many Ctrl-Cs arrived since the last `again()` (and the last signal's number)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.signum = 0
 
-    def note(self, *_: Any) -> None:
+    def note(self, signum: int = 0, *_: Any) -> None:
         self.count += 1
+        self.signum = signum
 
     def again(self) -> bool:
         """True once per batch of Ctrl-Cs that arrived since the last call."""
@@ -33,14 +35,16 @@ class Deferred:
 
 
 @contextmanager
-def deferred() -> Iterator[Deferred]:
-    """SIGINT sets a flag instead of raising KeyboardInterrupt, until the block ends."""
+def deferred(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterator[Deferred]:
+    """`signals` (SIGINT by default) set a flag instead of raising KeyboardInterrupt, until the
+    block ends."""
     flag = Deferred()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-    previous = signal.signal(signal.SIGINT, flag.note)
+    previous = {sig: signal.signal(sig, flag.note) for sig in signals}
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

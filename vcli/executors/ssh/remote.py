@@ -233,11 +233,30 @@ def stop_command(python: str, tools: Tools, job_id: str, grace_seconds: float,
     return qargv(args)
 
 
+#: `python -S -c FIND_CODE TAG STATUS`: `VCLI-SUPERVISOR <pid>` of replica TAG's supervisor (the
+#: root of the live processes carrying VCLI_REPLICA=TAG: its wrapper does not), else
+#: `VCLI-ENDED` if its STATUS file exists, else `VCLI-NONE`.
+FIND_CODE = r"""
+import os, sys
+tag, status = ("VCLI_REPLICA=" + sys.argv[1]).encode(), sys.argv[2]
+def stat(p):
+    try:
+        with open("/proc/%s/stat" % p, "rb") as f: s = f.read()
+        with open("/proc/%s/environ" % p, "rb") as f: env = f.read().split(b"\0")
+    except OSError: return None
+    fields = s[s.rfind(b")") + 2:].split()
+    return int(fields[1]) if tag in env and fields[0] not in (b"Z", b"X") else None
+tagged = {int(p): stat(p) for p in os.listdir("/proc") if p.isdigit()}
+roots = sorted(p for p, parent in tagged.items() if parent is not None and tagged.get(parent) is None)
+print("VCLI-SUPERVISOR %d" % roots[0] if roots else "VCLI-ENDED" if os.path.exists(status) else "VCLI-NONE")
+"""
+
+
 def find_replica(executor: str, link: HostLink, launch: ReplicaLaunch, home: str) -> ReplicaHandle | None:
-    """`wrapper.py find` on the host: the handle of the replica's live supervisor, or of its
-    end (pid 0: its status file is there), None if it never started. Raises ExecutorError."""
+    """`FIND_CODE` on the host: the handle of the replica's live supervisor, or of its end (pid
+    0: its status file is there), None if it never started. Raises ExecutorError."""
     paths = remote_paths(launch, remote_view(launch, link.root(), home), home)
-    rc, out, err = link.run(qargv([link.host.python, "-S", install_tools(link).wrapper, "find",
+    rc, out, err = link.run(qargv([link.host.python, "-S", "-c", FIND_CODE,
                                    replica_tag(launch.job_id, launch.task_name), paths.status]), timeout=30)
     said = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("VCLI-")}
     if rc != 0 or not said:

@@ -5,8 +5,7 @@
                              [NAME=VALUE...] -- ARGV...
     python -S wrapper.py attach JOB_ID PID STATUS LOG TAG LEASE AFTER_JSON
     python -S wrapper.py stop JOB_ID GRACE PID TAG [PID TAG...]
-    python -S wrapper.py keep SOCKET|- I,J... CONTAINER JOB_ID REPLICA [LEASE ORPHAN_TIMEOUT GRACE]
-    python -S wrapper.py find TAG STATUS
+    python -S wrapper.py keep SOCKET|- I,J... CONTAINER JOB_ID REPLICA LEASE ORPHAN_TIMEOUT GRACE
 
 `run` sits between the channel and the replica's supervisor (`vcli.executors.supervisor`):
 
@@ -50,13 +49,12 @@ listed supervisor that is alive and carries VCLI_JOB_ID=JOB_ID (never a reused p
 period for them to finish, SIGUSR1, then SIGKILL to every process that carries one of the
 TAGs. It prints `STOPPED` or `LEFT <pids>` (exit status 3).
 
-`keep` holds the host-wide GPU leases of a container replica (the Docker runtime on SSH
-hosts) for exactly as long as the container runs: it takes them over from the controller's
-lease server as `run` does, forks a keeper in a session of its own that holds the descriptors
-and waits with `docker container wait CONTAINER` (asking `docker container inspect` again
-after an engine hiccup), records the keeper as their holder, prints `VCLI-KEEPER <pid>` and
-exits. The keeper, and so the leases, end when the container stops or is removed, whatever
-happens to the controller or its SSH connection; `kill -9` of the keeper frees them at once.
+`keep` keeps a container replica (the Docker runtime on SSH hosts): it takes its host-wide GPU
+leases (SOCKET `-`: none) over from the controller's lease server as `run` does, forks a
+keeper in a session of its own that holds them, waits with `docker container wait CONTAINER`
+and stops the container once LEASE (touched by the controller) is older than ORPHAN_TIMEOUT,
+records the keeper as their holder, prints `VCLI-KEEPER <pid>` and exits. The keeper, and so
+the leases, end when the container stops; `kill -9` of the keeper frees them at once.
 
 Standard library only and no vcli imports, like the supervisor: it runs on hosts that have
 no vcli installed.
@@ -429,9 +427,6 @@ def _watch(pid: int, relay: _Relay, log: str, lease: str, started: float, grace:
             return
 
 
-# --------------------------------------------------------------------------- attach
-
-
 def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -465,22 +460,6 @@ def attach(job_id: str, pid: int, status: str, log: str, tag: str, lease: str, a
     return relay.finish()
 
 
-def find(tag: str, status: str) -> int:
-    """Print `VCLI-SUPERVISOR <pid>` for the live supervisor of replica TAG (the root of the
-    processes carrying the tag: its wrapper does not), `VCLI-ENDED` if none runs but its STATUS
-    file exists, else `VCLI-NONE`: for a controller that died before recording the handle."""
-    pids = set(tagged([tag]))
-    roots = sorted(pid for pid in pids if _parent(pid) not in pids)
-    if roots:
-        print(f"VCLI-SUPERVISOR {roots[0]}")
-    else:
-        print("VCLI-ENDED" if os.path.exists(status) else "VCLI-NONE")
-    return 0
-
-
-# --------------------------------------------------------------------------- stop
-
-
 def _is_supervisor(pid: int, job_id: str) -> bool:
     return _alive(pid) and f"VCLI_JOB_ID={job_id}".encode() in _environ(pid)
 
@@ -507,9 +486,6 @@ def stop(job_id: str, grace: float, targets: list[tuple[int, str]]) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- keep
-
-
 def _container_running(container: str) -> bool | None:
     """True/False as the engine says; None when it cannot be asked (no answer, no CLI)."""
     import subprocess
@@ -519,36 +495,28 @@ def _container_running(container: str) -> bool | None:
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    if p.returncode == 0:
-        return p.stdout.strip() == b"true"
-    return False if b"no such" in p.stderr.lower() else None
+    return p.stdout.strip() == b"true" if p.returncode == 0 else False if b"no such" in p.stderr.lower() else None
 
 
-def _keep_waiting(container: str, lease: str = "", orphan_timeout: float = 0.0, grace: float = 3.0) -> None:
-    """Until the container is not running (stopped, removed, unknown to a reachable engine).
-    With a `lease`: once no controller renewed it for `orphan_timeout` seconds, the container
-    is stopped (`docker stop -t GRACE`), as a process replica's wrapper stops its tree; a
-    container replica whose controller died ran on for good."""
+def _keep_waiting(container: str, lease: str, orphan_timeout: float, grace: float) -> None:
+    """Until the container is not running (stopped, removed, unknown to a reachable engine);
+    once no controller renewed `lease` for `orphan_timeout` seconds, `docker stop -t GRACE` it,
+    as a process replica's wrapper stops its tree (a container whose controller died ran on)."""
     import subprocess
 
-    started = time.time()
-    if lease:
-        _touch(lease)
-    unsure = 0
-    stopped = False
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    started, unsure, stopped = time.time(), 0, False
     while True:
         try:
-            waiter = subprocess.Popen(["docker", "container", "wait", container], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            waiter: subprocess.Popen[bytes] | None = subprocess.Popen(["docker", "container", "wait", container], **quiet)
         except OSError:
             waiter = None
         while waiter is not None and waiter.poll() is None:
-            if lease and not stopped and _lease_age(lease, started) > orphan_timeout:
+            if not stopped and _lease_age(lease, started) > orphan_timeout:
                 stopped = True
-                subprocess.run(["docker", "container", "stop", "-t", f"{grace:g}", container], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=grace + 60)
+                subprocess.run(["docker", "container", "stop", "-t", f"{grace:g}", container], timeout=grace + 60, **quiet)
             try:
-                waiter.wait(timeout=min(5.0, max(0.5, orphan_timeout / 10)) if lease else None)
+                waiter.wait(timeout=min(5.0, max(0.5, orphan_timeout / 10)))
             except subprocess.TimeoutExpired:
                 pass
         running = _container_running(container)
@@ -560,8 +528,8 @@ def _keep_waiting(container: str, lease: str = "", orphan_timeout: float = 0.0, 
         time.sleep(1.0)
 
 
-def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica: str, lease: str = "",
-         orphan_timeout: float = 0.0, grace: float = 3.0) -> int:
+def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica: str, lease: str,
+         orphan_timeout: float, grace: float) -> int:
     """Keep a container replica: hold its GPU leases (SOCKET `-`: none) and stop it once its
     lease (LEASE, renewed by the controller) is older than ORPHAN_TIMEOUT, until it stops."""
     try:
@@ -569,9 +537,8 @@ def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica
     except OSError as e:
         os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpus}: {e.strerror or e}\n".encode())
         return 127
-    if lease:
-        os.makedirs(os.path.dirname(lease), exist_ok=True)
-        _touch(lease)
+    os.makedirs(os.path.dirname(lease), exist_ok=True)
+    _touch(lease)
     pid = os.fork()
     if pid == 0:
         try:
@@ -615,11 +582,9 @@ def main(args: list[str]) -> int:
     if len(args) >= 5 and args[0] == "stop" and len(args) % 2 == 1:
         pairs = args[3:]
         return stop(args[1], float(args[2]), [(int(pairs[i]), pairs[i + 1]) for i in range(0, len(pairs), 2)])
-    if len(args) == 3 and args[0] == "find":
-        return find(args[1], args[2])
-    if len(args) in (6, 9) and args[0] == "keep":
-        guard = (args[6], float(args[7]), float(args[8])) if len(args) == 9 else ()
-        return keep(args[1], [int(i) for i in args[2].split(",") if i], args[3], args[4], args[5], *guard)
+    if len(args) == 9 and args[0] == "keep":
+        return keep(args[1], [int(i) for i in args[2].split(",") if i], *args[3:6], args[6], float(args[7]),
+                    float(args[8]))
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2
 
