@@ -610,3 +610,22 @@ def test_the_closing_line_gives_the_recorded_run_not_this_process_time() -> None
     assert abs(ran_seconds(row, 15.0) - 6.895) < 1e-6
     assert abs(ran_seconds(row, 0.4) - 6.895) < 1e-6
     assert ran_seconds(SimpleNamespace(start_time=None, create_time=None, end_time=None), 3.5) == 3.5
+
+
+def test_reports_repeated_before_a_resume_keep_their_own_times_in_order() -> None:
+    """A report repeated with the same step and value got the later one's time for both after
+    `resume`: elapsed times went 3.143, 1.643, 3.143 (found by a probe)."""
+    from vcli.control.active import ActiveTrial, _recorded_times
+    from vcli.metrics import MetricReader
+    from vcli.spec import Measurement, Trial, TrialState
+
+    stored = (Measurement(step_count=1, metrics={"score": 0.5}, elapsed_seconds=0.143),
+              Measurement(step_count=2, metrics={"score": 0.6}, elapsed_seconds=1.643),
+              Measurement(step_count=1, metrics={"score": 0.5}, elapsed_seconds=3.143))
+    reader = MetricReader("score")
+    for line in ("score=0.5 step=1", "score=0.6 step=2", "score=0.5 step=1"):
+        reader.feed_stdout_line(line, 1.0 + len(reader.measurements))
+    active = ActiveTrial(trial=Trial(id="1", parameters={}, state=TrialState.ACTIVE), run=None, reader=reader,
+                         follower=None, chief_log="", started=0.0, recorded=_recorded_times(stored))  # type: ignore[arg-type]
+    trial = active.with_measurements(now=10.0)
+    assert [m.elapsed_seconds for m in trial.measurements] == [0.143, 1.643, 3.143]

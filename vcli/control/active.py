@@ -33,8 +33,9 @@ class ActiveTrial:
     stopped_early: bool = False
     #: Set when the study stops the trial as INFEASIBLE (e.g. PBT and a report without a step).
     fail_reason: str | None = None
-    #: The elapsed seconds recorded for measurements before a `resume`, by `_recorded_key`.
-    recorded: dict[tuple[object, ...], float] = field(default_factory=dict)
+    #: The elapsed seconds recorded for measurements before a `resume`, by `_recorded_key`, in
+    #: order (a report repeated with the same step and value has one time each).
+    recorded: dict[tuple[object, ...], list[float]] = field(default_factory=dict)
     #: The chief's latest non-empty stderr line (why a failed trial failed, in its own words).
     last_error: str | None = None
 
@@ -44,7 +45,7 @@ class ActiveTrial:
         chief = plan.launches[0]
         return cls(trial=trial, run=run, reader=MetricReader(metric_ids),
                    follower=Follower([(chief.task_name, chief.log_path)]), chief_log=chief.log_path,
-                   started=started, recorded={_recorded_key(m): m.elapsed_seconds or 0.0 for m in trial.measurements})
+                   started=started, recorded=_recorded_times(trial.measurements))
 
     def read_metrics(self, executor: Executor, *, drain: bool = False) -> bool:
         """Feed the chief's new reports to the reader; True if a measurement changed. A poll
@@ -76,7 +77,8 @@ class ActiveTrial:
             first -= 1
         for i in range(first, len(r.elapsed)):
             floor = r.elapsed[i - 1] if i else 0.0
-            recorded = self.recorded.get(_recorded_key(r.measurements[i]))  # re-read after a resume
+            times = self.recorded.get(_recorded_key(r.measurements[i]))  # re-read after a resume
+            recorded = max(floor, times.pop(0)) if times else None  # never before the one before it
             by_report = None if r.times[i] is None else round(r.times[i] - wall_start, 3)  # type: ignore[operator]
             r.elapsed[i] = (recorded if recorded is not None
                             else by_report if by_report is not None and floor <= by_report < seen else seen)  # type: ignore[operator]
@@ -88,6 +90,13 @@ class ActiveTrial:
         while no controller ran was stamped with the time `resume` saw it), else now."""
         ends = [r.end_time for r in self.run.store.replicas(self.run.job_id)]
         return max(ends) if ends and all(ends) else now_iso()  # type: ignore[type-var]
+
+
+def _recorded_times(measurements: Iterable[Measurement]) -> dict[tuple[object, ...], list[float]]:
+    out: dict[tuple[object, ...], list[float]] = {}
+    for m in measurements:
+        out.setdefault(_recorded_key(m), []).append(m.elapsed_seconds or 0.0)
+    return out
 
 
 def _recorded_key(m: Measurement) -> tuple[object, ...]:
