@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import math
 import os
 import re
 import select
@@ -257,3 +258,15 @@ def test_plain_lines_go_on_when_a_long_trials_measurements_are_thinned() -> None
     view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=(*thinned, m(13))))
     steps = [int(re.search(r"step=(\d+)", line).group(1)) for line in out.getvalue().splitlines()]
     assert steps == list(range(1, 14))
+
+
+def test_plain_lines_spell_values_that_are_not_finite_as_describe_does() -> None:
+    """Plain lines said `nan`, `inf`, `-inf` while `describe` says NaN, Infinity, -Infinity (found
+    by a probe)."""
+    out = io.StringIO()
+    view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE)], [], 3)
+    ms = tuple(Measurement(step_count=s, metrics={"acc": v}) for s, v in ((1, math.nan), (2, math.inf), (3, -math.inf)))
+    view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=ms))
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == [
+        "trial 1 measurement step=1 acc=NaN", "trial 1 measurement step=2 acc=Infinity",
+        "trial 1 measurement step=3 acc=-Infinity"]

@@ -35,7 +35,12 @@ _JOB_STYLE = {
 
 
 def fmt_value(value: Any) -> str:
+    """A value as the table and plain lines print it: 6 significant digits, and values that are
+    not finite as `describe` and Vertex spell them (`NaN`, `Infinity`, `-Infinity`; the lines
+    said `nan`, `inf`)."""
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
         return f"{value:.6g}"
     return str(value)
 
