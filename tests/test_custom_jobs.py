@@ -205,20 +205,31 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("more", [1, 12])
-def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, more: int) -> None:
-    # An impatient user's second Ctrl-C inside the stop's 3 s grace made vcli exit 130 "cancelled"
-    # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING. A
-    # third one, 0.1 s after the second, escaped the handler: the job CANCELLING for good.
-    home = tmp_path / "home"
+def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], str]:
+    """A job of one replica that ignores SIGTERM, Ctrl-C'd: (its controller, the job id) once
+    the controller said it is stopping the replica (the 3 s grace has begun)."""
     pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
-    proc = spawn(home, "custom-jobs", "create", "--display-name=impatient",
+    proc = spawn(home, "custom-jobs", "create", f"--display-name={name}",
                  f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
     try:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
         os.kill(proc.pid, signal.SIGINT)
         read_stderr_until(proc, "Stopping 1 replica(s)", 30)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, job_id
+
+
+@pytest.mark.parametrize("more", [1, 12])
+def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, more: int) -> None:
+    # An impatient user's second Ctrl-C inside the stop's 3 s grace made vcli exit 130 "cancelled"
+    # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING. A
+    # third one, 0.1 s after the second, escaped the handler: the job CANCELLING for good.
+    home = tmp_path / "home"
+    proc, job_id = _stubborn_job_stopping(home, tmp_path, "impatient")
+    try:
         for _ in range(more):
             os.kill(proc.pid, signal.SIGINT)
             time.sleep(0.01)
@@ -235,14 +246,8 @@ def test_a_controller_killed_in_the_stop_grace_still_has_its_stubborn_trainer_ki
     and a trainer that ignores SIGTERM trained on (found by a probe). Its supervisor now
     kills it itself once the grace is over."""
     home = tmp_path / "home"
-    pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
-    proc = spawn(home, "custom-jobs", "create", "--display-name=graceless",
-                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
+    proc, job_id = _stubborn_job_stopping(home, tmp_path, "graceless")
     try:
-        job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
-        wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
-        os.kill(proc.pid, signal.SIGINT)
-        read_stderr_until(proc, "Stopping 1 replica(s)", 30)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:

@@ -485,8 +485,7 @@ def _replica_sessions(cluster: netns.NetnsCluster, host: str) -> list[list[str]]
         time.sleep(0.2)
 
 
-def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subprocess.Popen[str],
-                             host: str) -> str:
+def _kill_when_up(env: Env, proc: subprocess.Popen[str]) -> str:
     """Wait until the job's replica printed "up on", then SIGKILL the controller; the job id."""
     try:
         job_id = _wait_up(env, 1)
@@ -494,6 +493,13 @@ def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subpro
         proc.communicate(timeout=30)
     finally:
         reap(proc)
+    return job_id
+
+
+def _kill_controller_when_up(env: Env, cluster: netns.NetnsCluster, proc: subprocess.Popen[str],
+                             host: str) -> str:
+    """`_kill_when_up`, and the replica's processes outlived the controller on `host`."""
+    job_id = _kill_when_up(env, proc)
     assert cluster.job_pids(host, job_id), "the replica did not outlive its controller"
     return job_id
 
@@ -626,12 +632,7 @@ def test_a_container_whose_controller_died_is_stopped_after_the_orphan_timeout(c
     env = Env(cluster, tmp_path / "b", extra={"h2": {"runtime": "docker"}}, environ={"VCLI_SSH_ORPHAN_TIMEOUT": "6"})
     proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h2", "--display-name=orphan",
                      f"--config={job(600)}")
-    try:
-        job_id = _wait_up(env, 1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        reap(proc)
+    job_id = _kill_when_up(env, proc)
 
     def running() -> list[str]:
         out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=vcli.job={job_id}"], capture_output=True,
