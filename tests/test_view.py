@@ -270,3 +270,15 @@ def test_plain_lines_spell_values_that_are_not_finite_as_describe_does() -> None
     assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == [
         "trial 1 measurement step=1 acc=NaN", "trial 1 measurement step=2 acc=Infinity",
         "trial 1 measurement step=3 acc=-Infinity"]
+
+
+def test_plain_lines_of_a_resumed_trial_start_after_what_it_measured_before() -> None:
+    """`resume` printed again every measurement the dead controller had printed (found by a
+    probe): a re-attached trial's lines start after its stored measurements."""
+    out = io.StringIO()
+    view = PlainStudyView(out, "s", [MetricSpec(metric_id="acc", goal=Goal.MAXIMIZE)], [], 3)
+    ms = tuple(Measurement(step_count=s, metrics={"acc": s / 10}, elapsed_seconds=s / 2) for s in range(1, 5))
+    view.trial_started(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=ms[:3]))
+    view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=ms))
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == [
+        "trial 1 ACTIVE ", "trial 1 measurement step=4 acc=0.4"]

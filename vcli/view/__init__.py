@@ -76,6 +76,11 @@ class PlainStudyView(StudyView):
         #: Per trial, the last measurement printed.
         self._shown: dict[str, Measurement] = {}
 
+    def trial_started(self, trial: Trial) -> None:
+        if trial.measurements:  # re-attached by `resume`: what it measured before was printed then
+            self._shown[trial.id] = trial.measurements[-1]
+        super().trial_started(trial)
+
     def _params(self, t: Trial) -> str:
         return " ".join(f"{k}={fmt_value(v)}" for k, v in t.parameters.items())
 
