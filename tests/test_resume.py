@@ -258,7 +258,7 @@ SECRET_TRAINER = """
         print("bad token", flush=True)
         sys.exit(3)
     x = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--x=")][0]
-    time.sleep(1.5)
+    time.sleep(float(os.environ.get("SLEEP_SECONDS", "1.5")))
     print(f"acc={x} step=1", flush=True)
 """
 
@@ -307,6 +307,60 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
     after = describe(home, "hp-tuning-jobs", study_id)
     assert after["state"] == "JOB_STATE_SUCCEEDED"
     assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"] * 6, after["trials"]
+
+
+def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_resuming_shell(tmp_path: Path) -> None:
+    """A controller killed after recording a trial's job, before starting its replica: the
+    resumed controller starts that replica with the token from its own shell (it started it
+    with the stored `<redacted>`: the trial failed), and asks for the token although no
+    trial is left to start."""
+    from vcli.store import Store, parse_job_ref
+
+    home = tmp_path / "home"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SECRET_TRAINER))
+    config = tmp_path / "study.yaml"
+    config.write_text(textwrap.dedent(f"""
+        displayName: secret-window
+        maxTrialCount: 1
+        parallelTrialCount: 1
+        studySpec:
+          metrics: [{{metricId: acc, goal: MAXIMIZE}}]
+          parameters: [{{parameterId: x, doubleValueSpec: {{minValue: 0, maxValue: 1}}}}]
+        trialJobSpec:
+          workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4}}
+            replicaCount: 1
+            containerSpec:
+              imageUri: x
+              command: [python3, {script}]
+              env: [{{name: API_TOKEN, value: s3cret-value}}]
+        """))
+    proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", SLEEP_SECONDS="600")
+    try:
+        study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
+        child = {}
+        wait_for(lambda: child.update(job=parse_job_ref(describe(home, "hp-tuning-jobs", study_id)["trials"][0]
+                                                        .get("customJob", ""))) or running_replicas(child["job"]),
+                 60, "the trial's replica running")
+        _kill_controller(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    pids = processes_with_env("VCLI_JOB_ID", child["job"])
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: the supervisor records no exit
+        for pid in pids:
+            os.kill(pid, sig)
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", child["job"]), 30, "the replica gone")
+    store = Store(home)  # as if the controller had died before starting the replica
+    store.upsert_replica(child["job"], "workerpool0-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=60)
+    assert r.returncode == 2 and "[API_TOKEN]" in r.stderr, r.stderr
+    r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=120, API_TOKEN="s3cret-value", SLEEP_SECONDS="0.2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = describe(home, "hp-tuning-jobs", study_id)
+    assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"], after["trials"]
 
 
 def test_a_killed_controller_that_nobody_reaps_is_not_alive(tmp_path: Path) -> None:
@@ -543,6 +597,7 @@ def test_cancel_of_a_job_whose_controller_is_stopped_says_so_at_once(tmp_path: P
 
 ALWAYS_FAILING_WORKER = """
     import json, os, sys, time
+    print("token", "ok" if os.environ.get("API_TOKEN") == "s3cret-value" else "wrong", flush=True)
     if json.loads(os.environ["CLUSTER_SPEC"])["task"]["type"] == "workerpool0":
         time.sleep(300)
     time.sleep(2)
@@ -552,12 +607,14 @@ ALWAYS_FAILING_WORKER = """
 
 def test_resume_counts_the_restarts_an_earlier_controller_made(tmp_path: Path) -> None:
     # restartJobOnWorkerRestart allows 3 restarts; a resumed job got 3 more (5 runs, not 4).
+    # The restarts a resumed controller makes start every replica again: with the secret from
+    # its shell (they got the stored `<redacted>`), so resume asks for it.
     home = tmp_path / "home"
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(ALWAYS_FAILING_WORKER))
     cfg = tmp_path / "job.yaml"
     pool = ("  - machineSpec: {machineType: n1-standard-4}\n    replicaCount: 1\n"
-            f"    containerSpec: {{imageUri: x, command: [python3, {script}]}}\n")
+            f"    containerSpec: {{imageUri: x, command: [python3, {script}], env: [{{name: API_TOKEN, value: s3cret-value}}]}}\n")
     cfg.write_text(f"workerPoolSpecs:\n{pool}{pool}scheduling:\n  restartJobOnWorkerRestart: true\n")
     proc = spawn(home, "custom-jobs", "create", "--display-name=restarts", f"--config={cfg}")
     try:
@@ -567,10 +624,14 @@ def test_resume_counts_the_restarts_an_earlier_controller_made(tmp_path: Path) -
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
+    assert r.returncode == 2 and "[API_TOKEN]" in r.stderr, r.stderr
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120, API_TOKEN="s3cret-value")
     assert r.returncode == 6, r.stderr
     restarts = [line for line in r.stderr.splitlines() if line.startswith("Restarting job")]
     assert len(restarts) == 1 and "restart 3 of at most 3" in restarts[0], r.stderr
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    assert logs.count("token ok") >= 4 and "token wrong" not in logs, logs
     assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
     assert not processes_with_env("VCLI_JOB_ID", job_id)
     again = vcli(home, "custom-jobs", "resume", job_id, timeout=60)  # exited 0, "succeeded", for a FAILED job

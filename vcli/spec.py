@@ -6,7 +6,7 @@ translates to and from Vertex's camelCase YAML/JSON. Enum values are Vertex's st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, ClassVar, Mapping, Sequence, Union
 
 # The model's enums live in `vcli.enums` (cheap for the CLI's start-up) and are re-exported here.
@@ -528,3 +528,28 @@ def iter_parameters(params: Sequence[ParameterSpec]) -> list[ParameterSpec]:
         out.append(p)
         out.extend(iter_parameters([c.parameter_spec for c in p.conditional_parameter_specs]))
     return out
+
+
+def secret_values(spec: CustomJobSpec) -> dict[str, str]:
+    """The values of the spec's secret environment variables (which the store never holds)."""
+    out: dict[str, str] = {}
+    for pool in spec.worker_pool_specs:
+        for holder in (pool.container_spec, pool.python_package_spec):
+            for env in holder.env if holder is not None else ():
+                if is_secret(env.name):
+                    out[env.name] = env.value
+    return out
+
+
+def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> CustomJobSpec:
+    """`spec` with the redacted values of its secret variables put back."""
+
+    def fill(holder: Any) -> Any:
+        if holder is None:
+            return None
+        env = tuple(replace(e, value=values[e.name]) if e.name in values else e for e in holder.env)
+        return replace(holder, env=env)
+
+    pools = tuple(replace(p, container_spec=fill(p.container_spec), python_package_spec=fill(p.python_package_spec))
+                  for p in spec.worker_pool_specs)
+    return replace(spec, worker_pool_specs=pools)

@@ -17,10 +17,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
 from vcli.errors import VcliError
-from vcli.spec import CustomJobSpec, ExecutorKind, HyperparameterTuningJobSpec, JobKind, JobState
+from vcli.spec import (
+    CustomJobSpec,
+    ExecutorKind,
+    HyperparameterTuningJobSpec,
+    JobKind,
+    JobState,
+    secret_values,
+    with_secret_values,
+)
 from vcli.store import JobRow, Store, new_id
 from vcli.tuning.events import StudyListener
 
@@ -163,12 +172,11 @@ def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str
     a job that never got as far as starting replicas is planned afresh.
     """
     from vcli import codec
-    from vcli.cluster import replica_ids
 
     rows = {r.task_name: r for r in store.replicas(row.id)}
     stored = codec.custom_job_spec_from_stored(row.record["jobSpec"])
     secrets = None
-    if {r.task_name for r in replica_ids(stored)} - {name for name, r in rows.items() if r.handle}:  # replicas to start
+    if replicas_to_start(store, row):
         secrets = secret_values(secrets_from_environment(stored, f"Resuming job {row.id}"))
     if not any(r.handle for r in rows.values()):
         return plan_stored_custom_job(store, row, secrets=secrets, on_wait=on_wait)
@@ -206,50 +214,6 @@ def _shared_out(executor: Any, spec: CustomJobSpec) -> list[str]:
     except VcliError:
         return []
     return [note] if note else []
-
-
-def secret_values(spec: CustomJobSpec) -> dict[str, str]:
-    """The values of the spec's secret environment variables (which the store never holds)."""
-    from vcli.spec import is_secret
-
-    out: dict[str, str] = {}
-    for pool in spec.worker_pool_specs:
-        for holder in (pool.container_spec, pool.python_package_spec):
-            for env in holder.env if holder is not None else ():
-                if is_secret(env.name):
-                    out[env.name] = env.value
-    return out
-
-
-def secrets_from_environment(spec: CustomJobSpec, resumed: str) -> CustomJobSpec:
-    """`spec` as stored (secret values redacted) with the values of its secret variables taken
-    from this process's environment, for a controller that takes `resumed` over and will start
-    replicas: the store never holds those values, so a name this shell lacks is one error line
-    (exit 2), never a replica started with `<redacted>` as its token."""
-    import os
-
-    from vcli.errors import UsageError
-
-    names = sorted(secret_values(spec))
-    missing = [n for n in names if n not in os.environ]
-    if missing:
-        raise UsageError(f"{resumed} will start replicas that need the secret variable(s) [{', '.join(missing)}], whose "
-                         f"values vcli never stores: set them in this shell (export {missing[0]}=...) and resume again.")
-    return with_secret_values(spec, {n: os.environ[n] for n in names})
-
-
-def with_secret_values(spec: CustomJobSpec, values: Mapping[str, str]) -> CustomJobSpec:
-    """`spec` with the redacted values of its secret variables put back."""
-
-    def fill(holder: Any) -> Any:
-        if holder is None:
-            return None
-        env = tuple(replace(e, value=values[e.name]) if e.name in values else e for e in holder.env)
-        return replace(holder, env=env)
-
-    pools = tuple(replace(p, container_spec=fill(p.container_spec), python_package_spec=fill(p.python_package_spec))
-                  for p in spec.worker_pool_specs)
-    return replace(spec, worker_pool_specs=pools)
 
 
 def enter_working_directory(record: Mapping[str, Any]) -> None:
@@ -439,7 +403,7 @@ def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] |
     )
     if secrets is not None:
         spec = replace(spec, trial_job_spec=with_secret_values(spec.trial_job_spec, secrets))
-    elif len(store.trial_records(row.id)) < spec.max_trial_count:  # trials will start
+    elif study_starts_replicas(store, row, spec.max_trial_count):
         spec = replace(spec, trial_job_spec=secrets_from_environment(spec.trial_job_spec, f"Resuming study {row.id}"))
     execution = _open(rec.get("executor") or "local", rec.get("hosts"), job=rec)
     try:

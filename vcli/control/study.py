@@ -248,6 +248,7 @@ class StudyRun:
         custom job's placements and addresses as recorded), or run it now if its job was never
         recorded."""
         from vcli.codec import custom_job_spec_from_stored
+        from vcli.spec import secret_values, with_secret_values
         from vcli.store import parse_job_ref
 
         child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
@@ -255,7 +256,8 @@ class StudyRun:
             del self.trials[trial.id]
             self.queued.append(PendingTrial(dict(trial.parameters), trial.lineage))
             return
-        spec = custom_job_spec_from_stored(child.record["jobSpec"])
+        # Stored redacted: the replicas it has yet to start get the secrets this controller holds.
+        spec = with_secret_values(custom_job_spec_from_stored(child.record["jobSpec"]), secret_values(self.spec.trial_job_spec))
         rows = {r.task_name: r for r in self.store.replicas(child.id)}
         plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
                         trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
