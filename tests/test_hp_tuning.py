@@ -666,6 +666,20 @@ def test_stdout_reports_read_every_metric_id_a_study_accepts() -> None:
     assert [(m.step_count, m.metrics) for m in reader.measurements] == [(1, {"acc@1": 0.69, "λ": 0.5, "a=b": 0.25})]
 
 
+def test_a_stdout_line_without_a_step_is_one_past_the_metrics_largest_step() -> None:
+    """It was the count of reports + 1: after steps 1, 2 and 9, a bare `score=0.4` made a
+    second measurement at step 4 (one export keeps only one of two equal steps)."""
+    from vcli.metrics import MetricReader
+
+    reader = MetricReader(("score", "loss"))
+    for i, line in enumerate(["score=0.1 step=1", "score=0.2 step=2", "score=0.3 step=9", "score=0.4", "loss=0.5",
+                              "score=0.5 step=9223372036854775807", "score=0.6"]):
+        assert reader.feed_stdout_line(line, float(i + 1)), line
+    steps = [(m.step_count, dict(m.metrics)) for m in reader.measurements]
+    assert steps == [(1, {"score": 0.1}), (2, {"score": 0.2}), (9, {"score": 0.3}), (10, {"score": 0.4, "loss": 0.5}),
+                     (2**63 - 1, {"score": 0.5}), (2**63 - 1, {"score": 0.6})], steps
+
+
 def test_a_trial_that_reported_another_tag_is_told_which() -> None:
     # "finished without reporting the metric [score]" of a trial that reported `Score` left
     # the user to find the misspelling in the trainer.

@@ -84,7 +84,10 @@ class MetricReader:
         self._seen: set[tuple[object, ...]] = set()
         self._stdout_seen: set[tuple[object, ...]] = set()
         self._stdout_time: float | None = None
-        self._counts: dict[str, int] = {}
+        #: Each metric's largest step so far: a stdout line without `step=` is one past it (it was
+        #: the count of reports + 1, which repeated a step after a stepped line: two measurements
+        #: at step 8 after steps 1, 2 and 9).
+        self._top_step: dict[str, int] = {}
         #: Tags of hypertune reports that are none of the study's metrics (a misspelt `Score`).
         self.other_tags: list[str] = []
 
@@ -139,12 +142,22 @@ class MetricReader:
             return False
         metric_id = m.group(1)
         value = float(m.group(2))
-        step = _step(m.group(3)) if m.group(3) else self._counts.get(metric_id, 0) + 1
+        step = _step(m.group(3)) if m.group(3) else self._next_step(metric_id)
         if step is None:
             return False
         if timestamp != self._stdout_time:  # a line is read once: repeats can only share its time
             self._stdout_seen, self._stdout_time = set(), timestamp
         return self._add(self._stdout_seen, (timestamp, step, value, metric_id), metric_id, value, step)
+
+    def _next_step(self, metric_id: str) -> int:
+        """The step of a stdout report without `step=`: one past the metric's largest step, or the
+        latest measurement's if that lacks this metric and is later (`acc=0.9` then `loss=0.3`,
+        both without steps, are one measurement)."""
+        step = min(self._top_step.get(metric_id, 0) + 1, _INT64_MAX)
+        last = self.measurements[-1] if self.measurements else None
+        if last is not None and metric_id not in last.metrics and last.step_count >= step:
+            return last.step_count
+        return step
 
     def _add(self, seen: set[tuple[object, ...]], key: tuple[float, int, float, str], metric_id: str,
              value: float, step: int) -> bool:
@@ -154,7 +167,7 @@ class MetricReader:
         if mark in seen:
             return False
         seen.add(mark)
-        self._counts[metric_id] = self._counts.get(metric_id, 0) + 1
+        self._top_step[metric_id] = max(self._top_step.get(metric_id, step), step)
         last = self.measurements[-1] if self.measurements else None
         if last is not None and last.step_count == step and metric_id not in last.metrics:
             self.measurements[-1] = Measurement(step_count=step, metrics={**last.metrics, metric_id: value})
