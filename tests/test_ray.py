@@ -290,6 +290,41 @@ def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster
     assert "Task completed" in lines[-1]
 
 
+@pytest.mark.parametrize("kind", ["custom-jobs", "hp-tuning-jobs"])
+def test_a_cluster_that_goes_away_fails_the_job_within_seconds_and_vcli_ends(kind: str, tmp_path: Path) -> None:
+    """The whole cluster stopped mid-run (its own, not the module's): a call into Ray then
+    blocked until Ray's core ended vcli 60 s later ("Failed to connect to GCS within 60
+    seconds ... The program will terminate", exit 1), the job or study left RUNNING (or
+    PENDING) with nobody driving it. Now the end is recorded within seconds, FAILED, naming
+    the lost cluster, and vcli exits with the job's code."""
+    own = RayCluster(workers=0, gpus_per_node=1, cpus_per_node=4).start()
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"t.py": "import time; print('up', flush=True); time.sleep(600)"})
+    pool = f"{POOL},local-package-path={pkg},script=t.py"
+    argv = ["--worker-pool-spec=" + pool, f"--worker-pool-spec={POOL}"] if kind == "custom-jobs" else [
+        "--max-trial-count=4", "--parallel-trial-count=2", "--metric=metric-id=a,goal=maximize",
+        "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1", "--worker-pool-spec=" + pool]
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", kind, "create", "--display-name=gone", *argv],
+                            env=vcli_env(home, VCLI_EXECUTOR="ray", RAY_ADDRESS=own.address, **AUTH_ENV), cwd=REPO,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: any("up" in p.read_text() for p in home.rglob("replica.log")), 180, "a replica running")
+        stopped_at = time.monotonic()
+        own.stop()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        reap(proc)
+        own.stop()
+    took = time.monotonic() - stopped_at
+    assert proc.returncode == 6, err[-3000:]
+    assert took < 40, (took, err[-3000:])  # Ray's own end comes at 60 s
+    assert f"the ray cluster at {own.address} is gone" in err.lower(), err[-3000:]
+    [job] = [j for j in json.loads(vcli(home, kind, "list", "--format=json").stdout) if j["displayName"] == "gone"]
+    assert job["state"] == "JOB_STATE_FAILED", job
+    assert own.processes() == []
+
+
 def test_zz_a_lost_node_fails_its_trial_within_seconds_and_the_study_completes(cluster: RayCluster,
                                                                                 tmp_path: Path) -> None:
     """Runs last (zz): it kills worker node_c for good."""

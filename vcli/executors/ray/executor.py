@@ -15,7 +15,10 @@ ReplicaSupervisor`) in the replica's bundle; it runs the trainer's own argv unde
 per-replica supervisor on its node, with CUDA_VISIBLE_DEVICES set from the GPUs Ray assigned.
 The handle's ref is the actor's name (namespace `vcli`), so `cancel` from another terminal
 finds it. A replica's node that dies takes the actor with it: `poll` then reports the replica
-ended, with a message naming the lost actor/node, within one poll.
+ended, with a message naming the lost actor/node, within one poll. A whole cluster that goes
+away (its GCS refusing connections for LOST_AFTER_SECONDS: `reach.ClusterWatch`) ends every
+replica with a message naming it, and no call into Ray is made while the GCS refuses: Ray would
+block in it and end this process 60 s later, the job's end never recorded.
 
 Files: a replica on this machine (its node IP is an address of this machine) writes its log
 straight into `launch.log_path`; on another node (or with VCLI_RAY_STREAM_LOGS=1) the actor
@@ -52,7 +55,14 @@ from vcli.executors import (
     read_replica_file,
 )
 from vcli.executors import supervisor as _supervisor
-from vcli.executors.ray.reach import check_reachable
+from vcli.executors.ray.reach import (
+    LOST_AFTER_SECONDS,
+    RECHECK_SECONDS,
+    ClusterLost,
+    ClusterWatch,
+    bounded,
+    check_reachable,
+)
 
 #: Ray namespace of vcli's actors and placement groups.
 NAMESPACE = "vcli"
@@ -86,15 +96,20 @@ class RayExecutor(ExecutorBase):
         self._connected_here = False
         self._actor_class: Any = None
         self._port_task: Any = None
+        self._watch = ClusterWatch(self.address)
 
     # ------------------------------------------------------------------ connection
 
     def _ray(self) -> Any:
-        """The `ray` module, connected to the cluster (once per process)."""
+        """The `ray` module, connected to the cluster (once per process). Raises ClusterLost once
+        the cluster's GCS has refused connections for LOST_AFTER_SECONDS (waits meanwhile): a
+        call into Ray then would block until Ray ends this process (`reach.ClusterWatch`)."""
         try:
             import ray
         except ImportError:
             raise ExecutorError("The ray executor needs Ray: pip install 'vcli[ray]'.") from None
+        if ray.is_initialized():
+            self._await_cluster()  # before: `check_reachable` says what is wrong at once
         with self._lock:
             if not ray.is_initialized():
                 check_reachable(self.address)  # Ray itself retries an unreachable GCS without bound
@@ -116,6 +131,28 @@ class RayExecutor(ExecutorBase):
                 self._port_task = ray.remote(node.free_port)
         return ray
 
+    def _await_cluster(self) -> None:
+        """Return once the cluster's GCS answers; raise ClusterLost once it counts as lost."""
+        deadline = time.monotonic() + LOST_AFTER_SECONDS + 2 * RECHECK_SECONDS
+        while not self._watch.answering():
+            why = self._watch.lost()
+            if why is not None or time.monotonic() > deadline:
+                raise ClusterLost(why or f"the Ray cluster at {self.address} does not answer")
+            time.sleep(RECHECK_SECONDS)
+
+    def _get(self, ref: Any, timeout: float) -> Any:
+        """`ray.get(ref, timeout=timeout)`, waited for in slices that check the cluster is still
+        there (raising ClusterLost when it is not)."""
+        ray = self._ray()
+        from ray.exceptions import GetTimeoutError
+
+        deadline = time.monotonic() + timeout
+        while not ray.wait([ref], timeout=max(0.0, min(1.0, deadline - time.monotonic())))[0]:
+            if time.monotonic() >= deadline:
+                raise GetTimeoutError(f"no answer within {timeout:.0f} s")
+            self._await_cluster()
+        return ray.get(ref)
+
     # ------------------------------------------------------------------ placement
 
     def placer(self) -> RayPlacer:
@@ -123,10 +160,13 @@ class RayExecutor(ExecutorBase):
 
     def place(self, replicas: Sequence[Any], spec: Any, job_id: str) -> list[Placement]:
         """Reserve one bundle per replica at once; see the module docstring."""
-        from vcli.placement import NoCapacityError, PlacementError
-
         ray = self._ray()
+        return bounded(self._watch, self._place, ray, replicas, spec, job_id)  # type: ignore[no-any-return]
+
+    def _place(self, ray: Any, replicas: Sequence[Any], spec: Any, job_id: str) -> list[Placement]:
         from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+        from vcli.placement import NoCapacityError, PlacementError
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         bundles, _ = self._bundles(replicas, spec, nodes)
@@ -185,7 +225,7 @@ class RayExecutor(ExecutorBase):
         from vcli.cluster import replica_ids
 
         ray = self._ray()
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = [n for n in bounded(self._watch, ray.nodes) if n.get("Alive")]
         return self._bundles(replica_ids(spec), spec, nodes)[1]
 
     @staticmethod
@@ -214,11 +254,11 @@ class RayExecutor(ExecutorBase):
         import ray
         from ray.util.placement_group import get_placement_group, remove_placement_group
 
-        if group is None and not ray.is_initialized():
+        if (group is None and not ray.is_initialized()) or not self._watch.answering():
             return  # never connected: this process placed nothing and must not start Ray to look
         try:
-            pg = group[0] if group is not None else get_placement_group(f"vcli-{job_id}")
-            remove_placement_group(pg)
+            pg = group[0] if group is not None else bounded(self._watch, get_placement_group, f"vcli-{job_id}")
+            bounded(self._watch, remove_placement_group, pg)
         except Exception:  # no such group (never placed, or already removed), or the cluster is gone
             pass
 
@@ -255,14 +295,14 @@ class RayExecutor(ExecutorBase):
             from vcli.executors.local import free_port
 
             return free_port(placement.address)
-        ray = self._ray()
+        self._ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         task = self._port_task.options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=placement.host, soft=False))
         for _ in range(20):
             try:
-                port = int(ray.get(task.remote(placement.address), timeout=CALL_TIMEOUT_SECONDS))
+                port = int(self._get(task.remote(placement.address), CALL_TIMEOUT_SECONDS))
             except Exception as e:  # the node is gone or unreachable
                 raise ExecutorError(f"Cannot reserve a port on Ray node {placement.address}: {_gist(e)}") from None
             with self._lock:
@@ -300,16 +340,17 @@ class RayExecutor(ExecutorBase):
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=launch.placement.host, soft=False)
         name = _actor_name(launch)
         log_here = self._writes_here(launch.placement.address)
-        actor = self._actor_class.options(name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0,
-                                          max_concurrency=4, **options).remote()
+        actor = bounded(self._watch, self._actor_class.options(name=name, namespace=NAMESPACE, lifetime="detached",
+                                                        max_restarts=0, max_concurrency=4, **options).remote)
         try:
-            facts = ray.get(actor.start.remote(
+            facts = self._get(actor.start.remote(
                 argv=argv, env=env,
                 cwd=launch.workdir, output_dir=launch.output_dir, log_path=launch.log_path if log_here else None,
                 masks=list(launch.secret_env), supervisor_source=_supervisor_source(), tag=tag,
-            ), timeout=CALL_TIMEOUT_SECONDS * 4)
+            ), CALL_TIMEOUT_SECONDS * 4)
         except Exception as e:  # actor could not be scheduled or start failed
-            ray.kill(actor)
+            if self._watch.answering():
+                bounded(self._watch, ray.kill, actor)
             raise ExecutorError(f"Cannot start replica {launch.task_name} on Ray: {_gist(e)}") from None
         if not log_here:
             with self._lock:
@@ -319,14 +360,18 @@ class RayExecutor(ExecutorBase):
                                       "nodeLog": facts["logPath"]})
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
-        ray = self._ray()
+        if not self._watch.answering():  # not a call into Ray: see `_ray`
+            why = self._watch.lost()
+            return ReplicaStatus(running=True) if why is None else ReplicaStatus(running=False, message=why)
         from ray.exceptions import GetTimeoutError
 
-        actor = self._actor(handle)
-        if actor is None:
-            return ReplicaStatus(running=False, message="its Ray actor is gone (the node was lost or it was stopped)")
         try:
-            status = ray.get(actor.poll.remote(), timeout=CALL_TIMEOUT_SECONDS)
+            actor = self._actor(handle)
+            if actor is None:
+                return ReplicaStatus(running=False, message="its Ray actor is gone (the node was lost or it was stopped)")
+            status = self._get(actor.poll.remote(), CALL_TIMEOUT_SECONDS)
+        except ClusterLost:
+            return ReplicaStatus(running=False, message=self._watch.lost() or "its Ray cluster does not answer")
         except GetTimeoutError:
             return ReplicaStatus(running=True)  # a slow node is not a lost one
         except Exception as e:  # RayActorError and kin: the node or actor died
@@ -340,27 +385,28 @@ class RayExecutor(ExecutorBase):
         return ReplicaStatus.from_record(status)
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:
-        ray = self._ray()
         pending = []
-        for handle in handles:
-            actor = self._actor(handle)
-            if actor is not None:
-                pending.append((handle, actor, actor.stop.remote(grace_seconds)))
+        try:
+            for handle in handles:
+                actor = self._actor(handle)
+                if actor is not None:
+                    pending.append((handle, actor, actor.stop.remote(grace_seconds)))
+        except ClusterLost:
+            return  # its replicas went with it
         for handle, actor, ref in pending:
             try:
-                ray.get(ref, timeout=grace_seconds + CALL_TIMEOUT_SECONDS)
+                self._get(ref, grace_seconds + CALL_TIMEOUT_SECONDS)
             except Exception:  # a dead actor's supervisor stops with it (--stop-with-parent)
                 continue
             self._pull_log(handle, actor)
 
     def read_file(self, handle: ReplicaHandle, path: str) -> str | None:
-        ray = self._ray()
-        actor = self._actor(handle)
-        if actor is not None:
-            try:
-                return ray.get(actor.read_file.remote(path), timeout=CALL_TIMEOUT_SECONDS)  # type: ignore[no-any-return]
-            except Exception:  # the node is gone: the shared filesystem may still have it
-                pass
+        try:
+            actor = self._actor(handle)
+            if actor is not None:
+                return self._get(actor.read_file.remote(path), CALL_TIMEOUT_SECONDS)  # type: ignore[no-any-return]
+        except Exception:  # the node or cluster is gone: the shared filesystem may still have it
+            pass
         return read_replica_file(path)
 
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
@@ -369,32 +415,30 @@ class RayExecutor(ExecutorBase):
         the shared filesystem as it is."""
         from vcli.executors import copy_dir_atomically
 
-        ray = self._ray()
-        actor = self._actor(handle)
-        if actor is not None:
-            try:
-                return bool(ray.get(actor.fetch_dir.remote(path, dest), timeout=FETCH_TIMEOUT_SECONDS))
-            except Exception:  # the actor or its node went away: what the filesystem holds
-                pass
+        try:
+            actor = self._actor(handle)
+            if actor is not None:
+                return bool(self._get(actor.fetch_dir.remote(path, dest), FETCH_TIMEOUT_SECONDS))
+        except Exception:  # the actor, its node or the cluster went away: what the filesystem holds
+            pass
         return copy_dir_atomically(path, dest)
 
     def release(self, handles: Sequence[ReplicaHandle]) -> None:
         """Copy the last log lines, end the replicas' actors, and give their jobs' placement
         groups back (found by name when another process placed them: `cancel` after a
         controller died must not leave the cluster's resources reserved)."""
-        ray = self._ray()
         for handle in handles:
-            actor = self._actor(handle)
+            try:
+                actor = self._actor(handle)
+            except ClusterLost:
+                actor = None  # the cluster is gone, and the actor with it
             if actor is None:
                 continue
             self._pull_log(handle, actor)
             try:
-                ray.get(actor.cleanup.remote(), timeout=CALL_TIMEOUT_SECONDS)
-            except Exception:  # its node is gone, and its files with it
-                pass
-            try:
-                ray.kill(actor)
-            except Exception:  # already dead
+                self._get(actor.cleanup.remote(), CALL_TIMEOUT_SECONDS)
+                bounded(self._watch, self._ray().kill, actor)
+            except Exception:  # its node (or cluster) is gone, and its files with it; or already dead
                 pass
             with self._lock:
                 self._streams.pop(handle.ref, None)
@@ -420,7 +464,8 @@ class RayExecutor(ExecutorBase):
         if self._connected_here:
             import ray
 
-            ray.shutdown()
+            if self._watch.lost() is None:  # shutting down with the GCS gone blocks until Ray ends us
+                ray.shutdown()
             self._connected_here = False
 
     # ------------------------------------------------------------------ internals
@@ -434,7 +479,7 @@ class RayExecutor(ExecutorBase):
     def _actor(self, handle: ReplicaHandle) -> Any:
         ray = self._ray()
         try:
-            return ray.get_actor(handle.ref, namespace=NAMESPACE)
+            return bounded(self._watch, ray.get_actor, handle.ref, namespace=NAMESPACE)
         except ValueError:
             return None
 
@@ -445,11 +490,9 @@ class RayExecutor(ExecutorBase):
         if stream is None:
             return
         path, offset = stream
-        import ray
-
         try:
-            data, new_offset = ray.get(actor.read_log.remote(offset), timeout=CALL_TIMEOUT_SECONDS)
-        except Exception:  # the node is gone: what was copied is all there is
+            data, new_offset = self._get(actor.read_log.remote(offset), CALL_TIMEOUT_SECONDS)
+        except Exception:  # the node or cluster is gone: what was copied is all there is
             return
         if data:
             with open(path, "ab") as f:
