@@ -32,7 +32,6 @@ from vcli.executors.ssh.docker_bridge import DockerOnHosts
 from vcli.executors.ssh.leases import RemoteLeases, lease_dir_of
 from vcli.executors.ssh.link import HostLink, answering, q
 from vcli.executors.ssh.remote import (
-    ALIVE_SCRIPT,
     FREE_PORT,
     REPLICA_TAG,
     RemoteView,
@@ -53,6 +52,7 @@ from vcli.executors.ssh.remote import (
     replica_details,
     replica_tag,
     stop_command,
+    supervisor_alive,
 )
 from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
@@ -429,9 +429,8 @@ class SSHExecutor(ExecutorBase):
         pid, job_id, _ = parse_ref(handle.ref)
         # A host that cannot be reached raises: its replica may run on (it outlives its
         # controller); "exited 255" made `cancel` say it had ended on its own, and left it running.
-        link = answering(self._link(handle.host), f"reach replica {handle.task_name}", self._orphan_timeout)
-        rc, out, _ = link.run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pid)}", timeout=20)
-        alive = "RUNNING" in out
+        alive = supervisor_alive(self._link(handle.host), job_id, pid, f"reach replica {handle.task_name}",
+                                 self._orphan_timeout)
         return ReplicaStatus(running=alive, message=None if alive else "the replica is gone (exit code unknown)")
 
     def stop(self, handles: Sequence[ReplicaHandle], *, grace_seconds: float) -> None:

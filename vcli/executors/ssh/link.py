@@ -360,7 +360,12 @@ def answering(link: HostLink, what: str, orphan_timeout: float, advice: str = ""
     try:
         link.run("true", timeout=20)
     except ExecutorError as e:
-        raise ExecutorError(f"Cannot {what} on host {link.host.name}: {str(e).rstrip('.')}.{advice} Replicas there "
-                            f"stop themselves once no controller renewed their lease for {orphan_timeout:g}s "
-                            "(VCLI_SSH_ORPHAN_TIMEOUT).") from None
+        raise unreached(link, what, orphan_timeout, str(e), advice) from None
     return link
+
+
+def unreached(link: HostLink, what: str, orphan_timeout: float, why: str, advice: str = "") -> ExecutorError:
+    """The error `answering` raises, for a command that failed to reach `link`'s host (`why`)."""
+    return ExecutorError(f"Cannot {what} on host {link.host.name}: {why.rstrip('.')}.{advice} Replicas there "
+                         f"stop themselves once no controller renewed their lease for {orphan_timeout:g}s "
+                         "(VCLI_SSH_ORPHAN_TIMEOUT).")

@@ -56,7 +56,7 @@ from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.executors import supervisor as _supervisor
 from vcli.executors.ssh import wrapper as _wrapper
-from vcli.executors.ssh.link import Conn, HostLink, q, qargv
+from vcli.executors.ssh.link import Conn, HostLink, q, qargv, unreached
 from vcli.logs import LogWriter
 from vcli.placement import gpulease as _gpulease
 from vcli.placement import leaseserver as _leaseserver
@@ -278,6 +278,21 @@ case "${s##*) }" in Z*|X*) echo GONE; exit 0;; esac
 tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "VCLI_JOB_ID=$j" && { echo RUNNING; exit 0; }
 echo GONE
 '''
+
+
+
+def supervisor_alive(link: HostLink, job_id: str, pid: str, what: str, orphan_timeout: float) -> bool:
+    """Is the supervisor `pid` of job `job_id` still running on `link`'s host? One round trip;
+    a host it cannot reach (or a shell that never ran the check) raises `link.unreached`'s
+    error: nothing is concluded."""
+    try:
+        rc, out, err = link.run(f"sh -c {q(ALIVE_SCRIPT)} alive {q(job_id)} {q(pid)}", timeout=20)
+    except ExecutorError as e:
+        raise unreached(link, what, orphan_timeout, str(e)) from None
+    if "RUNNING" not in out and "GONE" not in out:
+        raise unreached(link, what, orphan_timeout, err.strip() or f"its shell exited {rc}")
+    return "RUNNING" in out
+
 
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
