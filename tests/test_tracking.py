@@ -386,6 +386,15 @@ def test_a_tracker_that_never_answers_times_out_and_the_study_succeeds(tmp_path:
     assert len(warnings) == 1 and "timed out" in warnings[0], r.stderr
     assert "trial(s) 1 started before their MLflow run existed" in r.stderr
     assert elapsed < 60, elapsed
+    # The trial starts once the wait for its run is over: its recorded span was the wait's 5 s
+    # more than its trainer's (describe, export and the timeline showed a trial reporting at
+    # 0.3 s that ran 5.5 s), and its line said "SUCCEEDED after 5.5s".
+    from vcli.store import iso_seconds
+
+    [trial] = describe(home, "hp-tuning-jobs", job_id_from_stderr(r.stderr))["trials"]
+    span = iso_seconds(trial["endTime"]) - iso_seconds(trial["startTime"])
+    last = float(trial["measurements"][-1]["elapsedDuration"].rstrip("s"))
+    assert span < last + 4, (span, trial)
 
 
 def test_two_studies_starting_at_once_on_a_new_sqlite_store_are_both_tracked_quietly(tmp_path: Path) -> None:

@@ -57,3 +57,12 @@ def study_starts_replicas(store: Store, row: JobRow, max_trial_count: int) -> bo
         if child is None or (not JobState(child.state).is_final() and replicas_to_start(store, child)):
             return True
     return False
+
+
+def trial_job_spec(child: JobRow, study_trials: CustomJobSpec) -> CustomJobSpec:
+    """A study trial's custom job `child` as recorded, its secret values (stored redacted) those
+    of the study's trial job spec `study_trials` (as this controller holds them): the replicas
+    it has yet to start (or restarts) get the real ones."""
+    from vcli import codec
+
+    return with_secret_values(codec.custom_job_spec_from_stored(child.record["jobSpec"]), secret_values(study_trials))

@@ -247,8 +247,7 @@ class StudyRun:
         """A trial that was running when the controller died: follow its replicas again (its
         custom job's placements and addresses as recorded), or run it now if its job was never
         recorded."""
-        from vcli.codec import custom_job_spec_from_stored
-        from vcli.spec import secret_values, with_secret_values
+        from vcli.control.secrets import trial_job_spec
         from vcli.store import parse_job_ref
 
         child = self.store.get_job(parse_job_ref(trial.custom_job or ""))
@@ -256,8 +255,7 @@ class StudyRun:
             del self.trials[trial.id]
             self.queued.append(PendingTrial(dict(trial.parameters), trial.lineage))
             return
-        # Stored redacted: the replicas it has yet to start get the secrets this controller holds.
-        spec = with_secret_values(custom_job_spec_from_stored(child.record["jobSpec"]), secret_values(self.spec.trial_job_spec))
+        spec = trial_job_spec(child, self.spec.trial_job_spec)
         rows = {r.task_name: r for r in self.store.replicas(child.id)}
         plan = plan_job(spec, job_id=child.id, job_dir=self.store.home / "jobs" / child.id, executor=self.executor,
                         trial_id=trial.id, base_output_directory=self.base_output, placer=self.placer,
@@ -331,8 +329,10 @@ class StudyRun:
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
-        if self.prepare_trial is not None:
+        if self.prepare_trial is not None:  # waits for the trial's tracking run: the trial starts after it
             plan = self.prepare_trial(trial, plan)
+            trial = self.trials[trial_id] = replace(trial, start_time=now_iso())
+            self._save(trial)
         run = self._job_run(job_spec, plan)
         self.active[trial_id] = ActiveTrial.follow(trial, run, plan, self.metric_ids, started=self.clock.now())
         mark_controller(self.store, job_row.id)
