@@ -120,6 +120,8 @@ def test_reduction_server_job_trains_with_its_workers_alone(tmp_path: Path) -> N
 STUBBORN = """
     import os, signal, sys, time
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # like TF's multi-worker runtime
+    if "--say-sigterm" in sys.argv:  # ignored all the same, and said in the log
+        signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM ignored", flush=True))
     print("started", os.environ["VCLI_TASK_NAME"], flush=True)
     role = os.environ["VCLI_TASK_NAME"]
     if role.startswith("workerpool1") and "--fail" in sys.argv:
@@ -205,12 +207,12 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], str]:
+def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen[str], str]:
     """A job of one replica that ignores SIGTERM, Ctrl-C'd: (its controller, the job id) once
     the controller said it is stopping the replica (the 3 s grace has begun)."""
     pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(home, "custom-jobs", "create", f"--display-name={name}",
-                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py")
+                 f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py", *args)
     try:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
@@ -246,8 +248,13 @@ def test_a_controller_killed_in_the_stop_grace_still_has_its_stubborn_trainer_ki
     and a trainer that ignores SIGTERM trained on (found by a probe). Its supervisor now
     kills it itself once the grace is over."""
     home = tmp_path / "home"
-    proc, job_id = _stubborn_job_stopping(home, tmp_path, "graceless")
+    proc, job_id = _stubborn_job_stopping(home, tmp_path, "graceless", "--args=--say-sigterm")
     try:
+        # Killed once the stop reached the replica: killed before (the line above is printed
+        # first; CI, loaded, killed it in between), the replica rightly runs on, for `resume`
+        # or `cancel` to stop.
+        wait_for(lambda: any("SIGTERM ignored" in p.read_text() for p in home.rglob("replica.log")), 30,
+                 "the stop's SIGTERM at the trainer")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
