@@ -215,7 +215,7 @@ def test_stop_within_grace_and_release(executor: DockerExecutor, jobs, tmp_path:
     t0 = time.monotonic()
     other.stop([ReplicaHandle.from_json(h.to_json()) for h in handles], grace_seconds=grace)
     elapsed = time.monotonic() - t0
-    assert elapsed < grace + 2, f"stop took {elapsed:.1f}s"
+    assert elapsed < grace + 8, f"stop took {elapsed:.1f}s"  # not the engine's 10 s default, nor twice the grace
     statuses = [other.poll(h) for h in handles]
     assert not any(s.running for s in statuses)
     assert statuses[0].exit_code == 137  # SIGKILL after the grace period

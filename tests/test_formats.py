@@ -553,10 +553,12 @@ def test_a_backtracking_filter_regex_is_stopped_and_an_outer_alarm_survives():
         with pytest.raises(UsageError) as info:
             apply_filter([{"displayName": "a" * 40 + "!"}], "displayName~(a+)+$", seconds=1.0)
         took = time.monotonic() - start
-        assert 0.9 < took < 2.5, took
+        assert 0.9 < took < 2.9, took  # stopped at 1 s (the rest is a loaded machine's scheduling)
         assert "took more than 1 s" in str(info.value) and str(info.value).startswith("argument --filter:")
-        time.sleep(max(0.0, start + 3.5 - time.monotonic()))
-        assert len(fired) == 1 and 2.5 < fired[0] - start < 3.5
+        wait_until = start + 6.0
+        while not fired and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        assert len(fired) == 1 and 2.9 < fired[0] - start < 6.0, fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
