@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import textwrap
 import time
 from datetime import datetime
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import (
     describe,
@@ -309,11 +312,15 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
     assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"] * 6, after["trials"]
 
 
-def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_resuming_shell(tmp_path: Path) -> None:
+@pytest.mark.parametrize("row", ["pending", "none"])
+def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_resuming_shell(tmp_path: Path,
+                                                                                            row: str) -> None:
     """A controller killed after recording a trial's job, before starting its replica: the
     resumed controller starts that replica with the token from its own shell (it started it
     with the stored `<redacted>`: the trial failed), and asks for the token although no
-    trial is left to start."""
+    trial is left to start. Killed before the replica's row was written too (in the wait for
+    the trial's MLflow run, found by a probe): the row's insert lacked the replica's host and
+    the study FAILED, exit 7, "Cannot use vcli's home"."""
     from vcli.store import Store, parse_job_ref
 
     home = tmp_path / "home"
@@ -355,6 +362,9 @@ def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_re
     store = Store(home)  # as if the controller had died before starting the replica
     store.upsert_replica(child["job"], "workerpool0-0", handle=None, state="PENDING", start_time=None)
     store.close()
+    if row == "none":  # ... or before recording it
+        with sqlite3.connect(home / "vcli.db") as db:
+            db.execute("DELETE FROM replicas WHERE job_id = ?", (child["job"],))
     r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=60)
     assert r.returncode == 2 and "[API_TOKEN]" in r.stderr, r.stderr
     r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=120, API_TOKEN="s3cret-value", SLEEP_SECONDS="0.2")

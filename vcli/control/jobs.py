@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from vcli.control import interrupts, recovery
 from vcli.control.clock import SYSTEM_CLOCK, Clock
-from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, plan_job, replica_address, with_trial_args
+from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, pending_row, plan_job, with_trial_args
 from vcli.errors import StoreError, VcliError, stopped_by
 from vcli.executors import Executor, ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.spec import JobState, ReplicaState, RpcCode
@@ -110,11 +110,7 @@ class JobRun:
         self.plan = plan
         replicas = [_Replica(launch=l) for l in plan.launches]
         for r in replicas:
-            self.store.upsert_replica(
-                self.job_id, r.launch.task_name, host=r.launch.placement.host,
-                address=replica_address(r.launch), state=ReplicaState.PENDING.value, log_path=r.launch.log_path,
-                metric_file=r.launch.metric_file, gpus=",".join(map(str, r.launch.placement.gpu_indices)) or None,
-            )
+            self.store.upsert_replica(self.job_id, r.launch.task_name, **pending_row(r.launch))
         self._replicas = replicas
 
     def cancelled(self) -> bool:
@@ -153,6 +149,8 @@ class JobRun:
         ended; another ended one keeps its exit (a chief that succeeded starts the workers' drain).
         One without is `find`-ed (a controller killed before it recorded the handle), else unstarted."""
         r = _Replica(launch=launch)
+        if row is None and final is None:  # its controller died before recording it: as `start` records it
+            self.store.upsert_replica(self.job_id, launch.task_name, **pending_row(launch))
         if row is None or not row.handle:
             r.handle = recovery.found(self, launch) if final is None else None
             return r

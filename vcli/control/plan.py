@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
 from vcli.executors import Executor, Placement, ReplicaLaunch
-from vcli.spec import CustomJobSpec, ReplicaId, WorkerPoolSpec, is_secret
+from vcli.spec import CustomJobSpec, ReplicaId, ReplicaState, WorkerPoolSpec, is_secret
 
 
 class Placer(Protocol):
@@ -274,6 +274,14 @@ def replica_address(launch: ReplicaLaunch) -> str:
         return data["cluster"][f"workerpool{launch.replica.pool_index}"][launch.replica.index]
     except (ValueError, KeyError, IndexError):
         return ""
+
+
+def pending_row(launch: ReplicaLaunch) -> dict[str, Any]:
+    """The store's row of a replica about to start (`Store.upsert_replica`'s fields): PENDING,
+    where it is placed, its log and metric file."""
+    return {"host": launch.placement.host, "address": replica_address(launch), "state": ReplicaState.PENDING.value,
+            "log_path": launch.log_path, "metric_file": launch.metric_file,
+            "gpus": ",".join(map(str, launch.placement.gpu_indices)) or None}
 
 
 def with_trial_args(spec: CustomJobSpec, args: Sequence[str]) -> CustomJobSpec:
