@@ -302,9 +302,12 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
             os.killpg(proc.pid, signal.SIGKILL)
     stored = [f for f in home.rglob("*") if f.is_file() and b"s3cret-value" in f.read_bytes()]
     assert stored == [], stored  # never written anywhere under the vcli home
+    before = describe(home, "hp-tuning-jobs", study_id)["controller"]
     r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "[API_TOKEN]" in r.stderr and "export API_TOKEN=" in r.stderr
+    # The refused resume ran nothing: the record names the controller that died, not it.
+    assert describe(home, "hp-tuning-jobs", study_id)["controller"] == before == {**before, "pid": proc.pid}
     r = vcli(home, "hp-tuning-jobs", "resume", study_id, timeout=300, API_TOKEN="s3cret-value")
     assert r.returncode == 0, r.stderr[-3000:]
     after = describe(home, "hp-tuning-jobs", study_id)
@@ -634,8 +637,10 @@ def test_resume_counts_the_restarts_an_earlier_controller_made(tmp_path: Path) -
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    before = describe(home, "custom-jobs", job_id)["controller"]
     r = vcli(home, "custom-jobs", "resume", job_id, timeout=60)
     assert r.returncode == 2 and "[API_TOKEN]" in r.stderr, r.stderr
+    assert describe(home, "custom-jobs", job_id)["controller"] == before  # it names the one that died
     r = vcli(home, "custom-jobs", "resume", job_id, timeout=120, API_TOKEN="s3cret-value")
     assert r.returncode == 6, r.stderr
     restarts = [line for line in r.stderr.splitlines() if line.startswith("Restarting job")]

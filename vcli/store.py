@@ -382,6 +382,14 @@ class Store:
                       " WHERE id = ?", (pid, start, time.time(), now_iso(), job_id))
             return None
 
+    def hand_back_controller(self, job_id: str, before: tuple[int | None, str | None, float | None],
+                             claimed: tuple[int, str | None]) -> None:
+        """Put back the controller (pid, start, heartbeat) `before` a claim by `claimed`, if it
+        still holds the job."""
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET controller_pid = ?, controller_start = ?, heartbeat = ? WHERE id = ?"
+                      " AND controller_pid = ? AND controller_start IS ?", (*before, job_id, *claimed))
+
     def beat(self, job_id: str) -> None:
         """The controller is alive (see `JobRow.heartbeat`)."""
         with self._tx() as c:

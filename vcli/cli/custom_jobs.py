@@ -276,7 +276,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     Replicas that still run are re-attached, not restarted; replicas that ended meanwhile
     report their exit; the job then ends as it would have. Refused while its controller lives."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller, has_ended
+    from vcli.control.cancel import claim_controller, give_back, has_ended
     from vcli.control.waiting import WaitCancelled
     from vcli.store import Store
 
@@ -293,6 +293,9 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
+    except BaseException:
+        give_back(store, row)
+        raise
     from vcli.control.wiring import accelerator_notices
 
     for notice in accelerator_notices(planned.execution.kind, planned.spec):  # this shell may declare no GPUs

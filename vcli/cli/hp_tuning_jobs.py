@@ -275,7 +275,7 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     """Take over a study whose vcli process died: running trials are re-attached (not
     restarted), finished ones kept, and the study goes on to maxTrialCount."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller, has_ended
+    from vcli.control.cancel import claim_controller, give_back, has_ended
     from vcli.store import Store
 
     check_format(fmt)
@@ -287,7 +287,11 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     claim_controller(store, row.id)
     if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
         raise typer.Exit(finish_cancel(store, row, "Hyperparameter tuning job"))
-    study = runner.plan_stored_study(store, row)
+    try:
+        study = runner.plan_stored_study(store, row)
+    except BaseException:
+        give_back(store, row)
+        raise
     from vcli.control.wiring import accelerator_notices
 
     for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):  # this shell may declare no GPUs

@@ -83,6 +83,15 @@ def claim_controller(store: Store, job_id: str) -> None:
                                       f"(`kill {holder[0]}` or `cancel`), or leave it be.")
 
 
+def give_back(store: Store, row: JobRow) -> None:
+    """Undo this process's `claim_controller` of `row` (as read before the claim): a resume that
+    ends before it runs anything (a secret its shell lacks, a cluster it cannot reach) leaves
+    the record naming the controller that died, not itself."""
+    pid = os.getpid()
+    store.hand_back_controller(row.id, (row.controller_pid, row.controller_start, row.heartbeat),
+                               (pid, process_start_time(pid)))
+
+
 def has_ended(row: JobRow) -> bool:
     return JobState(row.state).is_final()
 
