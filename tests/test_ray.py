@@ -24,6 +24,7 @@ from tests.helpers import (
     describe,
     job_id_from_stderr,
     processes_with_env,
+    read_stderr_until,
     reap,
     vcli,
     vcli_env,
@@ -290,26 +291,34 @@ def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster
     assert "Task completed" in lines[-1]
 
 
-@pytest.mark.parametrize("kind", ["custom-jobs", "hp-tuning-jobs"])
+@pytest.mark.parametrize("kind", ["custom-jobs", "hp-tuning-jobs", "waiting"])
 def test_a_cluster_that_goes_away_fails_the_job_within_seconds_and_vcli_ends(kind: str, tmp_path: Path) -> None:
     """The whole cluster stopped mid-run (its own, not the module's): a call into Ray then
     blocked until Ray's core ended vcli 60 s later ("Failed to connect to GCS within 60
     seconds ... The program will terminate", exit 1), the job or study left RUNNING (or
     PENDING) with nobody driving it. Now the end is recorded within seconds, FAILED, naming
-    the lost cluster, and vcli exits with the job's code."""
+    the lost cluster, and vcli exits with the job's code (also a job that waited for the
+    cluster's only GPU: it exited 3, recorded FAILED; found by a probe)."""
     own = RayCluster(workers=0, gpus_per_node=1, cpus_per_node=4).start()
     home = tmp_path / "home"
+    env = vcli_env(home, VCLI_EXECUTOR="ray", RAY_ADDRESS=own.address, **AUTH_ENV)
     pkg = write_package(tmp_path, {"t.py": "import time; print('up', flush=True); time.sleep(600)"})
     pool = f"{POOL},local-package-path={pkg},script=t.py"
     argv = ["--worker-pool-spec=" + pool, f"--worker-pool-spec={POOL}"] if kind == "custom-jobs" else [
         "--max-trial-count=4", "--parallel-trial-count=2", "--metric=metric-id=a,goal=maximize",
         "--parameter-spec=parameter-id=lr,type=double,min=0.01,max=1", "--worker-pool-spec=" + pool]
-    proc = subprocess.Popen([sys.executable, "-m", "vcli", kind, "create", "--display-name=gone", *argv],
-                            env=vcli_env(home, VCLI_EXECUTOR="ray", RAY_ADDRESS=own.address, **AUTH_ENV), cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    if kind == "waiting":  # the GPU held by a job running --async
+        gpu = f"--worker-pool-spec={GPU_POOL},local-package-path={pkg},script=t.py"
+        r = vcli(home, "custom-jobs", "create", "--display-name=holder", gpu, "--async", **env)
+        assert r.returncode == 0, r.stderr
+        kind, argv = "custom-jobs", [gpu]
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", kind, "create", "--display-name=gone", *argv], env=env,
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     try:
         wait_for(lambda: any("up" in p.read_text() for p in home.rglob("replica.log")), 180, "a replica running")
+        if argv[0].startswith(f"--worker-pool-spec={GPU_POOL}"):
+            read_stderr_until(proc, "is queued until then", 60)
         stopped_at = time.monotonic()
         own.stop()
         out, err = proc.communicate(timeout=120)
@@ -322,6 +331,9 @@ def test_a_cluster_that_goes_away_fails_the_job_within_seconds_and_vcli_ends(kin
     assert f"the ray cluster at {own.address} is gone" in err.lower(), err[-3000:]
     [job] = [j for j in json.loads(vcli(home, kind, "list", "--format=json").stdout) if j["displayName"] == "gone"]
     assert job["state"] == "JOB_STATE_FAILED", job
+    wait_for(lambda: all(j["state"] == "JOB_STATE_FAILED" for j in json.loads(vcli(home, "custom-jobs", "list",
+                                                                                  "--format=json").stdout)),
+             60, "the --async job FAILED too")  # its controller gone with it, before the test ends
     assert own.processes() == []
 
 

@@ -97,6 +97,13 @@ class WaitExpiredError(VcliError):
     exit_code = ExitCode.JOB_FAILED
 
 
+class QueuedJobFailed(VcliError):
+    """What ended a job's wait for GPUs after it was recorded QUEUED (its executor lost, say):
+    the job is recorded FAILED with it, so the exit code is a failed job's."""
+
+    exit_code = ExitCode.JOB_FAILED
+
+
 class StoreError(VcliError):
     """vcli's home cannot be used: unwritable, on a read-only file system, or full."""
 
