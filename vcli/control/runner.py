@@ -20,7 +20,7 @@ from typing import Any
 from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
-from vcli.errors import ExitCode, QueuedJobFailed, VcliError
+from vcli.errors import VcliError
 from vcli.spec import (
     CustomJobSpec,
     ExecutorKind,
@@ -122,9 +122,7 @@ def plan_custom_job(
     except BaseException as e:
         execution.close()
         if queued:
-            end_queued(store, job_id, e)
-            if isinstance(e, VcliError) and e.exit_code not in (ExitCode.JOB_FAILED, ExitCode.CANCELLED):
-                raise QueuedJobFailed(str(e)) from None  # recorded FAILED: a failed job's exit code
+            raise end_queued(store, job_id, e) from None
         raise
     return PlannedJob(store=store, job_id=job_id, spec=spec, execution=execution, plan=plan,
                       record=record(plan.base_output_directory), recorded=bool(queued))

@@ -64,10 +64,17 @@ def queue_job(store: Store, job_id: str, display_name: str, record: dict[str, An
     claim_controller(store, job_id)
 
 
-def end_queued(store: Store, job_id: str, error: BaseException) -> None:
-    """The final state of a queued job whose wait for GPUs ended without a plan: CANCELLED
-    when cancelled or interrupted, else FAILED with the reason."""
+def end_queued(store: Store, job_id: str, error: BaseException) -> BaseException:
+    """Record the final state of a queued job whose wait for GPUs ended without a plan:
+    CANCELLED when cancelled or interrupted, else FAILED with the reason. Returns what to raise:
+    `error`, or for a VcliError of another exit code (its executor lost, say) the same message
+    with a failed job's exit code, as the job is recorded (it exited 3)."""
+    from vcli.errors import ExitCode, QueuedJobFailed, VcliError
+
     if isinstance(error, (WaitCancelled, KeyboardInterrupt, SystemExit)):
         store.set_state(job_id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
-    else:
-        store.set_state(job_id, JobState.JOB_STATE_FAILED, error={"code": RpcCode.INTERNAL, "message": str(error)})
+        return error
+    store.set_state(job_id, JobState.JOB_STATE_FAILED, error={"code": RpcCode.INTERNAL, "message": str(error)})
+    if isinstance(error, VcliError) and error.exit_code not in (ExitCode.JOB_FAILED, ExitCode.CANCELLED):
+        return QueuedJobFailed(str(error))
+    return error
