@@ -673,11 +673,12 @@ def test_a_stdout_line_without_a_step_is_one_past_the_metrics_largest_step() -> 
 
     reader = MetricReader(("score", "loss"))
     for i, line in enumerate(["score=0.1 step=1", "score=0.2 step=2", "score=0.3 step=9", "score=0.4", "loss=0.5",
-                              "score=0.5 step=9223372036854775807", "score=0.6"]):
+                              "score=0.5 step=9223372036854775807"]):
         assert reader.feed_stdout_line(line, float(i + 1)), line
+    assert not reader.feed_stdout_line("score=0.6", 7.0)  # past int64, as `step=` beyond it: not a measurement
     steps = [(m.step_count, dict(m.metrics)) for m in reader.measurements]
     assert steps == [(1, {"score": 0.1}), (2, {"score": 0.2}), (9, {"score": 0.3}), (10, {"score": 0.4, "loss": 0.5}),
-                     (2**63 - 1, {"score": 0.5}), (2**63 - 1, {"score": 0.6})], steps
+                     (2**63 - 1, {"score": 0.5})], steps
 
 
 def test_a_trial_that_reported_another_tag_is_told_which() -> None:

@@ -149,11 +149,13 @@ class MetricReader:
             self._stdout_seen, self._stdout_time = set(), timestamp
         return self._add(self._stdout_seen, (timestamp, step, value, metric_id), metric_id, value, step)
 
-    def _next_step(self, metric_id: str) -> int:
+    def _next_step(self, metric_id: str) -> int | None:
         """The step of a stdout report without `step=`: one past the metric's largest step, or the
         latest measurement's if that lacks this metric and is later (`acc=0.9` then `loss=0.3`,
-        both without steps, are one measurement)."""
-        step = min(self._top_step.get(metric_id, 0) + 1, _INT64_MAX)
+        both without steps, are one measurement); None past int64, as a `step=` beyond it."""
+        step = self._top_step.get(metric_id, 0) + 1
+        if step > _INT64_MAX:
+            return None
         last = self.measurements[-1] if self.measurements else None
         if last is not None and metric_id not in last.metrics and last.step_count >= step:
             return last.step_count
