@@ -266,18 +266,15 @@ SECRET_TRAINER = """
 """
 
 
-def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_ones(tmp_path: Path) -> None:
-    # The store holds secrets redacted, so trials started after `resume` need the values from
-    # the resuming shell: without them resume is one error line (and can be run again), with
-    # them every later trial gets the real token.
-    home = tmp_path / "home"
+def _secret_study(tmp_path: Path, name: str, trials: int, parallel: int) -> Path:
+    """A random-search study of SECRET_TRAINER whose pool's env holds API_TOKEN: its config."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SECRET_TRAINER))
     config = tmp_path / "study.yaml"
     config.write_text(textwrap.dedent(f"""
-        displayName: secret-study
-        maxTrialCount: 6
-        parallelTrialCount: 2
+        displayName: {name}
+        maxTrialCount: {trials}
+        parallelTrialCount: {parallel}
         studySpec:
           algorithm: RANDOM_SEARCH
           metrics: [{{metricId: acc, goal: MAXIMIZE}}]
@@ -291,6 +288,15 @@ def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_o
               command: [python3, {script}]
               env: [{{name: API_TOKEN, value: s3cret-value}}]
         """))
+    return config
+
+
+def test_a_resumed_study_takes_secret_values_from_the_shell_never_the_redacted_ones(tmp_path: Path) -> None:
+    # The store holds secrets redacted, so trials started after `resume` need the values from
+    # the resuming shell: without them resume is one error line (and can be run again), with
+    # them every later trial gets the real token.
+    home = tmp_path / "home"
+    config = _secret_study(tmp_path, "secret-study", 6, 2)
     proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", "--seed=3")
     try:
         study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
@@ -327,25 +333,7 @@ def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_re
     from vcli.store import Store, parse_job_ref
 
     home = tmp_path / "home"
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SECRET_TRAINER))
-    config = tmp_path / "study.yaml"
-    config.write_text(textwrap.dedent(f"""
-        displayName: secret-window
-        maxTrialCount: 1
-        parallelTrialCount: 1
-        studySpec:
-          metrics: [{{metricId: acc, goal: MAXIMIZE}}]
-          parameters: [{{parameterId: x, doubleValueSpec: {{minValue: 0, maxValue: 1}}}}]
-        trialJobSpec:
-          workerPoolSpecs:
-          - machineSpec: {{machineType: n1-standard-4}}
-            replicaCount: 1
-            containerSpec:
-              imageUri: x
-              command: [python3, {script}]
-              env: [{{name: API_TOKEN, value: s3cret-value}}]
-        """))
+    config = _secret_study(tmp_path, "secret-window", 1, 1)
     proc = spawn(home, "hp-tuning-jobs", "create", f"--config={config}", SLEEP_SECONDS="600")
     try:
         study_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
