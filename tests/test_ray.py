@@ -291,6 +291,45 @@ def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster
     assert "Task completed" in lines[-1]
 
 
+def test_the_cluster_watch_waits_out_a_brief_refusal_and_calls_a_long_one_lost() -> None:
+    """`ClusterWatch` (no cluster needed: a port that refuses, then a listener, then none): a
+    GCS that refuses for a moment is not lost (a release then waits for it, rather than leave
+    a placement group reserved); one that refuses for LOST_AFTER_SECONDS is, for good, and a
+    call blocked in Ray is then left behind."""
+    import socket
+    import threading
+
+    from vcli.executors.ray import reach
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    watch = reach.ClusterWatch(f"127.0.0.1:{port}")
+    assert not watch.answering() and watch.lost() is None
+    listener = socket.create_server(("127.0.0.1", port))
+    try:
+        wait_for(watch.answering, 10, "the watch to see the GCS answer again")
+        assert watch.lost() is None
+    finally:
+        listener.close()
+    refused_from = time.monotonic()
+    wait_for(lambda: watch.lost() is not None, 30, "the cluster counted lost")
+    assert time.monotonic() - refused_from >= reach.LOST_AFTER_SECONDS - reach.RECHECK_SECONDS
+    assert f"the Ray cluster at 127.0.0.1:{port} is gone" in watch.lost()
+    listener = socket.create_server(("127.0.0.1", port))  # lost stays lost: Ray's driver is done for
+    try:
+        assert not watch.answering()
+    finally:
+        listener.close()
+    blocked = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(reach.ClusterLost, match="is gone"):
+        reach.bounded(watch, blocked.wait, 60)  # a call that would block in Ray
+    assert time.monotonic() - started < 5
+    blocked.set()
+
+
 @pytest.mark.parametrize("kind", ["custom-jobs", "hp-tuning-jobs", "waiting"])
 def test_a_cluster_that_goes_away_fails_the_job_within_seconds_and_vcli_ends(kind: str, tmp_path: Path) -> None:
     """The whole cluster stopped mid-run (its own, not the module's): a call into Ray then

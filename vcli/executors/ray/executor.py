@@ -254,9 +254,10 @@ class RayExecutor(ExecutorBase):
         import ray
         from ray.util.placement_group import get_placement_group, remove_placement_group
 
-        if (group is None and not ray.is_initialized()) or not self._watch.answering():
+        if group is None and not ray.is_initialized():
             return  # never connected: this process placed nothing and must not start Ray to look
         try:
+            self._await_cluster()  # a GCS that refuses for a moment must not leave the group reserved
             pg = group[0] if group is not None else bounded(self._watch, get_placement_group, f"vcli-{job_id}")
             bounded(self._watch, remove_placement_group, pg)
         except Exception:  # no such group (never placed, or already removed), or the cluster is gone
@@ -349,8 +350,11 @@ class RayExecutor(ExecutorBase):
                 masks=list(launch.secret_env), supervisor_source=_supervisor_source(), tag=tag,
             ), CALL_TIMEOUT_SECONDS * 4)
         except Exception as e:  # actor could not be scheduled or start failed
-            if self._watch.answering():
+            try:
+                self._await_cluster()
                 bounded(self._watch, ray.kill, actor)
+            except Exception:  # the cluster is gone, and the actor with it
+                pass
             raise ExecutorError(f"Cannot start replica {launch.task_name} on Ray: {_gist(e)}") from None
         if not log_here:
             with self._lock:
