@@ -20,16 +20,15 @@ away (its GCS refusing connections for LOST_AFTER_SECONDS: `reach.ClusterWatch`)
 replica with a message naming it, and no call into Ray is made while the GCS refuses: Ray would
 block in it and end this process 60 s later, the job's end never recorded.
 
-Files: a replica on this machine (its node IP is an address of this machine) writes its log
-straight into `launch.log_path`; on another node (or with VCLI_RAY_STREAM_LOGS=1) the actor
-writes a node-local log and `poll`, `stop` and `release` copy its new whole lines into
-`launch.log_path` (`adopt` resumes the copy after a controller restart). Code (`prepare`: the local package snapshot and its
-Python environment), output, checkpoint and metric paths are used as they are: replicas on
-other machines need them on a filesystem shared at the same paths (NFS and the like); metric
-files are read back through the actor.
+Files: a replica on this machine (its node IP is an address of this machine) writes its log straight into
+`launch.log_path`; on another node (or with VCLI_RAY_STREAM_LOGS=1) the actor writes a node-local log and `poll`,
+`stop` and `release` copy its new whole lines into `launch.log_path` (`adopt` resumes the copy after a controller
+restart). Code (`prepare`: the local package snapshot and its Python environment), output, checkpoint and metric
+paths are used as they are: replicas on other machines need them on a filesystem shared at the same paths (NFS and
+the like); metric files are read back through the actor.
 
-Container images are refused (`check`): Ray runs processes here; images run with
---executor=docker (or an SSH host's docker runtime).
+Container images are refused (`check`): Ray runs processes here; images run with --executor=docker (or an SSH host's
+docker runtime).
 
 `import ray` happens only in this package, lazily, when the executor first talks to the cluster.
 """
@@ -55,14 +54,7 @@ from vcli.executors import (
     read_replica_file,
 )
 from vcli.executors import supervisor as _supervisor
-from vcli.executors.ray.reach import (
-    LOST_AFTER_SECONDS,
-    RECHECK_SECONDS,
-    ClusterLost,
-    ClusterWatch,
-    bounded,
-    check_reachable,
-)
+from vcli.executors.ray.reach import LOST_AFTER_SECONDS, RECHECK_SECONDS, ClusterLost, ClusterWatch, bounded, check_reachable
 
 #: Ray namespace of vcli's actors and placement groups.
 NAMESPACE = "vcli"
@@ -91,6 +83,7 @@ class RayExecutor(ExecutorBase):
         self._groups: dict[str, tuple[Any, dict[str, int], list[dict[str, float]]]] = {}
         #: ref -> (local log path, byte offset copied so far) for replicas on other machines.
         self._streams: dict[str, tuple[str, int]] = {}
+        self._actors: dict[str, Any] = {}  # ref -> actor handle: one GCS lookup per replica, not per poll
         self._recent_ports: dict[tuple[str, int], float] = {}
         self._lock = threading.RLock()
         self._connected_here = False
@@ -356,8 +349,9 @@ class RayExecutor(ExecutorBase):
             except Exception:  # the cluster is gone, and the actor with it
                 pass
             raise ExecutorError(f"Cannot start replica {launch.task_name} on Ray: {_gist(e)}") from None
-        if not log_here:
-            with self._lock:
+        with self._lock:
+            self._actors[name] = actor
+            if not log_here:
                 self._streams[name] = (launch.log_path, 0)
         return ReplicaHandle(executor=self.name, host=facts["nodeId"], ref=name, task_name=launch.task_name,
                              details={"job": launch.job_id, "node": facts["nodeIp"], "gpus": ",".join(facts["gpuIds"]),
@@ -379,6 +373,7 @@ class RayExecutor(ExecutorBase):
         except GetTimeoutError:
             return ReplicaStatus(running=True)  # a slow node is not a lost one
         except Exception as e:  # RayActorError and kin: the node or actor died
+            self._actors.pop(handle.ref, None)
             return ReplicaStatus(running=False, message=f"its Ray actor died (node {handle.details.get('node', handle.host)} "
                                                         f"lost?): {_gist(e)}")
         self._pull_log(handle, actor)
@@ -446,6 +441,7 @@ class RayExecutor(ExecutorBase):
                 pass
             with self._lock:
                 self._streams.pop(handle.ref, None)
+                self._actors.pop(handle.ref, None)
         for job_id in {h.details.get("job", "") for h in handles} - {""}:
             self.release_group(job_id)
 
@@ -481,11 +477,17 @@ class RayExecutor(ExecutorBase):
         return os.environ.get("VCLI_RAY_STREAM_LOGS") != "1" and _is_this_machine(node_ip)
 
     def _actor(self, handle: ReplicaHandle) -> Any:
+        """The replica's actor (None: gone), looked up once (`_actors`; `poll` drops one that died)."""
         ray = self._ray()
+        with self._lock:
+            if (actor := self._actors.get(handle.ref)) is not None:
+                return actor
         try:
-            return bounded(self._watch, ray.get_actor, handle.ref, namespace=NAMESPACE)
+            actor = bounded(self._watch, ray.get_actor, handle.ref, namespace=NAMESPACE)
         except ValueError:
             return None
+        with self._lock:
+            return self._actors.setdefault(handle.ref, actor)
 
     def _pull_log(self, handle: ReplicaHandle, actor: Any) -> None:
         """Append the node-local log's new whole lines to the launch's log file."""
