@@ -207,16 +207,17 @@ def test_ctrl_c_cancels(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """A job of one replica that ignores SIGTERM, Ctrl-C'd: (its controller, the job id) once
-    the controller said it is stopping the replica (the 3 s grace has begun)."""
+def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str, *args: str,
+                           sig: int = signal.SIGINT) -> tuple[subprocess.Popen[str], str]:
+    """A job of one replica that ignores SIGTERM, Ctrl-C'd (or sent `sig`): (its controller, the
+    job id) once the controller said it is stopping the replica (the 3 s grace has begun)."""
     pkg = write_package(tmp_path, {"stubborn.py": STUBBORN})
     proc = spawn(home, "custom-jobs", "create", f"--display-name={name}",
                  f"--worker-pool-spec={POOL},local-package-path={pkg},script=stubborn.py", *args)
     try:
         job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
         wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
         read_stderr_until(proc, "Stopping 1 replica(s)", 30)
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -224,18 +225,21 @@ def _stubborn_job_stopping(home: Path, tmp_path: Path, name: str, *args: str) ->
     return proc, job_id
 
 
-@pytest.mark.parametrize("more", [1, 12])
-def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, more: int) -> None:
+@pytest.mark.parametrize("sig, more, code", [(signal.SIGINT, 1, 130), (signal.SIGINT, 12, 130),
+                                             (signal.SIGTERM, 1, 143), (signal.SIGHUP, 2, 129)],
+                         ids=["ctrl-c", "ctrl-c-burst", "sigterm", "sighup"])
+def test_a_second_ctrl_c_kills_at_once_and_still_leaves_nothing(tmp_path: Path, sig: int, more: int, code: int) -> None:
     # An impatient user's second Ctrl-C inside the stop's 3 s grace made vcli exit 130 "cancelled"
     # at once, with the trainer that ignores SIGTERM still running and the job CANCELLING. A
-    # third one, 0.1 s after the second, escaped the handler: the job CANCELLING for good.
+    # third one, 0.1 s after the second, escaped the handler: the job CANCELLING for good. So did a
+    # second SIGTERM or SIGHUP (a process manager signalling vcli, then its group; found by a probe).
     home = tmp_path / "home"
-    proc, job_id = _stubborn_job_stopping(home, tmp_path, "impatient")
+    proc, job_id = _stubborn_job_stopping(home, tmp_path, "impatient", sig=sig)
     try:
         for _ in range(more):
-            os.kill(proc.pid, signal.SIGINT)
+            os.kill(proc.pid, sig)
             time.sleep(0.01)
-        assert proc.wait(timeout=60) == 130
+        assert proc.wait(timeout=60) == code
         assert describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_CANCELLED"
         assert not processes_with_env("VCLI_JOB_ID", job_id)
     finally:

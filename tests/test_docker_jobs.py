@@ -232,18 +232,27 @@ def test_containers_outlive_a_killed_controller_and_resume_reattaches(client, tm
     assert not _containers(client, job_id)
 
 
-def test_resume_adopts_a_container_whose_start_was_never_recorded(client, tmp_path: Path) -> None:
-    """A controller killed between starting a container and recording its handle leaves the
-    replica PENDING in the store while it runs: resume finds it by name and labels and adopts
-    it, never starting that replica a second time."""
+def _unrecord(home: Path, job_id: str, *tasks: str) -> None:
+    """The store as a controller killed between starting these replicas and recording them leaves it."""
     from vcli.store import Store
 
+    store = Store(home)
+    for task in tasks:
+        store.upsert_replica(job_id, task, handle=None, state="PENDING", start_time=None)
+    store.close()
+
+
+@pytest.mark.parametrize("unrecorded", [["workerpool1-0"], ["workerpool0-0", "workerpool1-0"]], ids=["one", "all"])
+def test_resume_adopts_a_container_whose_start_was_never_recorded(client, tmp_path: Path, unrecorded) -> None:
+    """A controller killed between starting a container and recording its handle leaves the
+    replica PENDING in the store while it runs: resume finds it by name and labels and adopts
+    it, never starting that replica a second time. With no handle recorded at all (killed
+    during the first start, found by a probe), resume planned the job afresh: it removed the
+    running container and started it again."""
     home = tmp_path / "home"
     job_id = _orphan(client, home, "pending-window", 8)
     before = {c.id for c in _containers(client, job_id) if c.status == "running"}
-    store = Store(home)
-    store.upsert_replica(job_id, "workerpool1-0", handle=None, state="PENDING", start_time=None)
-    store.close()
+    _unrecord(home, job_id, *unrecorded)
     r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
     assert r.returncode == 0, r.stderr
     job = describe(home, "custom-jobs", job_id)
@@ -255,9 +264,13 @@ def test_resume_adopts_a_container_whose_start_was_never_recorded(client, tmp_pa
     assert len(before) == 2 and not _containers(client, job_id)
 
 
-def test_cancel_of_an_orphaned_container_job_removes_everything(client, tmp_path: Path) -> None:
+@pytest.mark.parametrize("unrecorded", [[], ["workerpool0-0", "workerpool1-0"]], ids=["recorded", "unrecorded"])
+def test_cancel_of_an_orphaned_container_job_removes_everything(client, tmp_path: Path, unrecorded) -> None:
+    """Containers whose start the killed controller never recorded too (found by a probe: they ran
+    on to their end, and stayed, the job CANCELLED and its replicas NOT_STARTED)."""
     home = tmp_path / "home"
     job_id = _orphan(client, home, "orphan", 600)
+    _unrecord(home, job_id, *unrecorded)
     r = vcli(home, "custom-jobs", "cancel", job_id, timeout=120)
     assert r.returncode == 0, r.stderr
     job = describe(home, "custom-jobs", job_id)

@@ -364,6 +364,42 @@ def test_a_running_trial_whose_replica_never_started_gets_the_secret_from_the_re
     assert [t["state"] for t in after["trials"]] == ["SUCCEEDED"], after["trials"]
 
 
+def _unrecord(home: Path, job_id: str) -> None:
+    """The store as a controller killed between starting the replica and recording it leaves it."""
+    from vcli.store import Store
+
+    store = Store(home)
+    store.upsert_replica(job_id, "workerpool0-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+
+
+def test_resume_adopts_a_replica_whose_start_no_handle_recorded(tmp_path: Path) -> None:
+    """Killed while it started the job's first replica, before recording any handle (found by a
+    probe): resume planned the job afresh and started that replica a second time beside the
+    first. It is found by its tag and adopted."""
+    home, _, job_id = _orphaned_one_replica_job(tmp_path, "first-start", "2")
+    _unrecord(home, job_id)
+    r = vcli(home, "custom-jobs", "resume", job_id, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED" and job["replicas"][0]["state"] == "SUCCEEDED"
+    logs = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60).stdout
+    assert len(re.findall(r"\tpid \d+ workerpool0-0", logs)) == 1, logs  # started once
+
+
+def test_cancel_stops_a_replica_whose_start_no_handle_recorded(tmp_path: Path) -> None:
+    """`cancel` of such a job stopped nothing: the replica ran on, the job CANCELLED and the
+    replica NOT_STARTED (found by a probe)."""
+    home, _, job_id = _orphaned_one_replica_job(tmp_path, "first-start", "300")
+    assert processes_with_env("VCLI_JOB_ID", job_id)
+    _unrecord(home, job_id)
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_CANCELLED" and job["replicas"][0]["state"] == "STOPPED", job["replicas"]
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 10, "the replica stopped")
+
+
 def test_a_killed_controller_that_nobody_reaps_is_not_alive(tmp_path: Path) -> None:
     """`kill -9` of a controller whose parent never reaps it (PID 1 of a container without an
     init): the zombie controls nothing, so `describe` says it is not alive and `resume` takes
@@ -475,7 +511,8 @@ def test_resume_records_when_replicas_ended_while_no_controller_watched(tmp_path
 
 def test_cancel_of_an_orphaned_study_ends_its_trials(tmp_path: Path) -> None:
     """A study whose controller died: cancel stops its trials' replicas and ends each open trial
-    as Vertex would (SUCCEEDED with its last measurement if it reported one, else INFEASIBLE)."""
+    as Vertex would (SUCCEEDED with its last measurement if it reported one, else INFEASIBLE).
+    A trial replica whose start was never recorded is stopped too (it ran on: found by a probe)."""
     home = tmp_path / "home"
     script = tmp_path / "reports_or_not.py"
     script.write_text(textwrap.dedent("""
@@ -494,7 +531,9 @@ def test_cancel_of_an_orphaned_study_ends_its_trials(tmp_path: Path) -> None:
              60, "a measurement recorded")
     trial_jobs = [t["customJob"].rsplit("/", 1)[-1] for t in describe(home, "hp-tuning-jobs", study_id)["trials"]]
     assert len(trial_jobs) == 2
+    wait_for(lambda: all(processes_with_env("VCLI_JOB_ID", j) for j in trial_jobs), 30, "both trials running")
     _kill_controller(proc)
+    _unrecord(home, trial_jobs[1])  # and one trial's replica as if killed before its handle was written
     r = vcli(home, "hp-tuning-jobs", "cancel", study_id, timeout=120)
     assert r.returncode == 0, r.stderr
     study = describe(home, "hp-tuning-jobs", study_id)

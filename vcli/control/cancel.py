@@ -153,6 +153,7 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
     are still stopped: the job is marked CANCELLED either way, as nobody else will.
     """
     for job in [row, *store.child_jobs(row.id)]:
+        _record_unrecorded(store, job, row, on_warning)
         _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds, cancelled=cancelled)
     if "slurm" in (row.record or {}):
         _cancel_slurm_leftovers(row, on_warning)
@@ -172,6 +173,34 @@ def _cancel_slurm_leftovers(row: JobRow, on_warning: Callable[[str], None]) -> N
         slurm_executor(row.record["slurm"]).cancel_leftovers(ours, pending_only=False)
     except Exception as e:  # the cluster may be gone; the job is marked CANCELLED all the same
         on_warning(f"could not cancel {row.id}'s queued Slurm jobs: {e}")
+
+
+def _record_unrecorded(store: Store, job: JobRow, top: JobRow, on_warning: Callable[[str], None]) -> None:
+    """Record RUNNING, with its handle, each replica of `job` (`top`, or a trial job of the study
+    `top`) that its dead controller started but never recorded (killed between the executor's
+    `start` and the write), found as `resume` finds it: `cancel` then stops it, where it ran on."""
+    from vcli.control import recovery
+    from vcli.control.runner import plan_stored_custom_job, restore_of
+
+    rows = {r.task_name: r for r in store.replicas(job.id)}
+    if job.kind != JobKind.CUSTOM_JOB.value or all(r.handle or r.state.is_final() for r in rows.values()):
+        return
+    here = os.open(".", getattr(os, "O_PATH", os.O_RDONLY))  # planning enters the job's working directory: come back after
+    try:  # a trial job's record holds its spec; how it ran (hosts, cluster) is its study's
+        planned = plan_stored_custom_job(store, replace(job, record={**top.record, **job.record}),
+                                         restore=restore_of(rows.values()))
+        try:
+            found = recovery.unrecorded(planned.execution.executor, planned.plan.launches, rows)
+        finally:
+            planned.close()
+    except Exception as e:  # the job is marked CANCELLED all the same
+        on_warning(f"could not look for replicas of job {job.id} that started unrecorded: {e}")
+        return
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    for task, handle in found.items():
+        store.upsert_replica(job.id, task, handle=handle.to_json(), state=ReplicaState.RUNNING.value)
 
 
 def _stop_orphaned_job(store: Store, job: JobRow, *, on_warning: Callable[[str], None], grace_seconds: float,

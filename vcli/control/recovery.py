@@ -3,7 +3,7 @@ with `scheduling.restartJobOnWorkerRestart` a replica that fails restarts the wh
 
 A controller killed between an executor's `start` and writing the handle down leaves a
 replica running that the store calls PENDING; `resume` asks the executor to `find` it and
-adopts it, so no replica ever runs twice.
+adopts it, so no replica ever runs twice, and `cancel` finds it to stop it (`unrecorded`).
 
 Vertex restarts every replica of a job whose worker restarted, for trainers that cannot take
 a worker leaving and joining (most all-reduce trainers); `disableRetries` turns that off. vcli
@@ -17,7 +17,7 @@ most `MAX_JOB_RESTARTS` times; the next failure fails the job.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from vcli.executors import ReplicaHandle, ReplicaLaunch, ReplicaStatus
 from vcli.spec import ReplicaState
@@ -103,3 +103,18 @@ def found(run: JobRun, launch: ReplicaLaunch) -> ReplicaHandle | None:
         run.executor.adopt(handle, launch)
         run.store.upsert_replica(run.job_id, launch.task_name, handle=handle.to_json(), state=ReplicaState.RUNNING.value)
     return handle
+
+
+def unrecorded(executor: Any, launches: Any, rows: Mapping[str, Any]) -> dict[str, ReplicaHandle]:
+    """{task name: handle} of the replicas of `launches` whose stored row (`rows`, by task name)
+    has neither a handle nor an end, but that `executor` finds started: a controller killed
+    between an executor's `start` and writing the handle down (for `resume` to adopt rather
+    than start again, for `cancel` to stop rather than leave running)."""
+    out: dict[str, ReplicaHandle] = {}
+    for launch in launches:
+        row = rows.get(launch.task_name)
+        if row is not None and not row.handle and not row.state.is_final():
+            handle = executor.find(launch)
+            if handle is not None:
+                out[launch.task_name] = handle
+    return out

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vcli.control import recovery
 from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
@@ -168,8 +169,9 @@ def run_custom_job(
 def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str], None] | None = None) -> PlannedJob:
     """Plan a job whose controller died, for a new controller that takes it over (`resume`).
 
-    Replicas the old controller started keep their recorded placement, address and handle;
-    a job that never got as far as starting replicas is planned afresh.
+    Replicas the old controller started keep their recorded placement, address and handle (or
+    are found by the executor, their handle never recorded); a job that never got as far as
+    starting replicas is planned afresh.
     """
     from vcli import codec
 
@@ -178,10 +180,21 @@ def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str
     secrets = None
     if replicas_to_start(store, row):
         secrets = secret_values(secrets_from_environment(stored, f"Resuming job {row.id}"))
-    if not any(r.handle for r in rows.values()):
+    if not rows:
         return plan_stored_custom_job(store, row, secrets=secrets, on_wait=on_wait)
     # Its replicas still hold their GPUs (their supervisors hold the leases): nothing is placed again.
     planned = plan_stored_custom_job(store, row, secrets=secrets, restore=restore_of(rows.values()))
+    try:
+        # With no handle recorded, a replica may still have started (its controller killed before
+        # the write): adopted, never started twice. Only a job that started none is placed afresh.
+        started = any(r.handle for r in rows.values()) or recovery.unrecorded(
+            planned.execution.executor, planned.plan.launches, rows)
+    except BaseException:
+        planned.close()
+        raise
+    if not started:
+        planned.close()
+        return plan_stored_custom_job(store, row, secrets=secrets, on_wait=on_wait)
     planned.resume = rows
     return planned
 
@@ -245,7 +258,7 @@ def plan_stored_custom_job(store: Store, row: JobRow, *, secrets: Mapping[str, s
         plan = plan_waiting(lambda: plan_job(
             spec, job_id=row.id, job_dir=store.home / "jobs" / row.id, executor=execution.executor,
             shm_size=rec.get("shmSize"), placer=execution.placer, base_output_directory=rec.get("outputDirectory"),
-            restore=restore), spec, on_wait, cancelled=lambda: store.cancel_requested(row.id))
+            restore=restore, trial_id=row.trial_id), spec, on_wait, cancelled=lambda: store.cancel_requested(row.id))
     except BaseException:
         execution.close()
         raise
