@@ -437,7 +437,7 @@ def test_stop_from_another_executor_instance(h: Harness) -> None:
 
 
 #: Executors that can find a replica whose handle was never recorded (the others say None).
-FINDERS = {"local", "docker", "slurm", "ssh", "ssh-docker"}
+FINDERS = {"local", "docker", "slurm", "ssh", "ssh-docker", "ray"}
 
 
 def test_find_a_replica_whose_handle_was_never_recorded(hd: Harness) -> None:

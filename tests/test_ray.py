@@ -270,6 +270,51 @@ def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp
     assert cluster.placement_groups()[f"vcli-{job_id}"] == "REMOVED"  # its resources are free again
 
 
+@pytest.mark.parametrize("then", ["resume", "cancel"])
+def test_a_replica_whose_start_was_never_recorded_is_adopted_or_stopped(cluster: RayCluster, tmp_path: Path,
+                                                                        then: str) -> None:
+    """A controller killed after its replica's actor started the trainer, before the handle was
+    recorded: `resume` finds the actor by its name and adopts it (the trainer runs once), and
+    `cancel` finds it to stop it (the ray executor found nothing: a resume started the trainer
+    a second time, a cancel left it running)."""
+    import os
+    import signal
+
+    from vcli.store import Store
+
+    home = tmp_path / "home"
+    pkg = write_package(tmp_path, {"nap.py": """
+        import sys, time
+        print("up", flush=True)
+        time.sleep(float(sys.argv[1]))
+    """})
+    proc = subprocess.Popen([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=unrecorded",
+                             f"--worker-pool-spec={POOL},local-package-path={pkg},script=nap.py",
+                             "--args=" + ("5" if then == "resume" else "600")],
+                            env=vcli_env(home, **_env(cluster)), cwd=REPO,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        logs = wait_for(lambda: [p for p in home.rglob("replica.log") if "\tup" in p.read_text()], 120, "the replica up")
+        job_id = logs[0].parts[logs[0].parts.index("jobs") + 1]
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        reap(proc)
+    store = Store(home)
+    store.upsert_replica(job_id, "workerpool0-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+    r = vcli(home, "custom-jobs", then, job_id, timeout=180, **_env(cluster))
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = describe(home, "custom-jobs", job_id)
+    if then == "resume":
+        assert job["state"] == "JOB_STATE_SUCCEEDED" and job["replicas"][0]["state"] == "SUCCEEDED", job
+        assert logs[0].read_text().count("\tup") == 1  # adopted, not started again
+    else:
+        assert job["state"] == "JOB_STATE_CANCELLED" and job["replicas"][0]["state"] == "STOPPED", job
+        wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 15, "no process of the job left")
+    assert cluster.placement_groups()[f"vcli-{job_id}"] == "REMOVED"
+
+
 def test_logs_stream_back_from_a_node_that_cannot_write_here(cluster: RayCluster, tmp_path: Path) -> None:
     """VCLI_RAY_STREAM_LOGS=1 treats every node as another machine: the actor keeps the log on
     its node and vcli copies its lines into the replica's log file while the job runs."""

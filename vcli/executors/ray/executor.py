@@ -54,6 +54,7 @@ from vcli.executors import (
     read_replica_file,
 )
 from vcli.executors import supervisor as _supervisor
+from vcli.executors.ray.fit import never_fits, short_of, show, totals
 from vcli.executors.ray.reach import LOST_AFTER_SECONDS, RECHECK_SECONDS, ClusterLost, ClusterWatch, bounded, check_reachable
 
 #: Ray namespace of vcli's actors and placement groups.
@@ -163,11 +164,11 @@ class RayExecutor(ExecutorBase):
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         bundles, _ = self._bundles(replicas, spec, nodes)
-        why = _never_fits(bundles, nodes, [r.task_name for r in replicas])
+        why = never_fits(bundles, nodes, [r.task_name for r in replicas])
         if why:
             raise PlacementError(f"Job {job_id} can never fit on the Ray cluster at {self.address}: {why}")
         self.release_group(job_id)  # planned again (print-env, then create): start afresh
-        asks = ", ".join(f"{r.task_name}: {_show(b)}" for r, b in zip(replicas, bundles))
+        asks = ", ".join(f"{r.task_name}: {show(b)}" for r, b in zip(replicas, bundles))
         # A queued trial asks again on every controller tick: when the cluster's free total
         # already falls short, say so from the GCS's view (a millisecond) rather than create a
         # group and wait PLACE_WAIT_SECONDS for it. The view may lag; either way a stale answer
@@ -194,7 +195,7 @@ class RayExecutor(ExecutorBase):
         neighbours (GPUs are never shared out)."""
         largest = {k: max((n["Resources"].get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "memory")}
         bundles = [self._bundle(r, spec, largest) for r in replicas]
-        if not nodes or not _short_of(bundles, nodes, ("CPU", "memory")):
+        if not nodes or not short_of(bundles, nodes, ("CPU", "memory")):
             return bundles, None
         per_node = -(-len(bundles) // len(nodes))  # SPREAD: at most this many on one node
         smallest = {k: min(n["Resources"].get(k, 0.0) for n in nodes) for k in ("CPU", "memory")}
@@ -206,10 +207,10 @@ class RayExecutor(ExecutorBase):
                     share = smallest[key] / per_node
                     b[key] = min(b[key], float(int(share)) if key == "memory" else round(share, 2))
             shared.append(b)
-        asked = _totals(bundles)
-        note = (f"Note: the machine types ask for {_show(asked)} in all and the Ray cluster has "
-                f"{_show(_totals([n['Resources'] for n in nodes], keys=asked))}: each replica asks for at most "
-                f"{_show({k: max(b.get(k, 0.0) for b in shared) for k in asked if k in ('CPU', 'memory')})} "
+        asked = totals(bundles)
+        note = (f"Note: the machine types ask for {show(asked)} in all and the Ray cluster has "
+                f"{show(totals([n['Resources'] for n in nodes], keys=asked))}: each replica asks for at most "
+                f"{show({k: max(b.get(k, 0.0) for b in shared) for k in asked if k in ('CPU', 'memory')})} "
                 "(its processes share the node, as with the local executor).")
         return shared, note
 
@@ -353,9 +354,29 @@ class RayExecutor(ExecutorBase):
             self._actors[name] = actor
             if not log_here:
                 self._streams[name] = (launch.log_path, 0)
-        return ReplicaHandle(executor=self.name, host=facts["nodeId"], ref=name, task_name=launch.task_name,
-                             details={"job": launch.job_id, "node": facts["nodeIp"], "gpus": ",".join(facts["gpuIds"]),
-                                      "nodeLog": facts["logPath"]})
+        return _handle(launch, facts)
+
+    def find(self, launch: ReplicaLaunch) -> ReplicaHandle | None:
+        """The replica's actor, by its name, once it started the replica (its handle, as `start`
+        gives it). An actor created but not started yet (its controller died in between) is
+        ended, for `start` to create it again; None then, and when there is none."""
+        ray = self._ray()
+        try:
+            actor = bounded(self._watch, ray.get_actor, _actor_name(launch), namespace=NAMESPACE)
+        except ValueError:
+            return None
+        try:
+            facts = self._get(actor.facts.remote(), CALL_TIMEOUT_SECONDS)
+        except ClusterLost:
+            raise
+        except Exception:  # its node (and the actor) died
+            return None
+        if facts is None:
+            bounded(self._watch, ray.kill, actor)
+            return None
+        with self._lock:
+            self._actors[_actor_name(launch)] = actor
+        return _handle(launch, facts)
 
     def poll(self, handle: ReplicaHandle) -> ReplicaStatus:
         if not self._watch.answering():  # not a call into Ray: see `_ray`
@@ -529,41 +550,15 @@ class RayPlacer:
         job after its controller died; `release` finds it by name."""
 
 
-def _never_fits(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], names: list[str]) -> str | None:
-    """Why no empty cluster of these nodes could hold the bundles; None if one could."""
-    if not nodes:
-        return "it has no live node"
-    for name, bundle in zip(names, bundles):
-        if not any(all(n["Resources"].get(k, 0.0) >= v for k, v in bundle.items()) for n in nodes):
-            biggest = max(n["Resources"].get("GPU", 0.0) for n in nodes)
-            return f"{name} asks for {_show(bundle)} and no node has that much (most GPUs on one node: {biggest:g})"
-    for key in {k for b in bundles for k in b}:
-        need = sum(b.get(key, 0.0) for b in bundles)
-        have = sum(n["Resources"].get(key, 0.0) for n in nodes)
-        if need > have:
-            if key == "memory":
-                need, have, key = need / 2**30, have / 2**30, "GiB of memory"
-            return f"its replicas ask for {need:.4g} {key} in all; the cluster has {have:.4g}"
-    return None
-
-
-def _short_of(bundles: list[dict[str, float]], nodes: list[dict[str, Any]], keys: Sequence[str]) -> bool:
-    """Do the bundles ask for more of one of `keys` than all the nodes have together?"""
-    return any(sum(b.get(k, 0.0) for b in bundles) > sum(n["Resources"].get(k, 0.0) for n in nodes) + 1e-9
-               for k in keys)
-
-
-def _totals(bundles: Sequence[dict[str, float]], keys: Sequence[str] | None = None) -> dict[str, float]:
-    names = keys if keys is not None else list(dict.fromkeys(k for b in bundles for k in b))
-    return {k: sum(b.get(k, 0.0) for b in bundles) for k in names if k in ("CPU", "memory", "GPU")}
-
-
-def _show(bundle: dict[str, float]) -> str:
-    return ", ".join(f"{v / 2**30:.3g} GiB memory" if k == "memory" else f"{v:g} {k}" for k, v in bundle.items())
-
-
 def _actor_name(launch: ReplicaLaunch) -> str:
     return f"vcli-{launch.job_id}-{launch.task_name}"
+
+
+def _handle(launch: ReplicaLaunch, facts: dict[str, Any]) -> ReplicaHandle:
+    """The handle of the replica of `launch` that its actor started (`node.ReplicaSupervisor.start`'s `facts`)."""
+    return ReplicaHandle(executor="ray", host=facts["nodeId"], ref=_actor_name(launch), task_name=launch.task_name,
+                         details={"job": launch.job_id, "node": facts["nodeIp"], "gpus": ",".join(facts["gpuIds"]),
+                                  "nodeLog": facts["logPath"]})
 
 
 def _is_node_id(host: str) -> bool:

@@ -56,6 +56,7 @@ class ReplicaSupervisor:
         self.log_path = ""
         self.tag = ""
         self.work = ""
+        self.started: dict[str, Any] | None = None
 
     def start(self, *, argv: list[str], env: dict[str, str], cwd: str | None, output_dir: str,
               log_path: str | None, masks: list[str], supervisor_source: str, tag: str) -> dict[str, Any]:
@@ -85,7 +86,12 @@ class ReplicaSupervisor:
         self.popen = subprocess.Popen(command, cwd=cwd or None, env=full_env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       start_new_session=True, close_fds=True)
-        return {**facts, "pid": self.popen.pid, "logPath": self.log_path}
+        self.started = {**facts, "pid": self.popen.pid, "logPath": self.log_path}
+        return self.started
+
+    def facts(self) -> dict[str, Any] | None:
+        """What `start` returned, once it started the replica; None before (`RayExecutor.find`)."""
+        return self.started
 
     def poll(self) -> dict[str, Any] | None:
         """The supervisor's status record once the trainer ended; None while it runs."""
