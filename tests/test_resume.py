@@ -400,6 +400,25 @@ def test_cancel_stops_a_replica_whose_start_no_handle_recorded(tmp_path: Path) -
     wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 10, "the replica stopped")
 
 
+def test_a_replica_a_killed_cancel_had_stopped_is_recorded_stopped(tmp_path: Path) -> None:
+    """A `cancel` killed after its stop had ended the replica (found by a probe): the next
+    `cancel` recorded the replica FAILED, "killed by signal SIGKILL", as if it had failed on its
+    own. Its supervisor's record now says vcli stopped it."""
+    from vcli.store import Store
+
+    home, _, job_id = _orphaned_one_replica_job(tmp_path, "stopped-once", "300")
+    store = Store(home)
+    [replica] = store.replicas(job_id)
+    store.close()
+    supervisor = int(replica.handle["ref"].split("@", 1)[0])
+    os.kill(supervisor, signal.SIGTERM)  # what the killed cancel's stop did
+    wait_for(lambda: not processes_with_env("VCLI_JOB_ID", job_id), 30, "the replica stopped")
+    r = vcli(home, "custom-jobs", "cancel", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = describe(home, "custom-jobs", job_id)
+    assert job["state"] == "JOB_STATE_CANCELLED" and job["replicas"][0]["state"] == "STOPPED", job["replicas"]
+
+
 def test_a_killed_controller_that_nobody_reaps_is_not_alive(tmp_path: Path) -> None:
     """`kill -9` of a controller whose parent never reaps it (PID 1 of a container without an
     init): the zombie controls nothing, so `describe` says it is not alive and `resume` takes

@@ -260,8 +260,9 @@ def _stop_replicas(store: Store, job_id: str, executor_name: str, pairs: list[tu
 
 
 def _replica_end(before: ReplicaStatus, after: ReplicaStatus) -> ReplicaState:
-    """STOPPED if it still ran `before` the stop (vcli ended it), else how it ended on its own."""
-    if before.running:
+    """STOPPED if it still ran `before` the stop, or its supervisor says vcli had stopped it (a
+    `cancel` killed after its stop: FAILED, "killed by signal SIGKILL"), else how it ended."""
+    if before.running or after.stopped:
         return ReplicaState.STOPPED
     return ReplicaState.SUCCEEDED if after.exit_code == 0 else ReplicaState.FAILED
 

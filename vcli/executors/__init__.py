@@ -119,21 +119,23 @@ class ReplicaStatus:
     `end_time` (seconds since the epoch) is when an ended replica ended, where the executor
     knows it (its supervisor's record, its container's FinishedAt): a replica that ended
     while no controller watched is then recorded as ending then, not when it was next
-    polled. None: the caller takes the moment it saw the end.
+    polled. None: the caller takes the moment it saw the end. `stopped`: it ended after vcli
+    asked its supervisor to stop it (a `cancel` killed after its stop, say).
     """
 
     running: bool
     exit_code: int | None = None
     message: str | None = None
     end_time: float | None = None
+    stopped: bool = False
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> ReplicaStatus:
-        """An ended replica from its supervisor's record `{"exitCode", "signal", "endTime"}`
-        (vcli.executors.supervisor writes it the moment the trainer exits)."""
+        """An ended replica from its supervisor's record `{"exitCode", "signal", "endTime",
+        "stopped"}` (vcli.executors.supervisor writes it the moment the trainer exits)."""
         signame = data.get("signal")
-        return cls(running=False, exit_code=int(data["exitCode"]),
-                   message=f"killed by signal {signame}" if signame else None, end_time=epoch_seconds(data.get("endTime")))
+        return cls(running=False, exit_code=int(data["exitCode"]), message=f"killed by signal {signame}" if signame else None,
+                   end_time=epoch_seconds(data.get("endTime")), stopped=data.get("stopped") is True)
 
 
 #: The most of a replica's file `read_replica_file` returns (the end of a bigger one). The

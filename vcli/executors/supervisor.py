@@ -415,6 +415,8 @@ class _Supervisor:
     def _trainer_ended(self, wait_status: int) -> None:
         """Record the trainer's status at once (the replica ends now), then start stopping the leftovers."""
         self.trainer_status = _status_of(wait_status)
+        if self.stop_requested or self.killed:  # vcli stopped it: whoever reads the record later says STOPPED
+            self.trainer_status["stopped"] = True
         _write_status(self.status_path, self.trainer_status)
         self.cleanup_deadline = time.monotonic() + LEFTOVER_GRACE_SECONDS
         _signal_all(signal.SIGTERM)
