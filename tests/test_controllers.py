@@ -204,6 +204,35 @@ def drive_started(run: JobRun, world: FakeWorld) -> JobState:
         world.clock.sleep(0.1)
 
 
+def test_a_signal_while_the_first_unwinds_is_noted_for_the_wind_down_not_raised() -> None:
+    """Two signals 0-5 ms apart (found by a probe): the second arrived while the first one's
+    KeyboardInterrupt unwound to the wind-down, before `deferred()` took the signals over, and
+    ended vcli with nothing stopped. Real signals, sent to this process."""
+    import os
+    import signal
+
+    from vcli.control import interrupts
+
+    firsts: list[int] = []
+    handler = interrupts.raise_once(firsts.append)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal interrupts this
+        os.kill(os.getpid(), signal.SIGHUP)  # as the first unwinds: noted, not raised
+        time.sleep(0.05)
+        with interrupts.deferred() as again:
+            assert again.again()  # the wind-down sees it: it kills at once, as after a second Ctrl-C
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert again.again()
+        assert firsts == [signal.SIGTERM]
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def test_ctrl_c_cancels_and_reraises(store: Store, world: FakeWorld) -> None:
     run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000")))
     ticks = 0

@@ -121,16 +121,18 @@ def interrupt_on_signals() -> None:
     another process keeps vcli's store locked for up to 10 minutes (`wait_out_locks`)."""
     import signal
 
+    from vcli.control.interrupts import raise_once
     from vcli.store_tx import wait_out_locks
 
     keep_console()
     wait_out_locks(STORE_LOCK_PATIENCE_SECONDS)
 
-    def handler(signum: int, frame: Any) -> None:
-        state["signal"] = signum
-        raise KeyboardInterrupt
+    def first(signum: int) -> None:
+        state["signal"] = None if signum == signal.SIGINT else signum
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # Ctrl-C too: only the first signal raises (`raise_once`), so its code is the exit code.
+    handler = raise_once(first)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
 

@@ -7,6 +7,11 @@ STOPPING for good, with nobody to finish them. While `deferred()` is active, the
 wind-down loop reads (`again()`) to kill the replicas at once instead of after the grace
 period. Only the main thread receives signals; elsewhere (an SDK job in a thread) it is a
 no-op and a KeyboardInterrupt cannot arrive.
+
+A foreground vcli raises KeyboardInterrupt once (`raise_once`): a signal that arrives while
+that first one unwinds to the wind-down, before `deferred()` took the signals over, is noted
+too (`deferred()` counts it), never raised. Two signals 0-5 ms apart at start-up ended vcli
+with "cancelled" while nothing had been stopped: the job PENDING, its trainers running.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class Deferred:
@@ -32,6 +37,29 @@ class Deferred:
         """True once per batch of Ctrl-Cs that arrived since the last call."""
         hit, self.count = self.count > 0, 0
         return hit
+
+
+#: Signals that arrived after `raise_once`'s handler raised its KeyboardInterrupt.
+_after_first = Deferred()
+_raised: list[int] = []
+
+
+def raise_once(on_first: Callable[[int], None] = lambda signum: None) -> Callable[[int, Any], None]:
+    """A signal handler that raises KeyboardInterrupt for the first signal (after calling
+    `on_first` with its number), and only notes the ones after it (see the module docstring).
+    Making one starts afresh: nothing raised yet."""
+    _raised.clear()
+    _after_first.count = 0
+
+    def handler(signum: int, frame: Any) -> None:
+        if _raised:
+            _after_first.note(signum)
+            return
+        _raised.append(signum)
+        on_first(signum)
+        raise KeyboardInterrupt
+
+    return handler
 
 
 #: What a wind-down defers: Ctrl-C, and SIGTERM and SIGHUP where they raise KeyboardInterrupt as
@@ -53,6 +81,9 @@ def deferred(signals: tuple[int, ...] = WIND_DOWN) -> Iterator[Deferred]:
     if signals is WIND_DOWN:
         signals = tuple(sig for sig in signals if sig == signal.SIGINT or callable(signal.getsignal(sig)))
     previous = {sig: signal.signal(sig, flag.note) for sig in signals}
+    if _after_first.count:  # signals that came before these handlers: a second Ctrl-C all the same
+        flag.note(_after_first.signum)
+        _after_first.count = 0
     try:
         yield flag
     finally:
