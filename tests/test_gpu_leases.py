@@ -314,6 +314,52 @@ def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends
     assert LeaseDir(str(gpu_lease_dir)).probe([0]) == {0: None}
 
 
+def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """A controller killed before it started a job's second replica, whose GPU another holder
+    took meanwhile (found by a probe): `resume` failed the job at once ("GPU 1 is held by ..."),
+    stopping the chief it had adopted. It now waits for that GPU, as a new job would, and the
+    job runs to its end on the GPUs it was placed on."""
+    from tests.helpers import processes_with_env
+    from vcli.store import Store
+
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    home = tmp_path / "h"
+    args = ["custom-jobs", "create", "--display-name=half-started", _pool(trainer, log, 6, 1), _pool(trainer, log, 6, 1),
+            f"--command={sys.executable},{trainer}", f"--args={log},6"]
+    first = spawn(home, *args, **_env())
+    job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
+    wait_for(lambda: all(_lease_holder(gpu_lease_dir, i).get("controllerPid") for i in (0, 1)), 30, "both replicas' leases")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    worker = set(processes_with_env("VCLI_JOB_ID", job)) & set(processes_with_env("VCLI_TASK_NAME", "workerpool1-0"))
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: its supervisor records no exit
+        for pid in worker:
+            os.kill(pid, sig)
+    store = Store(home)  # as if the controller had died before starting it
+    store.upsert_replica(job, "workerpool1-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from vcli.placement.gpulease import LeaseDir
+        LeaseDir({str(gpu_lease_dir)!r}).acquire([1], {{"job": "OTHER", "user": "someone"}})
+        print("held", flush=True)
+        time.sleep(3)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        r = vcli(home, "custom-jobs", "resume", job, timeout=120, **_env())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Waiting for GPUs" in r.stderr and "job OTHER" in r.stderr, r.stderr
+    assert describe(home, "custom-jobs", job)["state"] == "JOB_STATE_SUCCEEDED"
+    spans = _intervals(log)
+    assert sorted(s[0] for s in spans) == [(0,), (1,)], spans  # each replica ran once, on its GPU
+    assert LeaseDir(str(gpu_lease_dir)).probe([0, 1]) == {0: None, 1: None}
+
+
 # ----------------------------------------------------------------------------- two Unix users
 
 

@@ -154,6 +154,8 @@ def test_stream_logs_of_an_orphaned_job_prints_the_logs_then_says_so(tmp_path: P
 
     home, proc, job_id = _orphaned_one_replica_job(tmp_path, "orphan", "300")
     try:
+        # running is not printing yet (a loaded machine): the trainer's first line is in the log
+        wait_for(lambda: any("\tpid " in p.read_text() for p in home.rglob("replica.log")), 30, "the trainer's first line")
         start = time.monotonic()
         r = vcli(home, "custom-jobs", "stream-logs", job_id, timeout=60)
         assert time.monotonic() - start < 30, "stream-logs followed an orphaned job"

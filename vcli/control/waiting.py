@@ -55,6 +55,33 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
             time.sleep(WAIT_RETRY_SECONDS)
 
 
+def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
+                    cancelled: Callable[[], bool] | None = None) -> None:
+    """Take this machine's leases of the recorded GPUs of `launches` (a resumed job's replicas
+    that never started), waiting for them as `plan_waiting` waits for a new job's: the leases
+    stay with this process until each replica's start hands them to its supervisor. Another
+    holder took them while the controller was dead: `resume` failed the job at once, and
+    stopped the replicas it had adopted."""
+    from vcli.placement import NoCapacityError
+    from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
+    from vcli.properties import gpu_lease_dir
+
+    todo = [launch for launch in launches if launch.placement.host == "local" and launch.placement.gpu_indices]
+    if not todo:
+        return
+    leases = local_leases(gpu_lease_dir())
+
+    def take() -> None:
+        for launch in todo:
+            missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
+            try:
+                leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
+            except LeaseBusy as e:
+                raise NoCapacityError(f"replica {launch.task_name}'s {e}") from None
+
+    plan_waiting(take, spec, on_wait, cancelled)
+
+
 def queue_job(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
     """Record a job that waits for GPUs as QUEUED, this process its controller."""
     from vcli.control.cancel import claim_controller
