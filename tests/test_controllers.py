@@ -228,6 +228,11 @@ def test_a_signal_while_the_first_unwinds_is_noted_for_the_wind_down_not_raised(
             time.sleep(0.05)
             assert again.again()
         assert firsts == [signal.SIGTERM]
+        with interrupts.deferred() as early:  # as a study's start-up defers: the first signal's code is kept
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert early.count == 2 and early.signum == signal.SIGINT
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -314,18 +314,23 @@ def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends
     assert LeaseDir(str(gpu_lease_dir)).probe([0]) == {0: None}
 
 
-def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path, gpu_lease_dir: Path) -> None:
+@pytest.mark.parametrize("then", ["wait", "cancel"])
+def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path, gpu_lease_dir: Path,
+                                                                  then: str) -> None:
     """A controller killed before it started a job's second replica, whose GPU another holder
     took meanwhile (found by a probe): `resume` failed the job at once ("GPU 1 is held by ..."),
-    stopping the chief it had adopted. It now waits for that GPU, as a new job would, and the
-    job runs to its end on the GPUs it was placed on."""
+    stopping the chief it had adopted. It now takes the job over and that replica waits for its
+    GPU, as a new job would: the job runs to its end on the GPUs it was placed on. A `cancel`
+    in that wait stops the adopted chief too (found by a probe: with the wait before the take-over,
+    the job was CANCELLED and its chief ran on for good)."""
     from tests.helpers import processes_with_env
     from vcli.store import Store
 
     trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
     home = tmp_path / "h"
+    seconds = "6" if then == "wait" else "120"
     args = ["custom-jobs", "create", "--display-name=half-started", _pool(trainer, log, 6, 1), _pool(trainer, log, 6, 1),
-            f"--command={sys.executable},{trainer}", f"--args={log},6"]
+            f"--command={sys.executable},{trainer}", f"--args={log},{seconds}"]
     first = spawn(home, *args, **_env())
     job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
     wait_for(lambda: all(_lease_holder(gpu_lease_dir, i).get("controllerPid") for i in (0, 1)), 30, "both replicas' leases")
@@ -344,19 +349,28 @@ def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path
         from vcli.placement.gpulease import LeaseDir
         LeaseDir({str(gpu_lease_dir)!r}).acquire([1], {{"job": "OTHER", "user": "someone"}})
         print("held", flush=True)
-        time.sleep(3)
+        time.sleep({3 if then == "wait" else 120})
     """)], stdout=subprocess.PIPE, text=True)
+    resume = None
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        r = vcli(home, "custom-jobs", "resume", job, timeout=120, **_env())
+        resume = spawn(home, "custom-jobs", "resume", job, **_env())
+        seen = read_stderr_until(resume, "Waiting for GPUs", 60)
+        assert "job OTHER" in seen, seen
+        if then == "cancel":
+            r = vcli(home, "custom-jobs", "cancel", job, timeout=60, **_env())
+            assert r.returncode == 0, r.stderr
+        assert resume.wait(timeout=120) == (0 if then == "wait" else 5)
     finally:
         holder.kill()
         holder.wait()
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "Waiting for GPUs" in r.stderr and "job OTHER" in r.stderr, r.stderr
-    assert describe(home, "custom-jobs", job)["state"] == "JOB_STATE_SUCCEEDED"
-    spans = _intervals(log)
-    assert sorted(s[0] for s in spans) == [(0,), (1,)], spans  # each replica ran once, on its GPU
+        if resume is not None:
+            reap(resume)
+    state = describe(home, "custom-jobs", job)["state"]
+    assert state == ("JOB_STATE_SUCCEEDED" if then == "wait" else "JOB_STATE_CANCELLED")
+    assert not processes_with_env("VCLI_JOB_ID", job)
+    if then == "wait":
+        assert sorted(s[0] for s in _intervals(log)) == [(0,), (1,)], _intervals(log)  # each ran once, on its GPU
     assert LeaseDir(str(gpu_lease_dir)).probe([0, 1]) == {0: None, 1: None}
 
 

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterator
 
 
 class Deferred:
-    """How many Ctrl-Cs arrived since the last `again()` (and the last signal's number)."""
+    """How many Ctrl-Cs arrived since the last `again()`, and the first signal's number (its
+    code is the exit code: Ctrl-C then SIGTERM 5 ms later exited 143)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -31,7 +32,7 @@ class Deferred:
 
     def note(self, signum: int = 0, *_: Any) -> None:
         self.count += 1
-        self.signum = signum
+        self.signum = self.signum or signum
 
     def again(self) -> bool:
         """True once per batch of Ctrl-Cs that arrived since the last call."""

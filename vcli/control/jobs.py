@@ -85,6 +85,7 @@ class JobRun:
     #: How often the job restarted (`vcli.control.recovery`), and whether it is doing so now.
     restarts: int = 0
     restarting: bool = False
+    resumed: bool = False  # taken over (`attach`): a replica it starts first waits for its GPUs (`recovery.leased`)
 
     @property
     def job_id(self) -> str:
@@ -126,7 +127,7 @@ class JobRun:
         one. `running_for` is how long the job had been running (its timeout counts it).
         """
         self._started_at = self.clock.now() - running_for
-        self.restarts = recovery.restarts_so_far(self)
+        self.restarts, self.resumed = recovery.restarts_so_far(self), True
         self._replicas = []
         for launch in self.plan.launches:
             self._replicas.append(self._adopt(launch, stored.get(launch.task_name), final))
@@ -180,7 +181,7 @@ class JobRun:
             for r, launch in zip(todo, launches):
                 r.launch = launch
             for r in todo:
-                if self._cancel.is_set():
+                if self._cancel.is_set() or (self.resumed and not recovery.leased(self, r.launch)):
                     return
                 handle = self.executor.start(r.launch)
                 try:

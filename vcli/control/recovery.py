@@ -118,3 +118,18 @@ def unrecorded(executor: Any, launches: Any, rows: Mapping[str, Any]) -> dict[st
             if handle is not None:
                 out[launch.task_name] = handle
     return out
+
+
+def leased(run: JobRun, launch: ReplicaLaunch) -> bool:
+    """Before a resumed job (`run`) starts the replica of `launch`, which its dead controller
+    never started: take the leases of its recorded GPUs on this machine, waiting (as a new job
+    waits: `maxWaitDuration`, a WaitExpiredError fails the job) while another holder took them
+    meanwhile; False once the job is cancelled in that wait. `resume` failed the job at once
+    there, and stopped the replicas it had re-attached."""
+    from vcli.control.waiting import WaitCancelled, lease_unstarted
+
+    try:
+        lease_unstarted([launch], run.plan.spec, run.on_progress, cancelled=run.cancelled)
+    except WaitCancelled:
+        return False
+    return True

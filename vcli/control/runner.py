@@ -19,7 +19,7 @@ from typing import Any
 
 from vcli.control import recovery
 from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
-from vcli.control.waiting import end_queued, lease_unstarted, plan_waiting, queue_job
+from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
 from vcli.errors import VcliError
 from vcli.spec import (
@@ -187,11 +187,8 @@ def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str
     try:
         # With no handle recorded, a replica may still have started (its controller killed before
         # the write): adopted, never started twice. Only a job that started none is placed afresh.
-        found = recovery.unrecorded(planned.execution.executor, planned.plan.launches, rows)
-        if found or any(r.handle for r in rows.values()):
-            lease_unstarted([launch for launch in planned.plan.launches if launch.task_name not in found
-                             and not getattr(rows.get(launch.task_name), "handle", None)],
-                            planned.spec, on_wait, cancelled=lambda: store.cancel_requested(row.id))
+        if any(r.handle for r in rows.values()) or recovery.unrecorded(planned.execution.executor, planned.plan.launches,
+                                                                        rows):
             planned.resume = rows
             return planned
     except BaseException:

@@ -58,10 +58,9 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
 def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
                     cancelled: Callable[[], bool] | None = None) -> None:
     """Take this machine's leases of the recorded GPUs of `launches` (a resumed job's replicas
-    that never started), waiting for them as `plan_waiting` waits for a new job's: the leases
-    stay with this process until each replica's start hands them to its supervisor. Another
-    holder took them while the controller was dead: `resume` failed the job at once, and
-    stopped the replicas it had adopted."""
+    that never started: `recovery.leased`), waiting for them as `plan_waiting` waits for a new
+    job's: the leases stay with this process until each replica's start hands them to its
+    supervisor."""
     from vcli.placement import NoCapacityError
     from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
     from vcli.properties import gpu_lease_dir
