@@ -357,7 +357,11 @@ def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path
         resume = spawn(home, "custom-jobs", "resume", job, **_env())
         seen = read_stderr_until(resume, "Waiting for GPUs", 60)
         assert "job OTHER" in seen, seen
-        if then == "cancel":
+        if then == "cancel":  # the wait is in the host's queue, as a new job's (it was not: found by a probe)
+            r = vcli(tmp_path / "viewer", "hosts", "gpus", "--format=json", timeout=60, **_env())
+            assert r.returncode == 0, r.stderr
+            waiting = [row for row in json.loads(r.stdout) if row["state"] == "WAITING"]
+            assert [(w["job"], w["gpus"]) for w in waiting] == [(job, 1)], r.stdout
             r = vcli(home, "custom-jobs", "cancel", job, timeout=60, **_env())
             assert r.returncode == 0, r.stderr
         assert resume.wait(timeout=120) == (0 if then == "wait" else 5)

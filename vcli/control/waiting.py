@@ -59,8 +59,8 @@ def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str],
                     cancelled: Callable[[], bool] | None = None) -> None:
     """Take this machine's leases of the recorded GPUs of `launches` (a resumed job's replicas
     that never started: `recovery.leased`), waiting for them as `plan_waiting` waits for a new
-    job's: the leases stay with this process until each replica's start hands them to its
-    supervisor."""
+    job's, in the host's waiting queue meanwhile (`vcli hosts gpus` shows it WAITING): the leases
+    stay with this process until each replica's start hands them to its supervisor."""
     from vcli.placement import NoCapacityError
     from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
     from vcli.properties import gpu_lease_dir
@@ -69,6 +69,7 @@ def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str],
     if not todo:
         return
     leases = local_leases(gpu_lease_dir())
+    queued: list[Any] = []  # the queue entry, once the first try found a GPU held
 
     def take() -> None:
         for launch in todo:
@@ -76,9 +77,18 @@ def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str],
             try:
                 leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
             except LeaseBusy as e:
+                if queued:
+                    queued[0].touch()  # still trying: keeps its place
+                else:
+                    gpus = sum(len(t.placement.gpu_indices) for t in todo)
+                    queued.append(leases.queue(base_record(job=launch.job_id, trial=launch.trial_id, gpus=gpus)))
                 raise NoCapacityError(f"replica {launch.task_name}'s {e}") from None
 
-    plan_waiting(take, spec, on_wait, cancelled)
+    try:
+        plan_waiting(take, spec, on_wait, cancelled)
+    finally:
+        for entry in queued:
+            entry.close()
 
 
 def queue_job(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
