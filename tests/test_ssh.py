@@ -530,6 +530,100 @@ def test_resume_reattaches_a_replica_whose_controller_died(cluster: netns.NetnsC
     assert _replica_sessions(cluster, "h1") == []
 
 
+def test_resume_waits_for_the_gpu_of_a_replica_that_never_started_on_an_ssh_host(cluster: netns.NetnsCluster,
+                                                                                 tmp_path: Path) -> None:
+    """A controller killed before it started a job's second replica, whose GPU on the SSH host
+    another holder took meanwhile: `resume` failed the job at once ("Cannot start replica
+    workerpool1-0 on host h1: GPU 1 is held by ...") and stopped the chief it had re-attached
+    (found by a probe; the wait existed for this machine's GPUs only). The replica now waits for
+    its GPU in the host's queue (WAITING in `hosts gpus h1`) and the job runs to its end."""
+    from vcli.placement.gpulease import LeaseDir
+    from vcli.store import Store
+
+    env = Env(cluster, tmp_path, extra={"h1": {"gpus": {"count": 2, "type": "NVIDIA_TESLA_T4"}}})
+    lease_dir = str(cluster.tmp / "h1-gpu-leases")
+    pkg = write_package(tmp_path, {"slow.py": """
+        import os, sys, time
+        print("up on", os.environ["VCLI_TASK_NAME"], "gpu", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+        time.sleep(float(sys.argv[1]))
+    """})
+    pool = "machine-type=n1-standard-4,replica-count=1,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1"
+    proc = env.spawn("custom-jobs", "create", "--executor=ssh", "--hosts=h1", "--display-name=half-started",
+                     f"--worker-pool-spec={pool},local-package-path={pkg},script=slow.py", f"--worker-pool-spec={pool}",
+                     "--args=25")
+    job = _kill_when_up_count(env, proc, 2)
+    worker = [p for p in cluster.job_pids("h1", job) if netns.process_env(p).get("VCLI_TASK_NAME") == "workerpool1-0"]
+    assert worker, "the second replica's processes"
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: nothing records its end
+        for pid in worker:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 30
+    while LeaseDir(lease_dir).probe([1]) != {1: None}:
+        assert time.monotonic() < deadline, LeaseDir(lease_dir).probe([1])
+        time.sleep(0.1)
+    store = Store(env.home)  # as if the controller had died before starting it
+    store.upsert_replica(job, "workerpool1-0", handle=None, state="PENDING", start_time=None)
+    store.close()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from vcli.placement.gpulease import LeaseDir
+        LeaseDir({lease_dir!r}).acquire([1], {{"job": "OTHER", "user": "someone"}})
+        print("held", flush=True)
+        sys.stdin.readline()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    resume = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        resume = env.spawn("custom-jobs", "resume", job)
+        assert resume.stderr is not None
+        seen = ""
+        deadline = time.monotonic() + 120
+        while "Waiting for GPUs" not in seen:
+            line = resume.stderr.readline()
+            assert line and time.monotonic() < deadline, seen + resume.communicate(timeout=60)[1]
+            seen += line
+        assert "job OTHER" in seen, seen
+        rows = env.hosts("gpus", "h1", "--format=json")
+        assert rows.returncode == 0, rows.stderr
+        waiting = [r for r in json.loads(rows.stdout) if r["state"] == "WAITING"]
+        assert [(w["job"], w["gpus"]) for w in waiting] == [(job, 1)], rows.stdout
+        holder.communicate("go\n", timeout=30)  # GPU 1 is free again
+        out, err = resume.communicate(timeout=180)
+        assert resume.returncode == 0, f"{out}\n{seen}{err}"
+    finally:
+        if holder.poll() is None:  # not a session of its own: never killpg
+            holder.kill()
+            holder.communicate()
+        if resume is not None:
+            reap(resume)
+    assert env.describe(job)["state"] == "JOB_STATE_SUCCEEDED"
+    logs = env.run("custom-jobs", "stream-logs", job, timeout=60)
+    assert logs.stdout.count("up on workerpool0-0 gpu 0") == 1, logs.stdout  # re-attached, never restarted
+    assert "up on workerpool1-0 gpu 1" in logs.stdout, logs.stdout
+    _wait_no_pids(cluster, "h1", job, 10)
+    assert LeaseDir(lease_dir).probe([0, 1]) == {0: None, 1: None}
+
+
+def _kill_when_up_count(env: Env, proc: subprocess.Popen[str], count: int) -> str:
+    """Wait until `count` replicas printed "up on", then SIGKILL the controller; the job id."""
+    try:
+        try:
+            job_id = _wait_up(env, count)
+        except AssertionError:
+            reap(proc)
+            raise AssertionError(f"replicas did not start: {proc.stdout.read() if proc.stdout else ''}"
+                                 f"{proc.stderr.read() if proc.stderr else ''}") from None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        reap(proc)
+    return job_id
+
+
 def test_resume_and_cancel_while_the_host_is_unreachable_conclude_nothing_false(cluster: netns.NetnsCluster,
                                                                                 tmp_path: Path) -> None:
     """The controller dead and the host unreachable for a while: `resume` recorded the job

@@ -122,14 +122,15 @@ def unrecorded(executor: Any, launches: Any, rows: Mapping[str, Any]) -> dict[st
 
 def leased(run: JobRun, launch: ReplicaLaunch) -> bool:
     """Before a resumed job (`run`) starts the replica of `launch`, which its dead controller
-    never started: take the leases of its recorded GPUs on this machine, waiting (as a new job
+    never started: take the leases of its recorded GPUs (on this machine or its SSH host), waiting (as a new job
     waits: `maxWaitDuration`, a WaitExpiredError fails the job) while another holder took them
     meanwhile; False once the job is cancelled in that wait. `resume` failed the job at once
     there, and stopped the replicas it had re-attached."""
     from vcli.control.waiting import WaitCancelled, lease_unstarted
 
     try:
-        lease_unstarted([launch], run.plan.spec, run.on_progress, cancelled=run.cancelled)
+        lease_unstarted([launch], run.plan.spec, run.on_progress, cancelled=run.cancelled,
+                        remote=getattr(run.executor, "gpu_leases", None))
     except WaitCancelled:
         return False
     return True

@@ -56,38 +56,48 @@ def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Cal
 
 
 def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
-                    cancelled: Callable[[], bool] | None = None) -> None:
-    """Take this machine's leases of the recorded GPUs of `launches` (a resumed job's replicas
-    that never started: `recovery.leased`), waiting for them as `plan_waiting` waits for a new
-    job's, in the host's waiting queue meanwhile (`vcli hosts gpus` shows it WAITING): the leases
-    stay with this process until each replica's start hands them to its supervisor."""
+                    cancelled: Callable[[], bool] | None = None,
+                    remote: Callable[[str], Any] | None = None) -> None:
+    """Take the leases of the recorded GPUs of `launches` (a resumed job's replicas that never
+    started: `recovery.leased`), waiting for them as `plan_waiting` waits for a new job's, in
+    the host's waiting queue meanwhile (`vcli hosts gpus` shows it WAITING): the leases stay with
+    this process until each replica's start hands them to its supervisor. This machine's GPUs,
+    and an SSH host's when `remote(host)` gives its leases (`SSHExecutor.gpu_leases`). A host
+    whose leases cannot be asked for is the executor's error, not a wait."""
+    from vcli.errors import ExecutorError
     from vcli.placement import NoCapacityError
     from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
     from vcli.properties import gpu_lease_dir
 
-    todo = [launch for launch in launches if launch.placement.host == "local" and launch.placement.gpu_indices]
+    def leases_of(host: str) -> Any:
+        return local_leases(gpu_lease_dir()) if host == "local" else None if remote is None else remote(host)
+
+    todo = [(launch, leases_of(launch.placement.host)) for launch in launches if launch.placement.gpu_indices]
+    todo = [(launch, leases) for launch, leases in todo if leases is not None]
     if not todo:
         return
-    leases = local_leases(gpu_lease_dir())
-    queued: list[Any] = []  # the queue entry, once the first try found a GPU held
+    queued: dict[int, Any] = {}  # id(leases) -> its queue entry, once a GPU there was found held
+    gpus = sum(len(launch.placement.gpu_indices) for launch, _ in todo)
 
     def take() -> None:
-        for launch in todo:
+        for launch, leases in todo:
             missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
             try:
                 leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
             except LeaseBusy as e:
-                if queued:
-                    queued[0].touch()  # still trying: keeps its place
+                if "unavailable" in e.holder:  # the host cannot be asked: waiting would not end it
+                    raise ExecutorError(f"Cannot start replica {launch.task_name} on host "
+                                        f"{launch.placement.host}: {e}.") from None
+                if id(leases) in queued:
+                    queued[id(leases)].touch()  # still trying: keeps its place
                 else:
-                    gpus = sum(len(t.placement.gpu_indices) for t in todo)
-                    queued.append(leases.queue(base_record(job=launch.job_id, trial=launch.trial_id, gpus=gpus)))
+                    queued[id(leases)] = leases.queue(base_record(job=launch.job_id, trial=launch.trial_id, gpus=gpus))
                 raise NoCapacityError(f"replica {launch.task_name}'s {e}") from None
 
     try:
         plan_waiting(take, spec, on_wait, cancelled)
     finally:
-        for entry in queued:
+        for entry in queued.values():
             entry.close()
 
 
