@@ -238,6 +238,34 @@ def test_a_signal_while_the_first_unwinds_is_noted_for_the_wind_down_not_raised(
             signal.signal(sig, old)
 
 
+def test_a_signal_deferred_at_start_up_is_the_first_one_later_ones_never_raise() -> None:
+    """A study's start-up defers signals (`hp_tuning_jobs._run_in_foreground`) and then cancels;
+    a signal after that block re-armed nothing raised yet, so a third one raised
+    KeyboardInterrupt in the run and its number became the exit code (found by a probe)."""
+    import os
+    import signal
+
+    from vcli.control import interrupts
+
+    firsts: list[int] = []
+    handler = interrupts.raise_once(firsts.append)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with interrupts.deferred() as early:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert early.count == 1
+        interrupts.taken(early.signum)
+        os.kill(os.getpid(), signal.SIGTERM)  # noted, not raised
+        time.sleep(0.05)
+        with interrupts.deferred() as wind_down:  # the wind-down sees it: a second signal
+            assert wind_down.again() and wind_down.signum == signal.SIGTERM
+        assert firsts == []
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def test_ctrl_c_cancels_and_reraises(store: Store, world: FakeWorld) -> None:
     run = job_run(store, FakeExecutor(world), job_spec(pool("sleep:1000")))
     ticks = 0

@@ -193,6 +193,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
             run.resume()
     if early.count:
         support.state["signal"] = early.signum if early.signum != signal.SIGINT else None
+        interrupts.taken(early.signum)  # the next signal is a second one: noted, never raised
         study.store.request_cancel(study.study_id)  # the first turn of `run()` carries it out
     started = time.monotonic()
     try:

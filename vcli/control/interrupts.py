@@ -50,7 +50,7 @@ def raise_once(on_first: Callable[[int], None] = lambda signum: None) -> Callabl
     `on_first` with its number), and only notes the ones after it (see the module docstring).
     Making one starts afresh: nothing raised yet."""
     _raised.clear()
-    _after_first.count = 0
+    _after_first.count = _after_first.signum = 0
 
     def handler(signum: int, frame: Any) -> None:
         if _raised:
@@ -61,6 +61,14 @@ def raise_once(on_first: Callable[[int], None] = lambda signum: None) -> Callabl
         raise KeyboardInterrupt
 
     return handler
+
+
+def taken(signum: int) -> None:
+    """A signal that a `deferred` block noted counts as `raise_once`'s first: later ones are
+    only noted (a third signal after a study's start-up deferred two raised KeyboardInterrupt
+    in the run, and its number became the exit code)."""
+    if not _raised:
+        _raised.append(signum)
 
 
 #: What a wind-down defers: Ctrl-C, and SIGTERM and SIGHUP where they raise KeyboardInterrupt as
@@ -84,7 +92,7 @@ def deferred(signals: tuple[int, ...] = WIND_DOWN) -> Iterator[Deferred]:
     previous = {sig: signal.signal(sig, flag.note) for sig in signals}
     if _after_first.count:  # signals that came before these handlers: a second Ctrl-C all the same
         flag.note(_after_first.signum)
-        _after_first.count = 0
+        _after_first.count = _after_first.signum = 0
     try:
         yield flag
     finally:
