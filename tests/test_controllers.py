@@ -363,12 +363,13 @@ def study(
     placer: Any = local_placer,
     metrics: tuple[MetricSpec, ...] = (),
     stopping: Any = None,
+    scheduling: Scheduling | None = None,
     **extra: Any,
 ) -> tuple[StudyRun, list[tuple[str, str | None]]]:
     spec = HyperparameterTuningJobSpec(
         study_spec=StudySpec(metrics=metrics or (MetricSpec(metric_id="acc", goal=goal),), parameters=parameters,
                              algorithm=algorithm, measurement_selection_type=selection, automated_stopping_spec=stopping),
-        trial_job_spec=job_spec(pool(*actions)),
+        trial_job_spec=replace(job_spec(pool(*actions)), scheduling=scheduling),
         max_trial_count=max_trials, parallel_trial_count=parallel, max_failed_trial_count=failures, **extra,
     )
     row = store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB.value, display_name="s", record={},
@@ -858,7 +859,10 @@ def test_a_custom_job_is_reattached_not_restarted(store: Store, world: FakeWorld
                                             "workerpool1-1": "SUCCEEDED"}
 
 
-def test_a_trial_that_waits_longer_than_max_wait_duration_fails_the_study(store: Store, world: FakeWorld) -> None:
+def test_a_trial_that_waits_longer_than_max_wait_duration_is_infeasible_not_the_study(store: Store,
+                                                                                     world: FakeWorld) -> None:
+    """Each trial whose wait runs out fails as a trial (it failed the whole study, the trial
+    never recorded); here every one does, so the study ends FAILED without a result."""
     from vcli.placement import NoCapacityError
 
     class Full:
@@ -868,11 +872,15 @@ def test_a_trial_that_waits_longer_than_max_wait_duration_fails_the_study(store:
         def release(self, job_id: str) -> None:
             pass
 
-    run, _ = study(store, world, "metric:acc=%x@1", max_trials=2, parallel=1, placer=Full())
-    run.spec = replace(run.spec, trial_job_spec=replace(run.spec.trial_job_spec, scheduling=Scheduling(max_wait_seconds=60)))
+    run, _ = study(store, world, "metric:acc=%x@1", max_trials=2, parallel=1, placer=Full(), failures=5,
+                   scheduling=Scheduling(max_wait_seconds=60))
     assert run.run() == JobState.JOB_STATE_FAILED
-    assert "no capacity within scheduling.maxWaitDuration (60s)" in run.error["message"]
-    assert 60 <= world.clock.now() - 1000 < 62
+    assert "No trial reported the metric" in run.error["message"]
+    trials = store.trials(run.study_id)
+    assert [t.state for t in trials] == [TrialState.INFEASIBLE] * 2
+    assert all(f"Trial {t.id} found no capacity within scheduling.maxWaitDuration (60s): all 1 GPUs are in use"
+               == t.infeasible_reason for t in trials), trials
+    assert 120 <= world.clock.now() - 1000 < 124
 
 
 @pytest.mark.parametrize("ending", ["goal_value", "study_timeout_seconds"])

@@ -484,6 +484,27 @@ def test_waiting_jobs_get_a_freed_gpu_first_come_first_served(tmp_path: Path, gp
     assert order == jobs, f"ran in the order {order}, asked in the order {jobs}"
 
 
+def test_a_job_that_leaves_a_free_gpu_to_an_earlier_waiter_says_for_whom(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """The only GPU is free but an earlier waiter comes first: the job said "job N does not fit
+    on the hosts right now - local: 0/1 GPUs in use" (found by a probe), neither that it waits
+    its turn nor for whom. It now names the waiter, and starts once that one has gone."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    early = LeaseDir(str(gpu_lease_dir)).queue({"job": "early", "gpus": 1, "user": "alice", "since": time.time() - 5})
+    proc = spawn(tmp_path / "home", *_job_args(trainer, log, 0.2, 1, "late"), **_env(VCLI_LOCAL_GPUS="1"))
+    try:
+        seen = read_stderr_until(proc, "Waiting for GPUs", 60)
+        early.touch()  # still trying: keeps its place
+        assert "GPU 0 on local (kept for job early of alice, which has waited" in seen, seen
+        assert "first come, first served" in seen and "does not fit" not in seen, seen
+        early.close()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        early.close()
+        reap(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert len(_intervals(log)) == 1
+
+
 def test_an_earlier_waiter_comes_first_a_larger_one_after_waiting_long_enough(tmp_path: Path) -> None:
     """`first_come` over a real lease directory and its waiting queue: an earlier waiter that the
     free GPUs fit comes first; one that needs more than is free lets later requests use them
@@ -790,6 +811,71 @@ def test_a_job_whose_max_wait_runs_out_is_failed_and_says_so_in_its_exit_code(tm
     assert "found no free GPUs within scheduling.maxWaitDuration (1s)" in r.stderr
     job_id = re.search(r"CustomJob \[(\d+)\] is queued", r.stderr)[1]  # type: ignore[index]
     assert describe(tmp_path / "home", "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
+
+
+def _study_config(path: Path, trainer: Path, log: Path, seconds: float, trials: int, parallel: int, extra: str = "") -> Path:
+    """A study of 1-GPU trials whose trial job has `scheduling: {maxWaitDuration: 1s}`."""
+    path.write_text(textwrap.dedent(f"""\
+        displayName: impatient
+        maxTrialCount: {trials}
+        parallelTrialCount: {parallel}
+        {extra}
+        studySpec:
+          algorithm: RANDOM_SEARCH
+          metrics: [{{metricId: loss, goal: MINIMIZE}}]
+          parameters: [{{parameterId: lr, doubleValueSpec: {{minValue: 0.1, maxValue: 1.0}}}}]
+        trialJobSpec:
+          workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, acceleratorCount: 1}}
+            replicaCount: 1
+            containerSpec: {{imageUri: unused, command: [{sys.executable}, {trainer}], args: [{log}, '{seconds}']}}
+          scheduling: {{maxWaitDuration: 1s}}
+    """))
+    return path
+
+
+def test_a_study_with_more_parallel_trials_than_gpus_never_waits_for_itself_past_max_wait(tmp_path: Path) -> None:
+    """1 GPU, 2 parallel trials of 2.5 s, maxWaitDuration 1s (found by a probe): the second
+    trial waited for the first one's GPU, the wait counted, and after 1 s the whole study FAILED
+    (exit 6) and the first trial was killed. The study's own trials end by themselves: that
+    wait is not counted, and every trial runs, one after another."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    config = _study_config(tmp_path / "study.yaml", trainer, log, 2.5, 3, 2)
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--format=json", timeout=180,
+             **_env(VCLI_LOCAL_GPUS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = json.loads(r.stdout)
+    assert study["state"] == "JOB_STATE_SUCCEEDED"
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3, study["trials"]
+    spans = _intervals(log)
+    assert len(spans) == 3 and all(s[0] == (0,) for s in spans), spans
+    _assert_disjoint(spans)
+
+
+def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """Another holder keeps the only GPU: the first trial's wait runs out after maxWaitDuration.
+    It ended the whole study (exit 6, the trial never recorded); on Vertex a trial job that
+    cannot start fails as a trial. It is now INFEASIBLE, naming the wait, within the failure
+    budget, and the next trial runs once the GPU is free."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    config = _study_config(tmp_path / "study.yaml", trainer, log, 0.2, 2, 1, extra="maxFailedTrialCount: 1")
+    someone = LeaseDir(str(gpu_lease_dir))
+    someone.acquire([0], {"job": "someone-else", "user": "bob"})
+    proc = spawn(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--format=json",
+                 **_env(VCLI_LOCAL_GPUS="1"))
+    try:
+        read_stderr_until(proc, "INFEASIBLE", 60)
+        someone.release([0])
+        out, err = proc.communicate(timeout=120)
+    finally:
+        someone.release([0])
+        reap(proc)
+    assert proc.returncode == 0, err[-3000:]
+    trials = json.loads(out)["trials"]
+    assert [t["state"] for t in trials] == ["INFEASIBLE", "SUCCEEDED"], trials
+    assert "Trial 1 found no capacity within scheduling.maxWaitDuration (1s)" in trials[0]["infeasibleReason"]
+    assert "held by job someone-else" in trials[0]["infeasibleReason"]
+    assert len(_intervals(log)) == 1
 
 
 def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorded(tmp_path: Path) -> None:

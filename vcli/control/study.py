@@ -18,9 +18,9 @@ trial reports, the rule reviews it against the study's trials; a trial it stops 
 STOPPING (SIGTERM, then the executor's grace period) and ends SUCCEEDED with its selected
 measurement, as on Vertex. Its slot is free at once: the next trial starts while it winds down.
 
-With several metrics (a multi-objective study) the result is the Pareto front of the
-SUCCEEDED trials (`optimal_trials`), not one best trial. Trials that fail or finish without the metric are INFEASIBLE with a reason (Vertex has no
-FAILED trial state) and count towards the failure budget.
+With several metrics the result is the Pareto front of the SUCCEEDED trials (`optimal_trials`).
+Trials that fail, find no capacity within their maxWaitDuration or finish without the metric are
+INFEASIBLE with a reason (Vertex has no FAILED trial state) and count towards the failure budget.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
-from vcli.errors import StoreError, VcliError, stopped_by
+from vcli.control.waiting import TrialWait
+from vcli.errors import StoreError, VcliError, WaitExpiredError, stopped_by
 from vcli.executors import Executor
 from vcli.spec import (
     CustomJobSpec,
@@ -95,8 +96,6 @@ class StudyRun:
     #: Ctrl-Cs noted while the study winds down after the first (`interrupts.deferred`).
     _ctrl_c: interrupts.Deferred = field(default_factory=interrupts.Deferred)
     queued: list[PendingTrial] = field(default_factory=list)
-    _waiting_logged: bool = False
-    _waiting_since: float = 0.0
     #: Set when a trial failed in a way every trial would (its module cannot be imported).
     _fatal: str | None = None
     #: The plan a new trial runs, given its trial and plan (tracking gives the chief its MLflow run).
@@ -114,6 +113,8 @@ class StudyRun:
         self._modules = trainer_modules(self.spec.trial_job_spec)
         self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
+        sched = self.spec.trial_job_spec.scheduling
+        self._wait = TrialWait(sched.wait_limit_seconds if sched else None, self.placer)
         timeout = self.spec.study_timeout_seconds
         self._deadline = self.clock.now() + timeout if timeout else None
 
@@ -289,13 +290,11 @@ class StudyRun:
             if not self._start_trial(self.queued[0]):
                 return  # no capacity now (GPUs busy, a host down): try again on a later tick
             self.queued.pop(0)
-        free = self.parallel - self._running() - len(self.queued)
-        remaining = self.spec.max_trial_count - len(self.trials) - len(self.queued)
-        count = min(free, remaining)
+        free, remaining = self.parallel - self._running(), self.spec.max_trial_count - len(self.trials)
+        count = min(free, remaining) - len(self.queued)
         if count <= 0 or self.exhausted:
             return
-        suggestions = self.suggester.ask(count)
-        if not suggestions:
+        if not (suggestions := self.suggester.ask(count)):
             self.exhausted = True  # the search space is used up (grid search)
             self.on_progress(f"The search space is exhausted after {len(self.trials)} trial(s) (maxTrialCount "
                              f"{self.spec.max_trial_count}): no more trials will start.")
@@ -310,11 +309,17 @@ class StudyRun:
         return sum(1 for a in self.active.values() if not a.stopped_early)
 
     def _start_trial(self, pending: PendingTrial) -> bool:
-        """Place and start one trial; False (nothing recorded) when capacity is busy now."""
-        trial_id = str(len(self.trials) + 1)
+        """Place and start one trial; False (nothing recorded) when capacity is busy now. A trial
+        whose wait ran out is recorded INFEASIBLE (True: the next suggestion may start)."""
+        trial_id, job_id = str(len(self.trials) + 1), new_id()
         job_spec = with_trial_args(self.spec.trial_job_spec, trial_args(self.param_specs, pending.parameters))
-        job_id = new_id()
-        plan = self._plan_trial(job_spec, job_id, trial_id)
+        try:
+            plan = self._plan_trial(job_spec, job_id, trial_id)
+        except WaitExpiredError as e:  # the trial fails, as a trial job would on Vertex; the failure budget decides
+            self._failed += 1
+            self._record_end(Trial(id=trial_id, parameters=pending.parameters, state=TrialState.INFEASIBLE,
+                                   infeasible_reason=str(e), start_time=now_iso(), end_time=now_iso(), lineage=pending.lineage))
+            return True
         if plan is None:
             return False
         plan = self.strategy.seeded(plan, pending, trial_id)
@@ -323,9 +328,8 @@ class StudyRun:
             record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
                     "outputDirectory": f"{self.base_output}/{trial_id}"},
             state=JobState.JOB_STATE_QUEUED.value, parent_id=self.study_id, trial_id=trial_id)
-        trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE,
-                      custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso(),
-                      lineage=pending.lineage)
+        trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE, lineage=pending.lineage,
+                      custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso())
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
@@ -341,8 +345,8 @@ class StudyRun:
         return True
 
     def _plan_trial(self, job_spec: CustomJobSpec, job_id: str, trial_id: str) -> JobPlan | None:
-        """Place a trial's replicas; None while capacity is busy (said once per wait), and a
-        VcliError once the wait is longer than the trial job's scheduling.maxWaitDuration."""
+        """Place a trial's replicas; None while capacity is busy, and WaitExpiredError once
+        the trial has waited longer than its scheduling.maxWaitDuration (`TrialWait`)."""
         from vcli.placement import NoCapacityError
 
         try:
@@ -350,16 +354,9 @@ class StudyRun:
                             trial_id=trial_id, base_output_directory=self.base_output, placer=self.placer,
                             shm_size=self.shm_size, holder={"study": self.study_id, "displayName": self.display_name})
         except NoCapacityError as e:
-            if not self._waiting_logged:
-                self.on_progress(f"Waiting for capacity to start trial {trial_id}: {e}")
-                self._waiting_logged = True
-                self._waiting_since = self.clock.now()
-            sched = self.spec.trial_job_spec.scheduling
-            limit = sched.wait_limit_seconds if sched else None
-            if limit is not None and self.clock.now() - self._waiting_since > limit:
-                raise VcliError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration ({limit:g}s): {e}") from None
+            self._wait.busy(self.clock.now(), bool(self.active), trial_id, e, self.on_progress)
             return None
-        self._waiting_logged = False
+        self._wait.placed()
         return plan
 
     def _poll_active(self) -> None:
@@ -432,6 +429,9 @@ class StudyRun:
         if counts_as_failure:
             self._failed += 1
             self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
+        self._record_end(trial)
+
+    def _record_end(self, trial: Trial) -> None:
         self.trials[trial.id] = trial
         self.suggester.tell(trial)
         self._save(trial)

@@ -21,6 +21,39 @@ class WaitCancelled(Exception):
     """The job was cancelled (`cancel` from another terminal) while it waited for GPUs."""
 
 
+class TrialWait:
+    """A study's wait for capacity to start its next trial (`Study._plan_trial`): said once per
+    wait, and bounded by the trial job's `scheduling.maxWaitDuration` (`limit`), which counts
+    only while none of the study's own trials runs. Those hold the GPUs the next trial waits
+    for, and end by themselves: on Vertex each trial has machines of its own, so a study never
+    waits for itself (counting that time failed every study with more parallel trials than GPUs
+    whose trials ran longer than the limit, found by a probe)."""
+
+    def __init__(self, limit: float | None, placer: Any = None) -> None:
+        self.limit = limit
+        self.placer = placer  # its queue entry goes with a trial whose wait ran out
+        self.since: float | None = None  # when the counted wait began; None: not waiting
+
+    def busy(self, now: float, own_running: bool, trial_id: str, reason: Exception,
+             say: Callable[[str], None]) -> None:
+        """Trial `trial_id` found no capacity (`reason`). Raises WaitExpiredError once it has
+        waited longer than the limit with none of the study's trials running."""
+        if self.since is None:
+            say(f"Waiting for capacity to start trial {trial_id}: {reason}")
+        if self.since is None or own_running:
+            self.since = now
+        elif self.limit is not None and now - self.since > self.limit:
+            self.since = None
+            # the next trial queues afresh: the entry of this one, first in line, kept the GPUs from it
+            if (stop_waiting := getattr(self.placer, "stop_waiting", None)) is not None:
+                stop_waiting()
+            raise WaitExpiredError(f"Trial {trial_id} found no capacity within scheduling.maxWaitDuration "
+                                   f"({self.limit:g}s): {reason}")
+
+    def placed(self) -> None:
+        self.since = None
+
+
 def plan_waiting(make_plan: Callable[[], Any], spec: CustomJobSpec, on_wait: Callable[[str], None] | None,
                  cancelled: Callable[[], bool] | None = None) -> Any:
     """`make_plan()`, tried again while its GPUs are held by other replicas (other vcli

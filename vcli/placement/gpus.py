@@ -88,6 +88,8 @@ class GpuAllocator:
         self._cond = threading.Condition()
         self._hosts: dict[str, HostGpus] = {}
         self._in_use: dict[str, set[int]] = {}
+        #: Host -> {index: why} of free GPUs the last try left to an earlier waiter (`first_come`).
+        self._kept: dict[str, dict[int, str]] = {}
         #: host -> `vcli.placement.gpulease.LeaseDir`: hosts whose GPUs are leased host-wide.
         self.leases: dict[str, Any] = dict(leases or {})
         #: Treat a GPU whose memory a non-vcli process holds as busy (hosts with nvidia-smi).
@@ -247,9 +249,17 @@ class GpuAllocator:
         none: (indices, {}) or (None, index -> who holds it)."""
         leases = self.leases[host]
         try:
-            return self._lease_in(leases, free, count, record)
+            chosen, elsewhere = self._lease_in(leases, free, count, record)
         except OSError as e:
             raise lease_dir_error(host, leases, e) from None
+        self._kept[host] = {i: why for i, why in elsewhere.items() if why.startswith(KEPT)}
+        return chosen, elsewhere
+
+    def kept_for_others(self, host: str) -> dict[int, str]:
+        """{index: why} of `host`'s free GPUs that the last try to allocate there left to an
+        earlier waiter (first come, first served): what a wait message names."""
+        with self._cond:
+            return dict(self._kept.get(host, {}))
 
     def _lease_in(self, leases: Any, free: list[int], count: int,
                   record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
@@ -406,6 +416,10 @@ STALE_WAITER_SECONDS = 10.0
 FAIR_WAIT_SECONDS = 30.0
 
 
+#: How `first_come`'s reasons begin.
+KEPT = "kept for "
+
+
 def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int]) -> str | None:
     """Why a request (`record`: a job, or a study's trial) must leave the host's `free` GPUs to one that waits
     longer, or None: first come, first served among the jobs and trials in the host's waiting
@@ -437,7 +451,7 @@ def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int]) -> s
         if 0 < wants <= available or now - since > FAIR_WAIT_SECONDS:
             who = describe_holder({k: v for k, v in w.items() if k not in ("user", "since")})
             by = f" of {w['user']}" if w.get("user") else ""
-            return f"kept for {who}{by}, which has waited {now - since:.0f}s (first come, first served)"
+            return f"{KEPT}{who}{by}, which has waited {now - since:.0f}s (first come, first served)"
     return None
 
 

@@ -294,7 +294,8 @@ class Scheduler:
             elsewhere = self.waiting_for(request)
             if elsewhere and not sick:
                 return "waiting for " + "; ".join(elsewhere)
-            parts = [f"job {request.job_id} does not fit on the hosts right now"]
+            trial = dict(request.holder).get("trial")
+            parts = [f"{f'trial {trial}' if trial else f'job {request.job_id}'} does not fit on the hosts right now"]
             if self.gpus.leases:
                 self._resync_free()
             busy = [f"{n}: {len(st.cap.gpu_indices) - st.free_gpus}/{len(st.cap.gpu_indices)} GPUs in use"
@@ -323,7 +324,8 @@ class Scheduler:
         out = []
         for host in hosts:
             by_why: dict[str, list[int]] = {}
-            for i, why in sorted(self.gpus.busy_elsewhere(host).items()):
+            busy = self.gpus.busy_elsewhere(host)
+            for i, why in sorted({**self.gpus.kept_for_others(host), **busy}.items()):
                 by_why.setdefault(why, []).append(i)
             for why, indices in by_why.items():
                 out.append(f"GPU{'s' if len(indices) > 1 else ''} {','.join(map(str, indices))} on {host} ({why})")
