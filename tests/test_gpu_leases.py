@@ -878,6 +878,61 @@ def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path:
     assert len(_intervals(log)) == 1
 
 
+@pytest.mark.parametrize("how", ["max_wait", "sigterm", "sigint", "async_sigterm"])
+def test_a_queued_jobs_wait_ended_in_resume_or_its_runner_is_recorded(tmp_path: Path, gpu_lease_dir: Path,
+                                                                      how: str) -> None:
+    """A queued job (its GPU held by someone else) whose waiting `create` was killed -9, then
+    `resume`d: maxWaitDuration, SIGTERM or Ctrl-C in the resumed wait left it QUEUED with its
+    controller gone, and a later resume ran the job the first had said failed (found by a
+    probe). They now end it as in `create`: FAILED (exit 6) or CANCELLED (143, 130). Likewise
+    SIGTERM to an `--async` job's runner while it waits: it died silently, the job QUEUED."""
+    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    home, config = tmp_path / "home", tmp_path / "job.yaml"
+    config.write_text("workerPoolSpecs:\n- machineSpec: {machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, "
+                      f"acceleratorCount: 1}}\n  replicaCount: 1\n  containerSpec: {{imageUri: unused, command: "
+                      f"[{sys.executable}, {trainer}], args: [{log}, '0']}}\n"
+                      + ("scheduling: {maxWaitDuration: 2s}\n" if how == "max_wait" else ""))
+    someone = LeaseDir(str(gpu_lease_dir))
+    someone.acquire([0], {"job": "someone-else", "user": "bob"})
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        if how == "async_sigterm":
+            r = vcli(home, "custom-jobs", "create", "--display-name=w", f"--config={config}", "--async", timeout=60,
+                     **_env(VCLI_LOCAL_GPUS="1"))
+            assert r.returncode == 0, r.stderr
+            job_id = job_id_from_stderr(r.stderr)
+            runner = wait_for(lambda: someone.waiters(), 60, "the runner in the queue")[0]["pid"]
+            os.kill(runner, signal.SIGTERM)
+            state = wait_for(lambda: (s := describe(home, "custom-jobs", job_id)["state"]) != "JOB_STATE_QUEUED" and s,
+                             60, "the job's end")
+            assert state == "JOB_STATE_CANCELLED"
+            return
+        first = spawn(home, "custom-jobs", "create", "--display-name=w", f"--config={config}", **_env(VCLI_LOCAL_GPUS="1"))
+        procs.append(first)
+        job_id = re.search(r"CustomJob \[(\d+)\] is queued", read_stderr_until(first, "is queued until then", 60))[1]  # type: ignore[index]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate(timeout=30)
+        resume = spawn(home, "custom-jobs", "resume", job_id, **_env(VCLI_LOCAL_GPUS="1"))
+        procs.append(resume)
+        read_stderr_until(resume, "Waiting for GPUs", 60)
+        if how != "max_wait":
+            os.killpg(resume.pid, signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        _, err = resume.communicate(timeout=60)
+    finally:
+        someone.release([0])
+        for p in procs:
+            reap(p)
+    want = {"max_wait": (6, "JOB_STATE_FAILED"), "sigterm": (143, "JOB_STATE_CANCELLED"),
+            "sigint": (130, "JOB_STATE_CANCELLED")}[how]
+    assert (resume.returncode, describe(home, "custom-jobs", job_id)["state"]) == want, err
+    assert err.count("ERROR") <= 1 and "Traceback" not in err, err
+    if how == "max_wait":
+        assert "found no free GPUs within scheduling.maxWaitDuration (2s)" in err, err
+    again = vcli(home, "custom-jobs", "resume", job_id, timeout=60, **_env(VCLI_LOCAL_GPUS="1"))
+    assert "has already ended" in again.stderr, again.stderr  # never run after all
+    assert not log.exists()
+
+
 def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorded(tmp_path: Path) -> None:
     """VCLI_GPU_LEASE_DIR=/dev/null, or a directory where a GPU's lock file should be (any user
     can make one in the shared, world-writable default), was a 60-line traceback; `hosts gpus`

@@ -452,6 +452,9 @@ def test_async_study_returns_at_once_and_runs_in_the_background(tmp_path: Path) 
     assert c.returncode == 0, c.stderr
     assert describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_CANCELLED"
     assert not any(processes_with_env("VCLI_JOB_ID", j) for j in jobs)
+    ended = wait_for(lambda: "finished: JOB_STATE_CANCELLED" in (text := (home / "jobs" / study_id / "controller.log").read_text())
+                     and text, 60, "the controller's last line")
+    assert "JOB_STATE_CANCELLED in " in ended and ". CANCELED" not in ended, ended  # Vertex's error text was glued on
 
     # its controller killed: resume takes the running trials over and ends the study
     r = vcli(home, "hp-tuning-jobs", "create", "--async", "--display-name=bg-resume", *flags, "--max-trial-count=2",

@@ -246,6 +246,7 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     printer.flush()
     final = job.store.get_job(job.job_id)
     msg = "" if outcome.state == JobState.JOB_STATE_SUCCEEDED else (final.error or {}).get("message", "")
+    msg = "" if msg == "CANCELED" else msg  # Vertex's error text of a cancelled job says nothing the state does not
     took = ran_seconds(final, time.monotonic() - started)
     err(f"CustomJob [{name}] finished: {outcome.state.value} in {took:.1f}s." + (f" {msg}" if msg else ""))
     if fmt:
@@ -278,6 +279,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     from vcli.control import runner
     from vcli.control.cancel import claim_controller, give_back, has_ended
     from vcli.control.waiting import WaitCancelled
+    from vcli.errors import WaitExpiredError
     from vcli.store import Store
 
     check_format(fmt)
@@ -289,10 +291,16 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     claim_controller(store, row.id)
     if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
         raise typer.Exit(finish_cancel(store, row, "CustomJob"))
+    interrupt_on_signals()  # a queued job's wait ends as create's does on Ctrl-C, SIGTERM, SIGHUP (even if ignored)
     try:
         planned = runner.plan_resumed_custom_job(store, row, on_wait=err)
     except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
+    except (KeyboardInterrupt, WaitExpiredError) as e:
+        if row.state != JobState.JOB_STATE_QUEUED.value:  # it had started: left for another resume
+            give_back(store, row)
+            raise
+        raise typer.Exit(_queued_wait_ended(store, row, e)) from None
     except BaseException:
         give_back(store, row)
         raise
@@ -304,6 +312,20 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
         raise typer.Exit(_run_in_foreground(planned, row.display_name, fmt, resumed=True))
     finally:
         planned.close()
+
+
+def _queued_wait_ended(store: Any, row: Any, error: BaseException) -> int:
+    """A queued job whose resumed wait for GPUs ended (Ctrl-C, SIGTERM, SIGHUP, maxWaitDuration):
+    recorded CANCELLED or FAILED as `create` records it, said; the exit code. It was left QUEUED
+    with its controller gone, and a later resume ran the job `resume` had said failed."""
+    from vcli.control.waiting import end_queued
+
+    raise_ = end_queued(store, row.id, error)
+    if isinstance(raise_, KeyboardInterrupt):
+        err(f"CustomJob [{shown(row.name)}] was cancelled (interrupted) while it waited for GPUs.")
+        return interrupted_code()
+    err(f"ERROR: (vcli.custom-jobs.resume) {raise_}")
+    return exit_code_for(JobState.JOB_STATE_FAILED)
 
 
 def _cancelled_while_waiting(store: Any, row: Any) -> int:
@@ -329,13 +351,15 @@ def run_job(job: Annotated[str, typer.Argument()]) -> None:
     if store.cancel_requested(row.id):
         store.set_state(row.id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
         return
+    interrupt_on_signals()  # SIGTERM in the wait for GPUs ended the runner silently, its job QUEUED for good
     try:
         with failure_recorded(store, row.id):
             planned = runner.plan_stored_custom_job(store, row, secrets=secrets_from_stdin(), on_wait=err)
     except WaitCancelled:
         raise typer.Exit(_cancelled_while_waiting(store, row)) from None
+    except KeyboardInterrupt as e:
+        raise typer.Exit(_queued_wait_ended(store, row, e)) from None
     try:
-        interrupt_on_signals()
         try:
             outcome = runner.run_custom_job(planned, on_progress=err)
         except KeyboardInterrupt:

@@ -236,6 +236,7 @@ def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional
     from vcli.view import study_result_lines
 
     msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
+    msg = "" if msg == "CANCELED" else msg  # Vertex's error text of a cancelled job says nothing the state does not
     seconds = ran_seconds(study.store.get_job(study.study_id), seconds)
     err(f"Hyperparameter tuning job [{study.study_id}] finished: {state.value} in {seconds:.1f}s." + (f" {msg}" if msg else ""))
     best = run.best_trial()
