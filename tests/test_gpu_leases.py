@@ -573,6 +573,25 @@ def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Pat
             p.communicate(timeout=60)
 
 
+def test_hosts_gpus_says_which_waiter_keeps_no_place(tmp_path: Path, gpu_lease_dir: Path) -> None:
+    """A waiter that has not tried for 10 s (a suspended process) keeps no place in the queue;
+    `hosts gpus` listed it WAITING as any other (found by a probe). Its REASON now says so."""
+    leases = LeaseDir(str(gpu_lease_dir))
+    now = time.time()
+    stopped = leases.queue({"job": "stopped", "gpus": 1, "user": "alice", "since": now - 60})
+    trying = leases.queue({"job": "trying", "gpus": 1, "user": "bob", "since": now - 5})
+    try:
+        os.utime(stopped.fd, (now - 30, now - 30))
+        r = vcli(tmp_path / "viewer", "hosts", "gpus", "--format=json", timeout=60, **_env())
+        assert r.returncode == 0, r.stderr
+        waiting = {row["job"]: row["reason"] for row in json.loads(r.stdout) if row["state"] == "WAITING"}
+        assert waiting["trying"] is None, waiting
+        assert "has not tried for 30s" in waiting["stopped"] and "keeps no place" in waiting["stopped"], waiting
+    finally:
+        stopped.close()
+        trying.close()
+
+
 @pytest.mark.parametrize("mode", ["foreground", "async"])
 def test_a_job_waiting_for_gpus_is_listed_and_cancelled_from_another_terminal(tmp_path: Path, gpu_lease_dir: Path,
                                                                               mode: str) -> None:

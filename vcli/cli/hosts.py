@@ -316,7 +316,17 @@ def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> 
             rows.append(_gpu_row(host, i, "BUSY", {}, reason=busy[i]))
         else:
             rows.append(_gpu_row(host, i, "FREE", {}))
-    return rows + [_gpu_row(host, None, "WAITING", rec) for rec in waiters]
+    return rows + [_gpu_row(host, None, "WAITING", rec, reason=_stale(rec)) for rec in waiters]
+
+
+def _stale(waiter: Any) -> Optional[str]:
+    """Why a waiter keeps no place in the queue (it stopped trying: a suspended process), or None."""
+    from vcli.placement.gpus import STALE_WAITER_SECONDS
+
+    idle = waiter.get("idle")
+    if isinstance(idle, (int, float)) and idle > STALE_WAITER_SECONDS:
+        return f"has not tried for {idle:.0f}s (a stopped process?): keeps no place in the queue"
+    return None
 
 
 def _gpu_row(host: str, gpu: Optional[int], state: str, rec: Any, *, reason: Optional[str] = None) -> dict[str, Any]:
