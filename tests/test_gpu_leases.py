@@ -832,6 +832,12 @@ def test_a_job_whose_max_wait_runs_out_is_failed_and_says_so_in_its_exit_code(tm
     assert describe(tmp_path / "home", "custom-jobs", job_id)["state"] == "JOB_STATE_FAILED"
 
 
+def _seconds(stamp: str) -> float:
+    import datetime
+
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def _study_config(path: Path, trainer: Path, log: Path, seconds: float, trials: int, parallel: int, extra: str = "") -> Path:
     """A study of 1-GPU trials whose trial job has `scheduling: {maxWaitDuration: 1s}`."""
     path.write_text(textwrap.dedent(f"""\
@@ -894,6 +900,8 @@ def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path:
     assert [t["state"] for t in trials] == ["INFEASIBLE", "SUCCEEDED"], trials
     assert "Trial 1 found no capacity within scheduling.maxWaitDuration (1s)" in trials[0]["infeasibleReason"]
     assert "held by job someone-else" in trials[0]["infeasibleReason"]
+    waited = _seconds(trials[0]["endTime"]) - _seconds(trials[0]["startTime"])  # its wait (it was 0.0 s)
+    assert 1.0 <= waited < 30, trials[0]
     assert len(_intervals(log)) == 1
 
 

@@ -318,7 +318,7 @@ class StudyRun:
         except WaitExpiredError as e:  # the trial fails, as a trial job would on Vertex; the failure budget decides
             self._failed += 1
             self._record_end(Trial(id=trial_id, parameters=pending.parameters, state=TrialState.INFEASIBLE,
-                                   infeasible_reason=str(e), start_time=now_iso(), end_time=now_iso(), lineage=pending.lineage))
+                                   infeasible_reason=str(e), start_time=self._wait.began, end_time=now_iso(), lineage=pending.lineage))
             return True
         if plan is None:
             return False

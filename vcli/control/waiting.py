@@ -33,12 +33,16 @@ class TrialWait:
         self.limit = limit
         self.placer = placer  # its queue entry goes with a trial whose wait ran out
         self.since: float | None = None  # when the counted wait began; None: not waiting
+        self.began = ""  # when the wait of the trial that waits (or waited last) began, ISO 8601: its startTime
 
     def busy(self, now: float, own_running: bool, trial_id: str, reason: Exception,
              say: Callable[[str], None]) -> None:
         """Trial `trial_id` found no capacity (`reason`). Raises WaitExpiredError once it has
         waited longer than the limit with none of the study's trials running."""
         if self.since is None:
+            from vcli.store import now_iso
+
+            self.began = now_iso()
             say(f"Waiting for capacity to start trial {trial_id}: {reason}")
         if self.since is None or own_running:
             self.since = now
