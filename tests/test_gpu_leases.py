@@ -872,6 +872,8 @@ def test_a_study_with_more_parallel_trials_than_gpus_never_waits_for_itself_past
     study = json.loads(r.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3, study["trials"]
+    said = next(line for line in r.stderr.splitlines() if line.startswith("Waiting for capacity to start trial 2"))
+    assert "waiting for GPU 0 on local (held by trial 1 of study" in said, said  # not "does not fit ... 1/1 in use"
     spans = _intervals(log)
     assert len(spans) == 3 and all(s[0] == (0,) for s in spans), spans
     _assert_disjoint(spans)

@@ -255,6 +255,22 @@ class GpuAllocator:
         self._kept[host] = {i: why for i, why in elsewhere.items() if why.startswith(KEPT)}
         return chosen, elsewhere
 
+    def held_by_this_process(self, host: str) -> dict[int, str]:
+        """{index: who} of `host`'s GPUs whose lease this process holds (placed, its replica not
+        started yet): a study's next trial waits for them too."""
+        from vcli.placement.gpulease import describe_holder
+
+        leases = self.leases.get(host)
+        with self._cond:
+            gpus = self._hosts.get(host)
+            indices = gpus.indices if gpus else ()
+        out = {}
+        for i in indices if leases is not None else ():
+            lease = leases.held_here(i)
+            if lease is not None:
+                out[i] = "held by " + describe_holder(lease.record() if hasattr(lease, "record") else {})
+        return out
+
     def kept_for_others(self, host: str) -> dict[int, str]:
         """{index: why} of `host`'s free GPUs that the last try to allocate there left to an
         earlier waiter (first come, first served): what a wait message names."""

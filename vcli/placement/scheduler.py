@@ -325,7 +325,8 @@ class Scheduler:
         for host in hosts:
             by_why: dict[str, list[int]] = {}
             busy = self.gpus.busy_elsewhere(host)
-            for i, why in sorted({**self.gpus.kept_for_others(host), **busy}.items()):
+            mine = self.gpus.held_by_this_process(host)
+            for i, why in sorted({**self.gpus.kept_for_others(host), **mine, **busy}.items()):
                 by_why.setdefault(why, []).append(i)
             for why, indices in by_why.items():
                 out.append(f"GPU{'s' if len(indices) > 1 else ''} {','.join(map(str, indices))} on {host} ({why})")
