@@ -14,7 +14,10 @@ def main() -> None:
     try:
         from vcli.cli import run
 
-        run()
+        try:
+            run()
+        finally:
+            _concluded()
     except KeyboardInterrupt:
         sys.stderr.write("ERROR: (vcli) Interrupted.\n")
         raise SystemExit(130) from None
@@ -31,6 +34,20 @@ def main() -> None:
             raise SystemExit(128 + 13) from None
         sys.stderr.write(f"ERROR: (vcli) cannot write the output: {e.strerror}.\n")
         raise SystemExit(1) from None
+
+
+def _concluded() -> None:
+    """The command has concluded (what it started is stopped, its exit code chosen): signals from
+    here on are ignored. Python's finalization puts SIG_DFL back on the handlers vcli installed,
+    so the rest of a burst of Ctrl-Cs killed vcli by SIGINT (exit -2 instead of 130) after it
+    had cleaned up; an ignored signal keeps being ignored."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
 
 
 if __name__ == "__main__":
