@@ -653,8 +653,9 @@ def test_a_gpu_variable_that_names_no_gpus_is_one_line(run_vcli, vcli_home, name
         ('{"executor": "local", "storage/gcs-root": "/tmp/gcs"}\n,', "is damaged (Extra data: line 2 column 1"),
         ("[1, 2]", "is damaged (not a JSON object of strings)"),
         ('{"executor": 5}', "is damaged (not a JSON object of strings)"),
+        ("[" * 100_000, "is damaged (nested too deeply)"),
     ],
-    ids=["stray-byte", "a-list", "a-number"],
+    ids=["stray-byte", "a-list", "a-number", "nested-too-deeply"],
 )
 def test_a_damaged_properties_file_is_one_line_and_never_overwritten(run_vcli, vcli_home, content, fragment):
     # It was read as "nothing set" (jobs ran with other settings), and the next `config set`

@@ -968,9 +968,10 @@ def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorde
     showed those GPUs FREE; a --async study was left QUEUED with its runner gone."""
     trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
     blocked = tmp_path / "leases"
-    (blocked / "gpu0.lock").mkdir(parents=True)
+    (blocked / f"uid-{os.geteuid()}" / "gpu0.lock").mkdir(parents=True)
     home = tmp_path / "home"
-    for lease_dir, file in (("/dev/null", "/dev/null/gpu0.lock"), (str(blocked), f"{blocked}/gpu0.lock")):
+    for lease_dir, file in (("/dev/null", "Not a directory: /dev/null"),
+                            (str(blocked), f"{blocked}/uid-{os.geteuid()}/gpu0.lock")):
         env = _env(VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR=lease_dir)
         for argv in (_job_args(trainer, log, 0, 1, "blocked"), ["hosts", "gpus"]):
             r = vcli(home, *argv, timeout=60, **env)
@@ -982,7 +983,7 @@ def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorde
     assert r.returncode == 0, r.stderr
     study_id = r.stdout.strip()
     wait_for(lambda: describe(home, "hp-tuning-jobs", study_id)["state"] == "JOB_STATE_FAILED", 60, "the study FAILED")
-    assert "Not a directory: /dev/null/gpu0.lock" in describe(home, "hp-tuning-jobs", study_id)["error"]["message"]
+    assert "Not a directory: /dev/null" in describe(home, "hp-tuning-jobs", study_id)["error"]["message"]
     listed = vcli(home, "custom-jobs", "list", "--format=value(displayName)")
     assert "blocked" not in listed.stdout  # nothing recorded for a job refused in the foreground
 

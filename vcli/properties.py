@@ -78,8 +78,9 @@ def load() -> dict[str, str]:
         raise ConfigError(f"vcli's properties file {path} cannot be read: {e.strerror}.") from None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"vcli's properties file {path} is damaged ({str(e).splitlines()[0]}): correct it, or "
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        raise ConfigError(f"vcli's properties file {path} is damaged ({why}): correct it, or "
                           "remove it to go back to the defaults.") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise ConfigError(f"vcli's properties file {path} is damaged (not a JSON object of strings): correct it, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, List, Optional, Sequence
 
 import typer
 
@@ -85,6 +85,8 @@ def with_cloud_settings(spec: Any, **settings: Any) -> Any:
 
 
 def _submitted_message(name: str, job_id: str) -> str:
+    """gcloud's create message, line for line (the `describe` hint is its 6th line, the
+    `stream-logs` one its 10th), with vcli's commands: notebooks scrape these lines."""
     return (f"CustomJob [{name}] is submitted successfully.\n\nYour job is still active. You may view the status of "
             f"your job with the command\n\n  $ vcli custom-jobs describe {job_id}\n\nor continue streaming the logs "
             f"with the command\n\n  $ vcli custom-jobs stream-logs {job_id}")
@@ -166,20 +168,26 @@ def create(
     if kms:
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto,
-                                              executor=job.execution.executor):
-            err(notice)
+        # A submitted job's notices follow gcloud's lines, which scripts scrape by position.
+        notices = runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto,
+                                        executor=job.execution.executor)
         if validate_only:
+            for notice in notices:
+                err(notice)
+            if (notice := tracking.cannot_start_notice(tracked)) is not None:
+                err(notice)
             _print_validated(display_name, job, fmt)
         elif async_:
             row = runner.submit_custom_job(job, display_name)
             runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id],
                                 secrets=runner.secret_values(job.spec))
             err(_submitted_message(shown(row.name), job.job_id))
+            for notice in notices:
+                err(notice)
             if fmt:
                 _emit_job(job.store, job.job_id, fmt)
         else:
-            raise typer.Exit(_run_in_foreground(job, display_name, fmt))
+            raise typer.Exit(_run_in_foreground(job, display_name, fmt, notices=notices))
     finally:
         job.close()
 
@@ -213,7 +221,8 @@ def _emit_job(store: Any, job_id: str, fmt: Optional[str]) -> None:
     emit(custom_job_resource(store, store.get_job(job_id)), fmt, is_list=False)
 
 
-def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resumed: bool = False) -> int:
+def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resumed: bool = False,
+                       notices: Sequence[str] = ()) -> int:
     """Submit (or take over, `resumed`) and run `job` here, its replicas' logs on stdout (stderr
     with --format); the exit code."""
     from vcli.control import runner
@@ -228,10 +237,10 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
         row = runner.submit_custom_job(job, display_name)
         claim_controller(job.store, job.job_id)
         name = shown(row.name)
-        err(f"CustomJob [{name}] is submitted successfully.")
+        err(_submitted_message(name, job.job_id))  # gcloud's lines, in gcloud's order: scripts scrape them
+    for notice in notices:
+        err(notice)
     err(f"Running {len(job.plan.launches)} replica(s) with the {job.execution.kind.value} executor; Ctrl-C cancels the job.")
-    err(f"  describe:    vcli custom-jobs describe {job.job_id}")
-    err(f"  stream logs: vcli custom-jobs stream-logs {job.job_id}")
     interrupt_on_signals()
     printer = LogPrinter(sys.stderr if fmt else sys.stdout)
     for launch in job.plan.launches:

@@ -311,12 +311,24 @@ def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> 
     for i in indices:
         rec = held.get(i)
         if rec is not None:
-            rows.append(_gpu_row(host, i, "HELD", rec))
+            restored = rec.get("restored")
+            note = (f"its lease file was removed while held; the holder put it back {_ago(restored)}"
+                    if isinstance(restored, (int, float)) else None)
+            rows.append(_gpu_row(host, i, "HELD", rec, reason=note))
         elif i in busy:
             rows.append(_gpu_row(host, i, "BUSY", {}, reason=busy[i]))
         else:
             rows.append(_gpu_row(host, i, "FREE", {}))
     return rows + [_gpu_row(host, None, "WAITING", rec, reason=_stale(rec)) for rec in waiters]
+
+
+def _ago(when: float) -> str:
+    """`3m ago` for a time `when` (epoch seconds)."""
+    import time
+
+    from vcli.placement import gpulease
+
+    return f"{gpulease._ago(time.time() - when)} ago"
 
 
 def _stale(waiter: Any) -> Optional[str]:

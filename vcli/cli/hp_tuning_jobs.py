@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from dataclasses import replace
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, List, Optional, Sequence
 
 import typer
 
@@ -130,33 +130,46 @@ def create(
     if kms:
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
-        for notice in runner.launch_notices(study.execution.kind, study.spec.trial_job_spec,
-                                              auto=study.execution.auto, executor=study.execution.executor):
-            err(notice)
+        # A submitted study's notices follow gcloud's lines, which scripts scrape by position.
+        notices = runner.launch_notices(study.execution.kind, study.spec.trial_job_spec,
+                                        auto=study.execution.auto, executor=study.execution.executor)
         if validate_only:
+            for notice in notices:
+                err(notice)
+            if (notice := tracking.cannot_start_notice(tracked)) is not None:
+                err(notice)
             not_now = runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")
             if not_now:
                 err(f"WARNING: the {study.execution.kind.value} executor cannot run it now (exit code 3 at create): {not_now}")
             emit({"displayName": study.display_name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
         elif async_:
-            _submit_async(study, fmt)
+            _submit_async(study, fmt, notices)
         else:
-            raise typer.Exit(_run_in_foreground(study, fmt))
+            raise typer.Exit(_run_in_foreground(study, fmt, notices=notices))
     finally:
         study.close()
 
 
-def _submit_async(study: Any, fmt: Optional[str]) -> None:
+def submitted_message(study_id: str, state: Any) -> str:
+    """gcloud's create message, line for line (the `describe` hint is its 5th line, the state
+    its 7th), with vcli's command: notebooks scrape these lines."""
+    return (f"Hyperparameter tuning job [{study_id}] submitted successfully.\n\nYour job is still active. You may "
+            f"view the status of your job with the command\n\n  $ vcli hp-tuning-jobs describe {study_id}\n\n"
+            f"Job State: {getattr(state, 'value', state)}")
+
+
+def _submit_async(study: Any, fmt: Optional[str], notices: Sequence[str] = ()) -> None:
     """Record the study and hand it to a detached `hp-tuning-jobs run-study` process."""
     from vcli.control import runner
 
     row = runner.submit_study(study)
     runner.spawn_runner(study.store, study.study_id, ["hp-tuning-jobs", "run-study", study.study_id],
                         secrets=runner.secret_values(study.spec.trial_job_spec))
-    err(f"Hyperparameter tuning job [{row.id}] submitted successfully.\n\nYour job is still active. You may view "
-        f"the status of your job with the command\n\n  $ vcli hp-tuning-jobs describe {study.study_id}\n\nor follow its "
-        f"trials with the command\n\n  $ vcli hp-tuning-jobs stream-logs {study.study_id}\n\nJob State: {row.state}")
+    err(submitted_message(row.id, row.state))
+    err(f"\nFollow its trials with the command\n\n  $ vcli hp-tuning-jobs stream-logs {study.study_id}")
+    for notice in notices:
+        err(notice)
     if fmt:
         _emit_study(study.store, study.study_id, fmt)
 
@@ -167,7 +180,8 @@ def _emit_study(store: Any, study_id: str, fmt: Optional[str]) -> None:
     emit(hp_tuning_job_resource(store, store.get_job(study_id)), fmt, is_list=False)
 
 
-def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False, background: bool = False) -> int:
+def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False, background: bool = False,
+                       notices: Sequence[str] = ()) -> int:
     """Submit (or take over: `resumed`, or `background` for create --async's runner) and run
     the study here, its table on stdout (stderr with --format); the exit code."""
     import signal
@@ -183,6 +197,8 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
     # RUNNING with nobody driving it and, after a resume, its trainers running.
     with interrupts.deferred((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as early:
         _announce(study, resumed, background)
+        for notice in notices:
+            err(notice)
         view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
                                iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
         if not support.state.get("user_output", True):  # --no-user-output-enabled: status lines go; WARNING and ERROR stay
@@ -222,13 +238,12 @@ def _announce(study: Any, resumed: bool, background: bool) -> None:
         claim_controller(study.store, study_id)
         err(f"Hyperparameter tuning job [{study_id}] is resumed: running trials are re-attached, not restarted.")
     else:
-        runner.submit_study(study)
-        err(f"Hyperparameter tuning job [{study_id}] submitted successfully.")
+        row = runner.submit_study(study)
+        err(submitted_message(study_id, row.state))
     pbt = spec.study_spec.population_based_training_spec
     at_once = pbt.population_size if pbt is not None else spec.parallel_trial_count
     err(f"  {spec.max_trial_count} trial(s), up to {at_once} at once, {spec.study_spec.algorithm.value}, "
         f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
-    err(f"  describe: vcli hp-tuning-jobs describe {study_id}")
 
 
 def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional[str]) -> None:

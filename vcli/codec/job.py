@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from vcli.codec import gcs
 from vcli.codec.pool_checks import MAX_REPLICA_COUNT, module_name_problem
 from vcli.codec.schema import Decoder, build, to_wire
-from vcli.codec.yamlio import load_document
+from vcli.codec.yamlio import load_document, refuse_whole_resource
 from vcli.spec import ContainerSpec, CustomJobSpec, EnvVar, LocalPackage, MachineSpec, WorkerPoolSpec, is_secret
 
 #: Vertex's EnvVar.name: "Must be a valid C identifier" (the API refuses others; a process
@@ -134,6 +134,7 @@ def load_custom_job_spec(path: str, no_effect: list[str] | None = None) -> Custo
     """A `--config` file (`-` = stdin) holding a CustomJobSpec -> the spec. The paths of the
     fields it sets that change nothing locally are appended to `no_effect`."""
     doc, source = load_document(path)
+    refuse_whole_resource(doc, source, "CustomJob")
     decoder = Decoder(source)
     data = decoder.decode_message(doc, CustomJobSpec, "")
     spec = custom_job_spec_from_dict(data, decoder)

@@ -22,7 +22,7 @@ from vcli.codec.flags import (
 )
 from vcli.codec.job import JOB_OVERRIDES, custom_job_spec_from_dict, custom_job_spec_to_dict
 from vcli.codec.schema import Decoder, build, to_wire
-from vcli.codec.yamlio import load_document
+from vcli.codec.yamlio import load_document, refuse_whole_resource
 from vcli.errors import ConfigError, UsageError
 from vcli.logs import printable
 from vcli.spec import (
@@ -357,6 +357,7 @@ def hp_tuning_document(
 def _config_document(config: str) -> tuple[dict[str, Any], str]:
     """--config's mapping (a copy; {} for an empty file) and its source's name."""
     loaded, source = load_document(config)
+    refuse_whole_resource(loaded, source, "HyperparameterTuningJob")
     if loaded is not None and not isinstance(loaded, dict):
         raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
     return dict(loaded or {}), source

@@ -243,3 +243,31 @@ def to_yaml(data: Any) -> str:
     Dumper.add_representer(SourceFloat, lambda dumper, value: dumper.represent_float(float(value)))
     return yaml.dump(data, Dumper=Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=1000)
 
+
+
+#: Fields Vertex fills in on a job it returns (`describe`, a GET), never part of a request.
+OUTPUT_ONLY_FIELDS = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "trials",
+                      "webAccessUris", "satisfiesPzs", "satisfiesPzi")
+
+
+def refuse_whole_resource(doc: Any, source: str, kind: str) -> None:
+    """A ConfigError naming what `doc` is when it is not the document --config takes for
+    `kind` ("CustomJob": a CustomJobSpec; "HyperparameterTuningJob": that job's request), but
+    a whole job: a REST request body, a `describe` output, or the other kind of job."""
+    if not isinstance(doc, dict):
+        return
+    prefix = f"Invalid value for [--config]: {source} is "
+    output_only = [k for k in OUTPUT_ONLY_FIELDS if k in doc]
+    if kind == "CustomJob" and "jobSpec" in doc:
+        what = "a `describe` output of a CustomJob" if output_only else "a whole CustomJob (a REST request body)"
+        raise ConfigError(f"{prefix}{what}, but --config takes a CustomJobSpec: the mapping under its [jobSpec] "
+                          "key (workerPoolSpecs, baseOutputDirectory, ...). Save that mapping alone and pass it; "
+                          "give the display name with --display-name.")
+    if kind == "HyperparameterTuningJob" and "jobSpec" in doc and "trialJobSpec" not in doc:
+        raise ConfigError(f"{prefix}a CustomJob, not a HyperparameterTuningJob: run it with `vcli custom-jobs "
+                          "create --config` (its [jobSpec] mapping), or write a study with studySpec and "
+                          "trialJobSpec.")
+    if kind == "HyperparameterTuningJob" and output_only:
+        raise ConfigError(f"{prefix}a `describe` output of a HyperparameterTuningJob: it holds the output-only "
+                          f"field(s) [{', '.join(output_only)}], which a request cannot set. Remove them to run "
+                          "the same study again.")

@@ -11,6 +11,7 @@ Every `Planned*` owns its `Execution`: the caller closes it (`planned.close()`) 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from vcli.control import recovery
 from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
+from vcli.enums import RpcCode
 from vcli.errors import VcliError
 from vcli.spec import (
     CustomJobSpec,
@@ -158,12 +160,25 @@ def run_custom_job(
     from vcli.control.jobs import JobRun, run_job
     from vcli.tracking.hooks import tracked_job
 
-    with tracked_job(job, on_progress):  # with tracking on, an MLflow run that the chief logs into
+    with contextlib.ExitStack() as stack:
+        try:  # with tracking on, an MLflow run that the chief logs into
+            stack.enter_context(tracked_job(job, on_progress))
+        except (KeyboardInterrupt, SystemExit):
+            _cancel_unstarted(job.store, job.job_id)
+            raise
         timeout = job.spec.scheduling.timeout_seconds if job.spec.scheduling else None
         run = JobRun(store=job.store, executor=job.execution.executor, plan=job.plan, timeout_seconds=timeout,
                      on_progress=on_progress)
         state = run_job(run, on_tick=on_tick, attach=job.resume)
     return JobOutcome(state, run.startup_error)
+
+
+def _cancel_unstarted(store: Store, job_id: str) -> None:
+    """An interrupt before a job or study started anything (while its tracking store opened)
+    records it CANCELLED, as an interrupted wait for GPUs does: never QUEUED with no controller."""
+    row = store.get_job(job_id)
+    if row is not None and row.state == JobState.JOB_STATE_QUEUED:
+        store.set_state(job_id, JobState.JOB_STATE_CANCELLED, error={"code": RpcCode.CANCELLED, "message": "CANCELED"})
 
 
 def plan_resumed_custom_job(store: Store, row: JobRow, *, on_wait: Callable[[str], None] | None = None) -> PlannedJob:
@@ -466,7 +481,12 @@ def study_run(
     from vcli.tracking.hooks import study_tracker
     from vcli.tuning.events import Listeners
 
-    tracker = study_tracker(study.store, study.study_id, study.display_name, study.spec, study.record, listener.progress)
+    try:
+        tracker = study_tracker(study.store, study.study_id, study.display_name, study.spec, study.record,
+                                listener.progress)
+    except (KeyboardInterrupt, SystemExit):
+        _cancel_unstarted(study.store, study.study_id)
+        raise
     return StudyRun(
         store=study.store, executor=study.execution.executor, spec=study.spec, study_id=study.study_id,
         display_name=study.display_name, suggester=study.suggester,

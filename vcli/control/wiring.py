@@ -88,7 +88,7 @@ def image_command_notices(kind: ExecutorKind, spec: Any, *, auto: bool) -> list[
     reason = docker_cannot_run(pools) if auto else None
     why = (f"the docker executor cannot run it here ({reason.rstrip('.')})" if reason
            else f"the {kind.value} executor runs processes")
-    return [f"Note: workerpool{i} runs its command on this host's Python, not inside image [{image}]: {why}. "
+    return [f"Note: workerpool{i} runs its command as a process on this host, not inside image [{image}]: {why}. "
             "--executor=docker runs it in the image, as Vertex does." for i, image in pools]
 
 
@@ -298,7 +298,10 @@ def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
         if not ms.accelerator_count:
             continue
         wanted = f"{ms.accelerator_count} {ms.accelerator_type or 'accelerator'}"
-        if not indices:
+        if (ms.accelerator_type or "").startswith("TPU"):
+            out.append(f"WARNING: workerpool{i} asks for {wanted}, a TPU: vcli runs replicas on this machine's CPUs "
+                       "and GPUs only, so its replicas run without a TPU.")
+        elif not indices:
             out.append(f"WARNING: workerpool{i} asks for {wanted} but this machine declares no GPUs: its replicas run "
                        "without one (declare GPUs with VCLI_LOCAL_GPUS or an inventory host `local`).")
         elif ms.accelerator_type and gtype and ms.accelerator_type != gtype:

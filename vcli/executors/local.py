@@ -189,6 +189,10 @@ class LocalExecutor(ExecutorBase):
         env["VCLI_JOB_ID"] = launch.job_id
         env[REPLICA_TAG] = _tag(launch.job_id, launch.task_name)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.python != sys.executable and "PATH" not in launch.env:
+            # The chosen interpreter's console scripts (`torchrun`, `accelerate`) run by name, as
+            # in an image whose python is on PATH (an installs environment set PATH itself).
+            env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(self.python), env.get("PATH", "")) if p)
         if launch.workdir:
             # `python -m pkg.mod` and scripts import siblings from the package dir, as in the image.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, env.get("PYTHONPATH", "")) if p)

@@ -62,6 +62,8 @@ ORPHAN_GRACE_SECONDS = 3.0
 EXIT_CANNOT_START = 127
 #: How often held lease files get their times refreshed (see `vcli.placement.gpulease.TOUCH_SECONDS`).
 TOUCH_SECONDS = 3600.0
+#: How often a supervisor checks that its lease files are still in the lease directory.
+LEASE_CHECK_SECONDS = 1.0
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -241,6 +243,45 @@ def _touch(fds: tuple[int, ...]) -> None:
             pass
 
 
+def _restore_if_removed(fd: int) -> str | None:
+    """Put a held lease's lock file back at its path when it was removed (its owner's
+    `rm`, a tmp cleaner), so other vcli processes see the GPU as held again: a new file,
+    locked, with the holder's record, takes the place of `fd`. Returns a line for the
+    replica's log when the file was removed (None otherwise)."""
+    import fcntl
+
+    try:
+        if os.fstat(fd).st_nlink > 0:
+            return None
+        link = os.readlink(f"/proc/self/fd/{fd}")
+        record = os.pread(fd, 65536, 0)
+    except OSError:
+        return None
+    path = link[:-len(" (deleted)")] if link.endswith(" (deleted)") else link
+    index = re.sub(r"\D", "", os.path.basename(path)) or "?"
+    try:
+        new = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        return (f"WARNING: the lease file of GPU {index} ({path}) was removed while this replica held it, and cannot "
+                f"be put back ({e.strerror}): another job may now use GPU {index}.")
+    try:
+        fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.fchmod(new, 0o644)  # ours, just created: readable by every user's vcli
+        try:
+            rec = json.loads(record.decode("utf-8", "replace") or "{}")
+        except (ValueError, RecursionError):
+            rec = {}
+        rec = rec if isinstance(rec, dict) else {}
+        rec["restored"] = time.time()
+        os.write(new, json.dumps(rec, sort_keys=True).encode())
+        os.dup2(new, fd, inheritable=False)  # the same descriptor now holds the lock of the new file
+    except OSError as e:
+        return f"WARNING: the lease file of GPU {index} ({path}) was removed and cannot be put back ({e.strerror})."
+    finally:
+        os.close(new)
+    return f"WARNING: the lease file of GPU {index} ({path}) was removed while this replica held it; vcli put it back."
+
+
 class _Supervisor:
     """One replica's supervision: the trainer, its log pipes, and what has been asked and seen so far."""
 
@@ -261,7 +302,8 @@ class _Supervisor:
         # Set by `_take_over` (the log and the trainer's pipes) and by `run` after the fork.
         self.log_fd = self.out_r = self.out_w = self.err_r = self.err_w = -1
         self.parent = 0
-        self.touched = 0.0
+        self.touched = self.checked = 0.0
+        self.lost: set[int] = set()  # lease fds whose removed file could not be put back
 
     def run(self, stop_with_parent: bool) -> int:
         """Run the trainer and supervise its tree until none of it is left; the exit status of `run`."""
@@ -359,10 +401,24 @@ class _Supervisor:
         return self._finished()
 
     def _touch_leases(self) -> None:
-        """Every TOUCH_SECONDS, refresh the held lease files' times (so /tmp cleaners keep them)."""
-        if self.lease_fds and time.monotonic() - self.touched > TOUCH_SECONDS:
-            self.touched = time.monotonic()
+        """Every TOUCH_SECONDS, refresh the held lease files' times (so /tmp cleaners keep them);
+        every LEASE_CHECK_SECONDS, put back a held lease file that was removed."""
+        if not self.lease_fds:
+            return
+        now = time.monotonic()
+        if now - self.touched > TOUCH_SECONDS:
+            self.touched = now
             _touch(self.lease_fds)
+        if now - self.checked > LEASE_CHECK_SECONDS:
+            self.checked = now
+            for fd in self.lease_fds:
+                if fd in self.lost:
+                    continue
+                note = _restore_if_removed(fd)
+                if note:
+                    _Log(self.log_fd, "vcli").feed(f"{note}\n".encode())
+                    if not note.endswith("put it back."):
+                        self.lost.add(fd)  # said once
 
     def _pump_logs(self) -> None:
         """Copy whatever output is ready to the log; a pipe at EOF is flushed, unregistered and closed."""

@@ -2,10 +2,10 @@
 whichever vcli process, Unix user or controller started it. Standard library only, no vcli
 imports (the supervisor and `vcli hosts gpus` use it without vcli's dependencies).
 
-The mechanism is the kernel's: one lock file per GPU index in a host-wide lease directory
+The mechanism is the kernel's: lock files in a host-wide lease directory
 (`$VCLI_GPU_LEASE_DIR`, default `/tmp/vcli-gpu-leases`, created sticky and world-writable like
-/tmp), `gpu<index>.lock`, locked with `flock(LOCK_EX)`. A lock belongs to an open file
-description, so:
+/tmp), one subdirectory per Unix user that only that user can write (`uid-<uid>/gpu<index>.lock`,
+see `LeaseDir`), locked with `flock(LOCK_EX)`. A lock belongs to an open file description, so:
 
 - the controller takes the locks of a job's (or trial's) GPUs all at once or not at all
   (`LeaseDir.acquire`, non-blocking: nobody ever holds one GPU while waiting for another, so two
@@ -165,63 +165,155 @@ def _ago(seconds: float) -> str:
 
 
 class LeaseDir:
-    """The lease directory of this host. Thread-safe; keeps the leases this process holds."""
+    """The lease directory of this host. Thread-safe; keeps the leases this process holds.
+
+    Layout: `DIR/uid-<uid>/gpu<index>.lock` and `DIR/uid-<uid>/queue-*.json`, one subdirectory
+    per Unix user, created by that user (mode 0755). Nobody but its owner (and root) can remove
+    or replace a file in it, whoever owns DIR, so no other user can delete a held lease; the
+    owner of DIR could rename another user's subdirectory (not move it out, nor empty it), so
+    every subdirectory of DIR is searched, whatever its name.
+    Taking GPU i locks the taker's own `gpu<i>.lock` first, then checks every other user's
+    `gpu<i>.lock` (and a flat `DIR/gpu<i>.lock` of an older vcli): any held one gives the own
+    lock back and the GPU counts as held. Two takers that race both see the other's lock and
+    back off, so at most one of them ever holds the GPU (the order lock-then-check makes
+    it so).
+
+    Nothing in DIR is trusted beyond that: every open is `O_NOFOLLOW`; a file vcli writes is
+    one it created in the user's own subdirectory; DIR must not be writable by others unless
+    it is sticky; a subdirectory or file that is not what it should be is refused in one line
+    (`OSError` naming the path).
+    """
 
     def __init__(self, path: str | None = None) -> None:
         self.path = os.path.abspath(path or os.environ.get(ENV_DIR) or DEFAULT_DIR)
         self._lock = threading.Lock()
         self._held: dict[int, Lease] = {}
+        self.own = f"uid-{os.geteuid()}"
 
     # ------------------------------------------------------------------ files
 
     def ensure(self) -> None:
-        """Create the directory (mode 1777, like /tmp) if it does not exist."""
-        try:
-            os.mkdir(self.path, 0o1777)
-        except FileExistsError:
-            return
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            return self.ensure()
-        try:
-            os.chmod(self.path, 0o1777)  # the umask took bits away
-        except OSError:
-            pass
+        """Create the directory (mode 1777, like /tmp) and this user's subdirectory (0755) if
+        they do not exist, and check both (`OSError` naming the path when unfit)."""
+        os.close(self._own_dir(create=True))
 
     def lock_path(self, index: int) -> str:
-        return os.path.join(self.path, f"gpu{int(index)}.lock")
+        """This user's lock file of GPU `index`."""
+        return os.path.join(self.path, self.own, f"gpu{int(index)}.lock")
 
-    def _open(self, index: int, *, create: bool) -> int | None:
-        """A descriptor of the lock file (read-write when allowed). O_CREAT is only used for a
-        file that does not exist: `fs.protected_regular` refuses O_CREAT on another user's file
-        in a sticky directory, even when its mode would allow the open."""
-        path = self.lock_path(index)
-        for _ in range(10):
-            for flags in (os.O_RDWR, os.O_RDONLY):
-                try:
-                    fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK)
-                except PermissionError:
-                    continue
-                except FileNotFoundError:
-                    break
-                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory or a FIFO someone put there
-                    os.close(fd)
-                    raise OSError(errno.EINVAL, "not a lock file", path)
-                return fd
-            else:
-                raise PermissionError(errno.EACCES, f"cannot open {path}")
-            if not create:
-                return None
+    def _top(self, *, create: bool) -> int | None:
+        """A descriptor of DIR (None: it does not exist and `create` is False)."""
+        if create:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                os.mkdir(self.path, 0o1777)
             except FileExistsError:
-                continue
-            try:
-                os.fchmod(fd, 0o666)  # every user locks (and records in) the same file
-            except OSError:
                 pass
-            return fd
-        raise OSError(errno.EAGAIN, f"cannot open {path}")
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                return self._top(create=True)
+            else:
+                os.chmod(self.path, 0o1777)  # ours: the umask took bits away
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
+            raise OSError(errno.EPERM, f"a symbolic link owned by {_user(st.st_uid)}, not the lease directory",
+                          self.path)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            os.close(fd)
+            raise OSError(errno.EPERM, "writable by other users but not sticky (any user could replace the "
+                          f"others' leases; run `chmod +t {self.path}`)", self.path)
+        return fd
+
+    def _own_dir(self, *, create: bool) -> int:
+        """A descriptor of this user's subdirectory, checked: a real directory this user owns
+        that others can read but not write."""
+        top = self._top(create=create)
+        if top is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", self.path)
+        path = os.path.join(self.path, self.own)
+        try:
+            if create:
+                try:
+                    os.mkdir(self.own, 0o755, dir_fd=top)
+                except FileExistsError:
+                    pass
+                else:
+                    fd = _open_dir(self.own, top, path)
+                    os.fchmod(fd, 0o755)  # ours: the umask must not hide the leases from the others
+                    return fd
+            fd = _open_dir(self.own, top, path)
+        finally:
+            os.close(top)
+        try:
+            _check_own(fd, path)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _lock_files(self, index: int) -> list[tuple[str, int]]:
+        """(path, read-only descriptor) of every lock file of GPU `index` in DIR: each user's
+        and an older vcli's flat one. Symbolic links and what is not a regular file are skipped
+        (only their owner could have put them there, and they hold no lease)."""
+        top = self._top(create=False)
+        if top is None:
+            return []
+        name = f"gpu{int(index)}.lock"
+        out = []
+        try:
+            legacy = _open_file(name, top)
+            if legacy is not None:
+                out.append((os.path.join(self.path, name), legacy))
+            try:
+                entries = sorted(os.listdir(top))
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, self.path) from None
+            for entry in entries:  # every directory: the owner of DIR may rename another user's
+                try:
+                    sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                        continue  # not a user's directory
+                    raise OSError(e.errno, e.strerror, os.path.join(self.path, entry)) from None
+                if entry == self.own:
+                    try:
+                        _check_own(sub, os.path.join(self.path, entry))
+                    except OSError:
+                        os.close(sub)
+                        raise
+                try:
+                    fd = _open_file(name, sub, strict=entry == self.own)
+                except OSError as e:
+                    raise OSError(e.errno, e.strerror, os.path.join(self.path, entry, name)) from None
+                finally:
+                    os.close(sub)
+                if fd is not None:
+                    out.append((os.path.join(self.path, entry, name), fd))
+        except BaseException:
+            for _, fd in out:
+                os.close(fd)
+            raise
+        finally:
+            os.close(top)
+        return out
+
+    def _held_by(self, index: int, *, skip: str | None = None) -> dict[str, Any] | None:
+        """The record of a holder of GPU `index` among all lock files (but `skip`), or None."""
+        files = self._lock_files(index)
+        try:
+            for path, fd in files:
+                if path == skip:
+                    continue
+                if not _try_shared(fd):
+                    return _read_record(fd)
+            return None
+        finally:
+            for _, fd in files:
+                os.close(fd)
 
     # ------------------------------------------------------------------ leases
 
@@ -231,15 +323,17 @@ class LeaseDir:
         Raises `LeaseBusy` naming the first index another holder has (everything taken here is
         given back first). Indices are locked in ascending order.
         """
-        self.ensure()
         got: list[Lease] = []
+        own = self._own_dir(create=True)
         try:
             for index in sorted(set(int(i) for i in indices)):
-                got.append(self._lock_one(index))
+                got.append(self._lock_one(own, index))
         except BaseException:
             for lease in got:
                 lease.close()
             raise
+        finally:
+            os.close(own)
         for lease in got:
             lease.write({**record, "gpu": lease.index})
         with self._lock:
@@ -247,10 +341,19 @@ class LeaseDir:
                 self._held[lease.index] = lease
         return got
 
-    def _lock_one(self, index: int) -> Lease:
+    def _lock_one(self, own: int, index: int) -> Lease:
+        path = self.lock_path(index)
+        name = os.path.basename(path)
         for _ in range(10):
-            fd = self._open(index, create=True)
-            assert fd is not None
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644,
+                             dir_fd=own)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a lock file of yours", path)
             for attempt in range(_RETRIES):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -263,13 +366,23 @@ class LeaseDir:
                     time.sleep(0.001)
             # The file we locked must still be the one at the path (not removed meanwhile).
             try:
-                same = os.stat(self.lock_path(index)).st_ino == os.fstat(fd).st_ino
+                same = os.stat(name, dir_fd=own, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
-            if same:
-                return Lease(index, fd, self.lock_path(index))
-            os.close(fd)
-        raise OSError(errno.EAGAIN, f"the lock file of GPU {index} keeps changing")
+            if not same:
+                os.close(fd)
+                continue
+            # Ours is locked: now any other holder of the GPU makes us give it back.
+            try:
+                other = self._held_by(index, skip=path)
+            except BaseException:
+                os.close(fd)
+                raise
+            if other is not None:
+                os.close(fd)
+                raise LeaseBusy(index, other)
+            return Lease(index, fd, path)
+        raise OSError(errno.EAGAIN, f"the lock file of GPU {index} keeps changing", path)
 
     def held_here(self, index: int) -> Lease | None:
         """The lease of `index` this process still holds (before handing it to a supervisor)."""
@@ -287,28 +400,13 @@ class LeaseDir:
 
     def probe(self, indices: Iterable[int]) -> dict[int, dict[str, Any] | None]:
         """index -> the holder's record while the GPU is leased (by anyone, this process
-        included), None while it is free."""
+        included), None while it is free. `OSError`: the directory cannot be used (a GPU
+        nobody can lease is never "free")."""
         out: dict[int, dict[str, Any] | None] = {}
         for index in indices:
             index = int(index)
             mine = self.held_here(index)
-            if mine is not None:
-                out[index] = _read_record(mine.fd)
-                continue
-            fd = self._open(index, create=False)  # OSError: a lock file nobody can use is never "free"
-            if fd is None:
-                out[index] = None
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    out[index] = _read_record(fd)
-                else:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                    out[index] = None
-            finally:
-                os.close(fd)
+            out[index] = _read_record(mine.fd) if mine is not None else self._held_by(index)
         return out
 
     # ------------------------------------------------------------------ waiting queue
@@ -323,33 +421,115 @@ class LeaseDir:
 
     def waiters(self) -> list[dict[str, Any]]:
         """Records of the jobs and trials that wait for GPUs on this host now (oldest first)."""
-        qdir = os.path.join(self.path, "queue")
         try:
-            names = os.listdir(qdir)
+            top = self._top(create=False)
         except OSError:
             return []
+        if top is None:
+            return []
         out = []
-        for name in names:
-            path = os.path.join(qdir, name)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
+        try:
+            for entry in os.listdir(top):
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    rec = _read_record(fd)
-                    if rec:
-                        # Seconds since the waiter last tried (`Waiting.touch`), by this host's clock.
-                        rec["idle"] = round(max(0.0, time.time() - os.fstat(fd).st_mtime), 3)
-                        out.append(rec)
-                else:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                    _unlink_quietly(path)  # a waiter that died: its entry goes
-            finally:
-                os.close(fd)
+                    sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+                except OSError:
+                    continue
+                try:
+                    out.extend(_waiters_in(sub, mine=entry == self.own))
+                finally:
+                    os.close(sub)
+        except OSError:
+            pass
+        finally:
+            os.close(top)
         return sorted(out, key=lambda r: float(r.get("since") or 0))
+
+
+def _waiters_in(sub: int, *, mine: bool) -> list[dict[str, Any]]:
+    out = []
+    for name in os.listdir(sub):
+        if not (name.startswith("queue-") and name.endswith(".json")):
+            continue
+        fd = _open_file(name, sub)
+        if fd is None:
+            continue
+        try:
+            if _try_shared(fd):
+                if mine:
+                    try:
+                        os.unlink(name, dir_fd=sub)  # a waiter of ours that died: its entry goes
+                    except OSError:
+                        pass
+                continue
+            rec = _read_record(fd)
+            if rec:
+                # Seconds since the waiter last tried (`Waiting.touch`), by this host's clock.
+                rec["idle"] = round(max(0.0, time.time() - os.fstat(fd).st_mtime), 3)
+                out.append(rec)
+        finally:
+            os.close(fd)
+    return out
+
+
+def _check_own(fd: int, path: str) -> None:
+    """This user's subdirectory `path` (open as `fd`) must be a directory of this user that
+    others can read but not write; else an `OSError` says why and the fix."""
+    st = os.fstat(fd)
+    why = None
+    if st.st_uid != os.geteuid():
+        why = f"owned by {_user(st.st_uid)}, not by {current_user()} (remove it: vcli creates it)"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"writable by other users (they could remove your leases; run `chmod 755 {path}`)"
+    elif st.st_mode & 0o005 != 0o005:
+        why = f"not readable by other users (their vcli would not see your leases; run `chmod 755 {path}`)"
+    if why:
+        raise OSError(errno.EPERM, why, path)
+
+
+def _open_dir(name: str, dir_fd: int, path: str) -> int:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+        why = "a symbolic link or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror
+        raise OSError(e.errno, why, path) from None
+
+
+def _open_file(name: str, dir_fd: int, *, strict: bool = False) -> int | None:
+    """A read-only descriptor of the regular file `name` in `dir_fd`, never through a symbolic
+    link; None when there is none (or it is a link, a FIFO, a directory...). `strict` (this
+    user's own directory, where vcli would lock that file): anything there that is not a
+    regular file is an `OSError`, as taking the lease would be."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ENOENT or (not strict and e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR)):
+            return None
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not a lock file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        if strict:
+            raise OSError(errno.EINVAL, "not a regular file, not a lock file")
+        return None
+    return fd
+
+
+def _try_shared(fd: int) -> bool:
+    """True when nobody holds `fd`'s file exclusively (a shared lock taken for microseconds)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 class Waiting:
@@ -360,19 +540,20 @@ class Waiting:
         self.fd = -1
         self.path = ""
         try:
-            leases.ensure()
-            qdir = os.path.join(leases.path, "queue")
-            try:
-                os.mkdir(qdir, 0o1777)
-                os.chmod(qdir, 0o1777)
-            except FileExistsError:
-                pass
-            self.path = os.path.join(qdir, f"{socket.gethostname()}-{os.getpid()}-{id(self):x}.json")
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            own = leases._own_dir(create=True)
+        except OSError:
+            return  # the queue is informative only: never fail a job for it
+        try:
+            name = f"queue-{socket.gethostname()}-{os.getpid()}-{id(self):x}-{os.urandom(4).hex()}.json"
+            self.fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                              dir_fd=own)
+            self.path = os.path.join(leases.path, leases.own, name)  # ours: close() removes it
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             os.write(self.fd, json.dumps(dict(record), sort_keys=True).encode())
         except OSError:
-            self.close()  # the queue is informative only: never fail a job for it
+            self.close()
+        finally:
+            os.close(own)
 
     def touch(self) -> None:
         """The waiter tried again (and is still waiting): `waiters()` shows it as `tried` now.
@@ -391,6 +572,7 @@ class Waiting:
             except OSError:
                 pass
             self.fd = -1
+        self.path = ""
 
 
 def _unlink_quietly(path: str) -> None:

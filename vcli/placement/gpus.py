@@ -64,8 +64,8 @@ def lease_dir_error(host: str, leases: Any, error: OSError) -> GpuLeaseError:
     """One line for a lease directory that cannot be used, naming the file and the setting."""
     where = f": {error.filename}" if error.filename else f" ({getattr(leases, 'path', host)})"
     return GpuLeaseError(f"Cannot lease GPUs of host {host}: {error.strerror or error}{where}. The GPU lease directory "
-                         "(VCLI_GPU_LEASE_DIR, `vcli config set gpu/lease-dir`) must be a directory of lock files "
-                         "every vcli user can write.")
+                         "(VCLI_GPU_LEASE_DIR, `vcli config set gpu/lease-dir`) must be a directory every vcli user "
+                         "of the host can write, sticky like /tmp (README: \"Who can do what on a shared host\").")
 
 
 class GpusBusyError(VcliError):

@@ -133,6 +133,11 @@ def _tags(tags: Mapping[str, str]) -> Iterable[tuple[str, str]]:
 
 #: Tries and the first pause of `open_backend` (the pause doubles: 0.5 + 1 + 2 + 4 s at most).
 OPEN_TRIES, OPEN_PAUSE = 5, 0.5
+#: No try of `open_backend` starts this many seconds after its first failed try: a store that
+#: cannot be opened costs a job seconds, then it runs untracked (a WARNING says so).
+OPEN_SECONDS = 6.0
+#: MLflow's own retries of a SQL engine that cannot connect (its default, 10, waits ~100 s).
+ENGINE_TRIES = 2
 
 
 def open_backend(uri: str) -> Backend:
@@ -144,6 +149,8 @@ def open_backend(uri: str) -> Backend:
     processes and users (`_schema_lock`)."""
     import time
 
+    _bound_engine_retries()
+    first_failure = None
     for attempt in range(OPEN_TRIES):
         try:
             with _schema_lock(uri):
@@ -151,10 +158,25 @@ def open_backend(uri: str) -> Backend:
         except ImportError:
             raise
         except Exception:
-            if attempt + 1 == OPEN_TRIES:
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            pause = OPEN_PAUSE * 2 ** attempt
+            if attempt + 1 == OPEN_TRIES or now + pause - first_failure > OPEN_SECONDS:
                 raise
-            time.sleep(OPEN_PAUSE * 2 ** attempt)
+            time.sleep(pause)
     raise AssertionError("unreachable")
+
+
+def _bound_engine_retries() -> None:
+    """MLflow retries a SQL engine that cannot connect 10 times with growing pauses (~100 s,
+    inside one `Backend(uri)`); vcli retries on its own schedule, so MLflow's are cut to
+    `ENGINE_TRIES` in the controller (replicas keep MLflow's)."""
+    try:
+        from mlflow.store.db import utils
+    except ImportError:
+        return
+    if isinstance(getattr(utils, "MAX_RETRY_COUNT", None), int):
+        utils.MAX_RETRY_COUNT = min(utils.MAX_RETRY_COUNT, ENGINE_TRIES)
 
 
 #: How long `_schema_lock` waits for another process's opening of the same store.
@@ -179,19 +201,8 @@ def _schema_lock(uri: str) -> Iterator[None]:
     database = os.path.abspath(uri[len("sqlite:///"):].split("?", 1)[0])
     name = f"vcli-mlflow-{hashlib.sha256(database.encode()).hexdigest()[:16]}.lock"
     path = os.path.join(tempfile.gettempdir(), name)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            os.fchmod(fd, 0o666)  # another user's vcli locks the same file
-        except OSError:
-            pass
-    except PermissionError:  # made by another user: a read-only descriptor locks it as well
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            yield
-            return
-    except OSError:
+    fd = _lock_file(path)
+    if fd is None:
         yield
         return
     try:
@@ -207,3 +218,35 @@ def _schema_lock(uri: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # drops the lock
+
+
+def _lock_file(path: str) -> int | None:
+    """A read-only descriptor of the lock file `path` in the shared temporary directory (a
+    read-only descriptor locks as well), created (mode 0644) when missing; None when it
+    cannot be used. Never through a symbolic link, and never a file that is not a regular
+    one: another user may have put anything at that predictable name. Only a file this
+    process created gets its mode set."""
+    import stat
+
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            except OSError:
+                return None
+            try:
+                os.fchmod(fd, 0o644)  # ours: every user's vcli must be able to open it
+            except OSError:
+                pass
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+    return None

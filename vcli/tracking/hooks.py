@@ -30,10 +30,20 @@ def _persister(store: Any, job_id: str) -> Callable[[dict[str, Any]], None]:
 
 
 def _opened(tracker: Any, say: Callable[[str], None]) -> Any:
+    """`tracker`, opened; None (and one WARNING line) when its store cannot be opened: a
+    local store that this user cannot open is found without importing MLflow, and the
+    opening itself is bounded (`vcli.tracking.backend.open_backend`)."""
+    from vcli.tracking import store_problem
+
+    problem = store_problem(str(tracker.settings["uri"]))
+    if problem is not None:
+        say(f"WARNING: MLflow tracking at {tracker.target} cannot start ({problem}); the job runs untracked.")
+        return None
     try:
         tracker.open()
     except Exception as e:  # an import that fails: tracking must not stop the job
-        say(f"WARNING: MLflow tracking at {tracker.target} cannot start ({type(e).__name__}: {e}); the job runs "
+        why = str(e).splitlines()[0] if str(e) else ""
+        say(f"WARNING: MLflow tracking at {tracker.target} cannot start ({type(e).__name__}: {why}); the job runs "
             "untracked.")
         return None
     return tracker
