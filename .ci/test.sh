@@ -43,7 +43,7 @@ export VCLI_ARTIFACTS_DIR=${VCLI_ARTIFACTS_DIR:-$PWD/.ci/artifacts}
 mkdir -p "$VCLI_ARTIFACTS_DIR"
 
 log "ruff check (configuration: ruff.toml)"
-.venv/bin/python -m ruff check vcli tests bench trainer
+.venv/bin/python -m ruff check vcli tests bench trainer docs
 
 log "running tests"
 set +e

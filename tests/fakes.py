@@ -83,6 +83,8 @@ class FakeWorld:
     stopped: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: Drop a replica once released (a soak test's world must not keep every replica it ran).
+    forget_released: bool = False
     #: Wall time (seconds since the epoch) minus the fake clock's, as of the world's creation.
     wall_offset: float = field(init=False)
 
@@ -196,7 +198,10 @@ class FakeExecutor(ExecutorBase):
                 if rep is not None and not rep.released:
                     rep.released = True
                     rep.writer.close()
-                    self.world.released.append(h.ref)
+                    if self.world.forget_released:
+                        del self.world.replicas[h.ref]
+                    else:
+                        self.world.released.append(h.ref)
 
     def close(self) -> None:
         self.closed = True

@@ -13,7 +13,7 @@ from vcli.cli import complete
 from vcli.enums import ExecutorKind
 
 FORMAT_HELP = ("gcloud's NAME[ATTRIBUTES](KEY,...): json|yaml|value(...)|table(...)|csv(...)|get(...)|flattened|none, "
-               "e.g. 'table(name.basename():label=ID, state, trials.len())'; see the README")
+               "e.g. 'table(name.basename():label=ID, state, trials.len())'; see docs/pages/reference/output-and-exit-codes.md")
 
 Format = Annotated[Optional[str], typer.Option("--format", help=FORMAT_HELP)]
 Region = Annotated[Optional[str], typer.Option("--region", help="The location in printed resource names (default: local); jobs run here.")]

@@ -5,29 +5,23 @@
 It is started by an executor in a session of its own, runs ARGV (the trainer) as its child in
 a new process group, and:
 
-- is a child subreaper (`PR_SET_CHILD_SUBREAPER`): every descendant whose parent dies,
-  including `setsid` grandchildren and double-forked daemons, is re-parented to it instead of
-  to PID 1, so "the replica's processes" are exactly the supervisor's descendants;
-- writes the trainer's stdout and stderr to LOG_FILE as vcli log records
-  (`<unix time>\\t<stream>\\t<line>`, see `vcli.logs`) itself, so the log goes on even when the
-  controller that started it is gone, with the values of the `--mask` environment variables
-  (secrets) replaced by `<redacted>` wherever a trainer prints them;
+- is a child subreaper (`PR_SET_CHILD_SUBREAPER`): every orphaned descendant (`setsid`
+  grandchildren, double-forked daemons) is re-parented to it, so "the replica's processes"
+  are exactly the supervisor's descendants;
+- writes the trainer's stdout and stderr to LOG_FILE as vcli log records (`vcli.logs`) itself,
+  so the log goes on without the controller, with the `--mask` variables' values (secrets)
+  replaced by `<redacted>`;
 - the moment the trainer exits, writes `{"exitCode": N, "signal": NAME|null, "endTime": T}` to
-  STATUS_FILE atomically (write + rename): the replica has ended then, not when the last
-  helper holding its stdout lets go;
-- then stops every remaining descendant (SIGTERM, a short grace, SIGKILL, repeated until none
-  is left) and exits 0;
+  STATUS_FILE atomically, then stops every remaining descendant (SIGTERM, a short grace,
+  SIGKILL, until none is left) and exits 0;
 - on SIGTERM (a stop request): SIGTERM to every descendant, and keeps waiting for the trainer;
-  on SIGUSR1 (the grace period is over): SIGKILL to every descendant; if the executor that
-  asked is gone (before or during the grace), SIGKILL after ORPHAN_GRACE_SECONDS itself. An exit caused this way
-  is recorded like any other (the trainer's own status: 143 for SIGTERM, 137 for SIGKILL).
-
-- holds the replica's host-wide GPU leases (`--lease-fd`: locked descriptors of
-  `vcli.placement.gpulease` lock files, inherited from the executor) for exactly as long as it lives: the
-  trainer does not inherit them, and the kernel drops them when the supervisor exits or is
-  killed. The trainer dies with the supervisor (`PR_SET_PDEATHSIG` = SIGKILL), so a killed
-  supervisor never leaves a trainer running on a GPU whose lease is free. Every
-  `TOUCH_SECONDS` the lock files' times are refreshed (so /tmp cleaners never remove a held one).
+  on SIGUSR1 (the grace is over): SIGKILL to every descendant; if the executor that asked is
+  gone, SIGKILL after ORPHAN_GRACE_SECONDS itself. Such an exit is recorded like any other;
+- holds the replica's host-wide GPU leases (`--lease-fd`: locked `vcli.placement.gpulease`
+  descriptors) for exactly as long as it lives; the trainer does not inherit them and dies
+  with the supervisor (`PR_SET_PDEATHSIG` = SIGKILL), so no trainer runs on a GPU whose lease
+  is free. It refreshes the lock files' times every `TOUCH_SECONDS` (tmp cleaners keep them)
+  and puts back a lock file that was removed (`_restore_if_removed`).
 
 It dies with its parent (`PR_SET_PDEATHSIG` = SIGTERM, set by the executor in the child) only
 when the executor asks for it with `--stop-with-parent`; then a dead controller's replicas are
@@ -122,9 +116,7 @@ MASK_ANYWHERE_LENGTH = 8
 def masker(secrets: tuple[str, ...]) -> Callable[[str], str]:
     """A function that replaces each of `secrets` (longest first) in a line by REDACTED: one of
     MASK_ANYWHERE_LENGTH characters or more wherever it appears, a shorter one only where it
-    is not part of a longer word or number. With a token 2345, `score=0.12345` lost its metric
-    (the trial INFEASIBLE, the study FAILED); a password `test` made `test_accuracy=0.9`
-    unreadable. A long, random token does not turn up inside other text by chance."""
+    is not part of a longer word or number (a token `2345` must not eat `score=0.12345`)."""
     long = [re.escape(v) for v in secrets if len(v) >= MASK_ANYWHERE_LENGTH]
     short = [re.escape(v) for v in secrets if len(v) < MASK_ANYWHERE_LENGTH]
     parts = long + ([r"(?<![0-9A-Za-z_])(?<![0-9]\.)(?:" + "|".join(short) + r")(?![0-9A-Za-z_])(?!\.[0-9])"]
@@ -135,10 +127,8 @@ def masker(secrets: tuple[str, ...]) -> Callable[[str], str]:
     return lambda line: pattern.sub(REDACTED, line)
 
 
-#: The longest log record, in bytes: a longer line (a progress bar redrawn with \r, a dump
-#: without newlines) is logged as several records of at most this size, so the supervisor's
-#: memory stays bounded and a 200 MB line costs linear time, not quadratic (Docker's log
-#: driver splits at 16 KiB; Cloud Logging's entries are at most 256 KB).
+#: The longest log record, in bytes: a longer line is logged as several records, so memory
+#: stays bounded and a 200 MB line costs linear time (Cloud Logging's entries are <= 256 KB).
 MAX_RECORD_BYTES = 64 * 1024
 
 
@@ -235,51 +225,34 @@ def _status_of(wait_status: int) -> dict[str, object]:
     return {"exitCode": os.WEXITSTATUS(wait_status), "signal": None, "endTime": time.time()}
 
 
-def _touch(fds: tuple[int, ...]) -> None:
-    for fd in fds:
-        try:
-            os.utime(fd)
-        except OSError:
-            pass
-
-
 def _restore_if_removed(fd: int) -> str | None:
-    """Put a held lease's lock file back at its path when it was removed (its owner's
-    `rm`, a tmp cleaner), so other vcli processes see the GPU as held again: a new file,
-    locked, with the holder's record, takes the place of `fd`. Returns a line for the
-    replica's log when the file was removed (None otherwise)."""
+    """Put back a removed lock file of a held lease (a new file, locked, with the holder's record
+    and `restored`, takes `fd`'s place): a line for the replica's log, or None."""
     import fcntl
 
     try:
         if os.fstat(fd).st_nlink > 0:
             return None
-        link = os.readlink(f"/proc/self/fd/{fd}")
-        record = os.pread(fd, 65536, 0)
-    except OSError:
+        path = re.sub(r" \(deleted\)$", "", os.readlink(f"/proc/self/fd/{fd}"))
+        rec = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        rec = {**(rec if isinstance(rec, dict) else {}), "restored": time.time()}
+    except (OSError, ValueError, RecursionError):
         return None
-    path = link[:-len(" (deleted)")] if link.endswith(" (deleted)") else link
-    index = re.sub(r"\D", "", os.path.basename(path)) or "?"
+    what = f"WARNING: the lease file {path} was removed while this replica held it"
     try:
         new = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        return (f"WARNING: the lease file of GPU {index} ({path}) was removed while this replica held it, and cannot "
-                f"be put back ({e.strerror}): another job may now use GPU {index}.")
+        return f"{what}, and cannot be put back ({e.strerror}): another job may use its GPU now."
     try:
         fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.fchmod(new, 0o644)  # ours, just created: readable by every user's vcli
-        try:
-            rec = json.loads(record.decode("utf-8", "replace") or "{}")
-        except (ValueError, RecursionError):
-            rec = {}
-        rec = rec if isinstance(rec, dict) else {}
-        rec["restored"] = time.time()
         os.write(new, json.dumps(rec, sort_keys=True).encode())
-        os.dup2(new, fd, inheritable=False)  # the same descriptor now holds the lock of the new file
+        os.dup2(new, fd, inheritable=False)  # the same descriptor now holds the new file's lock
     except OSError as e:
-        return f"WARNING: the lease file of GPU {index} ({path}) was removed and cannot be put back ({e.strerror})."
+        return f"{what}, and cannot be put back ({e.strerror})."
     finally:
         os.close(new)
-    return f"WARNING: the lease file of GPU {index} ({path}) was removed while this replica held it; vcli put it back."
+    return f"{what}; vcli put it back."
 
 
 class _Supervisor:
@@ -403,22 +376,19 @@ class _Supervisor:
     def _touch_leases(self) -> None:
         """Every TOUCH_SECONDS, refresh the held lease files' times (so /tmp cleaners keep them);
         every LEASE_CHECK_SECONDS, put back a held lease file that was removed."""
-        if not self.lease_fds:
-            return
         now = time.monotonic()
-        if now - self.touched > TOUCH_SECONDS:
-            self.touched = now
-            _touch(self.lease_fds)
-        if now - self.checked > LEASE_CHECK_SECONDS:
-            self.checked = now
-            for fd in self.lease_fds:
-                if fd in self.lost:
-                    continue
-                note = _restore_if_removed(fd)
-                if note:
+        if self.lease_fds and now - self.checked > LEASE_CHECK_SECONDS:
+            self.checked, touch = now, now - self.touched > TOUCH_SECONDS
+            self.touched = now if touch else self.touched
+            for fd in set(self.lease_fds) - self.lost:
+                if touch:
+                    try:
+                        os.utime(fd)
+                    except OSError:
+                        pass
+                if note := _restore_if_removed(fd):
                     _Log(self.log_fd, "vcli").feed(f"{note}\n".encode())
-                    if not note.endswith("put it back."):
-                        self.lost.add(fd)  # said once
+                    self.lost |= set() if note.endswith("put it back.") else {fd}  # said once
 
     def _pump_logs(self) -> None:
         """Copy whatever output is ready to the log; a pipe at EOF is flushed, unregistered and closed."""
@@ -509,18 +479,15 @@ def main(args: list[str]) -> int:
     stop_with_parent = False
     mask: list[str] = []
     lease_fds: list[int] = []
-    while args and args[0].startswith("--") and args[0] != "--":
-        if args[0] == "--stop-with-parent":
-            stop_with_parent = True
-            args = args[1:]
-        elif args[0] == "--mask" and len(args) > 1:
-            mask.append(args[1])
-            args = args[2:]
-        elif args[0] == "--lease-fd" and len(args) > 1 and args[1].isdigit():
-            lease_fds.append(int(args[1]))
-            args = args[2:]
-        else:
+    while args and args[0] in ("--stop-with-parent", "--mask", "--lease-fd"):
+        flag, value = args[0], args[1] if len(args) > 1 else ""
+        if flag == "--stop-with-parent":
+            stop_with_parent, args = True, args[1:]
+            continue
+        if not value or (flag == "--lease-fd" and not value.isdigit()):
             break
+        mask.append(value) if flag == "--mask" else lease_fds.append(int(value))
+        args = args[2:]
     if len(args) < 4 or args[2] != "--":
         print("usage: supervisor.py [--stop-with-parent] [--mask NAME]... [--lease-fd FD]... STATUS_FILE LOG_FILE "
               "-- ARGV...", file=sys.stderr)

@@ -7,30 +7,17 @@ The mechanism is the kernel's: lock files in a host-wide lease directory
 /tmp), one subdirectory per Unix user that only that user can write (`uid-<uid>/gpu<index>.lock`,
 see `LeaseDir`), locked with `flock(LOCK_EX)`. A lock belongs to an open file description, so:
 
-- the controller takes the locks of a job's (or trial's) GPUs all at once or not at all
-  (`LeaseDir.acquire`, non-blocking: nobody ever holds one GPU while waiting for another, so two
-  studies each wanting two GPUs never deadlock), writes the holder's record into the lock file,
-  and hands the descriptor to the replica's supervisor (inherited over exec); from then on the
-  supervisor alone holds it, and the lock lives exactly as long as the supervisor process;
-- `kill -9` of the supervisor, of the controller and supervisor, of the whole tree, or a reboot
-  drops the lock at once (the kernel closes the descriptor); no stale lease can block a GPU;
-- a controller that dies does not free its replicas' GPUs: their supervisors still hold them,
-  and a resumed controller re-attaches without taking them again.
+- the controller takes a job's (or trial's) GPUs all at once or not at all (non-blocking: two
+  studies each wanting two GPUs never deadlock) and hands the descriptors to the replica's
+  supervisor (inherited over exec): the lease lives exactly as long as the supervisor;
+- `kill -9` of anything, or a reboot, drops the lock at once: no stale lease blocks a GPU;
+- a controller that dies leaves its replicas' GPUs held by their supervisors; `resume`
+  re-attaches without taking them again.
 
-The record is a small JSON object (job, trial, study, replica, user, pid, since, ...) written
-into the lock file by the holder; it is read only while the lock is held (a free GPU's file may
-keep its last holder's record). `probe` tells held from free by trying a shared lock for a few
-microseconds; an acquirer that meets such a probe retries a few times before it gives up.
-
-A process started outside vcli cannot be kept off a GPU by any of this: leases are advisory
-between vcli processes. `nvidia_busy` reports GPUs whose memory a process holds that no lease
-accounts for, so placement can treat them as busy too.
-
-On an SSH host the same directory lives on the host, and a controller elsewhere reaches it
-through a lease server it starts there over SSH (`vcli.placement.leaseserver`, shipped beside
-this file): the server holds the locks for the controller and hands a placed replica's
-descriptors to the replica's wrapper, so the lease again lives exactly as long as the
-supervisor.
+The holder's record is JSON in the lock file. `probe` tries a shared lock for microseconds.
+Leases are advisory between vcli processes (`nvidia_busy` reports GPUs others use). On an SSH
+host a lease server (`vcli.placement.leaseserver`, shipped beside this file) holds the locks
+for a controller elsewhere and hands each replica's descriptors to its wrapper.
 """
 
 from __future__ import annotations
@@ -114,10 +101,7 @@ class Lease:
 
 
 def current_user() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
+    return _user(os.geteuid())
 
 
 def base_record(**fields: Any) -> dict[str, Any]:
@@ -136,9 +120,9 @@ def describe_holder(rec: Mapping[str, Any], *, now: float | None = None) -> str:
         return str(rec["unavailable"])
     what = []
     if rec.get("trial") and rec.get("study"):
-        what.append(f"trial {rec['trial']} of study {_short(str(rec['study']))}")
+        what.append(f"trial {rec['trial']} of study {rec['study']}")  # ids are never cut: they share their lead
     elif rec.get("job"):
-        what.append(f"job {_short(str(rec['job']))}")
+        what.append(f"job {rec['job']}")
     if rec.get("replica"):
         what.append(f"replica {rec['replica']}")
     text = ", ".join(what) or "a vcli replica"
@@ -149,39 +133,24 @@ def describe_holder(rec: Mapping[str, Any], *, now: float | None = None) -> str:
     return text
 
 
-def _short(ident: str) -> str:
-    return ident  # vcli's ids share their leading digits (they grow with time): never cut them
-
-
 def _ago(seconds: float) -> str:
     s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
+        return f"{s}s" if s < 60 else f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m" if s < 86400 else f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
 class LeaseDir:
     """The lease directory of this host. Thread-safe; keeps the leases this process holds.
 
-    Layout: `DIR/uid-<uid>/gpu<index>.lock` and `DIR/uid-<uid>/queue-*.json`, one subdirectory
-    per Unix user, created by that user (mode 0755). Nobody but its owner (and root) can remove
-    or replace a file in it, whoever owns DIR, so no other user can delete a held lease; the
-    owner of DIR could rename another user's subdirectory (not move it out, nor empty it), so
-    every subdirectory of DIR is searched, whatever its name.
-    Taking GPU i locks the taker's own `gpu<i>.lock` first, then checks every other user's
-    `gpu<i>.lock` (and a flat `DIR/gpu<i>.lock` of an older vcli): any held one gives the own
-    lock back and the GPU counts as held. Two takers that race both see the other's lock and
-    back off, so at most one of them ever holds the GPU (the order lock-then-check makes
-    it so).
-
-    Nothing in DIR is trusted beyond that: every open is `O_NOFOLLOW`; a file vcli writes is
-    one it created in the user's own subdirectory; DIR must not be writable by others unless
-    it is sticky; a subdirectory or file that is not what it should be is refused in one line
-    (`OSError` naming the path).
+    Layout: `DIR/uid-<uid>/gpu<index>.lock` and `queue-*.json`, one subdirectory per Unix user,
+    made by that user (0755): nobody else but root can remove or replace a file in it, whoever
+    owns DIR. DIR's owner may rename it (not empty or move it out), so every subdirectory is
+    searched. Taking GPU i locks the taker's own file, then checks every other `gpu<i>.lock`
+    (and an older vcli's flat `DIR/gpu<i>.lock`): one held gives the own lock back. Two racing
+    takers both back off, never both hold (lock, then check). Every open is `O_NOFOLLOW`; vcli
+    writes only files it made in its own subdirectory; a DIR writable by others must be sticky;
+    anything else unfit is an `OSError` naming the path and the fix.
     """
 
     def __init__(self, path: str | None = None) -> None:
@@ -191,15 +160,6 @@ class LeaseDir:
         self.own = f"uid-{os.geteuid()}"
 
     # ------------------------------------------------------------------ files
-
-    def ensure(self) -> None:
-        """Create the directory (mode 1777, like /tmp) and this user's subdirectory (0755) if
-        they do not exist, and check both (`OSError` naming the path when unfit)."""
-        os.close(self._own_dir(create=True))
-
-    def lock_path(self, index: int) -> str:
-        """This user's lock file of GPU `index`."""
-        return os.path.join(self.path, self.own, f"gpu{int(index)}.lock")
 
     def _top(self, *, create: bool) -> int | None:
         """A descriptor of DIR (None: it does not exist and `create` is False)."""
@@ -263,36 +223,24 @@ class LeaseDir:
         if top is None:
             return []
         name = f"gpu{int(index)}.lock"
-        out = []
+        out: list[tuple[str, int]] = []
+
+        def visit(entry: str, sub: int) -> None:
+            if entry == self.own:
+                _check_own(sub, os.path.join(self.path, entry))
+            path = os.path.join(self.path, entry, name)
+            try:
+                fd = _open_file(name, sub, strict=entry == self.own)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) from None
+            if fd is not None:
+                out.append((path, fd))
+
         try:
             legacy = _open_file(name, top)
             if legacy is not None:
                 out.append((os.path.join(self.path, name), legacy))
-            try:
-                entries = sorted(os.listdir(top))
-            except OSError as e:
-                raise OSError(e.errno, e.strerror, self.path) from None
-            for entry in entries:  # every directory: the owner of DIR may rename another user's
-                try:
-                    sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
-                except OSError as e:
-                    if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-                        continue  # not a user's directory
-                    raise OSError(e.errno, e.strerror, os.path.join(self.path, entry)) from None
-                if entry == self.own:
-                    try:
-                        _check_own(sub, os.path.join(self.path, entry))
-                    except OSError:
-                        os.close(sub)
-                        raise
-                try:
-                    fd = _open_file(name, sub, strict=entry == self.own)
-                except OSError as e:
-                    raise OSError(e.errno, e.strerror, os.path.join(self.path, entry, name)) from None
-                finally:
-                    os.close(sub)
-                if fd is not None:
-                    out.append((os.path.join(self.path, entry, name), fd))
+            self._each_subdir(top, visit)
         except BaseException:
             for _, fd in out:
                 os.close(fd)
@@ -300,6 +248,26 @@ class LeaseDir:
         finally:
             os.close(top)
         return out
+
+    def _each_subdir(self, top: int, visit: Any, *, tolerant: bool = False) -> None:
+        """`visit(name, descriptor)` for every directory in DIR, whatever its name (the owner of
+        DIR may rename another user's); links and files are skipped, and with `tolerant` too
+        what cannot be opened."""
+        try:
+            entries = sorted(os.listdir(top))
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, self.path) from None
+        for entry in entries:
+            try:
+                sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError as e:
+                if tolerant or e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                    continue
+                raise OSError(e.errno, e.strerror, os.path.join(self.path, entry)) from None
+            try:
+                visit(entry, sub)
+            finally:
+                os.close(sub)
 
     def _held_by(self, index: int, *, skip: str | None = None) -> dict[str, Any] | None:
         """The record of a holder of GPU `index` among all lock files (but `skip`), or None."""
@@ -342,7 +310,7 @@ class LeaseDir:
         return got
 
     def _lock_one(self, own: int, index: int) -> Lease:
-        path = self.lock_path(index)
+        path = os.path.join(self.path, self.own, f"gpu{int(index)}.lock")
         name = os.path.basename(path)
         for _ in range(10):
             try:
@@ -424,20 +392,13 @@ class LeaseDir:
         try:
             top = self._top(create=False)
         except OSError:
-            return []
+            top = None
+        out: list[dict[str, Any]] = []
         if top is None:
-            return []
-        out = []
+            return out
         try:
-            for entry in os.listdir(top):
-                try:
-                    sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
-                except OSError:
-                    continue
-                try:
-                    out.extend(_waiters_in(sub, mine=entry == self.own))
-                finally:
-                    os.close(sub)
+            self._each_subdir(top, lambda entry, sub: out.extend(_waiters_in(sub, mine=entry == self.own)),
+                              tolerant=True)
         except OSError:
             pass
         finally:
@@ -446,8 +407,12 @@ class LeaseDir:
 
 
 def _waiters_in(sub: int, *, mine: bool) -> list[dict[str, Any]]:
-    out = []
-    for name in os.listdir(sub):
+    out: list[dict[str, Any]] = []
+    try:
+        names = os.listdir(sub)
+    except OSError:
+        return out  # a directory its owner keeps from others: no entries seen
+    for name in names:
         if not (name.startswith("queue-") and name.endswith(".json")):
             continue
         fd = _open_file(name, sub)
@@ -495,10 +460,8 @@ def _open_dir(name: str, dir_fd: int, path: str) -> int:
 
 
 def _open_file(name: str, dir_fd: int, *, strict: bool = False) -> int | None:
-    """A read-only descriptor of the regular file `name` in `dir_fd`, never through a symbolic
-    link; None when there is none (or it is a link, a FIFO, a directory...). `strict` (this
-    user's own directory, where vcli would lock that file): anything there that is not a
-    regular file is an `OSError`, as taking the lease would be."""
+    """A read-only descriptor of the regular file `name` in `dir_fd` (never through a link), or
+    None; `strict` (the user's own directory): anything but a regular file is an `OSError`."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as e:
@@ -556,8 +519,7 @@ class Waiting:
             os.close(own)
 
     def touch(self) -> None:
-        """The waiter tried again (and is still waiting): `waiters()` shows it as `tried` now.
-        A waiter that stopped trying (a suspended process) loses its place in the queue."""
+        """The waiter tried again: a waiter that stops trying (suspended) loses its place."""
         if self.fd >= 0:
             try:
                 os.utime(self.fd)

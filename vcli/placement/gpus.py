@@ -65,7 +65,7 @@ def lease_dir_error(host: str, leases: Any, error: OSError) -> GpuLeaseError:
     where = f": {error.filename}" if error.filename else f" ({getattr(leases, 'path', host)})"
     return GpuLeaseError(f"Cannot lease GPUs of host {host}: {error.strerror or error}{where}. The GPU lease directory "
                          "(VCLI_GPU_LEASE_DIR, `vcli config set gpu/lease-dir`) must be a directory every vcli user "
-                         "of the host can write, sticky like /tmp (README: \"Who can do what on a shared host\").")
+                         "of the host can write, sticky like /tmp (docs: \"Share GPUs\", who can do what on a shared host).")
 
 
 class GpusBusyError(VcliError):
