@@ -18,7 +18,8 @@ DOCS = REPO / "docs" / "pages"
 #: Words that belong in CHANGELOG.md, commit messages and tests, not in a user's manual.
 PROCESS_WORDS = re.compile(
     r"\bsessions? \d+|\ba probe\b|\bprobes? (?:found|saw)|\(tested|\btested[:;,)]|\bTested[:;,]|"
-    r"\btests?/test_\w+|\btest_\w+\.py|\bbefore session|\buntil session|\bit used to\b",
+    r"\btests?/test_\w+|\btest_\w+\.py|\bbefore session|\buntil session|\bit used to\b|\(it said|\(it was |"
+    r"[;(] ?before[,:] |^Before, | Before, ",
     re.IGNORECASE)
 
 

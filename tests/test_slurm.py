@@ -773,6 +773,21 @@ def test_a_replica_over_its_memory_fails_with_slurms_out_of_memory_reason(tmp_pa
     assert mem.leftovers() == []
 
 
+def test_the_chosen_interpreters_console_scripts_run_by_name_in_a_step(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """VCLI_PYTHON names a virtual environment's python: a console script of it (as `torchrun`
+    is of PyTorch's) runs by its bare name in the replica's Slurm step, as in an image."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    tool = venv / "bin" / "mytorchrun"
+    tool.write_text(f"#!{venv}/bin/python\nimport sys\nprint('launched by', sys.prefix, flush=True)\n")
+    tool.chmod(0o755)
+    r = run(cluster, tmp_path / "home", "custom-jobs", "create", "--display-name=console-script",
+            "--worker-pool-spec=machine-type=n1-standard-1,replica-count=1,container-image-uri=python",
+            "--command=mytorchrun", VCLI_PYTHON=str(venv / "bin" / "python"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"launched by {venv}" in r.stdout, r.stdout[-3000:]
+
+
 def test_zz_a_node_whose_slurmd_dies_fails_its_trial_and_the_study_goes_on(cluster: SlurmCluster,
                                                                           tmp_path: Path) -> None:
     """Runs last (zz): h2's slurmd is killed for good."""

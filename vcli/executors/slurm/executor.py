@@ -28,10 +28,9 @@ period, then USR1: the supervisor kills the whole tree); `release` and `cancel` 
 the whole job, and wait until Slurm has no trace of it in its queue. A job Slurm ended itself
 (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED) ends its replicas with Slurm's state and reason.
 
-The allocation outlives the controller: its holder script exits (ending the job) only when no
-vcli process renewed its lease file for `VCLI_SLURM_ORPHAN_TIMEOUT` seconds (default 600; every
-poll renews it), so `resume` re-attaches to the same Slurm job, and an abandoned one does not
-hold nodes for ever.
+The allocation outlives the controller: its holder script ends the job only once no vcli
+process renewed its lease file for `VCLI_SLURM_ORPHAN_TIMEOUT` seconds (default 600), so
+`resume` re-attaches to the same Slurm job and an abandoned one does not hold nodes for ever.
 
 Files: everything replicas read or write is used at the same path on the nodes, so vcli's home
 (replica logs, status and metric files, the package snapshot), the job's output directory and
@@ -426,6 +425,8 @@ class SlurmExecutor(ExecutorBase):
             env["VCLI_SLURM_GPUS"] = ",".join(map(str, launch.placement.gpu_indices))
         if launch.workdir:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (launch.workdir, os.environ.get("PYTHONPATH", "")) if p)
+        if self.python != sys.executable and "PATH" not in launch.env:  # its console scripts by name
+            env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(self.python), env.get("PATH", "")) if p)
         return env
 
     def _alloc_for(self, launch: ReplicaLaunch) -> Allocation:
