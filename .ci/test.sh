@@ -45,6 +45,9 @@ mkdir -p "$VCLI_ARTIFACTS_DIR"
 log "ruff check (configuration: ruff.toml)"
 .venv/bin/python -m ruff check vcli tests bench trainer docs
 
+log "mypy (the packages listed under [tool.mypy] in pyproject.toml)"
+.venv/bin/python -m mypy
+
 log "running tests"
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=0 --durations-min=8 "$@"

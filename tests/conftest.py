@@ -113,7 +113,7 @@ def gpu_lease_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("VCLI_GPU_LEASE_DIR", str(path))
     import sys as _sys
 
-    wiring = _sys.modules.get("vcli.control.wiring")
-    if wiring is not None:
-        wiring._LOCAL_PLACERS.clear()  # placers cached by an earlier test use its directory
+    kinds = _sys.modules.get("vcli.executors.kinds")
+    if kinds is not None:
+        kinds._PLACERS.clear()  # placers cached by an earlier test use its directory
     return path

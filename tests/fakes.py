@@ -31,6 +31,7 @@ from vcli.executors import (
     place_seed_dirs,
     read_replica_file,
 )
+from vcli.executors.kinds import ExecutorOptions, ExecutorType, register
 from vcli.executors.supervisor import MAX_RECORD_BYTES
 from vcli.logs import LogWriter
 
@@ -293,3 +294,20 @@ def _advance(rep: _Replica, world: FakeWorld) -> None:
         else:
             rep.writer.write("stderr", f"unknown action {action}")
             _end(rep, 2, at=rep.wake_at)
+
+
+#: The world a registered fake kind builds its executors on (one per process, as a machine is).
+FAKE_WORLD = FakeWorld(FakeClock())
+
+
+def _build_fake(options: ExecutorOptions, *, leases: bool = True,
+                job: Mapping[str, object] | None = None) -> tuple[FakeExecutor, object]:
+    from vcli.placement import HERE
+
+    return FakeExecutor(FAKE_WORLD), HERE
+
+
+#: The fake is registered as a kind defined outside vcli would be (`vcli.executors.kinds.register`):
+#: the contract suite reads its kinds from the registry, so the fake runs through it as a kind.
+register(ExecutorType(name="fake", summary="replicas as timelines on a fake clock", build=_build_fake,
+                      for_handles=lambda options: _build_fake(options)[0]))

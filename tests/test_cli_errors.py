@@ -472,6 +472,25 @@ def test_an_unreachable_ray_cluster_is_one_line_at_once(run_vcli, vcli_home):
         assert time.monotonic() - t0 < 30
 
 
+def test_the_ray_address_flag_wins_over_the_property_and_the_environment(run_vcli, vcli_home):
+    """`--ray-address` is the job's own cluster: `vcli config set ray/address` and $RAY_ADDRESS
+    name others, and the flag's is the one vcli asks (and names when nothing answers there)."""
+    import socket
+
+    ports = []
+    for _ in range(3):  # ports nothing listens on
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    flag, prop, env = ports
+    assert run_vcli("config", "set", "ray/address", f"127.0.0.1:{prop}").returncode == 0
+    r = run_vcli("custom-jobs", "create", "--display-name=r", "--worker-pool-spec=machine-type=n1-standard-4,"
+                 "container-image-uri=x", "--command=python3,-c,pass", "--executor=ray", f"--ray-address=127.0.0.1:{flag}",
+                 "--validate-only", env={"RAY_ADDRESS": f"127.0.0.1:{env}"}, timeout=60)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert f"Cannot connect to the Ray cluster at 127.0.0.1:{flag}" in one_error_line(r)
+
+
 @pytest.mark.parametrize("answer", ["http", "silent"])
 def test_a_ray_address_that_is_not_a_ray_cluster_is_one_line_at_once(run_vcli, vcli_home, answer):
     """A port that accepts connections but is no GCS (an HTTP server, such as Ray's own

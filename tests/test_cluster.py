@@ -18,7 +18,7 @@ import pytest
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
 from vcli.control.jobs import plan_job
-from vcli.executors import get_executor
+from vcli.executors.kinds import get_executor
 from vcli.spec import ContainerSpec, CustomJobSpec, MachineSpec, PythonPackageSpec, WorkerPoolSpec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

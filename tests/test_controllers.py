@@ -506,6 +506,39 @@ def test_cancel_from_another_terminal_stops_every_trial(store: Store, world: Fak
                for j in store.child_jobs(run.study_id))
 
 
+def test_a_study_asks_the_store_once_per_tick_for_all_its_trials(store: Store, world: FakeWorld) -> None:
+    """The study beats and asks for cancel requests for itself and every running trial's job in
+    one query each per tick (it was one per trial job, 320 a second at 64 trials); a cancel
+    asked for one trial's job (`custom-jobs cancel` of it) still stops that trial alone."""
+    run, _ = study(store, world, "metric:acc=%x@1", "sleep:30", "exit:0", max_trials=6, parallel=4, failures=1)
+    asked: list[int] = []
+    beats: list[int] = []
+    ticks = 0
+    real_asked, real_beat, real_tick = store.cancels_requested, store.beat_all, run._tick
+
+    def cancels_requested(job_ids: list[str]) -> set[str]:
+        asked.append(len(job_ids))
+        running = [j for j in store.child_jobs(run.study_id) if j.state == "JOB_STATE_RUNNING"]
+        if len(running) == 4 and not any(j.cancel_requested for j in store.child_jobs(run.study_id)):
+            store.request_cancel(running[0].id)  # another terminal cancels one trial's job
+        return real_asked(job_ids)
+
+    def tick() -> JobState | None:
+        nonlocal ticks
+        ticks += 1
+        return real_tick()
+
+    store.cancels_requested = cancels_requested  # type: ignore[method-assign]
+    store.beat_all = lambda job_ids: (beats.append(len(job_ids)), real_beat(job_ids))[1]  # type: ignore[method-assign]
+    store.cancel_requested = lambda job_id: pytest.fail("a trial job asked the store itself")  # type: ignore[method-assign]
+    store.beat = lambda job_id: pytest.fail("a trial job beat itself")  # type: ignore[method-assign]
+    run._tick = tick  # type: ignore[method-assign]
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED, (run.error, states(run))
+    assert len(asked) <= ticks and max(asked) == 5 and beats and max(beats) == 5  # the study and 4 trials
+    jobs = store.child_jobs(run.study_id)
+    assert sorted(j.state for j in jobs).count("JOB_STATE_CANCELLED") == 1 and len(jobs) == 6
+
+
 def test_ctrl_c_cancels_the_study_and_reraises(store: Store, world: FakeWorld) -> None:
     run, _ = study(store, world, "sleep:1000", max_trials=4, parallel=2)
     orig = world.clock.sleep

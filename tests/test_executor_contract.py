@@ -5,8 +5,9 @@ host, processes supervised by Ray actors on a loopback Ray cluster, Slurm steps 
 Slurm cluster started by the module) runs the same replica program (tests/contract_replica.py) through the same cases: start,
 poll, exit codes, the log format, the environment, metric read-back, port reservation, stop
 with a grace period (polite and stubborn replicas), stop from another executor instance (as
-`cancel` in another terminal does), release, close. A new executor exists when it passes this
-suite: add it to `KINDS` and to `_make`.
+`cancel` in another terminal does), release, close. The kinds come from the registry
+(`vcli.executors.kinds`, where tests/fakes.py registers the fake as any kind defined outside
+vcli is registered); a new kind exists when it passes this suite: give it a harness in `_make`.
 
 Docker needs the engine and the `vcli-base:bookworm` image (`.ci/docker-setup.sh`); ssh needs
 sshd and root (`.ci/ssh-setup.sh`); both are set up by `.ci/test.sh`, and a missing one fails
@@ -29,12 +30,14 @@ from tests.contract_replica import PROGRESS, long_line, replica_command
 from tests.fakes import SIGKILL_EXIT, SIGTERM_EXIT, FakeClock, FakeExecutor, FakeWorld
 from vcli.errors import ExecutorError, InvalidValueError
 from vcli.executors import Executor, ExecutorBase, Placement, ReplicaHandle, ReplicaLaunch, ReplicaStatus
+from vcli.executors.kinds import ExecutorOptions, kind_of, kinds
 from vcli.executors.supervisor import MAX_RECORD_BYTES, _Log
 from vcli.logs import read_records
 from vcli.metrics import MetricReader
 from vcli.spec import ReplicaId
 
-KINDS = ["fake", "local", "docker", "ssh", "ray", "slurm"]
+#: Every registered kind (tests.fakes, imported above, registers the fake).
+KINDS = list(kinds())
 BASE_IMAGE = "vcli-base:bookworm"
 
 
@@ -131,17 +134,15 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         world = FakeWorld(FakeClock())
         return Harness(kind, FakeExecutor(world), home, "python3", Placement(), clock=world.clock,
                        another=lambda: FakeExecutor(world), wall=lambda: world.wall_offset + world.clock.now())
+    by_kind = lambda **options: kind_of(kind).for_handles(ExecutorOptions(**options))
     if kind == "local":
-        from vcli.executors.local import LocalExecutor
-
-        return Harness(kind, LocalExecutor(), home, sys.executable, Placement(), another=LocalExecutor)
+        return Harness(kind, by_kind(), home, sys.executable, Placement(), another=by_kind)
     if kind == "docker":
         from tests.harness.docker_env import ensure_docker
-        from vcli.executors.docker import DockerExecutor
 
         ensure_docker([BASE_IMAGE])
-        return Harness(kind, DockerExecutor(), home, "python3", Placement(runtime="docker"), image=BASE_IMAGE,
-                       another=DockerExecutor)
+        return Harness(kind, by_kind(), home, "python3", Placement(runtime="docker"), image=BASE_IMAGE,
+                       another=by_kind)
     if kind in ("ssh", "ssh-docker"):
         from tests.harness import loopback_sshd
 
@@ -175,13 +176,15 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         for name, value in AUTH_ENV.items():
             monkeypatch.setenv(name, value)
         address = os.environ["VCLI_TEST_RAY_ADDRESS"]
-        return Harness(kind, RayExecutor(address), home, sys.executable, Placement(),
-                       another=lambda: RayExecutor(address))
+        ray = lambda: by_kind(stored={"address": address})
+        assert isinstance(ray(), RayExecutor)
+        return Harness(kind, ray(), home, sys.executable, Placement(), another=ray)
     if kind == "slurm":  # one single-node Slurm cluster for the module (`_slurm_cluster`)
         from vcli.executors.slurm import SlurmExecutor
 
         monkeypatch.setenv("SLURM_CONF", os.environ["VCLI_TEST_SLURM_CONF"])
-        build = lambda: SlurmExecutor(shared_dir=str(home / "slurm"), home=home)
+        build = lambda: by_kind(stored={"sharedDir": str(home / "slurm")})
+        assert isinstance(build(), SlurmExecutor)
         return Harness(kind, build(), home, sys.executable, Placement(), another=build)
     raise AssertionError(kind)
 

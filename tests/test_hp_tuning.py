@@ -733,6 +733,44 @@ def test_a_trainer_that_reports_every_batch_keeps_a_bounded_even_curve(tmp_path:
     assert elapsed == sorted(elapsed)
 
 
+def test_the_metric_reader_parses_only_what_changed() -> None:
+    """The controller reads a running trial's hypertune file every tick: a file that did not
+    change is not parsed again, one that grew by whole lines (a trainer that appends) is parsed
+    from where it was, and one the library rewrote (its last 100 reports) is parsed whole. The
+    measurements are exactly those of a reader that parses every text whole."""
+    from vcli.metrics import MetricReader
+
+    def line(step: int) -> str:
+        return json.dumps({"acc": str(step / 1000), "global_step": str(step), "timestamp": 1e9 + step}) + "\n"
+
+    incremental, whole = MetricReader("acc"), MetricReader("acc")
+    texts = []
+    appended = ""
+    for step in range(1, 151):  # a trainer that appends: each text is the last plus one line
+        appended += line(step)
+        texts.append(appended)
+    texts.append(texts[-1])  # read again, unchanged
+    texts.append(texts[-1] + '{"acc": "0.9", "glo')  # caught mid-write: an unfinished last line
+    texts.append(texts[-3] + line(151))  # the line finished
+    rewritten = [line(step) for step in range(152, 400)]
+    texts += ["".join(rewritten[max(0, i - 99):i + 1]) for i in range(len(rewritten))]  # hypertune's own rewrite
+    for i, text in enumerate(texts):
+        before = incremental.parsed_lines
+        assert incremental.feed_hypertune(text) == whole.feed_hypertune(text)
+        whole._last_text = ""  # the reader without memory of its last text: every text parsed whole
+        parsed = incremental.parsed_lines - before
+        assert parsed <= text.count("\n") + 1
+        if i == 150:
+            assert parsed == 0, "an unchanged file was parsed again"
+    assert incremental.measurements == whole.measurements and len(incremental.measurements) == 399
+    assert incremental.parsed_lines < whole.parsed_lines / 2
+    grown = MetricReader("acc")
+    grown.feed_hypertune(texts[99])
+    before = grown.parsed_lines
+    grown.feed_hypertune(texts[100])
+    assert grown.parsed_lines - before == 1, "a file that grew by one line is parsed from where it was"
+
+
 def test_the_metric_reader_bounds_what_it_remembers() -> None:
     """Each report seen stayed in memory for ever (de-duplication of the hypertune file, which
     the library rewrites with its last 100 reports): bounded now, with no report read twice."""

@@ -108,6 +108,141 @@ def test_placement_is_where_executors_get_it() -> None:
     assert FromExecutors is Placement
 
 
+
+#: The functions outside vcli/executors/ that may name a kind (`ExecutorKind.DOCKER`): the
+#: automatic choice (an image pool runs in Docker) and `--hosts` meaning ssh. Everything else
+#: asks the kind's `ExecutorType` (`vcli.executors.kinds`) or the executor's contract.
+KIND_NAMERS = {("vcli.control.wiring", "executor_kind"), ("vcli.control.wiring", "open_execution")}
+
+
+def kind_violations(sources: dict[str, str]) -> list[str]:
+    """`module:line what` for each kind named outside the executors and `KIND_NAMERS`, and each
+    `getattr`/`hasattr` on an executor in control/ (what only some kinds do is a method of the
+    contract, with its default in `ExecutorBase`)."""
+    found = []
+    for module, source in sorted(sources.items()):
+        tree = ast.parse(source)
+        owner = {id(n): f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ExecutorKind"
+                    and node.attr.isupper() and not _within(module, "vcli.executors")
+                    and (module, owner.get(id(node))) not in KIND_NAMERS):
+                found.append(f"{module}:{node.lineno} ExecutorKind.{node.attr}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                    and _within(module, "vcli.control") and node.args and "executor" in ast.unparse(node.args[0])):
+                found.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_kinds_are_named_only_by_executors_and_the_automatic_choice() -> None:
+    assert kind_violations(_tree()) == []
+
+
+def test_a_kind_named_elsewhere_or_a_getattr_on_an_executor_is_caught() -> None:
+    tree = _tree()
+    cases = {
+        "vcli.resources": tree["vcli.resources"] + "\ndef _f(h):\n    return h == ExecutorKind.SSH\n",
+        "vcli.control.jobs": tree["vcli.control.jobs"] + "\ndef _g(run):\n    return getattr(run.executor, 'x', 0)\n",
+        "vcli.control.wiring": tree["vcli.control.wiring"] + "\ndef _h():\n    return ExecutorKind.RAY\n",
+    }
+    for module, source in cases.items():
+        assert any(v.startswith(f"{module}:") for v in kind_violations({module: source})), module
+
+
+def test_the_registry_holds_every_kind_the_cli_offers() -> None:
+    """`--executor`'s choices (`ExecutorKind`) are the registry's own kinds, in its order."""
+    from vcli.enums import ExecutorKind
+    from vcli.executors.kinds import _BUILTIN
+
+    assert [name for name, _ in _BUILTIN] == [k.value for k in ExecutorKind]
+
+
+
+def _runtime_imports(module: str, source: str, known: set[str]) -> set[str]:
+    """The vcli modules `source` imports when it runs (top level or inside functions; not the
+    ones under `if TYPE_CHECKING:`, which only a type checker reads). `from pkg import name`
+    is the module `pkg.name` when there is one (a submodule), else `pkg` itself."""
+    package = module.removesuffix(".__init__") if module.endswith(".__init__") else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for n in ast.walk(node)}
+
+    def resolve(name: str) -> str | None:
+        while name:
+            for candidate in (name, f"{name}.__init__"):
+                if candidate in known:
+                    return candidate
+            name = name.rpartition(".")[0]
+        return None
+
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            if not _within(base, "vcli"):
+                continue
+            for alias in node.names:
+                out.add(resolve(f"{base}.{alias.name}") if f"{base}.{alias.name}" in known
+                        or f"{base}.{alias.name}.__init__" in known else resolve(base))
+        elif isinstance(node, ast.Import):
+            out.update(resolve(a.name) for a in node.names if _within(a.name, "vcli"))
+    return {m for m in out if m and m != module}
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """The strongly connected groups (more than one module) of the runtime import graph."""
+    known = set(sources)
+    graph = {m: _runtime_imports(m, s, known) for m, s in sources.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    """No module imports, even lazily, one that imports it back: each package's modules form
+    layers (its `__init__` re-exports its parts and no part imports the `__init__` back)."""
+    assert import_cycles(_tree()) == []
+
+
+def test_an_import_cycle_is_caught_lazy_or_not() -> None:
+    tree = _tree()
+    lazy = tree["vcli.control.liveness"] + "\ndef _late():\n    from vcli.control import cancel\n"
+    assert any("vcli.control.liveness" in c for c in import_cycles({**tree, "vcli.control.liveness": lazy}))
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vcli.control import cancel\n"
+    assert import_cycles({**tree, "vcli.control.liveness": tree["vcli.control.liveness"] + typed}) == []
+
+
 #: Where the size limits of the tuning-wing step hold (modules, functions, complexity).
 SIZED = ["vcli/tuning", "vcli/control", "vcli/codec/flags.py", "vcli/executors/supervisor.py"]
 

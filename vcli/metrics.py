@@ -4,9 +4,11 @@ Two sources, both read while the trial runs:
 
 1. The cloudml-hypertune file (`CLOUD_ML_HP_METRIC_FILE`, chief replica): JSON lines such as
    `{"accuracy": "0.9", "global_step": "3", "timestamp": 1.7e9, "trial": "2", ...}`. The
-   library rewrites the whole file with its last 100 reports on every call, so the file is
-   re-read in full each time and reports are de-duplicated by (timestamp, step, value);
-   tailing it would miss or repeat reports.
+   library rewrites the whole file with its last 100 reports on every call, so reports are
+   de-duplicated by (timestamp, step, value); tailing it would miss or repeat reports. The
+   controller reads the file every tick, so the reader parses only what changed: nothing when
+   the text is the one it parsed last, only the new lines when the file grew by whole lines
+   (a trainer that appends), the whole text when it was rewritten.
 2. For trainers not written in Python: a stdout line that is exactly
    `<metricId>=<number>` optionally followed by ` step=<integer>`, e.g. `accuracy=0.93 step=3`
    (leading/trailing spaces allowed, nothing else on the line).
@@ -90,14 +92,24 @@ class MetricReader:
         self._top_step: dict[str, int] = {}
         #: Tags of hypertune reports that are none of the study's metrics (a misspelt `Score`).
         self.other_tags: list[str] = []
+        #: The hypertune text parsed last, and how many lines were parsed in all.
+        self._last_text = ""
+        self.parsed_lines = 0
 
     def feed_hypertune(self, text: str | None) -> bool:
-        """Read a whole hypertune file's text; True if a new report was found."""
+        """Read a whole hypertune file's text; True if a new report was found. Text parsed
+        before is not parsed again (see the module's docstring; `parsed_lines` counts)."""
         if not text:
             return False
+        last = self._last_text
+        if text == last:
+            return False
+        whole = not (last and last.endswith("\n") and text.startswith(last))
+        self._last_text = text
         new = False
         oldest = math.inf
-        for line in text.splitlines():
+        for line in (text if whole else text[len(last):]).splitlines():
+            self.parsed_lines += 1
             line = line.strip()
             if not line:
                 continue
@@ -124,7 +136,7 @@ class MetricReader:
                     new |= self._add(self._seen, (ts, step, value, metric_id), metric_id, value, step)
         # The library keeps its last 100 reports and drops the oldest first: a report older
         # than the oldest in the file never comes back (a file read mid-rewrite lacks its tail).
-        if oldest != math.inf and len(self._seen) > 1000:
+        if whole and oldest != math.inf and len(self._seen) > 1000:
             self._seen = {k for k in self._seen if not isinstance(k[0], float) or k[0] >= oldest}
         return new
 

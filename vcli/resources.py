@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from vcli.enums import ExecutorKind
 from vcli.store import JobRow, Store
 
 
@@ -26,7 +25,7 @@ def _times(row: JobRow, out: dict[str, Any]) -> None:
 
 
 def _controller(row: JobRow, out: dict[str, Any]) -> None:
-    from vcli.control.cancel import controller_alive, has_ended
+    from vcli.control.liveness import controller_alive, has_ended
 
     if has_ended(row) or not row.controller_pid:
         return
@@ -80,14 +79,8 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
             d["startTime"] = r.start_time
         if r.end_time:  # when it ended, even while no controller watched (a resume records it later)
             d["endTime"] = r.end_time
-        if r.handle and r.handle.get("executor") == ExecutorKind.SSH.value and r.handle.get("details"):
-            # Where the replica ran and keeps its files, as the SSH executor recorded them
-            # (host, workdir, jobDir, processGroup or container).
-            d["remote"] = dict(r.handle["details"])
-        if r.handle and r.handle.get("executor") == ExecutorKind.SLURM.value and r.handle.get("details"):
-            # Its Slurm job and step (for scontrol, sattach, sacct), node, partition, component.
-            d["slurm"] = {k: v for k, v in r.handle["details"].items()
-                          if k in ("slurmJob", "step", "node", "partition", "hetGroup") and v != ""}
+        if r.handle and (shown := _handle_details(r.handle)):  # where the executor says the replica lives
+            d[shown[0]] = shown[1]
         replicas.append(d)
     if replicas:
         out["replicas"] = replicas
@@ -142,3 +135,11 @@ def optimal_trial_ids(trials: list[dict[str, Any]], metrics: list[dict[str, Any]
     specs = [MetricSpec(metric_id=m["metricId"], goal=Goal.MINIMIZE if m.get("goal") == "MINIMIZE" else Goal.MAXIMIZE)
              for m in metrics]
     return [t.id for t in pareto_front([trial_from_dict(d) for d in trials], specs)]
+
+
+def _handle_details(handle: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """What `describe` shows of a stored handle's details, as its kind declares it."""
+    from vcli.executors.kinds import kinds
+
+    kind = kinds().get(handle.get("executor") or "")
+    return kind.described(handle.get("details") or {}) if kind is not None else None

@@ -155,7 +155,7 @@ class _Job:
     def wait(self) -> None:
         """Block until the job ends; RuntimeError if it FAILED or was CANCELLED, or if the vcli
         process that runs it is gone (killed, crashed): it would never end then."""
-        from vcli.control.cancel import controller_alive
+        from vcli.control.liveness import controller_alive
 
         said = None
         while True:
@@ -179,10 +179,10 @@ class _Job:
     def cancel(self) -> None:
         """Ask the job to stop (its controller stops every replica; one that died is cleaned
         up here, as `vcli ... cancel` does). Returns at once, as Vertex's does."""
-        from vcli.control import cancel
+        from vcli.control import cancel, liveness
 
         store, row = self._store(), self._row()
-        if cancel.request_cancel(store, row) and not cancel.controller_alive(row):
+        if cancel.request_cancel(store, row) and not liveness.controller_alive(row):
             cancel.stop_orphaned(store, row, on_warning=lambda msg: _say(f"WARNING: {msg}"))
 
     def _not_yet_run(self) -> None:
@@ -347,13 +347,14 @@ class CustomJob(_Job):
 
     def _submit_spec(self, spec: Any, tracked: Any) -> None:
         from vcli.control import runner
+        from vcli.control.notices import launch_notices
 
         job = runner.plan_custom_job(spec, executor=config["executor"], hosts=None, shm_size=None, labels=self.labels,
                                      leases=False)
         try:
             if tracked:
                 job.record["tracking"] = tracked
-            for notice in runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto):
+            for notice in launch_notices(job.execution.kind, job.spec, auto=job.execution.auto):
                 _say(notice)
             runner.submit_custom_job(job, self.display_name)
             runner.spawn_runner(job.store, job.job_id, ["custom-jobs", "run-job", job.job_id],

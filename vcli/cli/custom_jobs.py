@@ -15,20 +15,15 @@ import typer
 from vcli.cli import options as o
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
+    CUSTOM_JOBS,
     LogPrinter,
     check_format,
-    check_page_size,
     emit,
     exit_code_for,
     failure_recorded,
     finish_cancel,
     get_row,
-    list_format,
-    list_output,
-    print_cancel,
     ran_seconds,
-    stream_logs,
-    warn_orphaned,
 )
 from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code, shown
 from vcli.enums import JobKind, JobState, RpcCode
@@ -134,8 +129,7 @@ def create(
     from vcli.errors import UsageError
 
     check_format(fmt)
-    o.use_ray_address(ray_address)
-    o.use_slurm(slurm_partition, slurm_account, slurm_qos)
+    executor_settings = o.executor_settings(ray_address, slurm_partition, slurm_account, slurm_qos)
     if not display_name:
         raise UsageError("argument --display-name: Must be specified.")
     codec.check_display_name(display_name)
@@ -155,6 +149,7 @@ def create(
     try:
         job = runner.plan_custom_job(spec, executor=o.executor_flag(executor), hosts=hosts, shm_size=shm_size,
                                      labels=label_map, ready=not validate_only, leases=runs_here,
+                                     executor_settings=executor_settings,
                                      on_wait=err if runs_here else None, display_name=display_name if runs_here else None)
     except WaitCancelled:
         err("The job was cancelled while it waited for GPUs.")
@@ -169,8 +164,9 @@ def create(
         job.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
         # A submitted job's notices follow gcloud's lines, which scripts scrape by position.
-        notices = runner.launch_notices(job.execution.kind, job.spec, auto=job.execution.auto,
-                                        executor=job.execution.executor)
+        from vcli.control.notices import launch_notices
+
+        notices = launch_notices(job.execution.kind, job.spec, auto=job.execution.auto, executor=job.execution.executor)
         if validate_only:
             for notice in notices:
                 err(notice)
@@ -226,7 +222,7 @@ def _run_in_foreground(job: Any, display_name: str, fmt: Optional[str], *, resum
     """Submit (or take over, `resumed`) and run `job` here, its replicas' logs on stdout (stderr
     with --format); the exit code."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
     from vcli.errors import VcliError
 
     if resumed:
@@ -286,7 +282,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     Replicas that still run are re-attached, not restarted; replicas that ended meanwhile
     report their exit; the job then ends as it would have. Refused while its controller lives."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller, give_back, has_ended
+    from vcli.control.liveness import claim_controller, give_back, has_ended
     from vcli.control.waiting import WaitCancelled
     from vcli.errors import WaitExpiredError
     from vcli.store import Store
@@ -313,7 +309,7 @@ def resume(job: o.CustomJobRef, fmt: o.Format = None) -> None:
     except BaseException:
         give_back(store, row)
         raise
-    from vcli.control.wiring import accelerator_notices
+    from vcli.control.notices import accelerator_notices
 
     for notice in accelerator_notices(planned.execution.kind, planned.spec):  # this shell may declare no GPUs
         err(notice)
@@ -350,7 +346,7 @@ def _cancelled_while_waiting(store: Any, row: Any) -> int:
 def run_job(job: Annotated[str, typer.Argument()]) -> None:
     """Run a stored custom job to its end (the background half of `create --async`)."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
     from vcli.control.waiting import WaitCancelled
     from vcli.store import Store
 
@@ -438,38 +434,21 @@ def list_(
     uri: o.Uri = False,
 ) -> None:
     """List custom jobs (YAML documents by default, as gcloud)."""
-    check_page_size(page_size)
-    from vcli.resources import custom_job_resource
-    from vcli.store import Store
-
-    store = Store()
-    rows = store.list_jobs(JobKind.CUSTOM_JOB, include_trial_jobs=include_trials)
-    resources = [custom_job_resource(store, r) for r in rows]
-    warn_orphaned(resources, "custom-jobs")
-    list_output(resources, "value(name)" if uri else list_format(fmt, "customJob"), filter_, sort_by, limit)
+    CUSTOM_JOBS.list(fmt, filter_, sort_by, limit, page_size, uri, include_trial_jobs=include_trials)
 
 
 @app.command("describe", cls=GcloudCommand)
 @command("custom-jobs.describe")
 def describe(job: o.CustomJobRef, fmt: o.Format = None, region: o.Region = None) -> None:
     """Show a custom job as the Vertex REST resource."""
-    from vcli.resources import custom_job_resource
-    from vcli.store import Store
-
-    store = Store()
-    resource = custom_job_resource(store, get_row(store, job, JobKind.CUSTOM_JOB))
-    warn_orphaned([resource], "custom-jobs")
-    emit(resource, fmt, is_list=False)
+    CUSTOM_JOBS.describe(job, fmt)
 
 
 @app.command("cancel", cls=GcloudCommand)
 @command("custom-jobs.cancel")
 def cancel(job: o.CustomJobRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
     """Cancel a running custom job (from any terminal); a finished job is left as it is."""
-    from vcli.store import Store
-
-    store = Store()
-    print_cancel(store, get_row(store, job, JobKind.CUSTOM_JOB), "CustomJob", wait=not no_wait)
+    CUSTOM_JOBS.cancel(job, wait=not no_wait)
 
 
 @app.command("stream-logs", cls=GcloudCommand)
@@ -482,8 +461,4 @@ def stream_logs_(
     allow_multiline_logs: o.AllowMultilineLogs = False,
 ) -> None:
     """Print a job's logs (severity, time, task, message) and follow them until the job ends."""
-    from vcli.store import Store
-
-    store = Store()
-    row = get_row(store, job, JobKind.CUSTOM_JOB)
-    stream_logs(store, lambda: [("", row.id)], row.id, task_name)
+    CUSTOM_JOBS.stream_logs(job, task_name)

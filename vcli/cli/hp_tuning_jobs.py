@@ -20,19 +20,14 @@ from vcli.cli import support
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
+    STUDIES,
     check_format,
-    check_page_size,
     emit,
     exit_code_for,
     failure_recorded,
     finish_cancel,
     get_row,
-    list_format,
-    list_output,
-    print_cancel,
     ran_seconds,
-    stream_logs,
-    warn_orphaned,
 )
 from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code
 from vcli.enums import JobKind, JobState, RpcCode
@@ -100,8 +95,7 @@ def create(
     from vcli.control import runner
 
     check_format(fmt)
-    o.use_ray_address(ray_address)
-    o.use_slurm(slurm_partition, slurm_account, slurm_qos)
+    executor_settings = o.executor_settings(ray_address, slurm_partition, slurm_account, slurm_qos)
     doc, source = codec.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
         algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
@@ -122,7 +116,8 @@ def create(
     # Only a study that runs here takes host-wide GPU leases; --async's runner does.
     study = runner.plan_study(spec, display_name=request.display_name, labels={**request.labels, **codec.parse_labels(labels)},
                               seed=seed, bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor),
-                              hosts=hosts, shm_size=shm_size, leases=not (validate_only or async_))
+                              hosts=hosts, shm_size=shm_size, leases=not (validate_only or async_),
+                              executor_settings=executor_settings)
     if tracked:
         study.record["tracking"] = tracked
     note_no_effect(tracking.effective_no_effect(request.no_effect, tracked), "[--config] ")  # once the study is valid
@@ -131,8 +126,10 @@ def create(
         study.record["encryptionSpec"] = {"kmsKeyName": kms}  # recorded as on Vertex; nothing is encrypted here
     try:
         # A submitted study's notices follow gcloud's lines, which scripts scrape by position.
-        notices = runner.launch_notices(study.execution.kind, study.spec.trial_job_spec,
-                                        auto=study.execution.auto, executor=study.execution.executor)
+        from vcli.control.notices import launch_notices
+
+        notices = launch_notices(study.execution.kind, study.spec.trial_job_spec, auto=study.execution.auto,
+                                 executor=study.execution.executor)
         if validate_only:
             for notice in notices:
                 err(notice)
@@ -228,7 +225,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
 def _announce(study: Any, resumed: bool, background: bool) -> None:
     """Record the study (or claim it: `resumed`, `background`) and say so, with what it will run."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
 
     spec, study_id = study.spec, study.study_id
     if background:
@@ -269,7 +266,7 @@ def run_study(job: Annotated[str, typer.Argument()]) -> None:
     goes to the study's controller.log as plain lines."""
     from vcli.cli.custom_jobs import secrets_from_stdin
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
     from vcli.store import Store
 
     store = Store()
@@ -292,7 +289,7 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     """Take over a study whose vcli process died: running trials are re-attached (not
     restarted), finished ones kept, and the study goes on to maxTrialCount."""
     from vcli.control import runner
-    from vcli.control.cancel import claim_controller, give_back, has_ended
+    from vcli.control.liveness import claim_controller, give_back, has_ended
     from vcli.store import Store
 
     check_format(fmt)
@@ -309,7 +306,7 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     except BaseException:
         give_back(store, row)
         raise
-    from vcli.control.wiring import accelerator_notices
+    from vcli.control.notices import accelerator_notices
 
     for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):  # this shell may declare no GPUs
         err(notice)
@@ -331,28 +328,14 @@ def list_(
     uri: o.Uri = False,
 ) -> None:
     """List hyperparameter tuning jobs."""
-    check_page_size(page_size)
-    from vcli.resources import hp_tuning_job_resource
-    from vcli.store import Store
-
-    store = Store()
-    rows = store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)
-    resources = [hp_tuning_job_resource(store, r) for r in rows]
-    warn_orphaned(resources, "hp-tuning-jobs")
-    list_output(resources, "value(name)" if uri else list_format(fmt, "hyperparameterTuningJob"), filter_, sort_by, limit)
+    STUDIES.list(fmt, filter_, sort_by, limit, page_size, uri)
 
 
 @app.command("describe", cls=GcloudCommand)
 @command("hp-tuning-jobs.describe")
 def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> None:
     """Show a study: its spec, every trial (parameters, measurements, state) and the best trial."""
-    from vcli.resources import hp_tuning_job_resource
-    from vcli.store import Store
-
-    store = Store()
-    resource = hp_tuning_job_resource(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB))
-    warn_orphaned([resource], "hp-tuning-jobs")
-    emit(resource, fmt, is_list=False)
+    STUDIES.describe(job, fmt)
 
 
 @app.command("export", cls=GcloudCommand)
@@ -489,10 +472,7 @@ def _check_bindable(host: str, port: int) -> None:
 @command("hp-tuning-jobs.cancel")
 def cancel(job: o.StudyRef, no_wait: o.NoWait = False, region: o.Region = None) -> None:
     """Cancel a running study from any terminal: every trial is stopped."""
-    from vcli.store import Store
-
-    store = Store()
-    print_cancel(store, get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB), "hyperparameter tuning job", wait=not no_wait)
+    STUDIES.cancel(job, wait=not no_wait)
 
 
 @app.command("stream-logs", cls=GcloudCommand)
@@ -505,9 +485,4 @@ def stream_logs_(
     allow_multiline_logs: o.AllowMultilineLogs = False,
 ) -> None:
     """Print the logs of every trial (task names `trial-N/workerpool0-0`) until the study ends."""
-    from vcli.store import Store
-
-    store = Store()
-    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
-    stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id, task_name,
-                group="hp-tuning-jobs")
+    STUDIES.stream_logs(job, task_name)

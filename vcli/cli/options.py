@@ -102,24 +102,14 @@ def kms_key_name(key: Optional[str], keyring: Optional[str], location: Optional[
     return f"projects/{project}/locations/{location}/keyRings/{keyring}/cryptoKeys/{key}"
 
 
-def use_slurm(partition: Optional[str], account: Optional[str], qos: Optional[str]) -> None:
-    """`--slurm-partition`/`--slurm-account`/`--slurm-qos` for this run: they go where the slurm
-    executor reads them first ($VCLI_SLURM_PARTITION, ...), which the detached runner of
-    `--async` inherits."""
-    import os
-
-    for name, value in (("PARTITION", partition), ("ACCOUNT", account), ("QOS", qos)):
-        if value:
-            os.environ[f"VCLI_SLURM_{name}"] = value
-
-
-def use_ray_address(address: Optional[str]) -> None:
-    """`--ray-address` for this run: it is what RAY_ADDRESS says for the Ray executor (and the
-    detached runner of `--async`, which inherits the environment)."""
-    if address:
-        import os
-
-        os.environ["RAY_ADDRESS"] = address
+def executor_settings(ray_address: Optional[str], partition: Optional[str], account: Optional[str],
+                      qos: Optional[str]) -> dict[str, dict[str, str]]:
+    """`--ray-address` and `--slurm-partition`/`--slurm-account`/`--slurm-qos` in the shape a job's
+    record keeps its executor's settings (`{"ray": {"address": ...}, "slurm": {...}}`): the kind
+    builds its executor with them first, before the properties and the environment, and the
+    job's record (what `--async`'s runner and `resume` read) keeps what the executor used."""
+    slurm = {k: v for k, v in (("partition", partition), ("account", account), ("qos", qos)) if v}
+    return {**({"ray": {"address": ray_address}} if ray_address else {}), **({"slurm": slurm} if slurm else {})}
 
 
 #: `create`'s experiment tracking (see `vcli.tracking`).

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any, Optional
 
 from vcli.cli.support import err, shown
@@ -157,15 +158,15 @@ def get_row(store: Any, ref: str, kind: JobKind) -> Any:
 
 def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
     """`cancel`: flag the job; wait for its live controller to end it, or stop what a dead one left."""
-    from vcli.control import cancel
+    from vcli.control import cancel, liveness
 
     was_cancelling = row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING
     if not cancel.request_cancel(store, row):
         err(f"{what} [{shown(row.name)}] has already ended ({row.state}); nothing to cancel.")
         return
     err(f"Request to cancel {what} [{shown(row.name)}] has been sent.")
-    if cancel.controller_alive(row):
-        if cancel.controller_stopped(row):  # it waited 2 minutes, stopped nothing, and exited 0
+    if liveness.controller_alive(row):
+        if liveness.controller_stopped(row):  # it waited 2 minutes, stopped nothing, and exited 0
             from vcli.errors import ControllerConflictError
 
             pid = row.controller_pid
@@ -245,7 +246,7 @@ def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent
     """
     from datetime import datetime
 
-    from vcli.control.cancel import controller_alive
+    from vcli.control.liveness import controller_alive
     from vcli.logs import Follower
 
     follower = Follower([])
@@ -278,3 +279,66 @@ def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent
                                 "controller": {"pid": row.controller_pid, "alive": False}}], group)
             return
         time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """One of the two resource kinds (`custom-jobs`, `hp-tuning-jobs`): the one implementation
+    of `list`, `describe`, `cancel` and `stream-logs` for both."""
+
+    kind: JobKind
+    #: The command group, as messages name it.
+    group: str
+    #: What `cancel`'s lines call one (gcloud's words).
+    what: str
+    #: gcloud's collection name for `list`'s default table.
+    collection: str
+
+    def resource(self, store: Any, row: Any) -> dict[str, Any]:
+        """The Vertex REST resource of a stored row."""
+        from vcli import resources
+
+        make = resources.custom_job_resource if self.kind is JobKind.CUSTOM_JOB else resources.hp_tuning_job_resource
+        return make(store, row)
+
+    def list(self, fmt: Optional[str], filter_: Optional[str], sort_by: Optional[str], limit: Optional[int],
+             page_size: Optional[int], uri: bool, *, include_trial_jobs: bool = False) -> None:
+        check_page_size(page_size)
+        from vcli.store import Store
+
+        store = Store()
+        found = [self.resource(store, r) for r in store.list_jobs(self.kind, include_trial_jobs=include_trial_jobs)]
+        warn_orphaned(found, self.group)
+        list_output(found, "value(name)" if uri else list_format(fmt, self.collection), filter_, sort_by, limit)
+
+    def describe(self, ref: str, fmt: Optional[str]) -> None:
+        from vcli.store import Store
+
+        store = Store()
+        resource = self.resource(store, get_row(store, ref, self.kind))
+        warn_orphaned([resource], self.group)
+        emit(resource, fmt, is_list=False)
+
+    def cancel(self, ref: str, *, wait: bool) -> None:
+        from vcli.store import Store
+
+        store = Store()
+        print_cancel(store, get_row(store, ref, self.kind), self.what, wait=wait)
+
+    def stream_logs(self, ref: str, task_name: Optional[str]) -> None:
+        """A job's own replicas; a study's every trial's (`trial-N/workerpool0-0`), those it
+        starts later included."""
+        from vcli.store import Store
+
+        store = Store()
+        row = get_row(store, ref, self.kind)
+        if self.kind is JobKind.CUSTOM_JOB:
+            stream_logs(store, lambda: [("", row.id)], row.id, task_name, group=self.group)
+        else:
+            stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id,
+                        task_name, group=self.group)
+
+
+CUSTOM_JOBS = ResourceKind(JobKind.CUSTOM_JOB, "custom-jobs", "CustomJob", "customJob")
+STUDIES = ResourceKind(JobKind.HYPERPARAMETER_TUNING_JOB, "hp-tuning-jobs", "hyperparameter tuning job",
+                       "hyperparameterTuningJob")

@@ -77,11 +77,12 @@ class ActiveTrial:
             first -= 1
         for i in range(first, len(r.elapsed)):
             floor = r.elapsed[i - 1] if i else 0.0
+            assert floor is not None  # those before `first` are set, and this loop sets each before the next
             times = self.recorded.get(_recorded_key(r.measurements[i]))  # re-read after a resume
             recorded = max(floor, times.pop(0)) if times else None  # never before the one before it
             by_report = None if r.times[i] is None else round(r.times[i] - wall_start, 3)  # type: ignore[operator]
             r.elapsed[i] = (recorded if recorded is not None
-                            else by_report if by_report is not None and floor <= by_report < seen else seen)  # type: ignore[operator]
+                            else by_report if by_report is not None and floor <= by_report < seen else seen)
         ms = tuple(replace(m, elapsed_seconds=e) for m, e in zip(r.measurements, r.elapsed))
         return replace(self.trial, measurements=ms)
 
@@ -89,7 +90,8 @@ class ActiveTrial:
         """When the trial's replicas ended, as their executors recorded it (a trial that ended
         while no controller ran was stamped with the time `resume` saw it), else now."""
         ends = [r.end_time for r in self.run.store.replicas(self.run.job_id)]
-        return max(ends) if ends and all(ends) else now_iso()  # type: ignore[type-var]
+        done = [e for e in ends if e]  # every one of them once all replicas have ended
+        return max(done) if ends and len(done) == len(ends) else now_iso()
 
 
 def _recorded_times(measurements: Iterable[Measurement]) -> dict[tuple[object, ...], list[float]]:

@@ -1,12 +1,9 @@
-"""Cancelling a job or study from any process, and knowing whether its controller still runs.
+"""Cancelling a job or study from any process.
 
-A job is run by one vcli process, its *controller* (the foreground `create`, or the detached
-runner of `create --async`). The store records the controller's pid and start time; another
-terminal's `cancel` sets the job's cancel flag and, while the controller is alive, lets it do
-the stopping. When the controller is gone (killed, machine rebooted), `stop_orphaned` stops the
-replicas it left from here, through the executors named in their stored handles.
-
-Linux only: liveness reads /proc/PID/stat, so a reused pid is not mistaken for the controller.
+Another terminal's `cancel` sets the job's cancel flag and, while the job's controller is
+alive (`vcli.control.liveness`), lets it do the stopping. When the controller is gone (killed,
+machine rebooted), `stop_orphaned` stops the replicas it left from here, through the
+executors named in their stored handles.
 """
 
 from __future__ import annotations
@@ -17,83 +14,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from vcli.control.liveness import has_ended
 from vcli.enums import JobKind, JobState, ReplicaState, RpcCode, TrialState
 from vcli.store import JobRow, Store, now_iso
 
-if TYPE_CHECKING:  # the data model's dataclasses: not imported by `custom-jobs list`, which reads liveness here
+if TYPE_CHECKING:  # the data model's dataclasses
     from vcli.executors import ReplicaHandle, ReplicaStatus
     from vcli.spec import Trial
 
 #: How long `wait_for_end` waits by default for a live controller to stop a job.
 WAIT_SECONDS = 120.0
-#: Replica states with a recorded end: nothing of theirs is left to stop.
-
-
-def _stat_fields(pid: int) -> list[bytes]:
-    """The fields of /proc/PID/stat after the command name (which may itself hold spaces and
-    ')'): [0] is the state, [19] the start time; empty if the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return []
-    return data[data.rfind(b")") + 2:].split()
-
-
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of `pid` (clock ticks since boot, as text); None if it is gone,
-    or a zombie: a process killed with `kill -9` stays in the table until its parent reaps it
-    (for ever under a parent that never does), but it controls nothing any more."""
-    fields = _stat_fields(pid)
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
-        return None
-    return fields[19].decode()
-
-
-def controller_stopped(row: JobRow) -> bool:
-    """Is the job's live controller stopped (Ctrl-Z, SIGSTOP, a debugger)? It honours a cancel
-    only once it continues."""
-    fields = _stat_fields(row.controller_pid) if row.controller_pid else []
-    return bool(fields) and fields[0] in (b"T", b"t")
-
-
-def controller_alive(row: JobRow) -> bool:
-    """Is the vcli process that runs this job still there (same pid, same start time)?"""
-    if not row.controller_pid:
-        return False
-    return process_start_time(row.controller_pid) == row.controller_start
-
-
-def mark_controller(store: Store, job_id: str, pid: int | None = None) -> None:
-    """Record `pid` (default: this process) as the job's controller."""
-    pid = os.getpid() if pid is None else pid
-    store.update_job(job_id, controller_pid=pid, controller_start=process_start_time(pid))
-
-
-def claim_controller(store: Store, job_id: str) -> None:
-    """Make this process the job's controller, atomically; `ControllerConflictError` if a live
-    vcli process already is (two controllers never drive the same job)."""
-    from vcli.errors import ControllerConflictError
-
-    pid = os.getpid()
-    holder = store.claim_controller(job_id, pid, process_start_time(pid),
-                                    alive=lambda p, start: process_start_time(p) == start)
-    if holder is not None:
-        raise ControllerConflictError(f"Job [{job_id}] is being run by vcli process {holder[0]}; stop it first "
-                                      f"(`kill {holder[0]}` or `cancel`), or leave it be.")
-
-
-def give_back(store: Store, row: JobRow) -> None:
-    """Undo this process's `claim_controller` of `row` (as read before the claim): a resume that
-    ends before it runs anything (a secret its shell lacks, a cluster it cannot reach) leaves
-    the record naming the controller that died, not itself."""
-    pid = os.getpid()
-    store.hand_back_controller(row.id, (row.controller_pid, row.controller_start, row.heartbeat),
-                               (pid, process_start_time(pid)))
-
-
-def has_ended(row: JobRow) -> bool:
-    return JobState(row.state).is_final()
 
 
 def request_cancel(store: Store, row: JobRow) -> bool:
@@ -155,24 +85,28 @@ def stop_orphaned(store: Store, row: JobRow, *, on_warning: Callable[[str], None
     for job in [row, *store.child_jobs(row.id)]:
         _record_unrecorded(store, job, row, on_warning)
         _stop_orphaned_job(store, job, on_warning=on_warning, grace_seconds=grace_seconds, cancelled=cancelled)
-    if "slurm" in (row.record or {}):
-        _cancel_slurm_leftovers(row, on_warning)
+    _cancel_leftovers(row, on_warning)
     if row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value:
         _close_open_trials(store, row)
 
 
-def _cancel_slurm_leftovers(row: JobRow, on_warning: Callable[[str], None]) -> None:
-    """scancel the Slurm jobs a dead controller submitted for `row` (or its trials) that no
-    replica recorded: an allocation still pending when it died (only its memory knew it),
-    which would otherwise run later and hold nodes for a job that had ended."""
-    from vcli.control.wiring import slurm_executor
+def _cancel_leftovers(row: JobRow, on_warning: Callable[[str], None]) -> None:
+    """Cancel what a dead controller of `row` left with its cluster that no replica recorded
+    (`Executor.cancel_leftovers`: a Slurm allocation still pending when it died, which would
+    otherwise run later and hold nodes for a job that had ended). Only kinds whose settings
+    the job's record keeps (`Execution.settings`) can have left anything."""
+    from vcli.control.wiring import executor_for_handles
+    from vcli.executors.kinds import ExecutorOptions
 
+    name = (row.record or {}).get("executor")
+    stored = (row.record or {}).get(name) if isinstance(name, str) else None
+    if not isinstance(name, str) or not isinstance(stored, dict):
+        return
     study = row.kind == JobKind.HYPERPARAMETER_TUNING_JOB.value
-    ours = (lambda name: name.startswith(f"vcli-{row.id}-t")) if study else (lambda name: name == f"vcli-{row.id}")
     try:
-        slurm_executor(row.record["slurm"]).cancel_leftovers(ours, pending_only=False)
+        executor_for_handles(name, ExecutorOptions(stored=stored)).cancel_leftovers(row.id, study=study)
     except Exception as e:  # the cluster may be gone; the job is marked CANCELLED all the same
-        on_warning(f"could not cancel {row.id}'s queued Slurm jobs: {e}")
+        on_warning(f"could not cancel {row.id}'s queued {name} jobs: {e}")
 
 
 def _record_unrecorded(store: Store, job: JobRow, top: JobRow, on_warning: Callable[[str], None]) -> None:

@@ -80,6 +80,8 @@ class JobRun:
     _last_cancel_check: float = 0.0
     #: Seconds between heartbeats written to the store (`JobRow.heartbeat`).
     heartbeat_seconds: float = 2.0
+    #: Beat and ask for cancel requests itself (not a study's trial jobs: `StudyRun._tick` does).
+    store_checks: bool = True
     _last_beat: float = float("-inf")
     stop_grace_seconds: float = STOP_GRACE_SECONDS
     #: How often the job restarted (`vcli.control.recovery`), and whether it is doing so now.
@@ -222,8 +224,9 @@ class JobRun:
         if self._ending is not None:
             return self._finish(*self._ending)
         now = self.clock.now()
-        self._heartbeat(now)
-        self._check_cancel_request(now)
+        if self.store_checks:
+            self._heartbeat(now)
+            self._check_cancel_request(now)
         if self._cancel.is_set():
             return self._finish(JobState.JOB_STATE_CANCELLED, {"code": RpcCode.CANCELLED, "message": "CANCELED"})
         # Sampled before the replicas are polled: when False, every replica had its handle then.
@@ -261,7 +264,7 @@ class JobRun:
     def _timed_out(self, now: float) -> _Ending | None:
         """FAILED (code 4) past `scheduling.timeout` plus the executor's `timeout_grace_seconds`
         (a scheduler that enforces it itself, Slurm's --time, reports its own reason)."""
-        grace = float(getattr(self.executor, "timeout_grace_seconds", 0.0))
+        grace = float(self.executor.timeout_grace_seconds)
         if self.timeout_seconds is not None and now - self._started_at > self.timeout_seconds + grace:
             return (
                 JobState.JOB_STATE_FAILED,

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from vcli import cluster
 from vcli.codec import custom_job_spec_to_dict
 from vcli.executors import Executor, Placement, ReplicaLaunch
+from vcli.placement.types import HERE
 from vcli.spec import CustomJobSpec, ReplicaId, ReplicaState, WorkerPoolSpec, is_secret
 
 
@@ -40,22 +41,8 @@ class Placer(Protocol):
         ...
 
 
-class _Here:
-    """Everything on this machine, no GPU bookkeeping (hosts without declared GPUs)."""
-
-    def __call__(self, replicas: Sequence[ReplicaId], *, spec: CustomJobSpec | None = None,
-                 job_id: str | None = None, holder: Mapping[str, Any] | None = None) -> list[Placement]:
-        return [Placement() for _ in replicas]
-
-    def release(self, job_id: str) -> None:
-        return None
-
-    def hold(self, job_id: str, replicas: Sequence[ReplicaId], spec: CustomJobSpec,
-             placements: Sequence[Placement]) -> None:
-        return None
-
-
-local_placer: Placer = _Here()
+#: Everything on this machine, no GPU bookkeeping (hosts without declared GPUs).
+local_placer: Placer = HERE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vcli.cluster import output_dirs
 from vcli.executors import Executor, ReplicaHandle
-from vcli.spec import HyperparameterTuningJobSpec, MetricSpec, ParameterValue, PbtLineage, Trial
+from vcli.spec import (
+    HyperparameterTuningJobSpec,
+    MetricSpec,
+    ParameterValue,
+    PbtLineage,
+    PopulationBasedTrainingSpec,
+    Trial,
+)
 
 
 @dataclass
@@ -53,8 +60,9 @@ class Population:
     def __post_init__(self) -> None:
         from vcli.tuning.pbt import PbtScheduler
 
-        self.pbt_spec = self.spec.study_spec.population_based_training_spec
-        assert self.pbt_spec is not None
+        pbt_spec = self.spec.study_spec.population_based_training_spec
+        assert pbt_spec is not None
+        self.pbt_spec: PopulationBasedTrainingSpec = pbt_spec
         self.scheduler = PbtScheduler(self.spec.study_spec, seed=self.seed)
         self.metric_id = self.spec.study_spec.metrics[0].metric_id
 
@@ -175,8 +183,8 @@ def schedule(best: Trial, trials: Mapping[str, Trial]) -> list[dict[str, Any]]:
     out = []
     for i, t in enumerate(chain):
         start = t.lineage.start_step if t.lineage and t.lineage.parent_trial_id else 0
-        end = chain[i + 1].lineage.start_step if i + 1 < len(chain) and chain[i + 1].lineage else (
-            t.final_measurement.step_count if t.final_measurement else start)
+        nxt = chain[i + 1].lineage if i + 1 < len(chain) else None
+        end = nxt.start_step if nxt else (t.final_measurement.step_count if t.final_measurement else start)
         out.append({"trialId": t.id, "fromStep": start, "toStep": end, "parameters": dict(t.parameters)})
     return out
 

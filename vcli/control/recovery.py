@@ -130,7 +130,7 @@ def leased(run: JobRun, launch: ReplicaLaunch) -> bool:
 
     try:
         lease_unstarted([launch], run.plan.spec, run.on_progress, cancelled=run.cancelled,
-                        remote=getattr(run.executor, "gpu_leases", None))
+                        remote=run.executor.gpu_leases)
     except WaitCancelled:
         return False
     return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,10 +23,8 @@ from vcli.control.secrets import replicas_to_start, secrets_from_environment, st
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
 from vcli.enums import RpcCode
-from vcli.errors import VcliError
 from vcli.spec import (
     CustomJobSpec,
-    ExecutorKind,
     HyperparameterTuningJobSpec,
     JobKind,
     JobState,
@@ -69,10 +67,20 @@ def _open(executor: str | None, hosts: str | None, spec: CustomJobSpec | None = 
     return replace(execution, auto=auto)
 
 
+@contextlib.contextmanager
+def _closed_on_error(execution: Execution) -> Iterator[None]:
+    """Close `execution` if the block raises (then re-raise)."""
+    try:
+        yield
+    except BaseException:
+        execution.close()
+        raise
+
+
 def plan_custom_job(
     spec: CustomJobSpec, *, executor: str | None, hosts: str | None, shm_size: str | None, labels: Mapping[str, str],
     ready: bool = True, on_wait: Callable[[str], None] | None = None, leases: bool = True,
-    display_name: str | None = None,
+    display_name: str | None = None, executor_settings: Mapping[str, Any] | None = None,
 ) -> PlannedJob:
     """Plan every replica of `spec` and check it with the executor (`--executor`/`--hosts`).
 
@@ -84,17 +92,16 @@ def plan_custom_job(
 
     `display_name` (a job run by this process): a job that waits for GPUs is recorded QUEUED
     meanwhile (`recorded`; see `vcli.control.waiting`), ended FAILED or CANCELLED if the wait is.
+
+    `executor_settings`: the flags' settings by kind (`{"slurm": {"partition": ...}}`, `Execution.settings`).
     """
     from vcli.control.jobs import plan_job
     from vcli.control.plan import check_packages
 
     check_packages(spec)
-    execution = _open(executor, hosts, spec, leases=leases, job={"labels": labels})
-    try:
+    execution = _open(executor, hosts, spec, leases=leases, job={**(executor_settings or {}), "labels": labels})
+    with _closed_on_error(execution):  # vcli's home cannot be used: the execution is not left open
         store = Store()
-    except BaseException:  # vcli's home cannot be used: the execution is not left open
-        execution.close()
-        raise
     job_id = new_id()
     queued: list[bool] = []
 
@@ -220,27 +227,7 @@ def restore_of(rows: Any) -> dict[str, tuple[Any, str]]:
     return restored_placements(rows)
 
 
-def launch_notices(kind: ExecutorKind, spec: CustomJobSpec, *, auto: bool = False, executor: Any = None) -> list[str]:
-    """Lines to print before a job or study launches: accelerators and reduction servers this
-    executor cannot honour, gs:// paths mapped to local folders, unfilled shell placeholders,
-    image pools whose command runs on the host."""
-    from vcli import codec
-    from vcli.control.wiring import accelerator_notices, image_command_notices, reduction_server_notices
 
-    gcs = codec.gcs_notice(spec)
-    return [*accelerator_notices(kind, spec), *reduction_server_notices(spec), *([gcs] if gcs else []),
-            *codec.placeholder_notices(spec), *image_command_notices(kind, spec, auto=auto),
-            *_shared_out(executor, spec)]
-
-
-def _shared_out(executor: Any, spec: CustomJobSpec) -> list[str]:
-    """The Ray executor's note when it shares a job's CPUs and memory out (else nothing)."""
-    notice = getattr(executor, "share_notice", None)
-    try:
-        note = notice(spec) if notice is not None else None
-    except VcliError:
-        return []
-    return [note] if note else []
 
 
 def enter_working_directory(record: Mapping[str, Any]) -> None:
@@ -289,7 +276,7 @@ def spawn_runner(store: Store, job_id: str, argv: list[str], *, secrets: Mapping
     import os
     import subprocess
 
-    from vcli.control.cancel import mark_controller
+    from vcli.control.liveness import mark_controller
 
     log = store.job_dir(job_id) / "controller.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -340,6 +327,7 @@ def plan_study(
     hosts: str | None,
     shm_size: str | None,
     leases: bool = True,
+    executor_settings: Mapping[str, Any] | None = None,
 ) -> PlannedStudy:
     """Build the study's executor and suggester (a random seed unless given).
 
@@ -359,7 +347,8 @@ def plan_study(
     from vcli.control.plan import check_packages
 
     check_packages(spec.trial_job_spec, "trialJobSpec.")
-    execution = _open(executor, hosts, spec.trial_job_spec, leases=leases, job={"labels": labels})
+    execution = _open(executor, hosts, spec.trial_job_spec, leases=leases,
+                      job={**(executor_settings or {}), "labels": labels})
     try:
         store = Store()
         study_id = new_id()
@@ -462,7 +451,7 @@ def check_study(study: PlannedStudy) -> str | None:
 
 def submit_study(study: PlannedStudy) -> JobRow:
     """Record the study as QUEUED, with this process as its controller."""
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
 
     row = study.store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB, display_name=study.display_name,
                                  record=study.record, state=JobState.JOB_STATE_QUEUED, job_id=study.study_id)

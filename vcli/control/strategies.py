@@ -91,8 +91,8 @@ class SearchStrategy(Strategy):
         hit = self._reach.get(trial.id)
         if hit is not None and hit[0] is trial.measurements:
             return hit[1]
-        xs = [m.elapsed_seconds if self.elapsed else m.step_count for m in trial.measurements]
-        xs = [float(x) for x in xs if x is not None and math.isfinite(x)]
+        raw = [m.elapsed_seconds if self.elapsed else m.step_count for m in trial.measurements]
+        xs = [float(x) for x in raw if x is not None and math.isfinite(x)]
         far = max(xs) if xs else None
         self._reach[trial.id] = (trial.measurements, far)
         return far

@@ -9,15 +9,13 @@ while it runs, and tells the suggester the outcome. It ends when:
   (grid search): SUCCEEDED if at least one trial SUCCEEDED, else FAILED;
 - more than the failure budget of trials failed: FAILED (running trials are stopped);
 - a cancel request (Ctrl-C or `hp-tuning-jobs cancel` from any terminal): CANCELLED;
-- vcli extensions: the goal value is reached, or the study's wall-clock budget runs out.
-  Both stop launching AND stop the running trials (like Hyperopt SparkTrials' `timeout`);
-  a stopped trial with measurements ends SUCCEEDED with its last/best one, else INFEASIBLE.
+- vcli extensions: the goal value is reached, or the study's wall-clock budget runs out. Both
+  stop launching AND the running trials (like Hyperopt SparkTrials' `timeout`); a stopped
+  trial with measurements ends SUCCEEDED with its last/best one, else INFEASIBLE.
 
 Automated early stopping (`studySpec.*StoppingSpec`, `vcli.tuning.stopping`): each time a running
-trial reports, the rule reviews it against the study's trials; a trial it stops goes
-STOPPING (SIGTERM, then the executor's grace period) and ends SUCCEEDED with its selected
-measurement, as on Vertex. Its slot is free at once: the next trial starts while it winds down.
-
+trial reports, the rule reviews it; a trial it stops goes STOPPING (SIGTERM, then the grace
+period) and ends SUCCEEDED with its selected measurement, as on Vertex. Its slot is free at once.
 With several metrics the result is the Pareto front of the SUCCEEDED trials (`optimal_trials`).
 Trials that fail, find no capacity within their maxWaitDuration or finish without the metric are
 INFEASIBLE with a reason (Vertex has no FAILED trial state) and count towards the failure budget.
@@ -41,9 +39,9 @@ from vcli.control.active import (
     seconds_since,
     trainer_modules,
 )
-from vcli.control.cancel import mark_controller
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
+from vcli.control.liveness import mark_controller
 from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
 from vcli.control.waiting import TrialWait
@@ -156,13 +154,17 @@ class StudyRun:
     def _tick(self) -> JobState | None:
         """One turn of the loop: the study's final state once it ended, else None."""
         now = self.clock.now()
+        jobs = {a.run.job_id: a.run for a in self.active.values()}  # one query each for the study and all trials
         if now - self._last_beat > 2.0:
             self._last_beat = now
-            self.store.beat(self.study_id)
-        if now - self._last_cancel_check > 0.25:
+            self.store.beat_all([self.study_id, *jobs])
+        if now - self._last_cancel_check > 0.2:
             self._last_cancel_check = now
-            if self.store.cancel_requested(self.study_id):
+            asked = self.store.cancels_requested([self.study_id, *jobs])
+            if self.study_id in asked:
                 return self._end_cancelled()
+            for job_id in asked:  # one trial's job (`custom-jobs cancel` of it)
+                jobs[job_id].cancel()
         self._poll_active()
         if self._fatal is not None:
             return self._fail(self._fatal)
@@ -194,8 +196,7 @@ class StudyRun:
         return self._finish(JobState.JOB_STATE_FAILED, {"code": RpcCode.FAILED_PRECONDITION, "message": message})
 
     def _abort(self, error: Exception) -> None:
-        """The store failed under the study (e.g. a full disk), or vcli did: stop every trial,
-        record what we can (FAILED)."""
+        """The store (a full disk) or vcli failed under the study: stop every trial, record FAILED."""
         for active in self.active.values():
             active.run.abort(error)
         self.active.clear()
@@ -277,7 +278,7 @@ class StudyRun:
         """The controller of one trial's custom job."""
         timeout = spec.scheduling.timeout_seconds if spec.scheduling else None
         return JobRun(store=self.store, executor=self.executor, plan=plan, timeout_seconds=timeout,
-                      on_progress=self.on_progress, clock=self.clock, announce_stop=False)
+                      on_progress=self.on_progress, clock=self.clock, announce_stop=False, store_checks=False)
 
     # ------------------------------------------------------------------ trials
 
@@ -461,8 +462,7 @@ class StudyRun:
     # ------------------------------------------------------------------ records
 
     def optimal_trials(self) -> list[Trial]:
-        """The study's result: its best trial, or with several metrics the Pareto front (in
-        trial order); empty while no trial SUCCEEDED with every metric."""
+        """Its best trial, or with several metrics the Pareto front (trial order); [] if none yet."""
         if len(self.metrics) == 1:
             best = self.best_trial()
             return [best] if best is not None else []

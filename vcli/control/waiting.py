@@ -140,7 +140,7 @@ def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str],
 
 def queue_job(store: Store, job_id: str, display_name: str, record: dict[str, Any]) -> None:
     """Record a job that waits for GPUs as QUEUED, this process its controller."""
-    from vcli.control.cancel import claim_controller
+    from vcli.control.liveness import claim_controller
 
     store.create_job(kind=JobKind.CUSTOM_JOB, display_name=display_name, record=record,
                      state=JobState.JOB_STATE_QUEUED, job_id=job_id)

@@ -19,10 +19,12 @@ import os
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from vcli.placement.types import Placement
-from vcli.spec import ExecutorKind, LocalPackage, MachineSpec, ReplicaId
+
+if TYPE_CHECKING:  # the data model is imported where launches are made, not by every reader of handles
+    from vcli.spec import LocalPackage, MachineSpec, ReplicaId
 
 __all__ = [
     "Executor",
@@ -32,11 +34,7 @@ __all__ = [
     "ReplicaHandle",
     "ReplicaLaunch",
     "ReplicaStatus",
-    "get_executor",
-    "EXECUTOR_NAMES",
 ]
-
-EXECUTOR_NAMES = tuple(k.value for k in ExecutorKind)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +60,7 @@ class ReplicaLaunch:
     output_dir: str
     log_path: str
     metric_file: str
-    machine_spec: MachineSpec = field(default_factory=MachineSpec)
+    machine_spec: MachineSpec = field(default_factory=lambda: _machine_spec())
     #: pythonPackageSpec.pythonModule (run as `python -m` by process runtimes).
     python_module: str | None = None
     local_package: LocalPackage | None = None
@@ -86,6 +84,12 @@ class ReplicaLaunch:
     @property
     def argv(self) -> tuple[str, ...]:
         return self.command + self.args
+
+
+def _machine_spec() -> MachineSpec:
+    from vcli.spec import MachineSpec
+
+    return MachineSpec()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,15 +293,46 @@ class Executor(Protocol):
         """Drop connections and helper threads; the executor is not used afterwards."""
         ...
 
+    # What only some kinds do; `ExecutorBase` holds the defaults, so callers never ask
+    # whether an executor has a capability.
+
+    #: Seconds past `scheduling.timeout` before a job is failed for it: the time this kind's
+    #: replicas may need to start counting (a Slurm allocation's start-up).
+    timeout_grace_seconds: float
+
+    def share_notice(self, spec: Any) -> str | None:
+        """One line saying how this executor shares a job's CPUs and memory out, where that
+        differs from Vertex's whole machines (Ray); None where there is nothing to say."""
+        ...
+
+    def gpu_leases(self, host: str) -> Any:
+        """The host-wide GPU leases of inventory host `host`, held on that host itself (SSH);
+        None where this executor runs on no host but this machine."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """What a job's record keeps of this executor so that `resume` builds it the same way
+        (Slurm's partition, account, QOS, shared directory); empty when nothing matters."""
+        ...
+
+    def cancel_leftovers(self, job_id: str, *, study: bool) -> list[str]:
+        """Cancel what a dead controller of job `job_id` (a study's: its trials') left with the
+        cluster that no stored handle names (a Slurm allocation still pending); the ids
+        cancelled. Raises `ExecutorError` where the cluster cannot be reached."""
+        ...
+
 
 class ExecutorBase:
     """Defaults for the contract's optional capabilities; executors subclass it.
 
     `check` asks `command_for` about every launch (which raises for a replica with nothing to
-    run); `ready` asks nothing; `adopt` has nothing to resume; `close` has nothing to drop. `command_for` defaults to the process runtime's argv.
+    run); `ready` asks nothing; `adopt` has nothing to resume; `close` has nothing to drop.
+    `command_for` defaults to the process runtime's argv. No start-up grace, no share notice,
+    no remote leases, no settings to keep, no leftovers to cancel.
     """
 
     name: str = ""
+    timeout_grace_seconds: float = 0.0
     #: The interpreter for `python -m` / `.py` entrypoints of process replicas.
     python: str = "python3"
 
@@ -323,6 +358,18 @@ class ExecutorBase:
     def fetch_dir(self, handle: ReplicaHandle, path: str, dest: str) -> bool:
         """The replica's files are on this machine (processes; containers bind-mount them)."""
         return copy_dir_atomically(path, dest)
+
+    def share_notice(self, spec: Any) -> str | None:
+        return None
+
+    def gpu_leases(self, host: str) -> Any:
+        return None
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def cancel_leftovers(self, job_id: str, *, study: bool) -> list[str]:
+        return []
 
 
 #: How long a directory's listing must stay the same around a copy for the copy to count as
@@ -433,28 +480,3 @@ def process_argv(launch: ReplicaLaunch, python: str) -> list[str]:
         f"{launch.task_name} has container-image-uri={launch.image_uri} but no command: processes run code "
         "directly, so give --command (or containerSpec.command), or run containers with --executor=docker.",
     )
-
-
-def get_executor(name: str) -> Executor:
-    """A default-configured executor of a kind that needs no data (`local`, `docker`).
-
-    Executors that need data (ssh: its hosts and known_hosts) are built by
-    `vcli.control.wiring`, which also serves stored handles (`executor_for_handles`).
-    """
-    if name == ExecutorKind.LOCAL.value:
-        from vcli.executors.local import LocalExecutor
-
-        return LocalExecutor()
-    if name == ExecutorKind.DOCKER.value:
-        from vcli.executors.docker import DockerExecutor
-
-        return DockerExecutor()
-    from vcli.errors import UsageError
-
-    if name == ExecutorKind.SSH.value:
-        raise UsageError("the ssh executor needs its hosts: build it with vcli.control.wiring")
-    if name == ExecutorKind.RAY.value:
-        raise UsageError("the ray executor needs its cluster address: build it with vcli.control.wiring")
-    if name == ExecutorKind.SLURM.value:
-        raise UsageError("the slurm executor needs its settings: build it with vcli.control.wiring")
-    raise UsageError(f"argument --executor: invalid choice: '{name}' (choose from {', '.join(EXECUTOR_NAMES)})")

@@ -65,7 +65,7 @@ def keep_container_leases(launch: ReplicaLaunch, cid: str, engine_url: str, leas
     container stops (`docker/lease_keeper.py` under the replica supervisor, in a session of its
     own, waiting on the engine at `engine_url`): the GPUs stay leased while the container runs,
     even after this vcli process died, and are free the moment it stops or is removed."""
-    from vcli.executors.local import SUPERVISOR
+    from vcli.executors import supervisor
 
     if leases is None:
         leases = held_leases(launch)
@@ -76,7 +76,7 @@ def keep_container_leases(launch: ReplicaLaunch, cid: str, engine_url: str, leas
     base = os.path.join(launch.output_dir, "lease-keeper")
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-S", SUPERVISOR, *[a for fd in fds for a in ("--lease-fd", str(fd))],
+            [sys.executable, "-S", os.path.abspath(supervisor.__file__), *[a for fd in fds for a in ("--lease-fd", str(fd))],
              f"{base}.status", f"{base}.log", "--", sys.executable, "-S", keeper, engine_url, cid],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, pass_fds=fds,

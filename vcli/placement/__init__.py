@@ -48,9 +48,10 @@ from vcli.placement.scheduler import (
     Scheduler,
     request_for_job,
 )
-from vcli.placement.types import Placement
+from vcli.placement.types import HERE, Placement
 
 __all__ = [
+    "HERE",
     "HostCapacity",
     "JobPlacer",
     "NoCapacityError",

@@ -4,8 +4,9 @@ executors import this, and nothing here imports an executor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
-__all__ = ["Placement"]
+__all__ = ["HERE", "Here", "Placement"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,3 +25,20 @@ class Placement:
     #: The host declares GPUs, which vcli leases: a replica given none of them sees none
     #: (CUDA_VISIBLE_DEVICES empty), never the shell's value or every GPU, leased ones too.
     gpu_host: bool = False
+
+
+class Here:
+    """The placer of a machine that declares no GPUs: every replica here, no bookkeeping."""
+
+    def __call__(self, replicas: Sequence[Any], *, spec: Any = None, job_id: str | None = None,
+                 holder: Mapping[str, Any] | None = None) -> list[Placement]:
+        return [Placement() for _ in replicas]
+
+    def release(self, job_id: str) -> None:
+        return None
+
+    def hold(self, job_id: str, replicas: Sequence[Any], spec: Any, placements: Sequence[Placement]) -> None:
+        return None
+
+
+HERE = Here()

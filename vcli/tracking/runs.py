@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import json
 import shlex
+from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vcli.spec import CustomJobSpec, HyperparameterTuningJobSpec, JobState, ParameterSpec, Trial, TrialState
@@ -136,7 +137,6 @@ def trial_status(trial: Trial) -> str:
 
 def final_metrics(trial: Trial) -> list[tuple[str, float, int, int]]:
     """`final/<metric>` at the final measurement's step, and `duration_seconds`."""
-    from vcli.tracking.study import iso_ms
 
     end = iso_ms(trial.end_time) or 0
     out: list[tuple[str, float, int, int]] = []
@@ -201,3 +201,13 @@ def job_params(spec: CustomJobSpec) -> dict[str, str]:
             out[f"{key}.program"] = program
         out[f"{key}.args"] = shlex.join(args)
     return out
+
+
+def iso_ms(stamp: str | None) -> int | None:
+    """An ISO 8601 time (`2026-11-26T17:26:44.123Z`) in epoch milliseconds."""
+    if not stamp:
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None

@@ -27,26 +27,16 @@ study's record, so `resume` continues the same runs and logs nothing twice.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
 from vcli.spec import HyperparameterTuningJobSpec, JobState, Trial
+from vcli.tracking.runs import iso_ms
 from vcli.tracking.sync import RUN_WAIT_SECONDS, RunState, Syncer
 from vcli.tuning.events import StudyListener
 
-__all__ = ["StudyTracker", "iso_ms"]
+__all__ = ["StudyTracker"]
 
 _RUN_STATUS = {JobState.JOB_STATE_SUCCEEDED: "FINISHED", JobState.JOB_STATE_CANCELLED: "KILLED"}
-
-
-def iso_ms(stamp: str | None) -> int | None:
-    """An ISO 8601 time (`2026-11-26T17:26:44.123Z`) in epoch milliseconds."""
-    if not stamp:
-        return None
-    try:
-        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 class StudyTracker(StudyListener):

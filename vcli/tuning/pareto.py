@@ -84,7 +84,7 @@ def dominates(a: Point, b: Point, goals: Sequence[Goal | str]) -> bool:
     return _dominates_min(ma, mb)
 
 
-def _first_front(pts: Sequence[Sequence[float]], idx: Sequence[int]) -> list[int]:
+def _first_front(pts: Sequence[tuple[float, ...]], idx: Sequence[int]) -> list[int]:
     """Indices (from ``idx``) of the non-dominated points among ``pts[idx]``, sorted.
 
     In lexicographic order a point can only be dominated by points before it, so each point

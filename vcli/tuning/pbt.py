@@ -420,7 +420,7 @@ class PbtScheduler:
             return float(min(node.hi, max(node.lo, value * factor)))
         # INTEGER: clamped before int() (a huge factor made it inf: OverflowError, the controller died)
         scaled = min(float(node.int_hi) + 1.0, max(float(node.int_lo) - 1.0, value * factor))
-        moved = int(math.floor(scaled + 0.5))
+        moved: float = int(math.floor(scaled + 0.5))  # value + 1 below is a float when value is
         if factor != 1 and moved == value:
             moved = value + (1 if scaled > value else -1)
         return int(min(node.int_hi, max(node.int_lo, moved)))

@@ -118,6 +118,7 @@ class Space:
             return int(min(n.int_hi, max(n.int_lo, math.floor(x + 0.5))))
         # DISCRETE: nearest in warped space
         ch = self.choices[col]
+        assert ch is not None  # a DISCRETE column always has its choices (None is DOUBLE / large INTEGER)
         j = min(range(len(ch)), key=lambda k: abs(ch[k] - u))
         return float(n.values[j])
 

@@ -14,18 +14,25 @@ Importing this package does not import the Docker SDK; it is imported when an en
 
 from __future__ import annotations
 
-from vcli.executors.docker.autopackage import AUTOGEN_REPOSITORY, autopackage_dockerfile
-from vcli.executors.docker.container import (
-    LABEL_JOB,
-    LABEL_TASK,
-    LABEL_TRIAL,
-    container_create_kwargs,
-    container_labels,
-    container_name,
-)
-from vcli.executors.docker.engine import TRAINER_IMAGE
-from vcli.executors.docker.executor import DockerExecutor, cleanup_job
-from vcli.executors.docker.output import iter_log_lines, status_from_state
+from typing import Any
+
+#: Where each name lives: imported on first use, so that importing the package (its `kind`
+#: module, the registry) imports no executor.
+_WHERE = {
+    "AUTOGEN_REPOSITORY": "vcli.executors.docker.autopackage",
+    "DockerExecutor": "vcli.executors.docker.executor",
+    "LABEL_JOB": "vcli.executors.docker.container",
+    "LABEL_TASK": "vcli.executors.docker.container",
+    "LABEL_TRIAL": "vcli.executors.docker.container",
+    "TRAINER_IMAGE": "vcli.executors.docker.engine",
+    "autopackage_dockerfile": "vcli.executors.docker.autopackage",
+    "cleanup_job": "vcli.executors.docker.executor",
+    "container_create_kwargs": "vcli.executors.docker.container",
+    "container_labels": "vcli.executors.docker.container",
+    "container_name": "vcli.executors.docker.container",
+    "iter_log_lines": "vcli.executors.docker.output",
+    "status_from_state": "vcli.executors.docker.output",
+}
 
 __all__ = [
     "AUTOGEN_REPOSITORY",
@@ -42,3 +49,11 @@ __all__ = [
     "iter_log_lines",
     "status_from_state",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(name)

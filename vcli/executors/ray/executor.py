@@ -92,6 +92,10 @@ class RayExecutor(ExecutorBase):
         self._port_task: Any = None
         self._watch = ClusterWatch(self.address)
 
+    def settings(self) -> dict[str, Any]:
+        """The cluster a job's record keeps, so that `resume` and `--async`'s runner reach it."""
+        return {"address": self.address}
+
     # ------------------------------------------------------------------ connection
 
     def _ray(self) -> Any:

@@ -7,9 +7,8 @@ Per task: CPUs and memory from the machine type (capped at the largest node, as 
 scheduler caps them; memory never more per CPU than the leanest node has), GPUs from
 `accelerator-count` (`--gpus-per-task`); replicas of a pool go to distinct nodes when there are
 enough (`--nodes=min(replicas, nodes)`), as on Vertex where each replica is a machine.
-`scheduling.timeout` becomes `--time` (whole minutes, rounded up), the partition, account and
-QOS come from `slurm/partition`, `slurm/account`, `slurm/qos` (or `--slurm-*` flags). A job
-that pends is "no capacity now" (`NoCapacityError`: a study keeps the trial queued, and since a
+`scheduling.timeout` becomes `--time` (whole minutes, rounded up); partition, account and QOS:
+`vcli.executors.slurm.kind`. A job that pends is "no capacity now" (`NoCapacityError`: a study keeps the trial queued, and since a
 study asks only for its next trial, at most `parallelTrialCount` allocations of a study are
 ever in the queue); one that pends longer than `scheduling.maxWaitDuration` is cancelled with
 Slurm's pending reason (`PlacementError`). Once it runs, `scontrol show job -d` tells which
@@ -32,10 +31,8 @@ The allocation outlives the controller: its holder script ends the job only once
 process renewed its lease file for `VCLI_SLURM_ORPHAN_TIMEOUT` seconds (default 600), so
 `resume` re-attaches to the same Slurm job and an abandoned one does not hold nodes for ever.
 
-Files: everything replicas read or write is used at the same path on the nodes, so vcli's home
-(replica logs, status and metric files, the package snapshot), the job's output directory and
-the shared directory (`slurm/shared-dir`, default `<vcli home>/slurm`: the supervisor, holder
-script, leases) must be on a filesystem every node mounts at the same path.
+Files: vcli's home, the job's output directory and the shared directory (`slurm/shared-dir`,
+default `<vcli home>/slurm`) must be on a filesystem every node mounts at the same path.
 """
 
 from __future__ import annotations
@@ -261,14 +258,17 @@ class SlurmExecutor(ExecutorBase):
                 return
             time.sleep(0.1)
 
-    def cancel_leftovers(self, named: Callable[[str], bool], *, pending_only: bool) -> list[str]:
-        """scancel this user's Slurm jobs whose name `named` accepts (vcli names them after the
-        job or the study's trial: `vcli-JOB`, `vcli-STUDY-tN`) and that this executor does not
-        hold; remove their leases. What a controller killed while its allocation pended left in
-        the queue: only its memory knew the Slurm id, so `resume` queued a second one behind it
-        and `cancel` left it, to run later and hold nodes for a job that had ended.
-        `pending_only`: leave running ones (whose steps a resumed controller re-attaches).
-        Returns the Slurm ids cancelled."""
+    def cancel_leftovers(self, job_id: str, *, study: bool) -> list[str]:
+        """`cancel_named` over the allocations of `job_id` (`vcli-JOB`; a study's trials: `vcli-STUDY-tN`)."""
+        return self.cancel_named((lambda n: n.startswith(f"vcli-{job_id}-t")) if study else
+                                 (lambda n: n == f"vcli-{job_id}"), pending_only=False)
+
+    def cancel_named(self, named: Callable[[str], bool], *, pending_only: bool) -> list[str]:
+        """scancel this user's Slurm jobs whose name `named` accepts (`allocation_name`) and
+        that this executor does not hold; remove their leases. What a controller killed while
+        its allocation pended left queued (only its memory knew the Slurm id), to run later and
+        hold nodes for a job that had ended. `pending_only`: leave running ones (whose steps a
+        resumed controller re-attaches). Returns the Slurm ids cancelled."""
         with self._lock:
             held = {a.slurm_id for a in (*self._allocs.values(), *self._pending.values())}
         gone = [slurm_id for slurm_id, state, name in client.own_jobs()

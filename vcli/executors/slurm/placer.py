@@ -51,7 +51,7 @@ class SlurmPlacer:
             sched = spec.scheduling
             name = allocation_name(key)
             # a controller killed while this job's (or trial's) allocation pended left it queued
-            ex.cancel_leftovers(lambda other: other == name, pending_only=True)
+            ex.cancel_named(lambda other: other == name, pending_only=True)
             alloc = ex.submit(groups, key=key, name=name, comment=comment(key, self.labels),
                               timeout_seconds=sched.timeout_seconds if sched else None,
                               max_wait=sched.wait_limit_seconds if sched else None)

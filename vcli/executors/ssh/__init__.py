@@ -52,17 +52,21 @@ running for good. `cancel` stops an orphaned job's replicas at once.
 
 from __future__ import annotations
 
-from vcli.executors.ssh.executor import SSHExecutor
-from vcli.executors.ssh.probe import check_hosts
-from vcli.executors.ssh.remote import build_remote_command
-from vcli.executors.ssh.trust import (
-    ChangedHostKeyError,
-    HostKeyError,
-    UnknownHostKeyError,
-    accept_host_key,
-    connect,
-    fingerprint,
-)
+from typing import Any
+
+#: Where each name lives: imported on first use, so that importing the package (its `kind`
+#: module, the registry) imports no executor.
+_WHERE = {
+    "ChangedHostKeyError": "vcli.executors.ssh.trust",
+    "HostKeyError": "vcli.executors.ssh.trust",
+    "SSHExecutor": "vcli.executors.ssh.executor",
+    "UnknownHostKeyError": "vcli.executors.ssh.trust",
+    "accept_host_key": "vcli.executors.ssh.trust",
+    "build_remote_command": "vcli.executors.ssh.remote",
+    "check_hosts": "vcli.executors.ssh.probe",
+    "connect": "vcli.executors.ssh.trust",
+    "fingerprint": "vcli.executors.ssh.trust",
+}
 
 __all__ = [
     "ChangedHostKeyError",
@@ -75,3 +79,11 @@ __all__ = [
     "connect",
     "fingerprint",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(name)

@@ -20,7 +20,8 @@ def check_halving(reduction_factor: int, min_step_count: int) -> None:
 def rungs(min_x: float, eta: int, max_x: float | None, *, upto: float | None = None, limit: int = 64) -> list[float]:
     """Rung positions min_x * eta**k, strictly below max_x (a full trial needs no judging),
     and at most `upto` when given."""
-    out, r = [], float(min_x)
+    out: list[float] = []
+    r = float(min_x)
     while len(out) < limit and (max_x is None or r < max_x) and (upto is None or r <= upto):
         out.append(r)
         r *= eta
@@ -78,6 +79,7 @@ class AshaRule:
         pool = trials if peers is None else peers
         for rung in todo:
             mine = _value_at_rung(own, rung)
+            assert mine is not None  # rung <= own[-1].x (`reached` stops at it): own has a point at or past it
             values = [v for t in pool if t.id != trial.id and (v := _value_at_rung(c.points(t), rung)) is not None]
             values.append(mine)
             keep = max(1, len(values) // self.eta)

@@ -108,7 +108,8 @@ def _unset_zeros(spec: ConvexAutomatedStoppingSpec) -> ConvexAutomatedStoppingSp
     from dataclasses import replace
 
     names = ("max_step_count", "min_step_count", "min_measurement_count")
-    return replace(spec, **{n: None for n in names if getattr(spec, n) == 0})
+    # mypy matches a **dict against every field; these names are all `int | None` ones
+    return replace(spec, **{n: None for n in names if getattr(spec, n) == 0})  # type: ignore[arg-type]
 
 
 def _describe(spec: ConvexAutomatedStoppingSpec) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TypeGuard
 
 from vcli.spec import Goal, MetricSpec, Trial, TrialState
 
@@ -89,7 +89,7 @@ class Curves:
         return self.sign * score
 
 
-def finite(v: object) -> bool:
+def finite(v: object) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

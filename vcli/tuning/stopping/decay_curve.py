@@ -128,7 +128,7 @@ def _prediction_upper_bound(rows, finals, query) -> float | None:
 
 
 
-RULE = RuleType(
+RULE: RuleType = RuleType(
     name="decay-curve", key="decayCurveStoppingSpec", spec=DecayCurveAutomatedStoppingSpec,
     flag_keys=("use-elapsed-duration",),
     build=lambda spec, metric: DecayCurveRule(metric, spec.use_elapsed_duration),

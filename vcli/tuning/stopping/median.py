@@ -68,7 +68,7 @@ def _median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-RULE = RuleType(
+RULE: RuleType = RuleType(
     name="median", key="medianAutomatedStoppingSpec", spec=MedianAutomatedStoppingSpec,
     flag_keys=("use-elapsed-duration",),
     build=lambda spec, metric: MedianRule(metric, spec.use_elapsed_duration),

@@ -17,8 +17,6 @@ from vcli.spec import Algorithm, StudySpec, Trial, TrialSuggestion
 
 __all__ = ["BAYESIAN", "BAYESIAN_BACKENDS", "SUGGESTERS", "Suggester", "get_suggester"]
 
-BAYESIAN_BACKENDS = ("gp", "skopt")
-
 
 class Suggester(Protocol):
     """Proposes parameter values for new trials and learns from reported trials.

@@ -10,10 +10,29 @@ discrete ones); and the batch's local variant, from starts near the incumbent on
 from __future__ import annotations
 
 import math
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vcli.spec import ParameterValue
+    from vcli.tuning.space import Space
 
 
 class AcqSearch:
     """Acquisition maximisers of `GPSuggester` (see the module docstring)."""
+
+    # what the host suggester provides (declared for the type checker only; no runtime effect)
+    space: Space
+    _np: ModuleType
+    _cont_cols: np.ndarray
+    _disc_cols: list[int]
+    n_candidates: int
+    n_local: int
+    local_sd: float
+    local_starts: int
+    _untried_random: Callable[[np.random.Generator, set], dict[str, ParameterValue] | None]
 
     def _optimise_acq(self, acq, ls, best_x, rng, known: set):
         """Maximise `acq` over the space: Sobol candidates, then local search from the best."""

@@ -90,7 +90,9 @@ class SkoptSuggester(SuggesterBase):
             if n.kind == CATEGORICAL:
                 row.append(float(n.values.index(str(v))))
             elif n.kind == DISCRETE:
-                row.append(sp.choices[c][int(v)])
+                ch = sp.choices[c]
+                assert ch is not None  # a DISCRETE column always has its choices
+                row.append(ch[int(v)])
             elif n.scale not in (LINEAR, LOG):
                 row.append(float(v))
             else:
@@ -134,6 +136,7 @@ class SkoptSuggester(SuggesterBase):
         point with the constant lie min(values)."""
         import numpy as np
 
+        obs: Sequence[tuple[Mapping[str, ParameterValue], object]]  # one value, or one per metric
         if self.n_objectives > 1:  # one ParEGO scalarisation per ask (see the class docstring)
             obs = self.objective_observations()
             weights_rng = np.random.default_rng([self.seed, self.n_known, _RNG_WEIGHTS])

@@ -30,7 +30,7 @@ for above -- and the next point is the candidate with the highest log l(x) - log
   10 values rather than taking over at trial number 10 with fewer); in a fully discrete
   space a known point is never proposed again ([] once every point is known).
 
-Measured equivalence (bench/README.md, "### TPE"): on the same split, l(x) - g(x) equals
+Measured equivalence (bench/results/tpe/NOTES.md, "### TPE"): on the same split, l(x) - g(x) equals
 Optuna's to 1e-15 except where observations tie. There the kernel that gets the gap to a
 neighbour is the first/last tied one in tell order (a stable sort), where Optuna's unstable
 `np.argsort` picks one that depends on the CPU's sort kernel; vcli keeps the stable order so
@@ -49,7 +49,7 @@ numpy/scipy are imported on construction (the `tune` extra).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from vcli.spec import ParameterValue, StudySpec
 from vcli.tuning.pareto import metric_values
@@ -64,6 +64,9 @@ from vcli.tuning.space import (
 
 if TYPE_CHECKING:
     import numpy as np
+
+    _Dim = (tuple[Literal["cat"], np.ndarray]
+            | tuple[Literal["num"], np.ndarray, np.ndarray, float, float, np.ndarray | None, np.ndarray | None])
 
 # purposes of the seeded generators (the third element of the rng key)
 _RNG_STARTUP, _RNG_TPE = 11, 12
@@ -292,7 +295,7 @@ class _Parzen:
         weights = np.append(np.asarray(w, dtype=float), prior_weight) if n else np.ones(1)
         self.log_w = np.log(np.maximum(weights / weights.sum(), 1e-300))
         self.w = weights / weights.sum()
-        self.dims = []  # per column: ("cat", probs K x k) / ("num", mu, sigma, a, b, choices, edges)
+        self.dims: list[_Dim] = []  # per column: ("cat", probs K x k) / ("num", mu, sigma, a, b, choices, edges)
         for j, c in enumerate(cols):
             node = sp.nodes[c]
             if node.kind == CATEGORICAL:
