@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.docker_env import ensure_docker
+from tests.harness.docker_env import BASE_IMAGE, PYBASE_IMAGE, ensure_docker
 from tests.helpers import (
     clusters_from_stdout,
     describe,
@@ -38,7 +38,7 @@ POOL = "machine-type=n1-standard-4,replica-count=1"
 
 @pytest.fixture(scope="module")
 def client():
-    c = ensure_docker()
+    c = ensure_docker([BASE_IMAGE, PYBASE_IMAGE])  # the module's autopackaging tests build on vcli-pybase
     c.images.get(TRAINER_IMAGE)  # built by .ci/docker-setup.sh; a clear KeyError-free failure if not
     return c
 

@@ -153,6 +153,19 @@ def test_svg_output_writes_one_standalone_svg_per_figure(single, tmp_path: Path)
         assert root.get("id") == "fig-" + Path(path).stem.removeprefix("fig-")
 
 
+def test_a_log_scale_axis_is_labelled_with_numbers_not_raw_tex(single, tmp_path: Path) -> None:
+    """Log-scale ticks read 0.01, 0.1, 1: with matplotlib's TeX off (names are text), its
+    default log labels printed `$\\mathdefault{10^{-2}}$` in the report and the dashboard."""
+    home, sid, _ = single
+    (tmp_path / "out").mkdir()
+    r = _plot(home, tmp_path, sid, f"--output={tmp_path / 'out' / 'fig.svg'}")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "out" / "fig-slice-x.svg").read_text()
+    assert "mathdefault" not in text and "$" not in text
+    labels = re.findall(r"<!-- (\S+) -->", text)
+    assert {"0.01", "0.1", "1"} <= set(labels), labels
+
+
 def test_png_output_writes_real_pngs(single, tmp_path: Path) -> None:
     from PIL import Image
 

@@ -218,7 +218,12 @@ def _slice(s: Study, p: ParameterSpec) -> Drawn:
             ax.set_xticks(range(len(cats)), cats)
             ax.set_xlim(-0.5, len(cats) - 0.5)
         elif d.is_log(p):
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+
             ax.set_xscale("log")
+            # matplotlib writes log ticks as TeX (10^-3), which text.parse_math=False (canvas.py) prints raw.
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel(goal_label(m))
     axes[-1].set_xlabel(pid + (" (log scale)" if d.is_log(p) else ""))
     out.figure.colorbar(ScalarMappable(norm, cmap), ax=list(axes), label="trial order (later is darker)")
