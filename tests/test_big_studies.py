@@ -110,3 +110,27 @@ def test_a_value_the_fast_writer_does_not_know_goes_through_the_representer() ->
     import datetime
 
     assert to_yaml({"day": datetime.date(2026, 12, 7), "n": 1}) == "day: 2026-12-07\nn: 1\n"
+
+
+def test_the_figures_of_a_big_study_draw_its_points_as_images(tmp_path: Path) -> None:
+    """Past `MAX_VECTOR_MARKS` marks in a plot, its points, lines and bars are an image inside
+    the SVG (axes and text stay vector): a 3,000-trial study's figures stay small, where each
+    figure was megabytes of SVG elements. A small study's plots keep every point as an element
+    with its tooltip (the other plot tests)."""
+    pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'vcli[plot]'")
+    from vcli import codec
+    from vcli.plots import render
+    from vcli.plots.canvas import MAX_VECTOR_MARKS
+    from vcli.store import Store
+
+    home = tmp_path / "home"
+    study = make_study(home, 3_000)
+    store = Store(home)
+    spec = codec.study_spec_from_stored(store.get_job(study).record["studySpec"])
+    drawn, _ = render.draw(spec, spec.parameters, store.trials(study), now=None)
+    svgs = {f.key: render.svg_element(f) for f in drawn}
+    assert 3_000 > MAX_VECTOR_MARKS
+    for key in ("history", "parallel", "intermediate", "rank", "timeline"):
+        assert "<image" in svgs[key], key
+        assert svgs[key].count("<title>") < 100, key  # no per-trial elements left
+    assert sum(map(len, svgs.values())) < 2_500_000, {k: len(v) for k, v in svgs.items()}

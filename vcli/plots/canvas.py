@@ -112,11 +112,45 @@ def matplotlib() -> Any:
     return matplotlib
 
 
+#: Above this many marks in one plot (points, bars, vertices of lines), `svg_element` draws the
+#: plot's points, lines and bars as an image inside the SVG (axes, ticks and text stay vector),
+#: as optuna-dashboard and TensorBoard cap what they draw: a 10,000-trial study's figures were
+#: megabytes of SVG each, seconds for a browser to lay out. Their marks carry no tooltip then.
+MAX_VECTOR_MARKS = 2500
+#: The resolution of those images (the figure's vector parts do not depend on it).
+RASTER_DPI = 144
+
+
+def _marks(artist: Any) -> int:
+    """How many marks `artist` draws (see `MAX_VECTOR_MARKS`)."""
+    if hasattr(artist, "get_segments"):  # a LineCollection: every trial's curve
+        return sum(len(seg) for seg in artist.get_segments())
+    if hasattr(artist, "get_xdata"):  # a Line2D
+        return len(artist.get_xdata())
+    if hasattr(artist, "get_offsets"):  # points (offsets) or bars (paths)
+        return max(len(artist.get_offsets()), len(artist.get_paths()))
+    return 0
+
+
+def rasterize_heavy(figure: Any) -> bool:
+    """Mark the points, lines and bars of every plot of `figure` holding more than
+    `MAX_VECTOR_MARKS` marks to be drawn as an image; True if any was."""
+    heavy = False
+    for ax in figure.axes:
+        artists = [*ax.collections, *ax.lines]
+        if sum(_marks(a) for a in artists) > MAX_VECTOR_MARKS:
+            for artist in artists:
+                artist.set_rasterized(True)
+            heavy = True
+    return heavy
+
+
 def svg_element(fig: Drawn) -> str:
     """The figure as a standalone `<svg id="fig-<key>">` element (module docstring)."""
     buf = io.StringIO()
     with matplotlib().rc_context(RC):
-        fig.figure.savefig(buf, format="svg", metadata={"Date": None})
+        dpi = RASTER_DPI if rasterize_heavy(fig.figure) else "figure"
+        fig.figure.savefig(buf, format="svg", metadata={"Date": None}, dpi=dpi)
     text = buf.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
