@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import json
 import math
 import os
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 import pyte
 import pytest
 
-from tests.helpers import REPO, vcli_env
+from tests.helpers import REPO, vcli, vcli_env
 from vcli.spec import Goal, JobState, Measurement, MetricSpec, Trial, TrialState
 from vcli.view import PlainStudyView, StudySnapshot, study_table
 
@@ -222,6 +223,32 @@ def test_live_view_in_a_real_terminal(tmp_path: Path, width: int) -> None:
     ended = [f for f in frames if "pty-study SUCCEEDED  40/40 done · 0 active" in f]
     assert ended, frames[-1]
     assert "finished:JOB_STATE_SUCCEEDED" in re.sub(r"\s+", "", frames[-1])  # (wrapped at 60 columns)
+    # The final screen folded trials into "... N more": the last line names the command listing them all.
+    assert "All40trials:vclihp-tuning-jobstrials" in re.sub(r"\s+", "", frames[-1]), frames[-1]
+
+
+def test_the_trials_command_lists_a_studys_trials(tmp_path: Path) -> None:
+    """`trials ID`: the live table's rows for every trial; --sort-by and --limit choose them
+    (the best 5 here, best first); --format gives Vertex's Trial resources."""
+    home = tmp_path / "home"
+    (tmp_path / "train.py").write_text(TRAINER)
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=t", "--max-trial-count=8", "--parallel-trial-count=4",
+             "--algorithm=random-search", "--seed=5", "--metric=metric-id=score,goal=maximize",
+             "--parameter-spec=parameter-id=x,type=double,min=0,max=8", "--max-failed-trial-count=8",
+             "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x",
+             f"--command=python3,{tmp_path / 'train.py'}", "--format=value(name.basename())", timeout=300)
+    assert r.returncode == 0, r.stderr
+    study = r.stdout.strip()
+    everything = vcli(home, "hp-tuning-jobs", "trials", study, timeout=60)
+    assert everything.returncode == 0, everything.stderr
+    assert [line.split()[0] for line in everything.stdout.splitlines() if re.match(r"\s*\d+\s+SUCCEEDED", line)] == \
+        [str(i) for i in range(1, 9)]
+    best = vcli(home, "hp-tuning-jobs", "trials", study, "--sort-by=~finalMeasurement.metrics[0].value", "--limit=5",
+                timeout=60)
+    scores = [float(line.split()[3]) for line in best.stdout.splitlines() if re.match(r"\s*\d+\s+SUCCEEDED", line)]
+    assert len(scores) == 5 and scores == sorted(scores, reverse=True), best.stdout
+    as_json = vcli(home, "hp-tuning-jobs", "trials", study, "--format=json", "--filter=state=SUCCEEDED", timeout=60)
+    assert sorted(t["id"] for t in json.loads(as_json.stdout)) == sorted(str(i) for i in range(1, 9))
 
 
 @pytest.mark.parametrize("stamp", ["nan", "inf", "1e300", "-1e20"])

@@ -218,7 +218,7 @@ def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False,
         err(f"Hyperparameter tuning job [{study.study_id}] was cancelled (interrupted); every trial was stopped.")
         return interrupted_code()
     view.close(state)
-    _report(study, run, state, time.monotonic() - started, fmt)
+    _report(study, run, state, time.monotonic() - started, fmt, view)
     return exit_code_for(state)
 
 
@@ -243,7 +243,7 @@ def _announce(study: Any, resumed: bool, background: bool) -> None:
         f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
 
 
-def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional[str]) -> None:
+def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional[str], view: Any = None) -> None:
     """The study's end: its state and error, what it found, and its resource with --format."""
     from vcli.view import study_result_lines
 
@@ -255,6 +255,8 @@ def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional
     schedule = run.strategy.schedule(run, best) if best is not None and best.final_measurement is not None else None
     for line in study_result_lines(study.spec.study_spec.metrics, best, run.optimal_trials(), schedule, run.param_specs):
         err(line)
+    if view is not None and view.hidden:  # the live screen folded trials into "... N more"
+        err(f"All {len(run.trials)} trials: vcli hp-tuning-jobs trials {study.study_id}")
     if fmt:
         _emit_study(study.store, study.study_id, fmt)
 
@@ -336,6 +338,51 @@ def list_(
 def describe(job: o.StudyRef, fmt: o.Format = None, region: o.Region = None) -> None:
     """Show a study: its spec, every trial (parameters, measurements, state) and the best trial."""
     STUDIES.describe(job, fmt)
+
+
+@app.command("trials", cls=GcloudCommand)
+@command("hp-tuning-jobs.trials")
+def trials(
+    job: o.StudyRef,
+    fmt: o.Format = None,
+    filter_: o.Filter = None,
+    sort_by: o.SortBy = None,
+    limit: o.Limit = None,
+    region: o.Region = None,
+) -> None:
+    """List a study's trials: a table of every trial (state, parameters, metrics), or with
+    --format Vertex's Trial resources, as `describe` shows them. --filter, --sort-by and
+    --limit work on those resources, as in `list` (the best 10 of a study that maximises:
+    `--sort-by=~finalMeasurement.metrics[0].value --limit=10`)."""
+    from vcli.cli.output import list_output, selected
+    from vcli.store import Store
+
+    store = Store()
+    row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+    records = store.trial_records(row.id)
+    if fmt is not None:
+        list_output(records, fmt, filter_, sort_by, limit)
+        return
+    chosen = [str(r["id"]) for r in selected(records, filter_, sort_by, limit)]
+    if not chosen:
+        err("Listed 0 items.")
+        return
+    _print_trial_table(store, row, chosen)
+
+
+def _print_trial_table(store: Any, row: Any, order: list[str]) -> None:
+    """The live table's rows for these trials, in this order, on stdout (colour on a terminal)."""
+    from rich.console import Console
+
+    from vcli import codec
+    from vcli.view.table import StudySnapshot, study_table
+
+    spec = codec.study_spec_from_stored(row.record["studySpec"])
+    snap = StudySnapshot(row.display_name, spec.metrics, [p.parameter_id for p in codec.iter_parameters(spec.parameters)],
+                         int(row.record.get("maxTrialCount") or 0), {t.id: t for t in store.trials(row.id)},
+                         state=JobState(row.state))
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    console.print(study_table(snap, width=console.width, order=order))
 
 
 @app.command("export", cls=GcloudCommand)

@@ -48,9 +48,9 @@ def list_format(fmt: Optional[str], kind: str) -> Optional[str]:
     return fmt
 
 
-def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Optional[str],
-                sort_by: Optional[str], limit: Optional[int]) -> None:
-    """`list`: --filter, --sort-by and --limit, then the resources; `Listed 0 items.` when none."""
+def selected(resources: list[dict[str, Any]], filter_: Optional[str], sort_by: Optional[str],
+             limit: Optional[int]) -> list[dict[str, Any]]:
+    """The resources --filter keeps, in --sort-by's order, the first --limit of them."""
     from vcli.errors import UsageError
     from vcli.formats import apply_filter, apply_sort
 
@@ -59,6 +59,13 @@ def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Op
         if limit < 1:
             raise UsageError("argument --limit: Value must be greater than or equal to 1; received: " + str(limit))
         resources = resources[:limit]
+    return resources
+
+
+def list_output(resources: list[dict[str, Any]], fmt: Optional[str], filter_: Optional[str],
+                sort_by: Optional[str], limit: Optional[int]) -> None:
+    """`list`: --filter, --sort-by and --limit, then the resources; `Listed 0 items.` when none."""
+    resources = selected(resources, filter_, sort_by, limit)
     if not resources:
         err("Listed 0 items.")
         if (fmt or "").startswith("json"):

@@ -169,8 +169,8 @@ class StudyRun:
         if self._fatal is not None:
             return self._fail(self._fatal)
         if self._failed > self.failure_budget:
-            return self._fail(f"{self._failed} trials failed, more than the budget of {self.failure_budget} "
-                              "(maxFailedTrialCount). See each trial's infeasibleReason.")
+            return self._fail(f"{self._failed} trials failed, more than the budget of {self.failure_budget} (maxFailedTrialCount)."
+                              f" Why: vcli hp-tuning-jobs trials {self.study_id} --filter=state=INFEASIBLE")
         if self._deadline is not None and now > self._deadline and self._stop_launching is None:
             self._stop_launching = "the study's time budget ran out"
             self.on_progress(f"Study time budget of {self.spec.study_timeout_seconds:g}s is used up: stopping running trials.")

@@ -13,7 +13,17 @@ from typing import IO, Any, Mapping, Sequence
 
 from vcli.spec import JobState, Measurement, MetricSpec, ParameterSpec, StudyEvent, Trial, TrialState
 from vcli.tuning.events import StudyListener
-from vcli.view.table import MESSAGE_LINES, StudySnapshot, clock, fmt_value, started_at, study_table, values_text
+from vcli.view.table import (
+    CHROME_LINES,
+    MESSAGE_LINES,
+    StudySnapshot,
+    clock,
+    fmt_value,
+    started_at,
+    study_table,
+    values_text,
+    visible_trials,
+)
 
 __all__ = ["LiveStudyView", "PlainStudyView", "StudySnapshot", "StudyView", "make_study_view", "study_result_lines",
            "study_table"]
@@ -22,6 +32,9 @@ __all__ = ["LiveStudyView", "PlainStudyView", "StudySnapshot", "StudyView", "mak
 class StudyView(StudyListener):
     """Collects trial events into a snapshot; subclasses decide how to show it (`show`, with
     the event's name) and where status lines go (`progress`)."""
+
+    #: Trials the view's latest screen left out (a live screen folds them into "... N more").
+    hidden = 0
 
     def __init__(self, display_name: str, metrics: Sequence[MetricSpec], parameters: Sequence[ParameterSpec], max_trial_count: int) -> None:
         self.snapshot = StudySnapshot(display_name, list(metrics), [p.parameter_id for p in parameters], max_trial_count,
@@ -186,7 +199,9 @@ class LiveStudyView(StudyView):
                                  self.snapshot.max_trial_count, dict(self._trials), dict(self._started), dict(self._ended),
                                  self.snapshot.state, self.snapshot.since)
             messages = list(self.messages)
-        return study_table(snap, width=self.console.width, height=self.console.height - self._margin, messages=messages)
+        height = self.console.height - self._margin
+        self.hidden = len(snap.trials) - len(visible_trials(snap, max(1, height - CHROME_LINES))[0])
+        return study_table(snap, width=self.console.width, height=height, messages=messages)
 
     def _record(self, trial: Trial) -> None:
         with self._lock:  # the refresh thread reads these (`_screen`)

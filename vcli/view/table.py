@@ -224,7 +224,7 @@ def _best_line(snap: StudySnapshot, param_ids: Sequence[str]) -> Text:
 #: Rows of the screen that are not trial rows: summary, best, table header and rule, the
 #: "more" line, and up to `MESSAGE_LINES` status messages.
 MESSAGE_LINES = 3
-_CHROME_LINES = 6 + MESSAGE_LINES  # and one spare line, so the screen never scrolls
+CHROME_LINES = 6 + MESSAGE_LINES  # and one spare line, so the screen never scrolls
 
 
 def visible_trials(snap: StudySnapshot, rows: int) -> tuple[list[Trial], list[Trial]]:
@@ -242,23 +242,24 @@ def visible_trials(snap: StudySnapshot, rows: int) -> tuple[list[Trial], list[Tr
 
 
 def study_table(snap: StudySnapshot, *, width: int = 120, height: int | None = None,
-                messages: Sequence[str] = (), now: float | None = None) -> Any:
+                messages: Sequence[str] = (), now: float | None = None, order: Sequence[str] | None = None) -> Any:
     """The live screen as a pure function of the snapshot: a summary line (progress, elapsed,
     ETA, rate, load), the best trial (or the Pareto front), the table of trials, a line
     counting the trials left out, and the latest status `messages`. With `height`, the table
     keeps to the screen: running trials and the result always show, older finished trials
     are folded into the count. Columns that do not fit `width` are left out, the least
     important first (note, PBT columns, time, parameters from the last, step), and the line
-    under the table says which."""
+    under the table says which. `order` (trial ids; no `height`): exactly those rows, in
+    that order (`vcli hp-tuning-jobs trials`)."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     now = time.monotonic() if now is None else now
-    rows = max(1, height - _CHROME_LINES) if height is not None else len(snap.trials)
+    rows = max(1, height - CHROME_LINES) if height is not None else len(snap.trials)
     optimal = snap.optimal()
-    shown, hidden, kept, notes = _layout(snap, rows, width, optimal, now)
+    shown, hidden, kept, notes = _layout(snap, rows, width, optimal, now, order)
     if len(notes) > 1 and len("  ".join(notes)) > width and height is not None:  # a line more for the notes
         shown, hidden, kept, notes = _layout(snap, max(1, rows - 1), width, optimal, now)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, padding=(0, 1))
@@ -273,10 +274,10 @@ def study_table(snap: StudySnapshot, *, width: int = 120, height: int | None = N
     return Group(*parts)
 
 
-def _layout(snap: StudySnapshot, rows: int, width: int, optimal: set[str],
-            now: float) -> tuple[list[Trial], list[Trial], list[_Column], list[str]]:
+def _layout(snap: StudySnapshot, rows: int, width: int, optimal: set[str], now: float,
+            order: Sequence[str] | None = None) -> tuple[list[Trial], list[Trial], list[_Column], list[str]]:
     """(trials shown, trials hidden, columns kept, notes under the table) for `rows` rows."""
-    shown, hidden = visible_trials(snap, rows)
+    shown, hidden = ([snap.trials[i] for i in order], []) if order is not None else visible_trials(snap, rows)
     kept, dropped = _fit(_columns(snap, shown, optimal, now), width)
     notes = []
     if hidden:
