@@ -506,6 +506,48 @@ def test_cancel_from_another_terminal_stops_every_trial(store: Store, world: Fak
                for j in store.child_jobs(run.study_id))
 
 
+@pytest.mark.parametrize("actions, says", [
+    (("sleep:1", "exit:0"), "they reported nothing. Report it with cloudml-hypertune"),
+    (("metric:Acc=%x@1", "sleep:1", "exit:0"), "they reported [Acc] instead. The metricId and the trainer's tag"),
+    (("metric:loss=%x@1", "sleep:1", "exit:0"), "they reported [loss] instead. Report it with cloudml-hypertune"),
+])
+def test_a_study_whose_trainers_never_report_its_metric_stops_after_three_trials(
+        store: Store, world: FakeWorld, actions: tuple[str, ...], says: str) -> None:
+    """A missing cloudml-hypertune or a misspelt tag made every trial INFEASIBLE until the
+    failure budget ran out: the first three trials to end without the metric stop the study,
+    in one line that names the cause and the fix."""
+    run, _ = study(store, world, *actions, max_trials=20, parallel=2, failures=20)
+    assert run.run() == JobState.JOB_STATE_FAILED
+    message = run.error["message"]
+    assert message.startswith("The first 3 trials finished without reporting the metric [acc], so the study stops:")
+    assert says in message and "\n" not in message
+    assert len(run.trials) <= 4 and world.running() == []
+
+
+def test_one_trial_that_reports_keeps_a_study_of_silent_trials_going() -> None:
+    """The rule is for trainers that never report: once a trial reported the metric (or ended
+    some other way), later silent trials only count towards the failure budget, as on Vertex;
+    and a study of at most three trials never needs it."""
+    from vcli.control.active import SilentTrainers
+    from vcli.metrics import MetricReader
+
+    silent = Trial(id="2", parameters={}, state=TrialState.INFEASIBLE,
+                   infeasible_reason="The trial finished without reporting the metric [acc] (report it ...).")
+    reported = MetricReader("acc")
+    reported.feed_stdout_line("acc=0.5 step=1", 1.0)
+    watch = SilentTrainers(("acc",), max_trial_count=20)
+    assert watch.ended(Trial(id="1", parameters={}, state=TrialState.SUCCEEDED), reported) is None
+    assert all(watch.ended(silent, MetricReader("acc")) is None for _ in range(10))
+    failed = Trial(id="1", parameters={}, state=TrialState.INFEASIBLE, infeasible_reason="The trial's custom job ended ...")
+    other = SilentTrainers(("acc",), max_trial_count=20)
+    assert other.ended(failed, MetricReader("acc")) is None
+    assert all(other.ended(silent, MetricReader("acc")) is None for _ in range(10))
+    small = SilentTrainers(("acc",), max_trial_count=3)
+    assert all(small.ended(silent, MetricReader("acc")) is None for _ in range(3))
+    three = SilentTrainers(("acc",), max_trial_count=20)
+    assert [three.ended(silent, MetricReader("acc")) is None for _ in range(3)] == [True, True, False]
+
+
 def test_a_study_asks_the_store_once_per_tick_for_all_its_trials(store: Store, world: FakeWorld) -> None:
     """The study beats and asks for cancel requests for itself and every running trial's job in
     one query each per tick (it was one per trial job, 320 a second at 64 trials); a cancel

@@ -16,7 +16,7 @@ from vcli.metrics import MetricReader
 from vcli.spec import CustomJobSpec, Measurement, Trial
 from vcli.store import ReplicaRow, iso_seconds, now_iso
 
-__all__ = ["ActiveTrial", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
+__all__ = ["ActiveTrial", "SilentTrainers", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
            "seconds_since", "trainer_modules", "unimportable_module"]
 
 
@@ -193,3 +193,48 @@ def missing_metric_reason(metric_ids: tuple[str, ...], reader: MetricReader) -> 
     return (f"The trial finished without reporting the metric [{names}] (report it with "
             f"cloudml-hypertune, or print a line `{(missing or metric_ids)[0]}=VALUE`){_reported_instead(reader)}"
             + ("." if len(metric_ids) == 1 else "; a multi-objective trial must report every metric at one step."))
+
+
+class SilentTrainers:
+    """Stops a study whose trainers never report its metric: when the first `FIRST` trials to
+    end all finished without reporting any of the study's metrics, every trial would, and
+    the failure budget would run out one trial at a time (a missing cloudml-hypertune, a
+    misspelt tag). `ended` then gives the one line the study fails with: the cause, and the
+    fix (the tag the trainers did report, when it is close to the metric's id)."""
+
+    FIRST = 3
+
+    def __init__(self, metric_ids: tuple[str, ...], max_trial_count: int) -> None:
+        self.metric_ids = metric_ids
+        self.active = max_trial_count > self.FIRST
+        self.silent = 0
+        self.tags: list[str] = []
+
+    def ended(self, trial: Trial, reader: MetricReader) -> str | None:
+        """Note one ended trial; the study's failure message once the rule holds, else None."""
+        if not self.active:
+            return None
+        if any(k in m.metrics for m in reader.measurements for k in self.metric_ids) or not (
+                trial.infeasible_reason or "").startswith("The trial finished without reporting"):
+            self.active = False  # a trial reported, or ended some other way: the trainers are not all silent
+            return None
+        self.silent += 1
+        self.tags += [t for t in reader.other_tags if t not in self.tags]
+        if self.silent < self.FIRST:
+            return None
+        return silent_reason(self.silent, self.metric_ids, self.tags)
+
+
+def silent_reason(count: int, metric_ids: tuple[str, ...], tags: list[str]) -> str:
+    """Why a study of silent trainers stops (`SilentTrainers`), with the fix."""
+    import difflib
+
+    names = ", ".join(metric_ids)
+    head = f"The first {count} trials finished without reporting the metric [{names}], so the study stops:"
+    close = [t for t in tags for m in metric_ids if t.lower() == m.lower() or difflib.get_close_matches(t, [m], cutoff=0.75)]
+    if close:
+        return (f"{head} they reported [{printable(close[0])}] instead. The metricId and the trainer's tag must be "
+                "the same: rename one of them.")
+    instead = f" they reported [{', '.join(printable(t) for t in tags)}] instead." if tags else " they reported nothing."
+    return (f"{head}{instead} Report it with cloudml-hypertune (installed where the trainer runs) as "
+            f"hyperparameter_metric_tag='{metric_ids[0]}', or print a line `{metric_ids[0]}=VALUE`.")

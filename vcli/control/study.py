@@ -32,6 +32,7 @@ from vcli.codec.trial import trial_args
 from vcli.control import interrupts
 from vcli.control.active import (
     ActiveTrial,
+    SilentTrainers,
     default_failure_budget,
     fatal_failure,
     missing_metric_reason,
@@ -109,6 +110,7 @@ class StudyRun:
         )
         self.strategy = self._strategy()
         self._modules = trainer_modules(self.spec.trial_job_spec)
+        self._silent = SilentTrainers(self.metric_ids, self.spec.max_trial_count)
         self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         sched = self.spec.trial_job_spec.scheduling
@@ -228,13 +230,10 @@ class StudyRun:
     # ------------------------------------------------------------------ resume
 
     def resume(self) -> None:
-        """Take over a study whose controller died, before `run()`.
-
-        Every stored trial is told to the suggester in order (so the next suggestions are the
-        ones the study would have made); finished trials count towards maxTrialCount and the
-        failure budget; trials that were running are re-attached to their replicas (never
-        restarted) or, if they ended meanwhile, concluded from what their replicas left.
-        """
+        """Take over a study whose controller died, before `run()`: every stored trial is told
+        to the suggester in order (the next suggestions are the ones the study would have made);
+        finished trials count towards maxTrialCount and the failure budget; running ones are
+        re-attached to their replicas (never restarted) or, if they ended meanwhile, concluded."""
         if self._deadline is not None and (row := self.store.get_job(self.study_id)) is not None:
             self._deadline -= seconds_since(row.start_time)  # the budget counts from the study's start
         for trial in self.store.trials(self.study_id):
@@ -404,8 +403,7 @@ class StudyRun:
         return value >= goal if self.metric.goal.value == "MAXIMIZE" else value <= goal
 
     def _outcome(self, active: ActiveTrial, job_state: JobState) -> tuple[Measurement | None, str | None, bool]:
-        """How a trial whose custom job ended `job_state` ends: (its selected measurement, why
-        it is INFEASIBLE or None, whether that counts towards the failure budget)."""
+        """How the trial ends: (its selected measurement, why INFEASIBLE or None, counts as a failure)."""
         final = active.reader.final(self.metric.goal, self.spec.study_spec.measurement_selection_type)
         if active.fail_reason is not None:
             return final, active.fail_reason, True
@@ -430,6 +428,7 @@ class StudyRun:
         if counts_as_failure:
             self._failed += 1
             self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
+        self._fatal = self._fatal or self._silent.ended(trial, active.reader)
         self._record_end(trial)
 
     def _record_end(self, trial: Trial) -> None:
