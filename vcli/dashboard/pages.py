@@ -22,6 +22,7 @@ from vcli.spec import JobState, TrialState
 from vcli.store import JobRow, ReplicaRow
 
 CSS = """
+.scroll{max-height:60vh;overflow:auto}
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1rem 1.5rem;color:#1d2430}
 a{color:#1a5fb4}h1{font-size:1.4rem;margin:.3rem 0 1rem}h2{font-size:1.1rem;margin:1.6rem 0 .5rem}
 nav{font-size:.9rem;color:#5c6370}#live{float:right;font-size:.8rem;color:#5c6370}
@@ -154,8 +155,8 @@ def study_page(view: StudyView, figures_html: str) -> str:
     body = ('<nav><a href="/">vcli dashboard</a> / hyperparameter tuning job</nav>'
             f"<h1>{esc(row.display_name)}</h1>"
             f'<div data-part="summary">{study_summary(view)}</div>'
-            f'<h2>Plots</h2><div data-part="figures" data-slow="1">{figures_html}</div>'
-            f'<h2>Trials</h2><div data-part="trials">{trial_table(view)}</div>')
+            f'<h2>Trials</h2><div data-part="trials" class="scroll">{trial_table(view)}</div>'
+            f'<h2>Plots</h2><div data-part="figures" data-slow="1">{figures_html}</div>')
     return page(row.display_name, body, live=f"/api/studies/{quote(row.id)}", version=view.version)
 
 

@@ -78,8 +78,9 @@ def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequ
 def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
                 now: datetime | None = None) -> str:
     """The report as one self-contained HTML5 document: a summary table (the study, its
-    algorithm and goals, trials by state, the best trial or the Pareto front), a line for
-    each figure left out, the figures inline, and a table of every trial (`trial_table`)."""
+    algorithm and goals, trials by state, the best trial or the Pareto front), a table of
+    every trial (`trial_table`, scrolling within the page), a line for each figure left out,
+    then the figures inline."""
     figures, notes = _figures(spec, params, trials, now)
     parts = [
         "<!DOCTYPE html>",
@@ -94,12 +95,12 @@ def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], tr
         "<main>",
         f"<h1>{escape(title)}</h1>",
         _summary(title, spec, params, trials),
+        '<h2 id="trials">Trials</h2>',
+        f'<div class="scroll">{trial_table(spec, params, trials)}</div>',
         *[f'<p class="note">{escape(n)}</p>' for n in notes],
         '<section class="figures">',
         *[f'<figure class="vcli-figure" data-key="{escape(f.key)}">\n{f.svg}\n</figure>' for f in figures],
         "</section>",
-        '<h2 id="trials">Trials</h2>',
-        trial_table(spec, params, trials),
         "</main>",
         "</body>",
         "</html>",
@@ -209,6 +210,7 @@ def trial_table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequen
 
 # System fonts only: nothing to download, and the figures' text is drawn as paths anyway.
 _CSS = (
+    ".scroll{max-height:60vh;overflow:auto;margin-bottom:1.5rem}"
     "body{margin:0;background:#f6f7f9;color:#1d2330;"
     "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;font-size:15px}"
     "main{max-width:1100px;margin:0 auto;padding:1.5rem}"
