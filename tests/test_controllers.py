@@ -1056,3 +1056,42 @@ def test_a_resumed_study_keeps_its_time_budget_from_its_start(store: Store, worl
     assert second.run() == JobState.JOB_STATE_SUCCEEDED
     assert "time budget" in store.get_job(first.study_id).record["stopReason"]
     assert 8 <= world.clock.now() - began < 20
+
+
+def test_the_default_configuration_runs_as_trial_1_once(store: Store, world: FakeWorld) -> None:
+    """Every parameter has a defaultValue: trial 1 runs exactly those values, the search goes on
+    from there (the suggester is told it), and a resumed study does not run it again."""
+    from vcli.spec import IntegerValueSpec
+
+    lr = ParameterSpec(parameter_id="lr", value_spec=DoubleValueSpec(min_value=1e-4, max_value=0.1, default_value=0.01))
+    units = ParameterSpec(parameter_id="units", value_spec=IntegerValueSpec(min_value=16, max_value=256, default_value=64))
+    opt = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd"), default_value="adam"))
+    run, _ = study(store, world, "metric:acc=0.5@1", "exit:0", max_trials=5, parallel=2, parameters=(lr, units, opt))
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    trials = sorted(store.trials(run.study_id), key=lambda t: int(t.id))
+    assert dict(trials[0].parameters) == {"lr": 0.01, "units": 64, "opt": "adam"}
+    assert len(trials) == 5 and all(dict(t.parameters) != dict(trials[0].parameters) for t in trials[1:])
+    again = StudyRun(store=Store(store.home), executor=FakeExecutor(world), spec=run.spec, study_id=run.study_id,
+                     display_name="s", suggester=get_suggester(run.spec.study_spec, seed=7), clock=world.clock)
+    again.resume()
+    assert again.strategy.initial(again) is None  # a study with trials never runs its defaults again
+
+
+def test_the_default_configuration_needs_every_active_parameter() -> None:
+    from vcli.spec import ConditionalParameterSpec, IntegerValueSpec
+    from vcli.tuning.defaults import default_configuration
+
+    momentum = ParameterSpec(parameter_id="momentum", value_spec=DoubleValueSpec(min_value=0.0, max_value=0.9))
+    opt = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd"), default_value="adam"),
+                        conditional_parameter_specs=(ConditionalParameterSpec(parameter_spec=momentum,
+                                                                              parent_values=("sgd",)),))
+    n = ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=4, default_value=2))
+    assert default_configuration((opt, n)) == {"opt": "adam", "n": 2}  # momentum is inactive under adam
+    sgd = ParameterSpec(parameter_id="opt", value_spec=CategoricalValueSpec(values=("adam", "sgd"), default_value="sgd"),
+                        conditional_parameter_specs=opt.conditional_parameter_specs)
+    assert default_configuration((sgd, n)) is None  # momentum is active and has no default
+    assert default_configuration((opt, X)) is None  # x has no default
+    outside = ParameterSpec(parameter_id="n", value_spec=IntegerValueSpec(min_value=1, max_value=4, default_value=9))
+    assert default_configuration((outside,)) is None
+    grid = ParameterSpec(parameter_id="d", value_spec=DiscreteValueSpec(values=(0.1, 0.2), default_value=0.2))
+    assert default_configuration((grid,)) == {"d": 0.2} and default_configuration(()) is None

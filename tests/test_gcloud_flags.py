@@ -324,7 +324,11 @@ def test_a_default_value_is_named_and_two_stopping_rules_are_refused(files: Path
     r = run("hp-tuning-jobs", "create", f"--config={files}/default.yaml", "--validate-only")
     assert r.exit_code == 0, r.stderr
     assert _notes(r.stderr) == ["Note: [--config] studySpec.parameters[0].doubleValueSpec.defaultValue has no effect on "
-                                "local runs."]
+                                "local runs."]  # 5 is outside [0.001, 0.1]: not a configuration to run
+    (files / "used.yaml").write_text(STUDY.replace("{minValue: 0.001, maxValue: 0.1}",
+                                                   "{minValue: 0.001, maxValue: 0.1, defaultValue: 0.01}"))
+    r = run("hp-tuning-jobs", "create", f"--config={files}/used.yaml", "--validate-only")
+    assert r.exit_code == 0 and _notes(r.stderr) == [], r.stderr  # every parameter's default: trial 1 runs them
     cases = {"  medianAutomatedStoppingSpec: {}\n  decayCurveStoppingSpec: {}\n":
              "medianAutomatedStoppingSpec, decayCurveStoppingSpec",
              "  ashaStoppingSpec: {reductionFactor: 2}\n  decayCurveStoppingSpec: {}\n":  # named in Vertex's field order

@@ -178,7 +178,8 @@ NO_LOCAL_EFFECT = frozenset([*(("CustomJobSpec", f) for f in (
     # Replicas use the host's disks; there is no boot disk to size.
     ("WorkerPoolSpec", "diskSpec"),
     # Vertex: "only supported by the Vertex AI Vizier service. Not supported by
-    # HyperparameterTuningJob"; vcli's studies do not read it either.
+    # HyperparameterTuningJob"; vcli runs the defaults as trial 1 when every active parameter
+    # has one (`vcli.tuning.defaults`), and notes them otherwise.
     *((spec, "defaultValue") for spec in ("DoubleValueSpec", "IntegerValueSpec", "CategoricalValueSpec",
                                            "DiscreteValueSpec"))])
 #: Fields that mean something locally for these values only: FLEX_START's wait for every

@@ -22,6 +22,7 @@ from vcli.codec import (
 )
 from vcli.errors import ConfigError, InvalidValueError, UsageError
 from vcli.spec import ConvexAutomatedStoppingSpec, HyperparameterTuningJobSpec, MeasurementSelectionType
+from vcli.tuning.defaults import default_configuration
 
 __all__ = ["StudyFlags", "StudyRequest", "study_request"]
 
@@ -80,6 +81,8 @@ def study_request(doc: Mapping[str, Any], source: str, flags: StudyFlags) -> Stu
     if pbt is not None and asked is not None and asked != pbt.population_size:
         notices.append(f"WARNING: parallelTrialCount ({asked}) has no effect with Population Based Training: its "
                        f"populationSize ({pbt.population_size}) members train at once.")
+    if pbt is None and default_configuration(spec.study_spec.parameters) is not None:
+        no_effect = [k for k in no_effect if not k.endswith(".defaultValue")]  # trial 1 runs them
     return StudyRequest(spec, name, labels, no_effect, notices)
 
 

@@ -13,10 +13,10 @@ from vcli.control.jobs import JobPlan, JobRun
 from vcli.executors import Executor, Placement
 from vcli.logs import Follower, printable
 from vcli.metrics import MetricReader
-from vcli.spec import CustomJobSpec, Measurement, Trial
+from vcli.spec import CustomJobSpec, Measurement, MetricSpec, Trial
 from vcli.store import ReplicaRow, iso_seconds, now_iso
 
-__all__ = ["ActiveTrial", "SilentTrainers", "default_failure_budget", "fatal_failure", "missing_metric_reason", "restored_placements",
+__all__ = ["ActiveTrial", "SilentTrainers", "default_failure_budget", "goal_reached", "fatal_failure", "missing_metric_reason", "restored_placements",
            "seconds_since", "trainer_modules", "unimportable_module"]
 
 
@@ -238,3 +238,13 @@ def silent_reason(count: int, metric_ids: tuple[str, ...], tags: list[str]) -> s
     instead = f" they reported [{', '.join(printable(t) for t in tags)}] instead." if tags else " they reported nothing."
     return (f"{head}{instead} Report it with cloudml-hypertune (installed where the trainer runs) as "
             f"hyperparameter_metric_tag='{metric_ids[0]}', or print a line `{metric_ids[0]}=VALUE`.")
+
+
+def goal_reached(trial: Trial, metric: MetricSpec, goal: float | None) -> bool:
+    """Whether the trial's latest measurement reached the study's goal value (a vcli extension)."""
+    if goal is None or not trial.measurements:
+        return False
+    value = trial.measurements[-1].metrics.get(metric.metric_id)
+    if value is None or not math.isfinite(value):
+        return False
+    return value >= goal if metric.goal.value == "MAXIMIZE" else value <= goal

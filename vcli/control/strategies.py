@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vcli.control.population import PendingTrial, Population, schedule, seeded, stored_handle
 from vcli.spec import MetricSpec, Trial, TrialState
+from vcli.tuning.defaults import default_configuration
 from vcli.tuning.result import best_trial
 
 if TYPE_CHECKING:
@@ -84,6 +85,16 @@ class SearchStrategy(Strategy):
         #: The rule's x axis is elapsed seconds (`useElapsedDuration`), not steps.
         self.elapsed = elapsed
         self._reach: dict[str, tuple[object, float | None]] = {}
+        self._defaults_asked = False
+
+    def initial(self, run: StudyRun) -> list[PendingTrial] | None:
+        """A new study's trial 1: every parameter's defaultValue (`vcli.tuning.defaults`), when
+        each active parameter has one; asked once, never for a study that already has trials."""
+        if self._defaults_asked:
+            return None
+        self._defaults_asked = True
+        first = default_configuration(run.spec.study_spec.parameters) if not (run.trials or run.queued) else None
+        return [PendingTrial(first)] if first is not None else None
 
     def reach(self, trial: Trial) -> float | None:
         """How far the trial got on the rule's x axis: its largest step (or elapsed time) of

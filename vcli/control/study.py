@@ -23,7 +23,6 @@ INFEASIBLE with a reason (Vertex has no FAILED trial state) and count towards th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -35,6 +34,7 @@ from vcli.control.active import (
     SilentTrainers,
     default_failure_budget,
     fatal_failure,
+    goal_reached,
     missing_metric_reason,
     restored_placements,
     seconds_since,
@@ -156,17 +156,8 @@ class StudyRun:
     def _tick(self) -> JobState | None:
         """One turn of the loop: the study's final state once it ended, else None."""
         now = self.clock.now()
-        jobs = {a.run.job_id: a.run for a in self.active.values()}  # one query each for the study and all trials
-        if now - self._last_beat > 2.0:
-            self._last_beat = now
-            self.store.beat_all([self.study_id, *jobs])
-        if now - self._last_cancel_check > 0.2:
-            self._last_cancel_check = now
-            asked = self.store.cancels_requested([self.study_id, *jobs])
-            if self.study_id in asked:
-                return self._end_cancelled()
-            for job_id in asked:  # one trial's job (`custom-jobs cancel` of it)
-                jobs[job_id].cancel()
+        if self._cancel_asked(now):
+            return self._end_cancelled()
         self._poll_active()
         if self._fatal is not None:
             return self._fail(self._fatal)
@@ -359,12 +350,28 @@ class StudyRun:
         self._wait.placed()
         return plan
 
+    def _cancel_asked(self, now: float) -> bool:
+        """Beat (every 2 s) and ask for cancel requests (every 0.2 s) for the study and all its
+        running trials' jobs at once, one query each; a trial job's cancel stops that trial.
+        True when the study itself is to be cancelled."""
+        jobs = {a.run.job_id: a.run for a in self.active.values()}
+        if now - self._last_beat > 2.0:
+            self._last_beat = now
+            self.store.beat_all([self.study_id, *jobs])
+        if now - self._last_cancel_check <= 0.2:
+            return False
+        self._last_cancel_check = now
+        asked = self.store.cancels_requested([self.study_id, *jobs])
+        for job_id in asked - {self.study_id}:  # one trial's job (`custom-jobs cancel` of it)
+            jobs[job_id].cancel()
+        return self.study_id in asked
+
     def _poll_active(self) -> None:
         for trial_id, active in list(self.active.items()):
             state = active.run.poll()
             if self.refresh_measurements(active):
                 self.listener.trial_measured(active.trial)
-                if self._goal_reached(active.trial) and self._stop_launching is None:
+                if goal_reached(active.trial, self.metric, self.spec.goal_value) and self._stop_launching is None:
                     self._stop_launching = "the study's goal value was reached"
                     self.on_progress(f"Trial {trial_id} reached the goal value {self.spec.goal_value:g}: stopping the study.")
                     for other_id, other in self.active.items():
@@ -392,15 +399,6 @@ class StudyRun:
         if active.stop_reason is not None or active.trial.state != TrialState.ACTIVE:
             return
         self.strategy.review(self, active)
-
-    def _goal_reached(self, trial: Trial) -> bool:
-        goal = self.spec.goal_value
-        if goal is None or not trial.measurements:
-            return False
-        value = trial.measurements[-1].metrics.get(self.metric.metric_id)
-        if value is None or not math.isfinite(value):
-            return False
-        return value >= goal if self.metric.goal.value == "MAXIMIZE" else value <= goal
 
     def _outcome(self, active: ActiveTrial, job_state: JobState) -> tuple[Measurement | None, str | None, bool]:
         """How the trial ends: (its selected measurement, why INFEASIBLE or None, counts as a failure)."""
