@@ -1095,3 +1095,16 @@ def test_the_default_configuration_needs_every_active_parameter() -> None:
     assert default_configuration((outside,)) is None
     grid = ParameterSpec(parameter_id="d", value_spec=DiscreteValueSpec(values=(0.1, 0.2), default_value=0.2))
     assert default_configuration((grid,)) == {"d": 0.2} and default_configuration(()) is None
+
+
+def test_enqueued_trials_run_first_in_order_and_a_resumed_study_runs_the_rest(store: Store, world: FakeWorld) -> None:
+    """`--enqueue-trial` configurations run before any suggestion, in order; a study resumed
+    after its first ran runs only the others (a configuration already run is not run again)."""
+    run, _ = study(store, world, "metric:acc=%x@1", "exit:0", max_trials=4, parallel=1)
+    run = replace(run, enqueued=({"x": 0.25}, {"x": 0.75}))
+    assert run.run() == JobState.JOB_STATE_SUCCEEDED
+    trials = sorted(store.trials(run.study_id), key=lambda t: int(t.id))
+    assert [dict(t.parameters) for t in trials[:2]] == [{"x": 0.25}, {"x": 0.75}] and len(trials) == 4
+    resumed = replace(run, trials={"1": trials[0]}, queued=[], active={})
+    resumed.strategy = resumed._strategy()
+    assert [p.parameters for p in resumed.strategy.initial(resumed) or []] == [{"x": 0.75}]

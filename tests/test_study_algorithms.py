@@ -256,3 +256,35 @@ def test_plain_output_holds_trial_lines_and_status_goes_to_stderr(tmp_path: Path
     assert any(" STOPPING at step " in line for line in lines), r.stdout
     # one status line per early stop, naming the trial (never its internal custom job)
     assert "stopped early" in r.stderr and "replica(s) of job" not in r.stderr, r.stderr
+
+
+def test_enqueued_trials_and_the_defaults_run_first(tmp_path: Path) -> None:
+    """`--enqueue-trial` configurations run first, in order, after the parameters' defaults
+    when every one has a defaultValue; a value outside its range is one line naming the flag."""
+    train = tmp_path / "train.py"
+    train.write_text("import sys\nargs = dict(a.lstrip('-').split('=', 1) for a in sys.argv[1:])\n"
+                     "print(f\"score={-(float(args['x']) - 4) ** 2:.4f}\")\n")
+    base = ["hp-tuning-jobs", "create", "--display-name=eq", "--executor=local", "--metric=metric-id=score,goal=maximize",
+            "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=x", f"--command=python3,{train}",
+            "--parameter-spec=parameter-id=k,type=categorical,values=a;b", "--algorithm=random-search"]
+    r = vcli(tmp_path / "home", *base, "--parameter-spec=parameter-id=x,type=double,min=0,max=10", "--max-trial-count=4",
+             "--enqueue-trial=x=4,k=b", "--enqueue-trial=x=1.5,k=a", "--format=json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = [{p["parameterId"]: p["value"] for p in t["parameters"]} for t in json.loads(r.stdout)["trials"]]
+    assert first[:2] == [{"x": 4.0, "k": "b"}, {"x": 1.5, "k": "a"}] and len(first) == 4
+    bad = vcli(tmp_path / "home", *base, "--parameter-spec=parameter-id=x,type=double,min=0,max=10",
+               "--enqueue-trial=x=11,k=a", "--validate-only", timeout=60)
+    assert bad.returncode == 1 and bad.stderr.strip() == (
+        "ERROR: (vcli.hp-tuning-jobs.create) Invalid value for [--enqueue-trial]: [11] is outside parameter [x]'s [0, 10].")
+    config = tmp_path / "study.yaml"
+    config.write_text(json.dumps({"studySpec": {"metrics": [{"metricId": "score", "goal": "MAXIMIZE"}], "parameters": [
+        {"parameterId": "x", "doubleValueSpec": {"minValue": 0, "maxValue": 10, "defaultValue": 3}},
+        {"parameterId": "k", "categoricalValueSpec": {"values": ["a", "b"], "defaultValue": "a"}}]},
+        "maxTrialCount": 3, "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": 1, "containerSpec": {"imageUri": "x", "command": ["python3", str(train)]}}]}}))
+    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", "--display-name=defaults", f"--config={config}",
+             "--executor=local", "--enqueue-trial=x=5,k=b", "--format=json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = [{p["parameterId"]: p["value"] for p in t["parameters"]} for t in json.loads(r.stdout)["trials"]]
+    assert first[:2] == [{"x": 3.0, "k": "a"}, {"x": 5.0, "k": "b"}]
+    assert "defaultValue" not in r.stderr  # used, so not noted as unused

@@ -54,6 +54,7 @@ def create(
     algorithm: Annotated[Optional[AlgorithmFlag], typer.Option("--algorithm", help="The search algorithm; algorithm-unspecified is Bayesian optimisation.")] = None,
     parameter_spec: Annotated[Optional[List[str]], typer.Option("--parameter-spec", help="vcli: parameter-id=ID,type=double|integer|categorical|discrete,min=,max=,values=a;b,scale=linear|log|reverse-log[,parent=ID,parent-values=a;b]")] = None,
     metric: Annotated[Optional[List[str]], typer.Option("--metric", help="vcli: metric-id=ID,goal=maximize|minimize")] = None,
+    enqueue_trial: Annotated[Optional[List[str]], typer.Option("--enqueue-trial", help="vcli: PARAMETER_ID=VALUE,... run before any suggestion (repeatable, in order).")] = None,
     worker_pool_spec: Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create.")] = None,
     args: Annotated[Optional[List[str]], typer.Option("--args", help="vcli: static args for every trial replica (before the hyperparameters).")] = None,
     command_: Annotated[Optional[List[str]], typer.Option("--command", help="vcli: command for the trial job's container pools.")] = None,
@@ -107,6 +108,7 @@ def create(
         metric_flag=bool(metric), parameter_flag=bool(parameter_spec), worker_pool_flag=bool(worker_pool_spec)))
     for notice in request.notices:
         err(notice)
+    enqueued = _enqueued(request.spec, enqueue_trial or [])
     # gcloud puts these in trialJobSpec; they change nothing locally (the notice says so).
     spec = replace(request.spec, trial_job_spec=with_cloud_settings(
         request.spec.trial_job_spec, service_account=service_account, network=network, enable_web_access=enable_web_access,
@@ -120,6 +122,8 @@ def create(
                               executor_settings=executor_settings)
     if tracked:
         study.record["tracking"] = tracked
+    if enqueued:
+        study.record["enqueuedTrials"] = enqueued
     note_no_effect(tracking.effective_no_effect(request.no_effect, tracked), "[--config] ")  # once the study is valid
     kms = o.kms_key_name(kms_key, kms_keyring, kms_location, kms_project) or (doc.get("encryptionSpec") or {}).get("kmsKeyName")
     if kms:
@@ -146,6 +150,21 @@ def create(
             raise typer.Exit(_run_in_foreground(study, fmt, notices=notices))
     finally:
         study.close()
+
+
+def _enqueued(spec: Any, given: Sequence[str]) -> list[dict[str, Any]]:
+    """`--enqueue-trial`'s configurations, checked against the study's parameters (one line
+    naming the flag otherwise)."""
+    from vcli.errors import InvalidValueError, UsageError
+    from vcli.tuning.defaults import enqueued_configuration
+
+    if given and spec.study_spec.population_based_training_spec is not None:
+        raise UsageError("argument --enqueue-trial: Population Based Training starts its own population; "
+                         "enqueued trials are for the other algorithms.")
+    try:
+        return [enqueued_configuration(spec.study_spec.parameters, text) for text in given]
+    except ValueError as e:
+        raise InvalidValueError("--enqueue-trial", f"{e}.") from None
 
 
 def submitted_message(study_id: str, state: Any) -> str:

@@ -482,4 +482,5 @@ def study_run(
         listener=Listeners(tracker, listener) if tracker is not None else listener,
         placer=study.execution.placer, shm_size=study.shm_size, seed=study.seed,
         prepare_trial=tracker.prepare_trial if tracker is not None else None,
+        enqueued=tuple(study.record.get("enqueuedTrials") or ()),
     )

@@ -88,13 +88,17 @@ class SearchStrategy(Strategy):
         self._defaults_asked = False
 
     def initial(self, run: StudyRun) -> list[PendingTrial] | None:
-        """A new study's trial 1: every parameter's defaultValue (`vcli.tuning.defaults`), when
-        each active parameter has one; asked once, never for a study that already has trials."""
+        """Trials to run before any suggestion, asked once: a new study's every-parameter
+        defaultValue (`vcli.tuning.defaults`, when each active parameter has one), then the
+        `--enqueue-trial` configurations no trial has run yet (a resumed study runs the rest)."""
         if self._defaults_asked:
             return None
         self._defaults_asked = True
-        first = default_configuration(run.spec.study_spec.parameters) if not (run.trials or run.queued) else None
-        return [PendingTrial(first)] if first is not None else None
+        fresh = not (run.trials or run.queued)
+        defaults = default_configuration(run.spec.study_spec.parameters) if fresh else None
+        ran = [dict(t.parameters) for t in run.trials.values()]
+        first = [*([defaults] if defaults is not None else []), *(c for c in run.enqueued if c not in ran)]
+        return [PendingTrial(dict(c)) for c in first[:max(0, run.spec.max_trial_count - len(run.trials))]] or None
 
     def reach(self, trial: Trial) -> float | None:
         """How far the trial got on the rule's x axis: its largest step (or elapsed time) of

@@ -84,6 +84,8 @@ class StudyRun:
     clock: Clock = SYSTEM_CLOCK
     #: The study's seed (PBT draws its population and explorations from it).
     seed: int = 0
+    #: Configurations to run before any suggestion (`--enqueue-trial`), as trials' parameters.
+    enqueued: tuple[dict[str, Any], ...] = ()
     trials: dict[str, Trial] = field(default_factory=dict)
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
