@@ -14,16 +14,20 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
 def test_there_are_examples() -> None:
-    assert {p.name for p in EXAMPLES} >= {"hp_tuning.yaml", "pbt.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"custom_job.yaml", "hp_tuning.yaml", "pbt.yaml"}
 
 
 @pytest.mark.parametrize("config", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_an_example_validates_cleanly(config: Path, tmp_path: Path) -> None:
-    r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--validate-only", "--format=json")
+    """A study (`studySpec`) with `hp-tuning-jobs create`, a CustomJobSpec with `custom-jobs create`."""
+    study = "studySpec" in config.read_text()
+    group, what = ("hp-tuning-jobs", "study") if study else ("custom-jobs", "job")
+    name = [] if study else ["--display-name=example"]  # a CustomJobSpec has no displayName of its own
+    r = vcli(tmp_path / "home", group, "create", f"--config={config}", *name, "--validate-only", "--format=json")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.strip().splitlines() == ["The study is valid; nothing was launched (--validate-only)."], r.stderr
-    study = json.loads(r.stdout)
-    assert study["displayName"] and study["executor"] == "local"
+    assert r.stderr.strip().splitlines() == [f"The {what} is valid; nothing was launched (--validate-only)."], r.stderr
+    resource = json.loads(r.stdout)
+    assert resource["displayName"] and resource["executor"] == "local"
 
 
 def test_the_readme_study_runs_from_the_repository_root(tmp_path: Path) -> None:
