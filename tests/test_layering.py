@@ -5,6 +5,7 @@ higher one. Every import counts, the lazy ones inside functions too."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -288,3 +289,14 @@ def test_no_module_over_500_lines_nor_function_over_60_lines_or_complexity_15() 
                     too_complex.append(f"{rel}:{b.lineno} {b.name}: complexity {b.complexity}")
     assert not too_long, too_long
     assert not too_complex, too_complex
+
+
+def test_the_goal_sign_is_written_once() -> None:
+    """`Goal.sign` is the one place that says which direction is better; a hand-written
+    `1.0 if goal == Goal.MAXIMIZE else -1.0` (or a comparison picked by the goal) drifts."""
+    hand_written = re.compile(r"-?1\.0 if .*Goal\.M(AX|IN)IMIZE|[<>]=? ?\w+ if .*Goal\.M(AX|IN)IMIZE"
+                              r"|goal\.value == \"M(AX|IN)IMIZE\"")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "vcli").rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if hand_written.search(line) and p.name != "enums.py"]
+    assert not found, found

@@ -244,8 +244,7 @@ class MetricReader:
         if not finite:
             return None
         if selection == MeasurementSelectionType.BEST_MEASUREMENT and len(self.metric_ids) == 1:
-            sign = 1.0 if goal == Goal.MAXIMIZE else -1.0
-            return max(finite, key=lambda m: (sign * m.metrics[self.metric_id], m.step_count))
+            return max(finite, key=lambda m: (goal.sign * m.metrics[self.metric_id], m.step_count))
         # LAST: the latest report; reports come in order, steps break ties between sources.
         return finite[-1]
 

@@ -247,4 +247,4 @@ def goal_reached(trial: Trial, metric: MetricSpec, goal: float | None) -> bool:
     value = trial.measurements[-1].metrics.get(metric.metric_id)
     if value is None or not math.isfinite(value):
         return False
-    return value >= goal if metric.goal.value == "MAXIMIZE" else value <= goal
+    return metric.goal.sign * (value - goal) >= 0

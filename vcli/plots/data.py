@@ -54,7 +54,7 @@ def finished(metric: MetricSpec, trials: Sequence[Trial]) -> list[Finished]:
 
 
 def better(a: float, b: float, goal: Goal) -> bool:
-    return a > b if goal == Goal.MAXIMIZE else a < b
+    return goal.sign * a > goal.sign * b
 
 
 def best_so_far(values: Sequence[float], goal: Goal) -> list[float]:

@@ -157,7 +157,7 @@ def _parallel(s: Study, metric: MetricSpec) -> Drawn:
     values = [f.value for f in done]
     lo, hi = min(values), max(values)
     norm, cmap = value_norm(values), colormaps["viridis"]
-    ranked = sorted(done, key=lambda f: f.value if metric.goal == Goal.MAXIMIZE else -f.value)  # best drawn last, on top
+    ranked = sorted(done, key=lambda f: metric.goal.sign * f.value)  # best drawn last, on top
     lines = []
     for f in ranked:
         ys = [d.unit(p, f.trial.parameters.get(p.parameter_id)) for p in params]

@@ -55,7 +55,7 @@ def metric_values(trial: Trial, metric_ids: Sequence[str]) -> tuple[float, ...] 
 
 
 def _signs(goals: Sequence[Goal | str]) -> tuple[float, ...]:
-    return tuple(-1.0 if Goal(g) == Goal.MAXIMIZE else 1.0 for g in goals)
+    return tuple(-Goal(g).sign for g in goals)
 
 
 def _minimised(points: Iterable[Point], signs: Sequence[float]) -> list[tuple[float, ...]]:

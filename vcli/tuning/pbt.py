@@ -40,7 +40,6 @@ from typing import Callable, Mapping, Sequence
 
 from vcli.spec import (
     Algorithm,
-    Goal,
     ParameterValue,
     PopulationBasedTrainingSpec,
     StudySpec,
@@ -175,7 +174,7 @@ class PbtScheduler:
         metric = study_spec.metrics[0]
         self.metric_id = metric.metric_id
         #: Multiplies a value so that higher is better.
-        self.sign = -1.0 if metric.goal == Goal.MINIMIZE else 1.0
+        self.sign = metric.goal.sign
         self.seed = int(seed)
         self._judged: dict[str, int] = {}  # trial id -> the highest boundary judged
 

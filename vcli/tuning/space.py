@@ -22,7 +22,6 @@ import random
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from vcli.spec import (
-    Goal,
     ParameterSpec,
     ParameterValue,
     StudySpec,
@@ -339,10 +338,10 @@ class SuggesterBase:
         self.study_spec = study_spec
         self.space = Space(study_spec.parameters)
         self.metric_id = study_spec.metrics[0].metric_id
-        self.sign = -1.0 if study_spec.metrics[0].goal == Goal.MAXIMIZE else 1.0
+        self.sign = -study_spec.metrics[0].goal.sign  # the suggesters minimize
         # every objective of a multi-objective study (one entry for a single metric)
         self.metric_ids = tuple(m.metric_id for m in study_spec.metrics)
-        self.signs = tuple(-1.0 if m.goal == Goal.MAXIMIZE else 1.0 for m in study_spec.metrics)
+        self.signs = tuple(-m.goal.sign for m in study_spec.metrics)
         self.seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
         self._trials: dict[str, Trial] = {}
         self._keys: dict[str, ParamKey] = {}  # trial id -> its key (computed once, at tell)

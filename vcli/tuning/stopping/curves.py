@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence, TypeGuard
 
-from vcli.spec import Goal, MetricSpec, Trial, TrialState
+from vcli.spec import MetricSpec, Trial, TrialState
 
 __all__ = ["Curve", "Curves", "Point", "completed", "finite", "fmt", "score_at", "score_at_or_first"]
 
@@ -54,7 +54,7 @@ class Curves:
 
     def __init__(self, metric: MetricSpec, use_elapsed_duration: bool):
         self.metric_id = metric.metric_id
-        self.sign = 1.0 if metric.goal == Goal.MAXIMIZE else -1.0
+        self.sign = metric.goal.sign
         self.use_elapsed = use_elapsed_duration
         self.unit = "second" if use_elapsed_duration else "step"
         self._cache: dict[str, tuple[object, Curve]] = {}
