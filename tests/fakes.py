@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tests.contract_replica import PROGRESS, SOURCE, long_line
 from vcli.errors import ExecutorError
@@ -34,6 +34,7 @@ from vcli.executors import (
 from vcli.executors.kinds import ExecutorOptions, ExecutorType, register
 from vcli.executors.supervisor import MAX_RECORD_BYTES
 from vcli.logs import LogWriter
+from vcli.tuning.suggesters.random_search import RandomSearchSuggester
 
 SIGTERM_EXIT = 128 + 15
 SIGKILL_EXIT = 128 + 9
@@ -311,3 +312,18 @@ def _build_fake(options: ExecutorOptions, *, leases: bool = True,
 #: the contract suite reads its kinds from the registry, so the fake runs through it as a kind.
 register(ExecutorType(name="fake", summary="replicas as timelines on a fake clock", build=_build_fake,
                       for_handles=lambda options: _build_fake(options)[0]))
+
+
+class SlowSuggester(RandomSearchSuggester):
+    """Random search that takes `SLOW_ASK_SECONDS` per ask and calls itself a model, so a study
+    asks it in a worker process (`vcli.control.suggesting`): the tuner that makes slots wait."""
+
+    models = True
+
+    def _ask(self, count: int) -> list[dict[str, Any]]:
+        time.sleep(SLOW_ASK_SECONDS)
+        return super()._ask(count)
+
+
+#: Seconds each ask of `SlowSuggester` takes.
+SLOW_ASK_SECONDS = 2.0

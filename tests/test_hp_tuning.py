@@ -361,6 +361,8 @@ def test_cancel_study_from_another_terminal(tmp_path: Path) -> None:
 def test_resume_by_replay_proposes_the_original_next_point(tmp_path: Path) -> None:
     pkg, echo = _toy(tmp_path)
     home = tmp_path / "home"
+    # Every trial waits for the model's answer to the study as it stands (no point prepared ahead).
+    assert vcli(home, "config", "set", "tuning/suggestion-wait", "600").returncode == 0
     for algorithm in ("algorithm-unspecified", "random-search"):
         r = _toy_study(
             home, pkg, echo,
@@ -377,6 +379,7 @@ def test_resume_by_replay_proposes_the_original_next_point(tmp_path: Path) -> No
             rebuilt.tell(trial_from_dict(data))
         nxt = rebuilt.ask(1)[0].parameters
         assert dict(nxt) == {p["parameterId"]: p["value"] for p in stored[4]["parameters"]}
+        assert not any("suggestedBy" in t for t in stored), stored
 
 
 def test_bad_study_inputs_get_one_line(tmp_path: Path) -> None:

@@ -54,6 +54,31 @@ def _trainer(tmp_path: Path) -> Path:
     return script
 
 
+def _suggester_workers(controller: int) -> list[int]:
+    """Pids of the suggester worker processes (`vcli.control.suggesting`) `controller` started."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == controller and b"vcli.control.suggesting" in cmd:
+            out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Not a zombie (an ended worker whose parent, killed, left it to init to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def _kill_controller(proc) -> None:
     os.killpg(proc.pid, signal.SIGKILL)  # the controller dies without any cleanup
     proc.wait(timeout=10)
@@ -184,11 +209,15 @@ def test_two_controllers_never_drive_one_job(tmp_path: Path) -> None:
         proc.wait(timeout=60)
 
 
-def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", ["random-search", "algorithm-unspecified"])
+def test_a_study_survives_its_controller_and_resumes(tmp_path: Path, algorithm: str) -> None:
+    """kill -9 of a study's controller with two trials running (vcli's GP: while its worker
+    process holds prepared points): the worker ends with it, and `resume` runs the rest, no
+    trial lost and none run twice."""
     home = tmp_path / "home"
     script = _trainer(tmp_path)
     proc = spawn(home, "hp-tuning-jobs", "create", "--display-name=resume-study", "--max-trial-count=8",
-                 "--parallel-trial-count=2", "--algorithm=random-search", "--seed=3",
+                 "--parallel-trial-count=2", f"--algorithm={algorithm}", "--seed=3",
                  "--parameter-spec=parameter-id=x,type=double,min=0,max=1", "--metric=metric-id=acc,goal=maximize",
                  f"--worker-pool-spec={POOL}=1,container-image-uri=x", f"--command=python3,{script}")
     try:
@@ -198,7 +227,11 @@ def test_a_study_survives_its_controller_and_resumes(tmp_path: Path) -> None:
                               if t["state"] == "SUCCEEDED"]) >= 3, 120, "three trials done")
         wait_for(lambda: sum(1 for t in describe(home, "hp-tuning-jobs", study_id)["trials"]
                              if t["state"] == "ACTIVE") == 2, 30, "two trials running")
-        _kill_controller(proc)
+        workers = _suggester_workers(proc.pid)
+        assert bool(workers) == (algorithm == "algorithm-unspecified"), workers
+        os.kill(proc.pid, signal.SIGKILL)  # the controller alone: its worker must notice
+        proc.wait(timeout=10)
+        wait_for(lambda: not any(os.path.exists(f"/proc/{w}") and _alive(w) for w in workers), 30, "the worker ended")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -13,6 +13,8 @@ process vcli did not start holds is busy, on machines with nvidia-smi), `slurm/p
 `slurm/shared-dir` (the directory every Slurm node sees at the same path, for vcli's own files
 there; default `<vcli home>/slurm`). `tracking/uri` (the MLflow
 tracking URI that turns experiment tracking on; $MLFLOW_TRACKING_URI wins; see `vcli.tracking`).
+`tuning/suggestion-wait` (seconds a free trial slot waits for the model's suggestion before it
+takes one the model prepared ahead; default 0.3; see `vcli.control.suggesting`).
 Path: $VCLI_CONFIG_DIR/properties.json,
 else $XDG_CONFIG_HOME/vcli/properties.json (~/.config/vcli/properties.json).
 """
@@ -42,6 +44,7 @@ KNOWN = {
     "slurm/qos": None,
     "slurm/shared-dir": None,
     "tracking/uri": None,
+    "tuning/suggestion-wait": None,
 }
 
 #: property -> how a value is stored: a directory is made absolute when set, so that it does
@@ -113,6 +116,8 @@ def set_(prop: str, value: str) -> None:
         if bad:
             raise InvalidValueError(prop, f"[{bad[0]}] is not a host name of the inventory (letters, digits, '.', '_' "
                                           "or '-'); give names separated by commas")
+    if prop == "tuning/suggestion-wait" and _seconds(value) is None:
+        raise InvalidValueError(prop, f"[{value}] is not a number of seconds (0 or more)")
     if prop in _NORMALIZE:
         if not value.strip():
             raise InvalidValueError(prop, "must not be empty")
@@ -202,3 +207,16 @@ def gpu_exclude_busy() -> bool:
     """`gpu/exclude-busy` (default true): a GPU that a process vcli did not start uses (by the
     host's nvidia-smi) is busy and not placed."""
     return (get("gpu/exclude-busy") or "true").lower() not in ("false", "0", "no", "off")
+
+
+def _seconds(value: str) -> float | None:
+    try:
+        v = float(value.strip().removesuffix("s"))
+    except ValueError:
+        return None
+    return v if 0 <= v < float("inf") else None
+
+
+def suggestion_wait() -> float | None:
+    """`tuning/suggestion-wait` in seconds; None when unset (`vcli.control.suggesting.DEFAULT_WAIT`)."""
+    return _seconds(get("tuning/suggestion-wait") or "")

@@ -471,6 +471,9 @@ class Measurement:
 @dataclass(frozen=True, kw_only=True)
 class TrialSuggestion:
     parameters: Mapping[str, ParameterValue]
+    #: vcli: where a suggestion that is not the model's answer to the study as it stands came
+    #: from (`vcli.control.suggesting`): "model-ahead" or "random-fallback"; None otherwise.
+    suggested_by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -491,6 +494,8 @@ class Trial:
     early_stopping_rule: str | None = None
     #: vcli, Population Based Training: where this trial came from.
     lineage: PbtLineage | None = None
+    #: vcli: `TrialSuggestion.suggested_by` of the suggestion the trial runs, if it had one.
+    suggested_by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ app = typer.Typer(cls=GcloudGroup, help="View and set vcli properties (like `gcl
 #: Every property of `vcli.properties.KNOWN`, spelled out so that `--help` imports no data model
 #: (tests/test_config.py fails when they differ).
 PROPERTY_NAMES = ("executor, hosts, python, ray/address, storage/gcs-root, gpu/lease-dir, gpu/exclude-busy, "
-                  "slurm/partition, slurm/account, slurm/qos, slurm/shared-dir, tracking/uri")
+                  "slurm/partition, slurm/account, slurm/qos, slurm/shared-dir, tracking/uri, tuning/suggestion-wait")
 
 Property = Annotated[str, typer.Argument(help=f"One of: {PROPERTY_NAMES}.", autocompletion=property_names)]
 

@@ -93,7 +93,8 @@ def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any
                                           for k, v in t.lineage.inherited_parameters.items()]
         d["populationBasedTraining"] = lin
     for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason),
-                     ("customJob", t.custom_job), ("stopReason", t.stop_reason), ("earlyStoppingRule", t.early_stopping_rule)):
+                     ("customJob", t.custom_job), ("stopReason", t.stop_reason), ("earlyStoppingRule", t.early_stopping_rule),
+                     ("suggestedBy", t.suggested_by)):
         if val:
             d[key] = val
     return d
@@ -113,6 +114,7 @@ def trial_from_dict(d: Mapping[str, Any]) -> Trial:
         stop_reason=d.get("stopReason"),
         early_stopping_rule=d.get("earlyStoppingRule"),
         lineage=_lineage_from_dict(d.get("populationBasedTraining")),
+        suggested_by=d.get("suggestedBy"),
     )
 
 

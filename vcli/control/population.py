@@ -43,6 +43,8 @@ class PendingTrial:
     parameters: dict[str, ParameterValue]
     lineage: PbtLineage | None = None
     checkpoint: str | None = None
+    #: `TrialSuggestion.suggested_by` (`vcli.control.suggesting`).
+    suggested_by: str | None = None
 
 
 @dataclass

@@ -313,6 +313,9 @@ class PlannedStudy:
     record: dict[str, Any]
 
     def close(self) -> None:
+        from vcli.control.suggesting import close
+
+        close(self.suggester)
         self.execution.close()
 
 
@@ -382,13 +385,19 @@ def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: s
     from vcli.tuning.suggesters import get_suggester
 
     try:
-        return get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
+        suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
     except ValueError as e:
         raise InvalidValueError("--config", str(e)) from None
     except ImportError as e:
         raise UsageError(f"the {spec.study_spec.algorithm.value} suggester"
                          f"{' with --bayesian-backend=skopt' if bayesian_backend == 'skopt' else ''} needs a package "
                          f"vcli's base install lacks ({e.name}): {install_hint('tune')}") from None
+    from vcli.control.suggesting import DEFAULT_WAIT, suggestions_for
+    from vcli.properties import suggestion_wait
+
+    wait = suggestion_wait()
+    return suggestions_for(suggester, spec.study_spec, seed=seed, ahead=spec.parallel_trial_count,
+                           wait=DEFAULT_WAIT if wait is None else wait)
 
 
 def install_hint(extra: str) -> str:

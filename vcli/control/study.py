@@ -45,6 +45,7 @@ from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, w
 from vcli.control.liveness import mark_controller
 from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
+from vcli.control.suggesting import take
 from vcli.control.waiting import TrialWait
 from vcli.errors import StoreError, VcliError, WaitExpiredError, stopped_by
 from vcli.executors import Executor
@@ -60,7 +61,6 @@ from vcli.spec import (
 )
 from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.tuning.events import StudyListener
-from vcli.tuning.suggesters import Suggester
 
 __all__ = ["ActiveTrial", "StudyRun", "default_failure_budget"]
 
@@ -77,7 +77,7 @@ class StudyRun:
     spec: HyperparameterTuningJobSpec
     study_id: str
     display_name: str
-    suggester: Suggester
+    suggester: Any  # a `vcli.tuning.suggesters.Suggester`, or one in a worker process (`Apart`)
     listener: StudyListener = field(default_factory=StudyListener)
     placer: Placer = local_placer
     shm_size: str | None = None
@@ -287,14 +287,16 @@ class StudyRun:
         count = min(free, remaining) - len(self.queued)
         if count <= 0 or self.exhausted:
             return
-        if not (suggestions := self.suggester.ask(count)):
+        if (suggestions := take(self.suggester, count, self.clock.now())) is None:
+            return  # the suggester's worker is still computing: a later tick starts them
+        if not suggestions:
             self.exhausted = True  # the search space is used up (grid search)
             self.on_progress(f"The search space is exhausted after {len(self.trials)} trial(s) (maxTrialCount "
                              f"{self.spec.max_trial_count}): no more trials will start.")
             return
         for i, s in enumerate(suggestions):
-            if not self._start_trial(PendingTrial(dict(s.parameters))):
-                self.queued.extend(PendingTrial(dict(x.parameters)) for x in suggestions[i:])
+            if not self._start_trial(PendingTrial(dict(s.parameters), suggested_by=s.suggested_by)):
+                self.queued.extend(PendingTrial(dict(x.parameters), suggested_by=x.suggested_by) for x in suggestions[i:])
                 return
 
     def _running(self) -> int:
@@ -321,7 +323,7 @@ class StudyRun:
             record={"jobSpec": custom_job_spec_to_dict(job_spec), "executor": self.executor.name,
                     "outputDirectory": f"{self.base_output}/{trial_id}"},
             state=JobState.JOB_STATE_QUEUED.value, parent_id=self.study_id, trial_id=trial_id)
-        trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE, lineage=pending.lineage,
+        trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE, lineage=pending.lineage, suggested_by=pending.suggested_by,
                       custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso())
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
@@ -338,8 +340,7 @@ class StudyRun:
         return True
 
     def _plan_trial(self, job_spec: CustomJobSpec, job_id: str, trial_id: str) -> JobPlan | None:
-        """Place a trial's replicas; None while capacity is busy, and WaitExpiredError once
-        the trial has waited longer than its scheduling.maxWaitDuration (`TrialWait`)."""
+        """Place a trial's replicas; None while capacity is busy (past maxWaitDuration: WaitExpiredError)."""
         from vcli.placement import NoCapacityError
 
         try:

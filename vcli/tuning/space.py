@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping, Sequence
 
 from vcli.spec import (
     ParameterSpec,
@@ -332,6 +332,10 @@ class SuggesterBase:
     controller has told it the trials it created from those suggestions.
     """
 
+    #: Does each ask fit a model (seconds under load)? Then a study asks it in a worker
+    #: process of its own, ahead of need (`vcli.control.suggesting`).
+    models: ClassVar[bool] = False
+
     def __init__(self, study_spec: StudySpec, *, seed: int | None = None) -> None:
         if not study_spec.metrics:
             raise ValueError("the study spec has no metric")
@@ -364,6 +368,17 @@ class SuggesterBase:
         for p in params:
             self._outstanding.append((self.space.key(p), p))
         return [TrialSuggestion(parameters=p) for p in params]
+
+    def preview(self, count: int) -> list[dict[str, ParameterValue]]:
+        """What `ask(count)` would return now, without handing it out: nothing is added to
+        the outstanding suggestions (`hold` adds those the caller takes), so a suggester that
+        prepares points ahead of need (`vcli.control.suggesting`) keeps replay's numbering."""
+        return self._ask(int(count)) if count > 0 else []
+
+    def hold(self, parameters: Mapping[str, ParameterValue]) -> None:
+        """Count `parameters`, taken from a `preview`, as an outstanding suggestion (as `ask`
+        counts its own) until a told trial carries them."""
+        self._outstanding.append((self.space.key(parameters), dict(parameters)))
 
     def _ask(self, count: int) -> list[dict[str, ParameterValue]]:  # pragma: no cover
         raise NotImplementedError

@@ -81,6 +81,8 @@ _RNG_LOCAL = 21  # the key the benchmark measured the batch's local points with 
 class GPSuggester(AcqSearch, SuggesterBase):
     """vcli's Gaussian-process Bayesian optimiser (see the module docstring)."""
 
+    models = True
+
     #: on a quantised objective, trial numbers t with t % explore_every == explore_every - 1
     #: are Thompson draws (`_explore.thompson_row`) over random candidates and candidates near
     #: the best `explore_top` fraction of the observations, moved by N(0, explore_sd) in the

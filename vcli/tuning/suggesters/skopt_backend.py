@@ -35,6 +35,8 @@ class SkoptSuggester(SuggesterBase):
     number of known trials, so replay holds.
     """
 
+    models = True
+
     def __init__(self, study_spec: StudySpec, *, seed: int | None = None, n_initial_points: int = 10) -> None:
         super().__init__(study_spec, seed=seed)
         import skopt  # noqa: F401

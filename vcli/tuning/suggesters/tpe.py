@@ -94,6 +94,8 @@ def _default_weights(n: int):
 class TPESuggester(SuggesterBase):
     """vcli's TPE (see the module docstring)."""
 
+    models = True
+
     def __init__(
         self,
         study_spec: StudySpec,
