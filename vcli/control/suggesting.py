@@ -12,7 +12,8 @@ When a slot is free the controller takes, in this order:
 1. the worker's batch, if it was computed with every trial told so far (what an ask in the
    controller would have returned: a resumed study replays to the same points);
 2. after waiting up to `wait` seconds (`tuning/suggestion-wait`, default `DEFAULT_WAIT`) for
-   such a batch: the batch computed before the latest trials were told ("model-ahead");
+   such a batch, or at once when the worker's recent answers took longer than that: the batch
+   computed before the latest trials were told ("model-ahead");
 3. if there is none: random search's point ("random-fallback").
 
 A trial started from 2 or 3 records it in `suggestedBy`. A worker that dies is started again
@@ -26,6 +27,7 @@ from __future__ import annotations
 import importlib
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -102,6 +104,11 @@ class Apart:
     _answered: bool = False
     _deaths: int = 0
     _waiting_since: float | None = None
+    #: When each of the latest versions was sent, when the last was, and how long the worker's
+    #: recent answers took from the message that asked for them (a running mean).
+    _send_times: dict[int, float] = field(default_factory=dict)
+    _last_send: float = 0.0
+    _ask_seconds: float | None = None
     _fallback: Any = None
 
     def __post_init__(self) -> None:
@@ -135,7 +142,7 @@ class Apart:
             return self._hand_out(batch.points[:count], None)
         if self._waiting_since is None:
             self._waiting_since = now
-        if not self._answered or now - self._waiting_since < self.wait or (batch is not None and not batch.points):
+        if not self._answered or self._worth_waiting(now) or (batch is not None and not batch.points):
             return None  # first answer (the worker starting), a short wait, or exhaustion to confirm
         known = self._fallback.known_keys()
         space = self._fallback.space
@@ -144,6 +151,16 @@ class Apart:
         if len(out) < count:
             out += self._hand_out([dict(s.parameters) for s in self._fallback.ask(count - len(out))], FALLBACK)
         return out or None
+
+    def _worth_waiting(self, now: float) -> bool:
+        """Is the model's answer to the study as it stands expected within what is left of the
+        wait? Not when its recent answers took longer (`_ask_seconds`): the slot takes the
+        point prepared ahead at once rather than sit idle for the whole wait."""
+        assert self._waiting_since is not None
+        left = self.wait - (now - self._waiting_since)
+        if left <= 0:
+            return False
+        return self._ask_seconds is None or self._last_send + self._ask_seconds - time.monotonic() <= left
 
     def close(self) -> None:
         """Tell the worker to end; kill it if it has not within 2 s."""
@@ -195,6 +212,8 @@ class Apart:
             self._died()
             return
         self._sent += 1
+        self._last_send = self._send_times[self._sent] = time.monotonic()
+        self._send_times.pop(self._sent - 64, None)
 
     def _receive(self) -> None:
         """Read the worker's batches (the latest wins); start a new worker if it died."""
@@ -207,6 +226,9 @@ class Apart:
                 if kind == "error":
                     raise RuntimeError(f"the suggester failed: {rest[0]}")
                 self._batch, self._answered, self._deaths = _Batch(rest[0], rest[1]), True, 0
+                if (sent := self._send_times.get(rest[0])) is not None:  # how long an answer takes now
+                    took = time.monotonic() - sent
+                    self._ask_seconds = took if self._ask_seconds is None else (self._ask_seconds + took) / 2
         except (EOFError, OSError):
             self._died()
             return
@@ -237,7 +259,7 @@ class Apart:
                                           pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True)  # Ctrl-C is the controller's to handle
-        self._conn, self._sent, self._batch = Connection(mine.detach()), 0, None
+        self._conn, self._sent, self._batch, self._send_times = Connection(mine.detach()), 0, None, {}
         messages: list[tuple[Any, ...]] = [("start", self.where, self.study_spec, self.seed, self.ahead)]
         messages += [("tell", t) for t in self._trials.values()]
         if self._taken:
@@ -245,6 +267,7 @@ class Apart:
         for message in messages:
             self._conn.send(message)
         self._sent = len(messages) - 1  # the versions count what changes the suggester's state
+        self._last_send = self._send_times[self._sent] = time.monotonic()
 
 
 def serve(conn: Connection) -> None:
