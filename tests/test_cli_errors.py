@@ -713,14 +713,14 @@ def test_concurrent_hosts_adds_keep_every_host(tmp_path):
     inventory = tmp_path / "hosts.yaml"
     env = dict(os.environ, VCLI_HOSTS_FILE=str(inventory),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    loop = ("import sys\nfrom vcli import hosts\nfor i in range(40):\n"
+    loop = ("import sys\nfrom vcli.placement import hosts\nfor i in range(40):\n"
             "    hosts.put_host(hosts.Host(name=f'{sys.argv[1]}{i}', address=f'10.0.{sys.argv[2]}.{i + 1}'))\n")
     procs = [subprocess.Popen([sys.executable, "-c", loop, prefix, net], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for prefix, net in (("a", "1"), ("b", "2"))]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-2000:]
-    from vcli import hosts
+    from vcli.placement import hosts
 
     assert sorted(hosts.load_inventory(inventory)) == sorted(f"{p}{i}" for p in "ab" for i in range(40))
     assert sorted(f.name for f in tmp_path.iterdir()) == ["hosts.yaml", "hosts.yaml.lock"]  # no temporary file left

@@ -153,7 +153,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
         known = tmp / "known_hosts"
         known.write_text(sshd.known_hosts_line())
         monkeypatch.setenv("VCLI_SSH_USER_KNOWN_HOSTS", str(known))
-        from vcli.hosts import Host
+        from vcli.placement.hosts import Host
 
         docker = kind == "ssh-docker"
         if docker:  # containers of the host's engine, reached over the SSH connection
@@ -814,7 +814,7 @@ kind, twice, args = sys.argv[1], sys.argv[2] == "twice", sys.argv[3:]
 if kind in ("ssh", "ssh-docker"):
     from vcli.control.wiring import ssh_executor
     from vcli.executors.ssh.hold import held
-    from vcli.hosts import Host
+    from vcli.placement.hosts import Host
     host = Host(**json.loads(args[0]))
     link = ssh_executor([host])._link(host.name)
     hold = lambda: held(link, args[1], args[2], container=args[3] if args[3:] else None)

@@ -762,8 +762,8 @@ def test_an_ssh_hosts_own_nvidia_smi_decides_what_is_busy_there(tmp_path: Path) 
     script that puts a fake one on PATH), and the placer skips the GPU it reports."""
     from tests.harness import loopback_sshd
     from vcli.control.wiring import ssh_executor
-    from vcli.hosts import Host
     from vcli.placement.gpus import GpuAllocator
+    from vcli.placement.hosts import Host
 
     why = loopback_sshd.available()
     if why:

@@ -1041,7 +1041,7 @@ def test_a_port_that_never_speaks_ssh_is_named_as_such(tmp_path: Path) -> None:
 
     from vcli.errors import ExecutorError
     from vcli.executors.ssh.trust import connect
-    from vcli.hosts import Host, KnownHosts
+    from vcli.placement.hosts import Host, KnownHosts
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -1064,7 +1064,7 @@ def test_a_refused_port_and_an_identity_file_that_is_a_directory_are_said_plainl
 
     from vcli.errors import ExecutorError
     from vcli.executors.ssh.trust import connect
-    from vcli.hosts import Host, KnownHosts
+    from vcli.placement.hosts import Host, KnownHosts
 
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))

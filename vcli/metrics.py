@@ -110,16 +110,8 @@ class MetricReader:
         oldest = math.inf
         for line in (text if whole else text[len(last):]).splitlines():
             self.parsed_lines += 1
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                report = json.loads(line)
-            except ValueError:
-                continue  # a line being rewritten right now; the next read gets it
-            except RecursionError:
-                continue  # "[[[[..." nested beyond the parser's depth: no report
-            if not isinstance(report, dict):
+            report = _hypertune_report(line)
+            if report is None:
                 continue
             step = _step(report.get("global_step"))
             if step is None:
@@ -127,17 +119,25 @@ class MetricReader:
             ts = _number(report.get("timestamp")) or 0.0
             oldest = min(oldest, ts) if ts == ts else oldest
             self._note_other_tags(report)
-            for metric_id in self.metric_ids:
-                raw = report.get(metric_id)
-                if raw is None and metric_id not in report and len(self.metric_ids) == 1:
-                    raw = report.get(HYPERTUNE_DEFAULT_TAG)
-                value = _number(raw)
-                if value is not None:
-                    new |= self._add(self._seen, (ts, step, value, metric_id), metric_id, value, step)
+            new |= self._add_hypertune_report(report, ts, step)
         # The library keeps its last 100 reports and drops the oldest first: a report older
         # than the oldest in the file never comes back (a file read mid-rewrite lacks its tail).
         if whole and oldest != math.inf and len(self._seen) > 1000:
             self._seen = {k for k in self._seen if not isinstance(k[0], float) or k[0] >= oldest}
+        return new
+
+    def _add_hypertune_report(self, report: dict[str, object], ts: float, step: int) -> bool:
+        """Add each of the study's metrics that `report` (one hypertune line, at time `ts` and
+        step `step`) holds a number for; True if any of them was new. With a single metric, the
+        hypertune default tag stands for it when the report lacks the metric's own key."""
+        new = False
+        for metric_id in self.metric_ids:
+            raw = report.get(metric_id)
+            if raw is None and metric_id not in report and len(self.metric_ids) == 1:
+                raw = report.get(HYPERTUNE_DEFAULT_TAG)
+            value = _number(raw)
+            if value is not None:
+                new |= self._add(self._seen, (ts, step, value, metric_id), metric_id, value, step)
         return new
 
     def _note_other_tags(self, report: dict[str, object]) -> None:
@@ -247,6 +247,21 @@ class MetricReader:
             return max(finite, key=lambda m: (goal.sign * m.metrics[self.metric_id], m.step_count))
         # LAST: the latest report; reports come in order, steps break ties between sources.
         return finite[-1]
+
+
+def _hypertune_report(line: str) -> dict[str, object] | None:
+    """One line of a hypertune file as its report (a JSON object), or None when the line is
+    blank, is not (yet) JSON, or is JSON but not an object."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        report = json.loads(line)
+    except ValueError:
+        return None  # a line being rewritten right now; the next read gets it
+    except RecursionError:
+        return None  # "[[[[..." nested beyond the parser's depth: no report
+    return report if isinstance(report, dict) else None
 
 
 def _number(raw: object) -> float | None:

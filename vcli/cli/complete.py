@@ -32,7 +32,7 @@ def study_ids(incomplete: str) -> list[tuple[str, str]]:
 
 def _inventory_names() -> list[str]:
     try:
-        from vcli.hosts import LOCAL, load_inventory
+        from vcli.placement.hosts import LOCAL, load_inventory
 
         return [name for name in sorted(load_inventory()) if name != LOCAL]
     except Exception:  # a broken inventory completes nothing; commands report it

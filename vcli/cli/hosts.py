@@ -1,4 +1,4 @@
-"""`vcli hosts add | remove | list | check`: the SSH host inventory (see `vcli.hosts`).
+"""`vcli hosts add | remove | list | check`: the SSH host inventory (see `vcli.placement.hosts`).
 
 Mounted by `vcli.cli` as `vcli hosts`. Only typer is imported at module level; paramiko is
 imported when a command connects. Host names complete from the inventory (`vcli.cli.complete`).
@@ -58,8 +58,8 @@ def hosts_add(
     """Add a host to the inventory (or change one), after verifying its SSH host key."""
     from dataclasses import replace
 
-    from vcli import hosts as H
     from vcli.errors import ExecutorError, UsageError
+    from vcli.placement import hosts as H
 
     if name == H.LOCAL:
         raise UsageError("`local` is this machine and always available; declare its GPUs with $VCLI_LOCAL_GPUS.")
@@ -119,7 +119,7 @@ def hosts_remove(
     names: Annotated[List[str], typer.Argument(help="Inventory names to remove.", autocompletion=host_names)],
 ) -> None:
     """Remove hosts from the inventory (their keys stay in known_hosts)."""
-    from vcli import hosts as H
+    from vcli.placement import hosts as H
 
     H.remove_hosts(names)  # all or none
     for n in names:
@@ -135,8 +135,8 @@ def hosts_list(
     include_local: bool = typer.Option(False, "--include-local", help="Also show `local` (this machine)."),
 ) -> None:
     """List the inventory."""
-    from vcli import hosts as H
     from vcli.formats import apply_filter, apply_sort
+    from vcli.placement import hosts as H
 
     inv = H.load_inventory()
     rows = [h.to_resource() for n, h in sorted(inv.items()) if n != H.LOCAL]
@@ -160,9 +160,9 @@ def hosts_check(
     save: bool = typer.Option(True, "--save/--no-save", help="Record detected GPUs/CPUs/memory in the inventory."),
 ) -> None:
     """Connect to hosts; report OS, CPUs, memory, disk, GPUs, Docker, Python and host-to-host reachability."""
-    from vcli import hosts as H
     from vcli.control.hosts import check_hosts
     from vcli.errors import ExitCode, VcliError
+    from vcli.placement import hosts as H
 
     inv = H.load_inventory()
     targets = H.resolve_hosts(",".join(names) if names else None, inv)
@@ -208,7 +208,7 @@ def _save_detected(inv: dict, rows: list[dict[str, Any]]) -> None:
     is written only when something changed."""
     from dataclasses import replace
 
-    from vcli import hosts as H
+    from vcli.placement import hosts as H
 
     found = {row["name"]: _detected(row) for row in rows if row.get("status") not in _FAILED and row["name"] in inv}
     if all(dict(inv[name].detected) == det for name, det in found.items()):
@@ -239,9 +239,9 @@ def hosts_gpus(
     this machine); then one WAITING row per job or trial that waits for GPUs (oldest first).
     An SSH host's leases are read on the host, in its `gpu_lease_dir`; a host that cannot be
     reached is an error, never shown as free."""
-    from vcli import hosts as H
     from vcli.errors import NotFoundError
     from vcli.formats import apply_filter, apply_sort
+    from vcli.placement import hosts as H
 
     wanted = list(dict.fromkeys(names or [H.LOCAL]))
     inventory = H.load_inventory() if any(n != H.LOCAL for n in wanted) else {}
@@ -274,8 +274,8 @@ def hosts_gpus(
 
 
 def _local_gpu_rows() -> list[dict[str, Any]]:
-    from vcli import hosts as H
     from vcli import properties
+    from vcli.placement import hosts as H
     from vcli.placement.gpulease import local_leases, nvidia_busy
     from vcli.placement.gpus import lease_dir_error
 

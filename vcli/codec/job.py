@@ -31,46 +31,10 @@ MAX_ENV_VARS = 100
 
 def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "") -> CustomJobSpec:
     """A decoded `CustomJobSpec` dict -> spec, with the checks gcloud leaves to the API."""
-    pools = []
-    for i, p in enumerate(d.get("workerPoolSpecs", [])):
-        ppath = f"{path}workerPoolSpecs[{i}]"
-        if not p:
-            pools.append(WorkerPoolSpec())
-            continue
-        ms = p.get("machineSpec", {})
-        if not ms.get("machineType"):
-            raise decoder.error(f"{ppath}.machineSpec.machineType", "required field is missing")
-        acc = ms.get("acceleratorType")
-        if acc == "ACCELERATOR_TYPE_UNSPECIFIED":
-            acc = None
-        machine = build(MachineSpec, ms, accelerator_type=acc, accelerator_count=ms.get("acceleratorCount", 1 if acc else 0))
-        count = p.get("replicaCount", 1)
-        if count < 1:
-            raise decoder.error(f"{ppath}.replicaCount", f"must be a positive integer, found [{count}]")
-        if i == 0 and count != 1:
-            raise decoder.error(f"{ppath}.replicaCount", f"the first worker pool is the chief and must have 1 replica, found [{count}]")
-        if count > MAX_REPLICA_COUNT:
-            raise decoder.error(f"{ppath}.replicaCount", f"must be at most {MAX_REPLICA_COUNT} (vcli starts a process or "
-                                f"container per replica), found [{count}]")
-        local = None
-        if "localPackage" in p:
-            lp = p["localPackage"]
-            local = build(LocalPackage, lp, path=os.path.abspath(os.path.expanduser(lp.get("path", "."))))
-        cs = p.get("containerSpec")
-        ps = p.get("pythonPackageSpec")
-        if (cs is None) == (ps is None) and local is None:
-            raise decoder.error(
-                ppath, "Exactly one of fields [pythonPackageSpec, containerSpec] is required for a [workerPoolSpecs] in the YAML config file."
-            )
-        given: dict[str, Any] = {"machine_spec": machine, "replica_count": count, "local_package": local}
-        if local is not None and cs is None and ps is None:
-            given["container_spec"] = ContainerSpec()  # the image is built from the local package
-        pool = _map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath)
-        _check_env(pool, decoder, ppath)
-        module = pool.python_package_spec.python_module if pool.python_package_spec else ""
-        if module and (problem := module_name_problem(module)):
-            raise decoder.error(f"{ppath}.pythonPackageSpec.pythonModule", problem)
-        pools.append(pool)
+    pools = [
+        _pool_from_dict(p, i, decoder, f"{path}workerPoolSpecs[{i}]") if p else WorkerPoolSpec()
+        for i, p in enumerate(d.get("workerPoolSpecs", []))
+    ]
     if pools and pools[0].is_empty:
         raise decoder.error(f"{path}workerPoolSpecs[0]", "the first worker pool (the chief) must not be empty")
     if len(pools) > 4:
@@ -79,6 +43,58 @@ def custom_job_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str 
     if base is not None:
         base = resolve_output_uri(base, lambda msg: decoder.error(f"{path}baseOutputDirectory.outputUriPrefix", msg))
     return build(CustomJobSpec, d, worker_pool_specs=tuple(pools), base_output_directory=base)
+
+
+def _pool_from_dict(p: Mapping[str, Any], i: int, decoder: Decoder, ppath: str) -> WorkerPoolSpec:
+    """The non-empty worker pool `i` (at `ppath`) -> spec: its machine, its replica count, one
+    of containerSpec / pythonPackageSpec (or vcli's localPackage alone, built into an image),
+    gs:// paths mapped, its env and python module checked."""
+    machine = _machine_from_dict(p.get("machineSpec", {}), decoder, ppath)
+    count = _replica_count(p, i, decoder, ppath)
+    local = None
+    if "localPackage" in p:
+        lp = p["localPackage"]
+        local = build(LocalPackage, lp, path=os.path.abspath(os.path.expanduser(lp.get("path", "."))))
+    cs = p.get("containerSpec")
+    ps = p.get("pythonPackageSpec")
+    if (cs is None) == (ps is None) and local is None:
+        raise decoder.error(
+            ppath, "Exactly one of fields [pythonPackageSpec, containerSpec] is required for a [workerPoolSpecs] in the YAML config file."
+        )
+    given: dict[str, Any] = {"machine_spec": machine, "replica_count": count, "local_package": local}
+    if local is not None and cs is None and ps is None:
+        given["container_spec"] = ContainerSpec()  # the image is built from the local package
+    pool = _map_gcs(build(WorkerPoolSpec, p, **given), decoder, ppath)
+    _check_env(pool, decoder, ppath)
+    module = pool.python_package_spec.python_module if pool.python_package_spec else ""
+    if module and (problem := module_name_problem(module)):
+        raise decoder.error(f"{ppath}.pythonPackageSpec.pythonModule", problem)
+    return pool
+
+
+def _machine_from_dict(ms: Mapping[str, Any], decoder: Decoder, ppath: str) -> MachineSpec:
+    """A pool's machineSpec -> spec: machineType required; an unspecified accelerator type is
+    none, and a type without a count means 1 accelerator (Vertex's default)."""
+    if not ms.get("machineType"):
+        raise decoder.error(f"{ppath}.machineSpec.machineType", "required field is missing")
+    acc = ms.get("acceleratorType")
+    if acc == "ACCELERATOR_TYPE_UNSPECIFIED":
+        acc = None
+    return build(MachineSpec, ms, accelerator_type=acc, accelerator_count=ms.get("acceleratorCount", 1 if acc else 0))
+
+
+def _replica_count(p: Mapping[str, Any], i: int, decoder: Decoder, ppath: str) -> int:
+    """Pool `i`'s replicaCount (1 when unset): positive, 1 for the chief (pool 0), at most
+    MAX_REPLICA_COUNT."""
+    count: int = p.get("replicaCount", 1)
+    if count < 1:
+        raise decoder.error(f"{ppath}.replicaCount", f"must be a positive integer, found [{count}]")
+    if i == 0 and count != 1:
+        raise decoder.error(f"{ppath}.replicaCount", f"the first worker pool is the chief and must have 1 replica, found [{count}]")
+    if count > MAX_REPLICA_COUNT:
+        raise decoder.error(f"{ppath}.replicaCount", f"must be at most {MAX_REPLICA_COUNT} (vcli starts a process or "
+                            f"container per replica), found [{count}]")
+    return count
 
 
 def _check_env(pool: WorkerPoolSpec, decoder: Decoder, ppath: str) -> None:

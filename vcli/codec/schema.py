@@ -306,27 +306,42 @@ class Decoder:
             key = str(key)
             sub = f"{path}.{key}" if path else key
             if key not in schema:
-                if "_" in key and camel(key) in schema:
-                    raise self.error(
-                        sub, f"keys with underscores are invalid; the field is spelled [{camel(key)}] (camelCase)"
-                    )
-                hint = difflib.get_close_matches(key, list(schema), n=1)
-                extra = f"; did you mean [{hint[0]}]?" if hint else "."
-                raise self.error(sub, f"unknown field of {msg.name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
+                raise self._unknown_field(msg, key, sub)
             if val is None:  # proto3 JSON: null is the field's default, not set (`medianAutomatedStoppingSpec: null`
                 continue     # turned the median rule on)
             out[key] = self.decode(val, schema[key].kind, sub)
-            unmodelled = schema[key].attr is None and msg.cls is not None  # not a wrapper's inner field
-            only_for = LOCAL_EFFECT_ONLY_FOR.get((msg.name, key))
-            if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT
-                    or (only_for is not None and out[key] not in only_for)) and _set(out[key]):
-                self.no_effect.append(sub)
-        for wires in msg.attrs.values():  # a oneof: Vertex's parser refuses two members (one was dropped)
+            self._note_no_effect(msg, key, out[key], sub)
+        self._check_oneofs(msg, value, path)
+        return out
+
+    def _unknown_field(self, msg: Message, key: str, sub: str) -> ConfigError:
+        """The error for `key` (at `sub`), not a field of `msg`: the camelCase spelling when it
+        is a snake_case one, else the closest field name, and the valid fields."""
+        schema = msg.fields
+        if "_" in key and camel(key) in schema:
+            return self.error(sub, f"keys with underscores are invalid; the field is spelled [{camel(key)}] (camelCase)")
+        hint = difflib.get_close_matches(key, list(schema), n=1)
+        extra = f"; did you mean [{hint[0]}]?" if hint else "."
+        return self.error(sub, f"unknown field of {msg.name}{extra} Valid fields: [{', '.join(sorted(schema))}]")
+
+    def _note_no_effect(self, msg: Message, key: str, decoded: Any, sub: str) -> None:
+        """Add `sub` to `no_effect` when field `key` of `msg` is set (to `decoded`) but vcli does
+        nothing with it: not modelled (and not a wrapper's inner field), listed in
+        NO_LOCAL_EFFECT, or a value LOCAL_EFFECT_ONLY_FOR does not list."""
+        unmodelled = msg.fields[key].attr is None and msg.cls is not None  # not a wrapper's inner field
+        only_for = LOCAL_EFFECT_ONLY_FOR.get((msg.name, key))
+        if (unmodelled or (msg.name, key) in NO_LOCAL_EFFECT
+                or (only_for is not None and decoded not in only_for)) and _set(decoded):
+            self.no_effect.append(sub)
+
+    def _check_oneofs(self, msg: Message, value: Mapping[str, Any], path: str) -> None:
+        """Refuse two members of one oneof of `msg` set in `value` (Vertex's parser does; one
+        was dropped)."""
+        for wires in msg.attrs.values():
             given = [w.wire for w in wires if value.get(w.wire) is not None]
             if len(wires) > 1 and len(given) > 1:
                 raise self.error(path, f"only one of [{', '.join(given)}] may be set: they are one choice "
                                        f"of {msg.name}")
-        return out
 
 
 # =========================================================================== building

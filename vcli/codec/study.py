@@ -60,6 +60,8 @@ _PARENT_VALUES: dict[type, tuple[str, Callable[[Any], Any]]] = {
 
 
 def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> tuple[Any, str]:
+    """The parameter's one value spec at `path` and its field name (`doubleValueSpec`, ...),
+    checked by `_VALUE_CHECKS`; a ConfigError (via `decoder`) when there is not exactly one."""
     kinds = [k for k in _VALUE_SPECS if k in p]
     if len(kinds) != 1:
         raise decoder.error(
@@ -67,36 +69,53 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
         )
     kind = kinds[0]
     v = p[kind]
-    vpath = f"{path}.{kind}"
-    if kind in ("doubleValueSpec", "integerValueSpec"):
-        for key in ("minValue", "maxValue"):
-            if key not in v:
-                raise decoder.error(f"{vpath}.{key}", "required field is missing")
-        if v["minValue"] > v["maxValue"]:
-            raise decoder.error(vpath, f"minValue ({v['minValue']}) must not be greater than maxValue ({v['maxValue']})")
-        if kind == "integerValueSpec":
-            for key in ("minValue", "maxValue"):
-                if not -(2**63) <= int(v[key]) < 2**63:  # Vertex's int64; 1e30 was stored as 1000000000000000019884624838656
-                    raise decoder.error(f"{vpath}.{key}", f"must be a 64-bit integer (-2^63 to 2^63-1), found [{v[key]}]")
-            if int(v["maxValue"]) - int(v["minValue"]) > 2**53:  # beyond, neighbours share a double: grid search skipped 512 at a time
-                raise decoder.error(vpath, "maxValue - minValue must be at most 2^53 (9007199254740992): vcli's "
-                                    "suggesters place integers in double precision")
-        if kind == "doubleValueSpec":
-            if not (math.isfinite(v["minValue"]) and math.isfinite(v["maxValue"])):
-                raise decoder.error(vpath, "minValue and maxValue must be finite numbers")
-            if not math.isfinite(v["maxValue"] - v["minValue"]):  # -1.7e308..1.7e308: every trial got 1.7e308
-                raise decoder.error(vpath, "maxValue - minValue must be a finite number (the range overflows a double)")
-        return build(_VALUE_SPECS[kind], v), kind
-    if kind == "categoricalValueSpec":
-        values = v.get("values", [])
-        if not values:
-            raise decoder.error(f"{vpath}.values", "must list at least one value")
-        if len(set(values)) != len(values):
-            raise decoder.error(f"{vpath}.values", "values must be unique")
-        for j, value in enumerate(values):  # a newline forged trial-event lines; every trial's argv carries it
-            if re.search(r"[\x00-\x1f\x7f]", str(value)):
-                raise decoder.error(f"{vpath}.values[{j}]", f"must not contain control characters, found [{printable(str(value))}]")
-        return build(CategoricalValueSpec, v), kind
+    _VALUE_CHECKS[kind](v, decoder, f"{path}.{kind}")
+    return build(_VALUE_SPECS[kind], v), kind
+
+
+def _check_bounds(v: Mapping[str, Any], decoder: Decoder, vpath: str) -> None:
+    """A range's minValue and maxValue are both set, in order."""
+    for key in ("minValue", "maxValue"):
+        if key not in v:
+            raise decoder.error(f"{vpath}.{key}", "required field is missing")
+    if v["minValue"] > v["maxValue"]:
+        raise decoder.error(vpath, f"minValue ({v['minValue']}) must not be greater than maxValue ({v['maxValue']})")
+
+
+def _check_integer_range(v: Mapping[str, Any], decoder: Decoder, vpath: str) -> None:
+    """An integerValueSpec: ordered bounds, each an int64, at most 2^53 apart."""
+    _check_bounds(v, decoder, vpath)
+    for key in ("minValue", "maxValue"):
+        if not -(2**63) <= int(v[key]) < 2**63:  # Vertex's int64; 1e30 was stored as 1000000000000000019884624838656
+            raise decoder.error(f"{vpath}.{key}", f"must be a 64-bit integer (-2^63 to 2^63-1), found [{v[key]}]")
+    if int(v["maxValue"]) - int(v["minValue"]) > 2**53:  # beyond, neighbours share a double: grid search skipped 512 at a time
+        raise decoder.error(vpath, "maxValue - minValue must be at most 2^53 (9007199254740992): vcli's "
+                            "suggesters place integers in double precision")
+
+
+def _check_double_range(v: Mapping[str, Any], decoder: Decoder, vpath: str) -> None:
+    """A doubleValueSpec: ordered, finite bounds whose difference is finite too."""
+    _check_bounds(v, decoder, vpath)
+    if not (math.isfinite(v["minValue"]) and math.isfinite(v["maxValue"])):
+        raise decoder.error(vpath, "minValue and maxValue must be finite numbers")
+    if not math.isfinite(v["maxValue"] - v["minValue"]):  # -1.7e308..1.7e308: every trial got 1.7e308
+        raise decoder.error(vpath, "maxValue - minValue must be a finite number (the range overflows a double)")
+
+
+def _check_categories(v: Mapping[str, Any], decoder: Decoder, vpath: str) -> None:
+    """A categoricalValueSpec: at least one value, all unique, none with a control character."""
+    values = v.get("values", [])
+    if not values:
+        raise decoder.error(f"{vpath}.values", "must list at least one value")
+    if len(set(values)) != len(values):
+        raise decoder.error(f"{vpath}.values", "values must be unique")
+    for j, value in enumerate(values):  # a newline forged trial-event lines; every trial's argv carries it
+        if re.search(r"[\x00-\x1f\x7f]", str(value)):
+            raise decoder.error(f"{vpath}.values[{j}]", f"must not contain control characters, found [{printable(str(value))}]")
+
+
+def _check_discrete(v: Mapping[str, Any], decoder: Decoder, vpath: str) -> None:
+    """A discreteValueSpec: 1 to 1000 values, increasing and at least 1e-10 apart."""
     values = v.get("values", [])
     if not values:
         raise decoder.error(f"{vpath}.values", "must list at least one value")
@@ -105,7 +124,15 @@ def _value_spec_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str) -> 
     for a, b in zip(values, values[1:]):
         if not b - a >= 1e-10:
             raise decoder.error(f"{vpath}.values", f"values must be increasing and at least 1e-10 apart ([{a}] then [{b}])")
-    return build(DiscreteValueSpec, v), kind
+
+
+#: Each value spec's field -> the check of its content (raises the decoder's ConfigError).
+_VALUE_CHECKS: dict[str, Callable[[Mapping[str, Any], Decoder, str], None]] = {
+    "doubleValueSpec": _check_double_range,
+    "integerValueSpec": _check_integer_range,
+    "categoricalValueSpec": _check_categories,
+    "discreteValueSpec": _check_discrete,
+}
 
 
 def _parameter_from_dict(p: Mapping[str, Any], decoder: Decoder, path: str, seen: set[str]) -> ParameterSpec:

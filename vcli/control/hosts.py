@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from vcli.hosts import Host
+from vcli.placement.hosts import Host
 
 __all__ = ["check_hosts", "is_host_key_error", "verify_host_key"]
 

@@ -59,7 +59,7 @@ def accelerator_notices(kind: ExecutorKind, spec: Any) -> list[str]:
     then runs without the accelerator."""
     if kind_of(kind).places_itself:
         return []  # its placer refuses what cannot fit
-    from vcli.hosts import local_host
+    from vcli.placement.hosts import local_host
 
     indices, gtype = local_host().gpus()
     out = []

@@ -12,14 +12,14 @@ failure budget, cancel, resume) and asks its strategy wherever kinds of studies 
   trial); the result is the best trial among those that trained to maxStepCount, and its
   schedule.
 
-A strategy sees the run through `StudyRun`'s public surface (`trials`, `queued`, `active`,
-`request_stop`, `refresh_measurements`, `on_progress`, `spec`, `metric`, `store`, `executor`).
+A strategy sees the run through `StudyView`, the narrow part of `StudyRun` it may read and
+act on; it never reaches into the loop itself.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from vcli.control.population import PendingTrial, Population, schedule, seeded, stored_handle
 from vcli.spec import MetricSpec, Trial, TrialState
@@ -29,10 +29,45 @@ from vcli.tuning.result import best_trial
 if TYPE_CHECKING:
     from vcli.control.active import ActiveTrial
     from vcli.control.jobs import JobPlan
-    from vcli.control.study import StudyRun
+    from vcli.executors import Executor
+    from vcli.spec import HyperparameterTuningJobSpec
+    from vcli.store import Store
     from vcli.tuning.stopping import StoppingRule
 
-__all__ = ["PbtStrategy", "SearchStrategy", "Strategy"]
+__all__ = ["PbtStrategy", "SearchStrategy", "Strategy", "StudyView"]
+
+
+class StudyView(Protocol):
+    """What a strategy sees of the study it serves (`vcli.control.study.StudyRun`)."""
+
+    spec: HyperparameterTuningJobSpec
+    metric: MetricSpec
+    store: Store
+    executor: Executor
+    #: Every trial so far, by id; the running ones (`ActiveTrial`) by id; trials decided but
+    #: not started (waiting for capacity), first to start first.
+    trials: dict[str, Trial]
+    active: dict[str, ActiveTrial]
+    queued: list[PendingTrial]
+    #: `--enqueue-trial` configurations; True once no further trial will be suggested.
+    enqueued: tuple[dict[str, Any], ...]
+    exhausted: bool
+
+    def request_stop(self, active: ActiveTrial, reason: str, *, rule: str | None = None) -> None:
+        """Stop a running trial (SIGTERM, then its grace period), recording why and by which rule."""
+        ...
+
+    def refresh_measurements(self, active: ActiveTrial, drain: bool = False) -> bool:
+        """Read the trial's new reports into its measurements; True if there were any."""
+        ...
+
+    def on_progress(self, message: str) -> None:
+        """A status line for the user."""
+        ...
+
+    def optimal_trials(self) -> list[Trial]:
+        """The best trial, or the Pareto front; [] if none yet."""
+        ...
 
 
 class Strategy:
@@ -43,11 +78,11 @@ class Strategy:
     #: Does the suggester propose further trials (PBT: no, exploits do)?
     suggests = True
 
-    def parallel(self, run: StudyRun) -> int:
+    def parallel(self, run: StudyView) -> int:
         """Trials that hold a slot at once."""
         return run.spec.parallel_trial_count
 
-    def initial(self, run: StudyRun) -> list[PendingTrial] | None:
+    def initial(self, run: StudyView) -> list[PendingTrial] | None:
         """Trials to queue before anything is suggested, once (None: none of its own)."""
         return None
 
@@ -59,20 +94,20 @@ class Strategy:
         """A running trial whose measurements were just read."""
         return trial
 
-    def review(self, run: StudyRun, active: ActiveTrial) -> None:
+    def review(self, run: StudyView, active: ActiveTrial) -> None:
         """A running ACTIVE trial reported: stop it, replace it, or let it run."""
 
     def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
         return best_trial(trials, metric)
 
-    def record(self, run: StudyRun, record: dict[str, Any], best: Trial | None) -> None:
+    def record(self, run: StudyView, record: dict[str, Any], best: Trial | None) -> None:
         """Add the study's result to its stored record."""
         record["optimalTrialIds"] = [t.id for t in run.optimal_trials()]
         if run.exhausted and len(run.trials) < run.spec.max_trial_count and not record.get("stopReason"):
             record["stopReason"] = (f"the search space was exhausted after {len(run.trials)} trials, "
                                     f"before maxTrialCount ({run.spec.max_trial_count})")
 
-    def schedule(self, run: StudyRun, best: Trial | None) -> list[dict[str, Any]] | None:
+    def schedule(self, run: StudyView, best: Trial | None) -> list[dict[str, Any]] | None:
         """The best trial's hyperparameter schedule (PBT), else None."""
         return None
 
@@ -87,7 +122,7 @@ class SearchStrategy(Strategy):
         self._reach: dict[str, tuple[object, float | None]] = {}
         self._defaults_asked = False
 
-    def initial(self, run: StudyRun) -> list[PendingTrial] | None:
+    def initial(self, run: StudyView) -> list[PendingTrial] | None:
         """Trials to run before any suggestion, asked once: a new study's every-parameter
         defaultValue (`vcli.tuning.defaults`, when each active parameter has one), then the
         `--enqueue-trial` configurations no trial has run yet (a resumed study runs the rest)."""
@@ -112,7 +147,7 @@ class SearchStrategy(Strategy):
         self._reach[trial.id] = (trial.measurements, far)
         return far
 
-    def review(self, run: StudyRun, active: ActiveTrial) -> None:
+    def review(self, run: StudyView, active: ActiveTrial) -> None:
         if self.stopping is None:
             return
         trials = list(run.trials.values())
@@ -140,10 +175,10 @@ class PbtStrategy(Strategy):
     def __init__(self, population: Population) -> None:
         self.population = population
 
-    def parallel(self, run: StudyRun) -> int:
+    def parallel(self, run: StudyView) -> int:
         return self.population.size  # every member trains at once (queued when capacity is short)
 
-    def initial(self, run: StudyRun) -> list[PendingTrial]:
+    def initial(self, run: StudyView) -> list[PendingTrial]:
         members = {t.lineage.member for t in run.trials.values() if t.lineage is not None}
         members |= {q.lineage.member for q in run.queued if q.lineage is not None}
         return [p for p in self.population.initial(0) if p.lineage is not None and p.lineage.member not in members]
@@ -156,7 +191,7 @@ class PbtStrategy(Strategy):
     def refreshed(self, trial: Trial) -> Trial:
         return self.population.resumed_from(trial)
 
-    def review(self, run: StudyRun, active: ActiveTrial) -> None:
+    def review(self, run: StudyView, active: ActiveTrial) -> None:
         """Exploit and explore when the member is due and in the bottom quantile."""
         pop = self.population
         metric_id = run.metric.metric_id
@@ -190,7 +225,7 @@ class PbtStrategy(Strategy):
         for trial in self._ended_members(run):
             self._review_one(run, trial, handle_of, refresh)
 
-    def _review_one(self, run: StudyRun, trial: Trial, handle_of: Callable[[Trial], Any],
+    def _review_one(self, run: StudyView, trial: Trial, handle_of: Callable[[Trial], Any],
                     refresh: Callable[[Trial], Trial]) -> str | None:
         """Queue the replacement of `trial` when the scheduler exploits it; the reason, or None."""
         budget = run.spec.max_trial_count - len(run.trials) - len(run.queued)
@@ -205,7 +240,7 @@ class PbtStrategy(Strategy):
         return reason
 
     @staticmethod
-    def _ended_members(run: StudyRun) -> list[Trial]:
+    def _ended_members(run: StudyView) -> list[Trial]:
         """The members whose current trial has SUCCEEDED and has no replacement queued."""
         current: dict[int, Trial] = {}
         for t in run.trials.values():
@@ -217,11 +252,11 @@ class PbtStrategy(Strategy):
     def best(self, trials: Sequence[Trial], metric: MetricSpec) -> Trial | None:
         return self.population.best(trials, metric)
 
-    def record(self, run: StudyRun, record: dict[str, Any], best: Trial | None) -> None:
+    def record(self, run: StudyView, record: dict[str, Any], best: Trial | None) -> None:
         if best is not None:
             record["pbtSchedule"] = schedule(best, run.trials)
         else:
             record["optimalTrialIds"] = [t.id for t in run.optimal_trials()]
 
-    def schedule(self, run: StudyRun, best: Trial | None) -> list[dict[str, Any]] | None:
+    def schedule(self, run: StudyView, best: Trial | None) -> list[dict[str, Any]] | None:
         return schedule(best, run.trials) if best is not None else None

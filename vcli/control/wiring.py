@@ -20,7 +20,7 @@ from vcli.spec import ExecutorKind
 
 if TYPE_CHECKING:
     from vcli.executors.ssh import SSHExecutor
-    from vcli.hosts import Host
+    from vcli.placement.hosts import Host
 
 
 @dataclass

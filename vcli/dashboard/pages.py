@@ -18,7 +18,7 @@ from typing import Sequence
 from urllib.parse import quote
 
 from vcli.dashboard.reader import Figures, LogChunk, StudyView
-from vcli.spec import JobState, TrialState
+from vcli.spec import JobState, Trial, TrialState
 from vcli.store import JobRow, ReplicaRow
 
 CSS = """
@@ -217,6 +217,9 @@ def figures_part(figures: Figures) -> str:
 
 
 def trial_table(view: StudyView) -> str:
+    """Every trial of the study as a row (`<tr id="trial-<id>">`): its number (with a badge when
+    it is the best trial or on the Pareto front), state, parameters, latest values and step,
+    duration, why it stopped and a link to its job's replicas."""
     if not view.trials:
         return '<p class="note">No trial yet.</p>'
     from vcli.plots import data as d
@@ -228,24 +231,36 @@ def trial_table(view: StudyView) -> str:
     head = ("<tr><th>Trial</th><th>State</th>" + "".join(f"<th>{esc(p)}</th>" for p in pids)
             + "".join(f"<th>{esc(m)}</th>" for m in mids)
             + "<th>Step</th><th>Duration</th><th>Stop reason</th><th>Logs</th></tr>")
-    rows = []
-    for t in view.trials:
-        final = t.final_measurement
-        latest = final or (t.measurements[-1] if t.measurements else None)
-        job = view.trial_jobs.get(t.id)
-        reason = "; ".join(x for x in (t.stop_reason, t.infeasible_reason,
-                                       f"early stopping: {t.early_stopping_rule}" if t.early_stopping_rule else None) if x)
-        span = d.span(t)
-        badge = f' <span class="badge" title="{esc(BADGES[mark])}">{mark}</span>' if t.id in result else ""
-        cells = [esc(t.id) + badge, state(t.state.value), *[esc(number(t.parameters.get(p))) for p in pids],
-                 *[esc(number(latest.metrics.get(m)) if latest else "") for m in mids],
-                 esc(latest.step_count if latest else ""),
-                 esc(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "", esc(reason),
-                 f'<a href="/jobs/{quote(job)}">replicas</a>' if job else ""]
-        classes = [c for c in (mark if t.id in result else "", "stopped-early" if t.early_stopping_rule else "") if c]
-        cls = f' class="{" ".join(classes)}"' if classes else ""
-        rows.append(f'<tr id="trial-{esc(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    rows = [_trial_row(view, t, pids, mids, mark if t.id in result else None) for t in view.trials]
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _trial_row(view: StudyView, t: Trial, pids: Sequence[str], mids: Sequence[str], mark: str | None) -> str:
+    """Trial `t`'s row of `trial_table`; `mark` ("best" or "pareto", a key of BADGES) when it is
+    (part of) the study's result, None otherwise. Metrics and step are the final measurement's,
+    else the latest one's while the trial runs."""
+    from vcli.plots import data as d
+
+    final = t.final_measurement
+    latest = final or (t.measurements[-1] if t.measurements else None)
+    job = view.trial_jobs.get(t.id)
+    span = d.span(t)
+    badge = f' <span class="badge" title="{esc(BADGES[mark])}">{mark}</span>' if mark else ""
+    cells = [esc(t.id) + badge, state(t.state.value), *[esc(number(t.parameters.get(p))) for p in pids],
+             *[esc(number(latest.metrics.get(m)) if latest else "") for m in mids],
+             esc(latest.step_count if latest else ""),
+             esc(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "", esc(_stop_reason(t)),
+             f'<a href="/jobs/{quote(job)}">replicas</a>' if job else ""]
+    classes = [c for c in (mark or "", "stopped-early" if t.early_stopping_rule else "") if c]
+    cls = f' class="{" ".join(classes)}"' if classes else ""
+    return f'<tr id="trial-{esc(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _stop_reason(t: Trial) -> str:
+    """Why the trial stopped, as far as known: the study's stop reason, the infeasible reason
+    and the early-stopping rule, joined by "; " ("" when none)."""
+    return "; ".join(x for x in (t.stop_reason, t.infeasible_reason,
+                                 f"early stopping: {t.early_stopping_rule}" if t.early_stopping_rule else None) if x)
 
 
 BADGES = {"best": "the best trial so far", "pareto": "on the Pareto front: no other trial is better on every metric"}

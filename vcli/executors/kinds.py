@@ -94,8 +94,8 @@ def this_machine_placer(leases: bool = True) -> Any:
     use, leased host-wide (`vcli.placement.gpulease`) unless `leases` is False (what only
     validates a job). One per process and `leases`: its bookkeeping is the process's."""
     if leases not in _PLACERS:
-        from vcli.hosts import local_host
         from vcli.placement import HERE, local_placer
+        from vcli.placement.hosts import local_host
 
         _PLACERS[leases] = local_placer(leases=leases) if local_host().gpus()[0] else HERE
     return _PLACERS[leases]

@@ -171,26 +171,44 @@ def render(resources: Any, fmt: Format, *, is_list: bool) -> str:
     if fmt.kind == "none":
         return ""
     if fmt.kind in ("json", "yaml", "flattened"):
-        shown = [project(r, fmt.projections) for r in items] if fmt.projections else items
-        if fmt.attr("no-undefined") is not None:
-            shown = [_drop_none(r) for r in shown]
-        return _structured(shown if is_list else shown[0], shown, fmt, is_list)
+        return _render_structured(items, fmt, is_list)
     delimiter = fmt.attr("delimiter", ";") or ";"
     rows = [[text(p.key.value(r), delimiter) for p in fmt.projections] for r in items]
     if fmt.kind in ("value", "get"):
-        sep = fmt.attr("separator", "\t" if fmt.kind == "value" else " ")
-        term = fmt.attr("terminator", "\n")
-        if fmt.attr("quote") is not None:
-            rows = [[_quote(c, sep or "\t") for c in row] for row in rows]
-        return "".join((sep or "").join(row) + (term or "") for row in rows)
+        return _values(rows, fmt)
     if fmt.kind == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, delimiter=(fmt.attr("separator", ",") or ",")[0], lineterminator=fmt.attr("terminator", "\n") or "\n")
-        if not fmt.no_heading:
-            w.writerow([p.label.lower() for p in fmt.projections])
-        w.writerows(rows)
-        return buf.getvalue()
+        return _csv(rows, fmt)
     return _table(rows, fmt)
+
+
+def _render_structured(items: list[Any], fmt: Format, is_list: bool) -> str:
+    """`json`, `yaml` or `flattened` of the (sorted) items: projected when the format has keys,
+    without null fields under `no-undefined`; a single resource unless `is_list`."""
+    shown = [project(r, fmt.projections) for r in items] if fmt.projections else items
+    if fmt.attr("no-undefined") is not None:
+        shown = [_drop_none(r) for r in shown]
+    return _structured(shown if is_list else shown[0], shown, fmt, is_list)
+
+
+def _values(rows: list[list[str]], fmt: Format) -> str:
+    """`value` (tab-separated) and `get` (space-separated): one line per row, no header; the
+    separator and terminator attributes replace those, `quote` quotes cells that need it."""
+    sep = fmt.attr("separator", "\t" if fmt.kind == "value" else " ")
+    term = fmt.attr("terminator", "\n")
+    if fmt.attr("quote") is not None:
+        rows = [[_quote(c, sep or "\t") for c in row] for row in rows]
+    return "".join((sep or "").join(row) + (term or "") for row in rows)
+
+
+def _csv(rows: list[list[str]], fmt: Format) -> str:
+    """`csv`: the lower-cased labels as a header (unless `no-heading`), then the rows; the
+    separator's first character delimits, the terminator ends each line."""
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter=(fmt.attr("separator", ",") or ",")[0], lineterminator=fmt.attr("terminator", "\n") or "\n")
+    if not fmt.no_heading:
+        w.writerow([p.label.lower() for p in fmt.projections])
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def _sorted(items: list[Any], projections: tuple[Projection, ...]) -> list[Any]:
@@ -221,19 +239,37 @@ def _put(out: Any, data: Any, path: tuple[str | int, ...], key: Key, root: Any) 
     """`out` with the value of `key` (whose path left is `path` within `data`) written in."""
     if not path:
         return apply_calls(data, key.calls, root)
-    seg, rest = path[0], path[1:]
+    seg = path[0]
     if seg == ALL or (isinstance(data, list) and not isinstance(seg, int)):
-        if not isinstance(data, list):
-            return out
-        inner = rest if seg == ALL else path
-        base = out if isinstance(out, list) and len(out) == len(data) else [{} for _ in data]
-        return [_put(b if isinstance(b, (dict, list)) else {}, d, inner, key, root) for b, d in zip(base, data)]
+        return _put_each(out, data, path, key, root)
     if isinstance(seg, int):
-        if not isinstance(data, list) or not -len(data) <= seg < len(data):
-            return out
-        base = out if isinstance(out, list) else []
-        sub = _put(base[0] if base else {}, data[seg], rest, key, root)
-        return [sub]
+        return _put_index(out, data, seg, path[1:], key, root)
+    return _put_field(out, data, path, key, root)
+
+
+def _put_each(out: Any, data: Any, path: tuple[str | int, ...], key: Key, root: Any) -> Any:
+    """`_put` over every item of the list `data` (`path` starts with `[]`, or with a field of
+    each item); `out` unchanged when `data` is not a list."""
+    if not isinstance(data, list):
+        return out
+    inner = path[1:] if path[0] == ALL else path
+    base = out if isinstance(out, list) and len(out) == len(data) else [{} for _ in data]
+    return [_put(b if isinstance(b, (dict, list)) else {}, d, inner, key, root) for b, d in zip(base, data)]
+
+
+def _put_index(out: Any, data: Any, seg: int, rest: tuple[str | int, ...], key: Key, root: Any) -> Any:
+    """`_put` (of the path left, `rest`) into item `seg` of the list `data`, kept as a one-item
+    list; `out` unchanged when there is no such item."""
+    if not isinstance(data, list) or not -len(data) <= seg < len(data):
+        return out
+    base = out if isinstance(out, list) else []
+    return [_put(base[0] if base else {}, data[seg], rest, key, root)]
+
+
+def _put_field(out: Any, data: Any, path: tuple[str | int, ...], key: Key, root: Any) -> Any:
+    """`_put` into field `path[0]` of the dict `data`, nested in `out`; `out` unchanged when
+    `data` has no such field."""
+    seg, rest = path[0], path[1:]
     if not isinstance(data, dict) or seg not in data:
         return out
     target = out if isinstance(out, dict) else {}

@@ -27,6 +27,8 @@ for the local and docker executors): a GPU another process leased is not free he
 
     machines.py    the Vertex machine-type catalogue (`machine_resources`)
     scheduler.py   requests, host capacity and the `Scheduler`
+    hosts.py       the host inventory (`hosts.yaml`): `Host`, `local_host()`, `resolve_hosts`;
+                   its files in `hostfiles.py`, the rules of a host's settings in `hostrules.py`
     __init__.py    the placers `vcli.control.jobs.plan_job` calls (`JobPlacer`, `local_placer`)
 
 `vcli.control.wiring` builds the scheduler for an ssh run and hands it to the SSH executor as
@@ -67,7 +69,7 @@ __all__ = [
 
 
 def scheduler_for_hosts(hosts: Sequence[Any], **kwargs: Any) -> Scheduler:
-    """A scheduler over `vcli.hosts.Host`s (e.g. `[vcli.hosts.local_host()]` for this machine)."""
+    """A scheduler over `vcli.placement.hosts.Host`s (e.g. `[hosts.local_host()]` for this machine)."""
     return Scheduler([HostCapacity.from_host(h) for h in hosts], **kwargs)
 
 
@@ -81,9 +83,9 @@ def local_placer(*, enforce_cpu_memory: bool = False, leases: bool = True) -> An
     (`--validate-only`, `print-env`), placement only says where the job would go.
     """
     from vcli import properties
-    from vcli.hosts import LOCAL, local_host
     from vcli.placement.gpulease import local_leases
     from vcli.placement.gpus import GpuAllocator
+    from vcli.placement.hosts import LOCAL, local_host
 
     allocator = GpuAllocator({LOCAL: local_leases(properties.gpu_lease_dir())} if leases else None,
                              nvidia_check=leases and properties.gpu_exclude_busy())

@@ -105,7 +105,7 @@ class HostCapacity:
 
     @classmethod
     def from_host(cls, host: Any) -> HostCapacity:
-        """From a `vcli.hosts.Host` (declared values, else what `vcli hosts check` detected)."""
+        """From a `vcli.placement.hosts.Host` (declared values, else what `vcli hosts check` detected)."""
         indices, gtype = host.gpus()
         return cls(name=host.name, address=host.tf_address, gpu_indices=tuple(indices), gpu_type=gtype,
                    cpus=host.capacity_cpus(), memory_gb=host.capacity_memory_gb(), runtime=host.runtime)
@@ -368,8 +368,7 @@ class Scheduler:
         with the fewest GPUs left over, a CPU one on the least loaded host; None: it does not fit."""
         name = st.cap.name
         n = r.accelerator_count
-        if n and (tally.free_g[name] < n or (r.accelerator_type and st.cap.gpu_type
-                                               and st.cap.gpu_type != r.accelerator_type)):
+        if n and (tally.free_g[name] < n or not _gpu_type_fits(st, r)):
             return None
         cpus, mem = self._demand(st, r)
         if cpus and tally.used_c[name] + cpus > st.cap.cpus + 1e-9:  # type: ignore[operator]
@@ -384,6 +383,9 @@ class Scheduler:
         return (mine, tally.load[name], frac, len(st.cap.gpu_indices) > 0, self._order[name])
 
     def _never_reason(self, request: PlacementRequest) -> str | None:
+        """Why `request` can never be placed, whatever runs now; None when it can once hosts
+        free up. It names an unknown host, it may use no host, a replica needs more GPUs (of its
+        type) than any one host has, or its replicas do not fit together even on idle hosts."""
         allowed = [st for n, st in self._hosts.items() if _allowed(request, n)]
         if request.hosts:
             missing = [h for h in request.hosts if h not in self._hosts]
@@ -393,27 +395,45 @@ class Scheduler:
             return f"job {request.job_id}: there are no hosts to place it on"
         offers = "; ".join(st.cap.describe() for st in allowed)
         for r in request.replicas:
-            if not r.accelerator_count:
-                continue
-            fits = [st for st in allowed if len(st.cap.gpu_indices) >= r.accelerator_count
-                    and not (r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type)]
-            if not fits:
-                most = max((len(st.cap.gpu_indices) for st in allowed
-                            if not (r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type)),
-                           default=0)
-                what = f"{r.accelerator_count} x {r.accelerator_type or 'GPU'}"
-                return (f"replica {r.task_name} needs {what} on one host, but no host has that many "
-                        f"(the most any matching host has is {most}; hosts: {offers}). Lower accelerator-count, "
-                        "or declare the hosts' GPUs with `vcli hosts add NAME --gpus=N --gpu-type=TYPE` "
-                        "(or detect them with `vcli hosts check`).")
+            short = _gpu_shortfall(r, allowed, offers)
+            if short is not None:
+                return short
         if self._plan(request, current=False) is None:
-            total = sum(r.accelerator_count for r in request.replicas)
-            have = sum(len(st.cap.gpu_indices) for st in allowed)
-            cpu = sum(r.cpus for r in request.replicas)
-            return (f"job {request.job_id} cannot fit all {len(request.replicas)} replicas at once even on idle hosts: "
-                    f"it needs {total} GPU(s) and {cpu:g} vCPUs together (hosts: {offers}; {have} GPU(s) in total). "
-                    "Use fewer replicas or smaller machine types, or add hosts.")
+            return _too_big(request, allowed, offers)
         return None
+
+
+def _gpu_type_fits(st: _HostState, r: ReplicaRequest) -> bool:
+    """True unless both the replica and the host name a GPU type and the two differ."""
+    return not (r.accelerator_type and st.cap.gpu_type and st.cap.gpu_type != r.accelerator_type)
+
+
+def _gpu_shortfall(r: ReplicaRequest, allowed: Sequence[_HostState], offers: str) -> str | None:
+    """Why GPU replica `r` fits on none of the `allowed` hosts (`offers` describes them): no
+    host of a matching GPU type has `r.accelerator_count` GPUs. None when one has, or when `r`
+    needs no GPU."""
+    if not r.accelerator_count:
+        return None
+    matching = [st for st in allowed if _gpu_type_fits(st, r)]
+    if any(len(st.cap.gpu_indices) >= r.accelerator_count for st in matching):
+        return None
+    most = max((len(st.cap.gpu_indices) for st in matching), default=0)
+    what = f"{r.accelerator_count} x {r.accelerator_type or 'GPU'}"
+    return (f"replica {r.task_name} needs {what} on one host, but no host has that many "
+            f"(the most any matching host has is {most}; hosts: {offers}). Lower accelerator-count, "
+            "or declare the hosts' GPUs with `vcli hosts add NAME --gpus=N --gpu-type=TYPE` "
+            "(or detect them with `vcli hosts check`).")
+
+
+def _too_big(request: PlacementRequest, allowed: Sequence[_HostState], offers: str) -> str:
+    """The reason for a request whose replicas cannot all fit at once even on the idle
+    `allowed` hosts (`offers` describes them): what it needs against the GPUs there are."""
+    total = sum(r.accelerator_count for r in request.replicas)
+    have = sum(len(st.cap.gpu_indices) for st in allowed)
+    cpu = sum(r.cpus for r in request.replicas)
+    return (f"job {request.job_id} cannot fit all {len(request.replicas)} replicas at once even on idle hosts: "
+            f"it needs {total} GPU(s) and {cpu:g} vCPUs together (hosts: {offers}; {have} GPU(s) in total). "
+            "Use fewer replicas or smaller machine types, or add hosts.")
 
 
 class _Tally:

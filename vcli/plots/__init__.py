@@ -48,7 +48,7 @@ from typing import Sequence
 
 from vcli.errors import UsageError
 from vcli.plots import data as d
-from vcli.spec import Algorithm, ParameterSpec, StudySpec, Trial
+from vcli.spec import Algorithm, MetricSpec, ParameterSpec, StudySpec, Trial
 
 __all__ = ["Figure", "study_figures", "report_html", "trial_table", "write_report", "OUTPUT_EXTENSIONS"]
 
@@ -190,22 +190,38 @@ def trial_table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequen
     head = ("<tr><th>Trial</th><th>State</th>" + "".join(f"<th>{escape(p.parameter_id)}</th>" for p in params)
             + "".join(f"<th>{escape(m.metric_id)}</th>" for m in spec.metrics)
             + "<th>Step</th><th>Duration</th><th>Started (UTC)</th></tr>")
-    rows = []
-    for t in trials:
-        final = t.final_measurement
-        how = d.outcome_label(t) if d.outcome(t) in ("stopped-early", "pbt", "stopped") else t.infeasible_reason
-        state = escape(t.state.value) + (f' <span class="how">{escape(how)}</span>' if how else "")
-        span = d.span(t) if t.end_time else None
-        start = d.parse_time(t.start_time)
-        cells = [escape(t.id) + (f' <span class="mark">{mark}</span>' if t.id in result else ""), state,
-                 *[escape(d.fmt(t.parameters[p.parameter_id])) if p.parameter_id in t.parameters else "" for p in params],
-                 *[escape(d.fmt(final.metrics[m.metric_id])) if final and m.metric_id in final.metrics else "" for m in spec.metrics],
-                 escape(str(final.step_count)) if final else "",
-                 escape(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "",
-                 escape(f"{start:%Y-%m-%d %H:%M:%S}") if start else ""]
-        cls = f' class="{"pareto" if mark == "Pareto" else "best"}"' if t.id in result else ""
-        rows.append(f'<tr id="trial-{escape(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    rows = [_trial_row(t, params, spec.metrics, mark if t.id in result else None) for t in trials]
     return f'<table class="trials">\n{head}\n' + "\n".join(rows) + "\n</table>"
+
+
+def _trial_row(t: Trial, params: Sequence[ParameterSpec], metrics: Sequence[MetricSpec], mark: str | None) -> str:
+    """Trial `t`'s `<tr>` of `trial_table`; `mark` ("best" or "Pareto") when it is (part of) the
+    study's result, None otherwise."""
+    final = t.final_measurement
+    cells = [escape(t.id) + (f' <span class="mark">{mark}</span>' if mark else ""), _state_cell(t),
+             *[escape(d.fmt(t.parameters[p.parameter_id])) if p.parameter_id in t.parameters else "" for p in params],
+             *[escape(d.fmt(final.metrics[m.metric_id])) if final and m.metric_id in final.metrics else "" for m in metrics],
+             *_progress_cells(t)]
+    cls = f' class="{"pareto" if mark == "Pareto" else "best"}"' if mark else ""
+    return f'<tr id="trial-{escape(t.id)}"{cls}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _state_cell(t: Trial) -> str:
+    """The trial's state, followed by how it was stopped (early, by PBT, by the study) or why
+    it is infeasible."""
+    how = d.outcome_label(t) if d.outcome(t) in ("stopped-early", "pbt", "stopped") else t.infeasible_reason
+    return escape(t.state.value) + (f' <span class="how">{escape(how)}</span>' if how else "")
+
+
+def _progress_cells(t: Trial) -> list[str]:
+    """The trial's final step, its duration (once ended) and its start time: empty strings
+    where there is none."""
+    final = t.final_measurement
+    span = d.span(t) if t.end_time else None
+    start = d.parse_time(t.start_time)
+    return [escape(str(final.step_count)) if final else "",
+            escape(d.fmt_duration((span[1] - span[0]).total_seconds())) if span else "",
+            escape(f"{start:%Y-%m-%d %H:%M:%S}") if start else ""]
 
 
 # System fonts only: nothing to download, and the figures' text is drawn as paths anyway.

@@ -259,35 +259,10 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
     numbers = [x_of[t] for t in curves]
     norm = Normalize(min(numbers), max(max(numbers), min(numbers) + 1))
     cmap = colormaps["tab10" if few else "viridis"]
-    shown: set[str] = set()
-
-    def once(label: str) -> str | None:
-        if label in shown:
-            return None
-        shown.add(label)
-        return label
-
+    once = _Once()
     for i, t in enumerate(t for t in s.trials if t.id in curves):
-        steps, values = zip(*curves[t.id])
         color = cmap(i % 10) if few else cmap(norm(x_of[t.id]))
-        why = f"stopped early ({t.early_stopping_rule})" if t.early_stopping_rule else (
-            f"stopped: {t.stop_reason}" if t.stop_reason else t.state.value.lower())
-        ax.plot(steps, values, color=color, lw=1.2, marker=".", ms=4, label=f"trial {t.id}" if few else None,
-                gid=out.tip(f"trial {t.id}: {metric.metric_id}={d.fmt(values[-1])} at step {steps[-1]}, {why}"))
-        if t.early_stopping_rule:
-            ax.scatter([steps[-1]], [values[-1]], marker="x", s=70, color="crimson", zorder=4,
-                       label=once("stopped early by a rule"))
-        elif t.stop_reason:
-            ax.scatter([steps[-1]], [values[-1]], marker="s", s=50, facecolors="none", edgecolors="0.15", zorder=4,
-                       label=once("stopped by the study"))
-        lin = t.lineage
-        if lin is not None and lin.parent_trial_id:
-            parent = [v for st, v in curves.get(lin.parent_trial_id, []) if st <= lin.start_step]
-            anchor = parent[-1] if parent else values[0]
-            ax.plot([lin.start_step, steps[0]], [anchor, values[0]], ls=":", color=color, lw=1)
-            ax.scatter([lin.start_step], [anchor], marker="^", s=55, color="darkorange", zorder=4,
-                       label=once("PBT exploit: starts from a parent's checkpoint"),
-                       gid=out.tip(f"trial {t.id} starts at step {lin.start_step} from trial {lin.parent_trial_id}'s checkpoint"))
+        _trial_curve(out, ax, t, curves, color, metric.metric_id, few, once)
     ax.set_xlabel("step")
     integer_x(ax, MaxNLocator)
     ax.set_ylabel(goal_label(metric))
@@ -298,6 +273,51 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
         bar.locator = MaxNLocator(integer=True)
         bar.update_ticks()
     return out
+
+
+class _Once:
+    """A legend label the first time it is asked for, None after (one legend entry per kind of mark)."""
+
+    def __init__(self) -> None:
+        self.shown: set[str] = set()
+
+    def __call__(self, label: str) -> str | None:
+        if label in self.shown:
+            return None
+        self.shown.add(label)
+        return label
+
+
+def _ended_why(t: Trial) -> str:
+    """How trial `t` ended, for its curve's tip: the early-stopping rule, the study's stop
+    reason, else its state."""
+    if t.early_stopping_rule:
+        return f"stopped early ({t.early_stopping_rule})"
+    return f"stopped: {t.stop_reason}" if t.stop_reason else t.state.value.lower()
+
+
+def _trial_curve(out: Drawn, ax: Any, t: Trial, curves: dict[str, list[tuple[int, float]]], color: Any,
+                 metric_id: str, few: bool, once: _Once) -> None:
+    """Draw trial `t`'s curve (`curves[t.id]`) in `color` on `ax`: the line (named in the legend
+    when `few`), a mark at its end when a rule or the study stopped it, and for a PBT exploit a
+    dotted link from its parent's curve at the step it starts from."""
+    steps, values = zip(*curves[t.id])
+    ax.plot(steps, values, color=color, lw=1.2, marker=".", ms=4, label=f"trial {t.id}" if few else None,
+            gid=out.tip(f"trial {t.id}: {metric_id}={d.fmt(values[-1])} at step {steps[-1]}, {_ended_why(t)}"))
+    if t.early_stopping_rule:
+        ax.scatter([steps[-1]], [values[-1]], marker="x", s=70, color="crimson", zorder=4,
+                   label=once("stopped early by a rule"))
+    elif t.stop_reason:
+        ax.scatter([steps[-1]], [values[-1]], marker="s", s=50, facecolors="none", edgecolors="0.15", zorder=4,
+                   label=once("stopped by the study"))
+    lin = t.lineage
+    if lin is not None and lin.parent_trial_id:
+        parent = [v for st, v in curves.get(lin.parent_trial_id, []) if st <= lin.start_step]
+        anchor = parent[-1] if parent else values[0]
+        ax.plot([lin.start_step, steps[0]], [anchor, values[0]], ls=":", color=color, lw=1)
+        ax.scatter([lin.start_step], [anchor], marker="^", s=55, color="darkorange", zorder=4,
+                   label=once("PBT exploit: starts from a parent's checkpoint"),
+                   gid=out.tip(f"trial {t.id} starts at step {lin.start_step} from trial {lin.parent_trial_id}'s checkpoint"))
 
 
 # --------------------------------------------------------------------------- importance
@@ -418,7 +438,17 @@ def _running_at_once(out: Drawn, ax: Any, starts: Sequence[float], ends: Sequenc
 # --------------------------------------------------------------------------- Pareto front
 
 
+#: How the Pareto figure draws a trial: on the front (True) or dominated (False).
+_PARETO_STYLE: dict[bool, dict[str, Any]] = {
+    True: {"s": 46, "color": BEST, "edgecolors": "0.2", "zorder": 4, "label": "Pareto front (not dominated)"},
+    False: {"s": 22, "color": "0.6", "edgecolors": "none", "zorder": 3, "label": "dominated"},
+}
+
+
 def _pareto(s: Study) -> Drawn | None:
+    """The first two metrics' values of every trial that has them all, the front (trials no
+    other dominates on every metric) highlighted, and with two metrics its staircase. None
+    when no trial has a value of every metric."""
     metrics = s.metrics
     ids = [m.metric_id for m in metrics]
     scored = [(t, v) for t in s.trials if (v := pareto.metric_values(t, ids)) is not None]
@@ -430,18 +460,27 @@ def _pareto(s: Study) -> Drawn | None:
     out = new_figure("pareto", f"Pareto front: {x.metric_id} and {y.metric_id}{extra}", 6, 4.4)
     ax = out.figure.subplots()
     for on in (False, True):
-        group = [(t, v) for t, v in scored if (t.id in front) == on]
-        if group:
-            ax.scatter([v[0] for _, v in group], [v[1] for _, v in group], s=46 if on else 22, color=BEST if on else "0.6",
-                       edgecolors="0.2" if on else "none", zorder=4 if on else 3,
-                       label="Pareto front (not dominated)" if on else "dominated",
-                       gid=out.tips([("on the front: " if on else "") + s.describe(t) for t, _ in group]))
+        _pareto_points(out, ax, s, [(t, v) for t, v in scored if (t.id in front) == on], on)
     if len(metrics) == 2:
-        # the staircase's corners lie on the dominated side: after each point when x is minimised
-        pts = sorted((v[0], v[1]) for t, v in scored if t.id in front)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=BEST, lw=1, alpha=0.6,
-                drawstyle="steps-post" if x.goal == Goal.MINIMIZE else "steps-pre")
+        _pareto_staircase(ax, sorted((v[0], v[1]) for t, v in scored if t.id in front), x.goal)
     ax.set_xlabel(goal_label(x))
     ax.set_ylabel(goal_label(y))
     ax.legend(loc="best", fontsize=8)
     return out
+
+
+def _pareto_points(out: Drawn, ax: Any, s: Study, group: Sequence[tuple[Trial, Sequence[float]]], on: bool) -> None:
+    """Scatter `group` (trials with their metric values) in the style of the front (`on`) or of
+    the dominated trials, each with its tip; nothing for an empty group."""
+    if not group:
+        return
+    prefix = "on the front: " if on else ""
+    ax.scatter([v[0] for _, v in group], [v[1] for _, v in group], **_PARETO_STYLE[on],
+               gid=out.tips([prefix + s.describe(t) for t, _ in group]))
+
+
+def _pareto_staircase(ax: Any, pts: Sequence[tuple[float, float]], x_goal: Goal) -> None:
+    """The line through the front's points (sorted by x): the staircase's corners lie on the
+    dominated side, after each point when x is minimised."""
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], color=BEST, lw=1, alpha=0.6,
+            drawstyle="steps-post" if x_goal == Goal.MINIMIZE else "steps-pre")

@@ -57,9 +57,9 @@ from vcli.executors.ssh.remote import (
 from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
-from vcli.hosts import Host, KnownHosts
 from vcli.logs import LogWriter, last_times
 from vcli.placement.gpulease import LeaseBusy, base_record
+from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = ["SSHExecutor"]
 

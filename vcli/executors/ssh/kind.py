@@ -9,7 +9,7 @@ from vcli.executors.kinds import ExecutorOptions, ExecutorType
 
 if TYPE_CHECKING:
     from vcli.executors import HostHealth
-    from vcli.hosts import Host
+    from vcli.placement.hosts import Host
 
 
 def ssh_hosts(names: str | Sequence[str] | None) -> list[Host]:
@@ -19,7 +19,7 @@ def ssh_hosts(names: str | Sequence[str] | None) -> list[Host]:
     """
     from vcli import properties
     from vcli.errors import InvalidValueError
-    from vcli.hosts import LOCAL, load_inventory, resolve_hosts
+    from vcli.placement.hosts import LOCAL, load_inventory, resolve_hosts
 
     if names is None or (isinstance(names, str) and not names.strip()):
         names = properties.get("hosts") or None
@@ -34,7 +34,7 @@ def ssh_hosts(names: str | Sequence[str] | None) -> list[Host]:
 def ssh_executor(hosts: Sequence[Host], health: HostHealth | None = None) -> Any:
     """An SSH executor over `hosts`, with vcli's home and this user's known_hosts files."""
     from vcli.executors.ssh import SSHExecutor
-    from vcli.hosts import known_hosts
+    from vcli.placement.hosts import known_hosts
     from vcli.store import default_home
 
     return SSHExecutor(hosts, home=default_home(), known_hosts=known_hosts(), health=health)
@@ -57,7 +57,7 @@ def _build(options: ExecutorOptions, *, leases: bool = True, job: Mapping[str, A
 
 def _for_handles(options: ExecutorOptions) -> Any:
     """Every inventory host (a stored handle may name any of them), no scheduler (nothing is placed)."""
-    from vcli.hosts import LOCAL, load_inventory
+    from vcli.placement.hosts import LOCAL, load_inventory
 
     return ssh_executor([h for n, h in sorted(load_inventory().items()) if n != LOCAL])
 

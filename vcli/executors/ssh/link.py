@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from vcli.errors import ExecutorError
 from vcli.executors import MAX_READ_BYTES
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect, paramiko
-from vcli.hosts import Host, KnownHosts
+from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = ["DEAD_AFTER", "HEARTBEAT_SECONDS", "HostLink", "q", "qargv", "run_command"]
 

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Sequence
 from vcli.errors import ExecutorError
 from vcli.executors.ssh.link import q, run_command
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
-from vcli.hosts import Host, KnownHosts
 from vcli.placement.gpus import vertex_gpu_type
+from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = ["check_hosts", "check_reachability", "probe_host", "vertex_gpu_type"]
 
@@ -98,6 +98,17 @@ def probe_host(host: Host, *, timeout: float | None = None,
         return res, problems, client
     res["latencyMs"] = round((time.monotonic() - started) * 1000)
     facts = _parse_probe(out)
+    _machine_facts(host, facts, res, problems)
+    _gpu_facts(host, facts, res, problems)
+    _software_facts(host, facts, res, problems)
+    res["status"] = "OK" if not problems else "PROBLEMS"
+    return res, problems, client
+
+
+def _machine_facts(host: Host, facts: Mapping[str, Any], res: dict[str, Any], problems: list[str]) -> None:
+    """Put the probe's OS, kernel, CPUs, memory, free disk and workdir into `res`; a CPU count
+    or memory size that cannot be read is left out, free disk that cannot be measured is a
+    problem."""
     res["os"] = facts.get("os")
     res["kernel"] = facts.get("kernel")
     try:
@@ -113,6 +124,12 @@ def probe_host(host: Host, *, timeout: float | None = None,
     except (KeyError, ValueError):
         problems.append(f"{host.name}: cannot measure free disk space under {facts.get('workdir', host.workdir)}")
     res["workdir"] = facts.get("workdir")
+
+
+def _gpu_facts(host: Host, facts: Mapping[str, Any], res: dict[str, Any], problems: list[str]) -> None:
+    """Put the GPUs nvidia-smi shows into `res` (count, and when there are some their Vertex
+    type, details and a summary); a failing nvidia-smi, or fewer GPUs than the host declares,
+    is a problem."""
     gpus = facts["gpus"]
     res["gpus"] = len(gpus)
     if gpus:
@@ -124,6 +141,11 @@ def probe_host(host: Host, *, timeout: float | None = None,
         problems.append(f"{host.name}: nvidia-smi is installed but failed: {facts['gpuError']}")
     if host.gpu_count is not None and gpus and host.gpu_count > len(gpus):
         problems.append(f"{host.name}: declares {host.gpu_count} GPUs but nvidia-smi shows {len(gpus)}")
+
+
+def _software_facts(host: Host, facts: Mapping[str, Any], res: dict[str, Any], problems: list[str]) -> None:
+    """Put the Docker engine's version (or `absent` / `unavailable`) and the configured Python
+    (or `missing`) into `res`; the runtime's own one not answering is a problem."""
     docker = facts.get("docker", "absent")
     res["docker"] = docker if re.match(r"^\d", docker or "") else ("absent" if docker == "absent" else "unavailable")
     if host.runtime == "docker" and not re.match(r"^\d", docker or ""):
@@ -136,8 +158,6 @@ def probe_host(host: Host, *, timeout: float | None = None,
         if host.runtime == "process":
             problems.append(f"{host.name}: python '{host.python}' does not run there ({py.strip() or 'no output'}); "
                             f"set it with `vcli hosts add {host.name} --python=/path/to/python`")
-    res["status"] = "OK" if not problems else "PROBLEMS"
-    return res, problems, client
 
 
 def check_reachability(hosts: Sequence[Host], clients: Mapping[str, Any], *, seconds: float = 20) -> list[str]:
@@ -192,7 +212,7 @@ def check_hosts(hosts: Sequence[Host], *, reachability: bool = True,
                 known_hosts: KnownHosts | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """`vcli hosts check`: per-host facts and problem lines (probes run in parallel).
 
-    `known_hosts` defaults to the user's files (`vcli.hosts.known_hosts()`).
+    `known_hosts` defaults to the user's files (`vcli.placement.hosts.known_hosts()`).
     """
     results: dict[str, tuple[dict[str, Any], list[str], Any]] = {}
 

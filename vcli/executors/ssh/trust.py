@@ -1,7 +1,7 @@
 """Host-key trust and connecting: nothing is sent to a host whose key is not known.
 
 Host keys are checked against the user's OpenSSH known_hosts and vcli's own known_hosts
-(`vcli.hosts.KnownHosts`). An unknown key is refused with its type and SHA256 fingerprint and
+(`vcli.placement.hosts.KnownHosts`). An unknown key is refused with its type and SHA256 fingerprint and
 the command that accepts it (`vcli hosts add NAME --accept-new-host-key`, which appends it to
 vcli's file); a changed key is refused loudly. Nothing is ever added silently.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vcli.errors import ExecutorError
-from vcli.hosts import Host, KnownHosts
+from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -100,7 +100,7 @@ def known_host_name(address: str, port: int) -> str:
 
 def _default_known_hosts() -> KnownHosts:
     """The user's files, for callers that pass none (`vcli hosts add/check`)."""
-    from vcli.hosts import known_hosts
+    from vcli.placement.hosts import known_hosts
 
     return known_hosts()
 
@@ -151,7 +151,7 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
             known_hosts: KnownHosts | None = None) -> tuple[Any, Any | None]:
     """An authenticated paramiko SSHClient for `host`, plus the key accepted now (if any).
 
-    `known_hosts` defaults to the user's files (`vcli.hosts.known_hosts()`); a new key is
+    `known_hosts` defaults to the user's files (`vcli.placement.hosts.known_hosts()`); a new key is
     recorded (in `known_hosts.vcli`) only with `accept_new_host_key`. Raises
     UnknownHostKeyError / ChangedHostKeyError / ExecutorError with one clear line. The client
     is closed whenever connecting fails (sshd would otherwise keep the pre-auth connection
@@ -163,21 +163,9 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
     client = pm.SSHClient()
     accepted: list[Any] = []
     try:
-        for path in known.files:
-            if path.exists():
-                try:
-                    client.load_system_host_keys(str(path))
-                except (OSError, pm.SSHException) as e:
-                    raise ExecutorError(f"Cannot read known_hosts file {path}: {e}") from None
+        _load_known_hosts(client, known)
         client.set_missing_host_key_policy(_make_policy(host, known.vcli if accept_new_host_key else None, accepted))
-        kwargs: dict[str, Any] = {}
-        if host.identity_file:
-            key_file = os.path.expanduser(host.identity_file)
-            if not os.path.exists(key_file):
-                raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} does not exist.")
-            if not os.path.isfile(key_file):
-                raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} is not a file.")
-            kwargs.update(key_filename=key_file, look_for_keys=False, allow_agent=False)
+        kwargs = _identity_kwargs(host)
         client.connect(
             hostname=host.address, port=host.port, username=host.login, timeout=timeout,
             banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout, **kwargs,
@@ -198,19 +186,54 @@ def connect(host: Host, *, accept_new_host_key: bool = False, timeout: float | N
         raise ExecutorError(f"Host {host.name} ({hostport(host)}): authentication failed with {how}: {e}") from None
     except (pm.SSHException, OSError, EOFError) as e:
         client.close()
-        reason = "timed out" if isinstance(e, socket.timeout) else (str(e) or type(e).__name__)
-        if isinstance(e, pm.ssh_exception.NoValidConnectionsError):  # "[Errno None] Unable to connect to port..."
-            errors = list(e.errors.values())
-            reason = (f"connection refused (no sshd listening on port {host.port}?)"
-                      if errors and all(isinstance(x, ConnectionRefusedError) for x in errors)
-                      else "; ".join(sorted({getattr(x, "strerror", None) or str(x) for x in errors})) or reason)
-        elif reason == "No existing session" or reason.startswith("Error reading SSH protocol banner"):
-            # paramiko's words for a port that accepts connections and never speaks SSH
-            reason = f"no SSH answer within {timeout:g} s (a hung sshd, or another service on port {host.port}?)"
-        raise ExecutorError(f"Cannot connect to host {host.name} ({hostport(host)}): {reason}") from None
+        raise ExecutorError(f"Cannot connect to host {host.name} ({hostport(host)}): "
+                            f"{_unreachable_reason(e, host, timeout)}") from None
     except BaseException:
         client.close()
         raise
+
+
+def _load_known_hosts(client: Any, known: KnownHosts) -> None:
+    """Load each existing file of `known` into the paramiko `client`; ExecutorError naming the
+    file that cannot be read."""
+    pm = paramiko()
+    for path in known.files:
+        if path.exists():
+            try:
+                client.load_system_host_keys(str(path))
+            except (OSError, pm.SSHException) as e:
+                raise ExecutorError(f"Cannot read known_hosts file {path}: {e}") from None
+
+
+def _identity_kwargs(host: Host) -> dict[str, Any]:
+    """paramiko's connect arguments for the host's identity file (that key only: no agent, no
+    ~/.ssh/id_*); none when it names no file. ExecutorError when the file is missing or not a
+    regular file."""
+    if not host.identity_file:
+        return {}
+    key_file = os.path.expanduser(host.identity_file)
+    if not os.path.exists(key_file):
+        raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} does not exist.")
+    if not os.path.isfile(key_file):
+        raise ExecutorError(f"Host {host.name}: identity file {host.identity_file} is not a file.")
+    return {"key_filename": key_file, "look_for_keys": False, "allow_agent": False}
+
+
+def _unreachable_reason(e: BaseException, host: Host, timeout: float) -> str:
+    """Why connecting to `host` failed with `e` (an SSHException, OSError or EOFError), in
+    words: a timeout, every address refusing (no sshd?), the addresses' errors, a port that
+    never speaks SSH, else the exception's own text."""
+    pm = paramiko()
+    reason = "timed out" if isinstance(e, socket.timeout) else (str(e) or type(e).__name__)
+    if isinstance(e, pm.ssh_exception.NoValidConnectionsError):  # "[Errno None] Unable to connect to port..."
+        errors = list(e.errors.values())
+        return (f"connection refused (no sshd listening on port {host.port}?)"
+                if errors and all(isinstance(x, ConnectionRefusedError) for x in errors)
+                else "; ".join(sorted({getattr(x, "strerror", None) or str(x) for x in errors})) or reason)
+    if reason == "No existing session" or reason.startswith("Error reading SSH protocol banner"):
+        # paramiko's words for a port that accepts connections and never speaks SSH
+        return f"no SSH answer within {timeout:g} s (a hung sshd, or another service on port {host.port}?)"
+    return reason
 
 
 def accept_host_key(host: Host, *, timeout: float | None = None,

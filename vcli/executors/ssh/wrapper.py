@@ -63,6 +63,7 @@ no vcli installed.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import select
@@ -96,10 +97,8 @@ def _alive(pid: int) -> bool:
 
 
 def _kill(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def tagged(tags: list[str]) -> list[int]:
@@ -242,10 +241,8 @@ def _touch(lease: str) -> None:
     try:
         os.utime(lease)
     except FileNotFoundError:
-        try:
+        with contextlib.suppress(OSError):
             os.close(os.open(lease, os.O_WRONLY | os.O_CREAT, 0o600))
-        except OSError:
-            pass
     except OSError:
         pass
 
@@ -335,10 +332,8 @@ def run(supervisor: str, status: str, log: str, tag: str, grace: float, lease: s
             os.write(2, f"vcli: cannot take over the leases of GPU(s) {gpu_leases[1]}: {e.strerror or e}\n".encode())
             return 127
     env = _environment(assignments, secrets)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(status)
-    except FileNotFoundError:
-        pass
     try:  # follow the log from where it ends now: a retry appends to the same file
         offset = os.path.getsize(log)
     except OSError:
@@ -515,10 +510,8 @@ def _keep_waiting(container: str, lease: str, orphan_timeout: float, grace: floa
             if not stopped and _lease_age(lease, started) > orphan_timeout:
                 stopped = True
                 subprocess.run(["docker", "container", "stop", "-t", f"{grace:g}", container], timeout=grace + 60, **quiet)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 waiter.wait(timeout=min(5.0, max(0.5, orphan_timeout / 10)))
-            except subprocess.TimeoutExpired:
-                pass
         running = _container_running(container)
         if running is False:
             return
@@ -558,24 +551,30 @@ def keep(socket_name: str, gpus: list[int], container: str, job_id: str, replica
     return 0
 
 
+def _main_run(args: list[str]) -> int:
+    """`run` with its arguments (`args`, the module's docstring): the options parsed in order."""
+    sep = args.index("--", 8)
+    head, argv = args[1:sep], args[sep + 1:]
+    supervisor, status, log, tag, grace, lease, orphan_timeout = head[:7]
+    rest = head[7:]
+    gpu_leases = None
+    if len(rest) >= 4 and rest[0] == "--lease-from" and rest[2] == "--lease-gpus":
+        gpu_leases = (rest[1], [int(i) for i in rest[3].split(",") if i])
+        rest = rest[4:]
+    secrets = bool(rest) and rest[0] == "--secrets"
+    rest = rest[1:] if secrets else rest
+    mask = []
+    while len(rest) > 1 and rest[0] == "--mask":
+        mask.append(rest[1])
+        rest = rest[2:]
+    return run(supervisor, status, log, tag, float(grace), lease, float(orphan_timeout), secrets, mask, rest,
+               argv, gpu_leases)
+
+
 def main(args: list[str]) -> int:
+    """Run the command `args` name (the module's docstring); its usage and 2 when they fit none."""
     if len(args) >= 10 and args[0] == "run" and "--" in args[8:]:
-        sep = args.index("--", 8)
-        head, argv = args[1:sep], args[sep + 1:]
-        supervisor, status, log, tag, grace, lease, orphan_timeout = head[:7]
-        rest = head[7:]
-        gpu_leases = None
-        if len(rest) >= 4 and rest[0] == "--lease-from" and rest[2] == "--lease-gpus":
-            gpu_leases = (rest[1], [int(i) for i in rest[3].split(",") if i])
-            rest = rest[4:]
-        secrets = bool(rest) and rest[0] == "--secrets"
-        rest = rest[1:] if secrets else rest
-        mask = []
-        while len(rest) > 1 and rest[0] == "--mask":
-            mask.append(rest[1])
-            rest = rest[2:]
-        return run(supervisor, status, log, tag, float(grace), lease, float(orphan_timeout), secrets, mask, rest,
-                   argv, gpu_leases)
+        return _main_run(args)
     if len(args) == 8 and args[0] == "attach":
         job_id, pid, status, log, tag, lease, after = args[1:]
         return attach(job_id, int(pid), status, log, tag, lease, {k: float(v) for k, v in json.loads(after).items()})

@@ -23,20 +23,37 @@ Declared values win over detected ones. The host `local` (this machine) is impli
 inventory entry named `local` only adds GPU/CPU declarations for it. Host keys are checked
 against `~/.ssh/known_hosts` and vcli's own `<config dir>/known_hosts` (`known_hosts()` names
 both; `vcli.executors.ssh` reads them).
+
+This module is the inventory's interface; two siblings hold parts of it, and what is public in
+them is re-exported here (import this module, not them):
+
+    hostfiles.py   the files: where they are, reading and atomically writing hosts.yaml, its
+                   lock, and removing entries as written (`remove_hosts`)
+    hostrules.py   the rules a host's settings keep (`validate`)
 """
 
 from __future__ import annotations
 
-import contextlib
 import getpass
-import math
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from vcli.errors import ConfigError, InvalidValueError, NotFoundError
+from vcli.placement.hostfiles import (
+    KnownHosts,
+    hosts_file,
+    inventory_lock,
+    known_hosts,
+    known_hosts_file,
+    read_hosts,
+    remove_hosts,
+    user_known_hosts_file,
+    write_hosts,
+)
+from vcli.placement.hostrules import RUNTIMES, validate
 
 __all__ = [
     "Host",
@@ -47,6 +64,9 @@ __all__ = [
     "known_hosts",
     "known_hosts_file",
     "user_known_hosts_file",
+    "host_from_yaml",
+    "validate",
+    "inventory_lock",
     "load_inventory",
     "save_inventory",
     "get_host",
@@ -57,9 +77,7 @@ __all__ = [
 ]
 
 LOCAL = "local"
-RUNTIMES = ("process", "docker")
 DEFAULT_WORKDIR = "~/.vcli"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,57 +218,101 @@ def _num(v: float | None) -> float | int | None:
     return int(v) if float(v).is_integer() else round(float(v), 1)
 
 
+#: The settings an inventory entry may hold (`hosts.<name>.<key>`).
+_ENTRY_KEYS = frozenset({"address", "port", "user", "identity_file", "runtime", "workdir", "python", "gpus", "cpus",
+                         "memory_gb", "internal_address", "gpu_lease_dir", "detected"})
+
+
 def host_from_yaml(name: str, data: Mapping[str, Any], *, source: str = "hosts.yaml") -> Host:
+    """The validated Host of the inventory entry `hosts.<name>` of `source`, whose settings
+    are `data`; an unset setting takes its default.
+
+    Raises ConfigError, one line naming the entry (`<source>: hosts.<name>`) and, where there
+    is one, the key: not a mapping, an unknown key, no address (only `local` may go without),
+    a malformed `gpus`, a number that is not whole, a value that does not convert, or one that
+    breaks `validate`'s rules (named by the entry's key, with how to get rid of the entry)."""
     where = f"{source}: hosts.{name}"
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of host settings")
-    known = {"address", "port", "user", "identity_file", "runtime", "workdir", "python", "gpus", "cpus",
-             "memory_gb", "internal_address", "gpu_lease_dir", "detected"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    address = data.get("address")
-    if name != LOCAL and not address:
-        raise ConfigError(f"{where}.address: required")
-    gpus = data.get("gpus")
-    count = gtype = indices = None
-    if isinstance(gpus, Mapping):
-        if unknown := sorted(set(map(str, gpus)) - {"count", "type", "indices"}):
-            raise ConfigError(f"{where}.gpus: unknown key(s) {', '.join(unknown)}; known: count, indices, type")
-        count = _whole(gpus.get("count"), f"{where}.gpus.count")
-        gtype = gpus.get("type")
-        listed = gpus.get("indices")
-        if listed is not None and not isinstance(listed, (list, tuple)):
-            raise ConfigError(f"{where}.gpus.indices: expected a list of GPU indices, found [{listed}]")
-        indices = tuple(_whole(i, f"{where}.gpus.indices") for i in listed) if listed is not None else None
-        if indices is not None and len(set(indices)) != len(indices):  # `hosts gpus` listed GPU 0 twice, FREE
-            raise ConfigError(f"{where}.gpus.indices: each GPU index once, found {list(indices)}")
-    elif gpus is not None:
-        count = _whole(gpus, f"{where}.gpus")
+    _check_entry(name, data, where)
+    count, gtype, indices = _entry_gpus(data.get("gpus"), f"{where}.gpus")
     try:
-        return validate(Host(
-            name=name,
-            address=str(address or "127.0.0.1"),
-            port=_whole(data.get("port", 22), f"{where}.port"),
-            user=data.get("user") or None,
-            identity_file=data.get("identity_file") or None,
-            runtime=str(data.get("runtime", "process")),
-            workdir=str(data.get("workdir") or DEFAULT_WORKDIR),
-            python=str(data.get("python") or "python3"),
-            gpu_count=count,
-            gpu_type=str(gtype) if gtype else None,
-            gpu_indices=indices,
-            cpus=float(data["cpus"]) if data.get("cpus") is not None else None,
-            memory_gb=float(data["memory_gb"]) if data.get("memory_gb") is not None else None,
-            internal_address=data.get("internal_address") or None,
-            gpu_lease_dir=str(data["gpu_lease_dir"]) if data.get("gpu_lease_dir") else None,
-            detected=dict(data.get("detected") or {}),
-        ))
+        return validate(Host(name=name, **_entry_settings(data, where, count=count, gtype=gtype, indices=indices)))
     except InvalidValueError as e:  # the rules `hosts add` applies, named by the entry's key, not a flag
         key = e.flag.lstrip("-").replace("-", "_")
         raise ConfigError(f"{where}.{key}: {e.message} (correct the file, or `vcli hosts remove {name}`)") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _check_entry(name: str, data: Any, where: str) -> None:
+    """Raise ConfigError (naming the entry, `where`) unless `data` is a mapping of known keys
+    (`_ENTRY_KEYS`) with an `address`, which only `local` (this machine) may go without."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of host settings")
+    unknown = sorted(set(data) - _ENTRY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_ENTRY_KEYS))}")
+    if name != LOCAL and not data.get("address"):
+        raise ConfigError(f"{where}.address: required")
+
+
+def _entry_gpus(gpus: Any, at: str) -> tuple[Any, Any, tuple[Any, ...] | None]:
+    """(count, type, indices) of an entry's `gpus` setting, which `at` names in errors: a
+    mapping of `count`, `type` and `indices` (each optional), a bare count, or None (three
+    Nones). Counts and indices are whole numbers (`_whole`); the type is as written.
+
+    Raises ConfigError for an unknown key, a count or index that is not whole, indices that
+    are not a list, or an index listed twice."""
+    if not isinstance(gpus, Mapping):
+        return _whole(gpus, at), None, None
+    if unknown := sorted(set(map(str, gpus)) - {"count", "type", "indices"}):
+        raise ConfigError(f"{at}: unknown key(s) {', '.join(unknown)}; known: count, indices, type")
+    count = _whole(gpus.get("count"), f"{at}.count")
+    return count, gpus.get("type"), _gpu_indices(gpus.get("indices"), f"{at}.indices")
+
+
+def _gpu_indices(listed: Any, at: str) -> tuple[Any, ...] | None:
+    """An entry's `gpus.indices` (`at` in errors): None when not given, else a tuple of its
+    whole numbers. Raises ConfigError for a value that is not a list, an index that is not
+    whole, or one listed twice (`hosts gpus` listed GPU 0 twice, FREE)."""
+    if listed is None:
+        return None
+    if not isinstance(listed, (list, tuple)):
+        raise ConfigError(f"{at}: expected a list of GPU indices, found [{listed}]")
+    indices = tuple(_whole(i, at) for i in listed)
+    if len(set(indices)) != len(indices):
+        raise ConfigError(f"{at}: each GPU index once, found {list(indices)}")
+    return indices
+
+
+def _entry_settings(data: Mapping[str, Any], where: str, *, count: Any, gtype: Any,
+                    indices: tuple[Any, ...] | None) -> dict[str, Any]:
+    """The Host fields but `name` of the entry `data` (`where` in errors), an unset key given
+    its default, and the GPUs as `_entry_gpus` read them. Not validated.
+
+    Raises ConfigError for a port that is not whole; TypeError or ValueError for a value that
+    does not convert (`cpus: many`), which `host_from_yaml` reports as one line."""
+    return {
+        "address": str(data.get("address") or "127.0.0.1"),
+        "port": _whole(data.get("port", 22), f"{where}.port"),
+        "user": data.get("user") or None,
+        "identity_file": data.get("identity_file") or None,
+        "runtime": str(data.get("runtime", "process")),
+        "workdir": str(data.get("workdir") or DEFAULT_WORKDIR),
+        "python": str(data.get("python") or "python3"),
+        "gpu_count": count,
+        "gpu_type": str(gtype) if gtype else None,
+        "gpu_indices": indices,
+        "cpus": _float_or_none(data.get("cpus")),
+        "memory_gb": _float_or_none(data.get("memory_gb")),
+        "internal_address": data.get("internal_address") or None,
+        "gpu_lease_dir": str(data["gpu_lease_dir"]) if data.get("gpu_lease_dir") else None,
+        "detected": dict(data.get("detected") or {}),
+    }
+
+
+def _float_or_none(value: Any) -> float | None:
+    """`value` as a float (TypeError or ValueError when it is not a number), None as None."""
+    return float(value) if value is not None else None
 
 
 def _whole(value: Any, where: str) -> Any:
@@ -263,184 +325,18 @@ def _whole(value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected a whole number, found [{value}]")
 
 
-#: The most GPUs one host may declare (a DGX has 8, a2-megagpu-16g 16); a count of 1e12 was
-#: accepted, and `hosts list` then built its indices until memory ran out.
-MAX_HOST_GPUS = 256
-#: A host name (RFC 1123 labels, 253 characters at most), an IPv4 address, or an IPv6 one
-#: (hex digits and colons, optionally bracketed); `host:22`, `http://x/y` and 10,000
-#: characters were taken as host names.
-_ADDRESS_RE = re.compile(
-    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
-    r"|\[?[0-9A-Fa-f:.]{2,45}\]?")
-
-
-def _is_address(value: str) -> bool:
-    """A host name, or an IP address that `ipaddress` reads (`10.0.0.999`, `::::` are not)."""
-    import ipaddress
-
-    if not _ADDRESS_RE.fullmatch(value):
-        return False
-    if ":" in value or re.fullmatch(r"[0-9.]+", value):
-        try:
-            ipaddress.ip_address(value.strip("[]"))
-        except ValueError:
-            return False
-    return True
-
-
-def validate(host: Host) -> Host:
-    """Raise InvalidValueError for a bad setting; returns the host."""
-    if not _NAME_RE.match(host.name):
-        raise InvalidValueError("NAME", f"[{host.name}] must be letters, digits, '.', '_' or '-' (max 63)")
-    if host.runtime not in RUNTIMES:
-        raise InvalidValueError("--runtime", f"[{host.runtime}] is not one of [{', '.join(RUNTIMES)}]")
-    if not 0 < host.port < 65536:
-        raise InvalidValueError("--port", f"[{host.port}] must be 1-65535")
-    if host.gpu_count is not None and not 0 <= host.gpu_count <= MAX_HOST_GPUS:
-        raise InvalidValueError("--gpus", f"must be from 0 to {MAX_HOST_GPUS}, received {host.gpu_count}")
-    if host.gpu_indices is not None and (len(host.gpu_indices) > MAX_HOST_GPUS
-                                         or not all(0 <= i < 10_000 for i in host.gpu_indices)):
-        raise InvalidValueError("--gpus", f"at most {MAX_HOST_GPUS} GPU indices, each from 0 to 9999")
-    if host.gpu_type is not None:
-        from vcli.spec import ACCELERATOR_TYPES
-
-        if host.gpu_type not in ACCELERATOR_TYPES:
-            raise InvalidValueError("--gpu-type", f"[{host.gpu_type}] is not one of [{', '.join(ACCELERATOR_TYPES)}]")
-    for v, flag in ((host.cpus, "--cpus"), (host.memory_gb, "--memory-gb")):
-        if v is not None and not (math.isfinite(v) and v > 0):  # NaN passed `v <= 0`, and printed as invalid JSON
-            raise InvalidValueError(flag, f"must be a finite number > 0, received {v}")
-    for value, flag in ((host.address, "--address"), (host.internal_address, "--internal-address")):
-        if value is not None and not _is_address(value):
-            raise InvalidValueError(flag, f"[{value}] is not a host name or IP address (the port is --port)")
-    for value, flag in ((host.workdir, "--workdir"), (host.identity_file, "--identity-file"), (host.python, "--python")):
-        if value is not None and re.search(r"[\x00-\x1f\x7f]", value):  # a newline forged a row of `hosts list`
-            raise InvalidValueError(flag, "must not contain control characters (newlines, tabs, escapes)")
-    if host.gpu_lease_dir is not None and (not host.gpu_lease_dir.startswith(("/", "~"))
-                                           or any(c in host.gpu_lease_dir for c in "\n\r\0")):
-        raise InvalidValueError("--gpu-lease-dir", f"[{host.gpu_lease_dir}] must be an absolute path on the host")
-    if host.user and (host.user.startswith("-") or any(c in host.user for c in " @:'\"`$;")
-                      or re.search(r"[\x00-\x1f\x7f]", host.user)):
-        raise InvalidValueError("--user", f"[{host.user}] is not a user name")
-    return host
-
-
-# ---------------------------------------------------------------------------- files
-
-
-def hosts_file() -> Path:
-    env = os.environ.get("VCLI_HOSTS_FILE")
-    if env:
-        return Path(env).expanduser()
-    from vcli.properties import config_dir
-
-    return config_dir() / "hosts.yaml"
-
-
-@dataclass(frozen=True)
-class KnownHosts:
-    """The known_hosts files host keys are checked against.
-
-    `user` is OpenSSH's file (read only); `vcli` is vcli's own, read too, and the only file
-    keys accepted with `vcli hosts add --accept-new-host-key` are appended to.
-    """
-
-    user: Path
-    vcli: Path
-
-    @property
-    def files(self) -> tuple[Path, Path]:
-        """Every file to read, in the order keys are looked up."""
-        return (self.user, self.vcli)
-
-
-def known_hosts() -> KnownHosts:
-    """This user's known_hosts files (see `user_known_hosts_file` and `known_hosts_file`)."""
-    return KnownHosts(user=user_known_hosts_file(), vcli=known_hosts_file())
-
-
-def known_hosts_file() -> Path:
-    """vcli's own known_hosts (keys accepted with `vcli hosts add --accept-new-host-key`)."""
-    from vcli.properties import config_dir
-
-    return config_dir() / "known_hosts"
-
-
-def user_known_hosts_file() -> Path:
-    """The user's OpenSSH known_hosts (read only): $VCLI_SSH_USER_KNOWN_HOSTS, else ~/.ssh/known_hosts."""
-    env = os.environ.get("VCLI_SSH_USER_KNOWN_HOSTS")
-    if env:
-        return Path(env).expanduser()
-    return Path("~/.ssh/known_hosts").expanduser()
+# ---------------------------------------------------------------------------- the inventory
 
 
 def load_inventory(path: Path | None = None) -> dict[str, Host]:
     """All hosts of the inventory file (an absent file is an empty inventory)."""
-    from vcli.codec.yamlio import parse_yaml, read_text
-
     path = path or hosts_file()
-    try:
-        with open(path, "rb") as f:
-            text = read_text(f, str(path), "inventory")
-    except FileNotFoundError:
-        return {}
-    except ConfigError as e:  # larger than a document can be, or not UTF-8
-        raise ConfigError(f"The host inventory {str(e).split(']: ', 1)[-1]}") from None
-    except OSError as e:  # a directory, no permission, ...
-        raise ConfigError(f"The host inventory {path} cannot be read: {e.strerror}.") from None
-    # One line for any problem, aliases and duplicate keys checked as in --config documents.
-    data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
-    if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
-        raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
-    if unknown := sorted(set(map(str, data)) - {"hosts"}):  # `hots:` emptied the inventory, silently
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; the file holds `hosts:` mapping host names "
-                          "to settings")
-    return {str(n): host_from_yaml(str(n), h or {}, source=str(path)) for n, h in (data.get("hosts") or {}).items()}
+    return {str(n): host_from_yaml(str(n), h or {}, source=str(path))
+            for n, h in read_hosts(path, reword=True).items()}
 
 
 def save_inventory(hosts: Mapping[str, Host], path: Path | None = None) -> None:
-    _write_hosts({name: h.to_yaml_dict() for name, h in sorted(hosts.items())}, path or hosts_file())
-
-
-def _write_hosts(hosts: Mapping[str, Any], path: Path) -> None:
-    """Write the inventory file (its `hosts` mapping as given), atomically."""
-    import tempfile
-
-    import yaml
-
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    body = {"hosts": dict(hosts)}
-    # A temporary file of its own: two writers shared `hosts.yaml.tmp`, and one renamed the
-    # other's away (a traceback) or over its hosts.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("# vcli host inventory: edit freely or use `vcli hosts add|remove`.\n")
-            yaml.safe_dump(body, f, sort_keys=False, default_flow_style=False)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def inventory_lock(path: Path | None = None) -> Iterator[None]:
-    """Hold the inventory's lock (a `flock` on `<file>.lock` beside it) for a read-modify-write:
-    two `hosts add` at once (a provisioning loop, two terminals) each keep their host; without
-    it 3 of 40 were lost, one reported added."""
-    import fcntl
-
-    path = path or hosts_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as e:
-        raise ConfigError(f"The host inventory {path} cannot be written: {e.strerror}.") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    write_hosts({name: h.to_yaml_dict() for name, h in sorted(hosts.items())}, path or hosts_file())
 
 
 def put_host(host: Host) -> None:
@@ -448,42 +344,6 @@ def put_host(host: Host) -> None:
         inv = load_inventory()
         inv[host.name] = validate(host)
         save_inventory(inv)
-
-
-def remove_hosts(names: Sequence[str]) -> None:
-    """Remove the inventory entries `names`, all or none (NotFoundError for the first that is
-    not there). The file is edited as written, not validated: an entry that breaks the rules
-    (a hand edit, an older vcli's) can be removed, and the others are kept as they are."""
-    path = hosts_file()
-    with inventory_lock(path):
-        raw = _raw_hosts(path)
-        missing = [n for n in names if n not in raw]
-        if missing:
-            raise NotFoundError(f"Host [{missing[0]}] is not in the inventory ({path}); nothing was removed. "
-                                "List hosts with `vcli hosts list`.")
-        for n in names:
-            raw.pop(n, None)
-        _write_hosts(raw, path)
-
-
-def _raw_hosts(path: Path) -> dict[str, Any]:
-    """The inventory's `hosts` mapping as written (an absent file: none)."""
-    from vcli.codec.yamlio import parse_yaml, read_text
-
-    try:
-        with open(path, "rb") as f:
-            text = read_text(f, str(path), "inventory")
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise ConfigError(f"The host inventory {path} cannot be read: {e.strerror}.") from None
-    data = parse_yaml(text, str(path), prefix="The host inventory ") or {}
-    if not isinstance(data, Mapping) or not isinstance(data.get("hosts", {}), Mapping):
-        raise ConfigError(f"{path}: expected `hosts:` mapping host names to settings")
-    if unknown := sorted(set(map(str, data)) - {"hosts"}):  # `hots:` emptied the inventory, silently
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; the file holds `hosts:` mapping host names "
-                          "to settings")
-    return {str(k): v for k, v in (data.get("hosts") or {}).items()}
 
 
 def local_host(inventory: Mapping[str, Host] | None = None) -> Host:
