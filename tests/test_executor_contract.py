@@ -1069,3 +1069,26 @@ def test_a_big_replica_file_reads_as_its_last_lines(tmp_path: Path) -> None:
     assert text is not None and len(text) <= 4096 and text.endswith(lines[-1] + "\n")
     assert text.splitlines()[0] in lines  # starts at a whole line
     assert read_replica_file(str(path), limit=path.stat().st_size) == path.read_text()  # within the limit: whole
+
+
+def test_an_unchanged_replica_file_is_not_read_again(tmp_path: Path) -> None:
+    """A study polls each running trial's metric file ten times a second: a file whose inode,
+    size and modification time did not change gives the last read's text (the same object, so
+    the metric reader's comparison is free) without opening it; a grown or rewritten one is read."""
+    from vcli.executors import read_replica_file
+
+    path = tmp_path / "output.metrics"
+    path.write_text('{"score": "1"}\n')
+    first = read_replica_file(str(path))
+    again = read_replica_file(str(path))
+    assert again is first
+    with open(path, "a") as f:
+        f.write('{"score": "2"}\n')
+    grown = read_replica_file(str(path))
+    assert grown == '{"score": "1"}\n{"score": "2"}\n' and grown is not first
+    replacement = tmp_path / "new"
+    replacement.write_text('{"score": "3"}\n')
+    os.replace(replacement, path)  # the hypertune library rewrites its file whole
+    assert read_replica_file(str(path)) == '{"score": "3"}\n'
+    path.unlink()
+    assert read_replica_file(str(path)) is None

@@ -309,3 +309,25 @@ def test_plain_lines_of_a_resumed_trial_start_after_what_it_measured_before() ->
     view.trial_measured(Trial(id="1", parameters={}, state=TrialState.ACTIVE, measurements=ms))
     assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == [
         "trial 1 ACTIVE ", "trial 1 measurement step=4 acc=0.4"]
+
+
+def test_a_log_follower_opens_a_log_only_when_it_grew(tmp_path, monkeypatch) -> None:
+    """Each tick of a study polls every running trial's log: a log of the size already read
+    costs one stat, no open; what is appended later is read from where the last poll stopped."""
+    import builtins
+
+    from vcli.logs import Follower
+
+    log = tmp_path / "replica.log"
+    log.write_text("1700000000.5\tstdout\tfirst\n")
+    follower = Follower([("workerpool0-0", str(log))])
+    assert [r.message for r in follower.poll()] == ["first"]
+    opened: list[str] = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
+    assert follower.poll() == [] and follower.poll() == []
+    assert opened == []
+    with real_open(log, "a") as f:
+        f.write("1700000001.5\tstdout\tsecond\n")
+    assert [r.message for r in follower.poll()] == ["second"]
+    assert opened == [str(log)]

@@ -119,6 +119,8 @@ class Follower:
         self.behind = False
         for task_name, path in self._logs:
             try:
+                if os.stat(path).st_size == self._offsets.get(path, 0):
+                    continue  # nothing new: one stat, no open (a study polls every log ten times a second)
                 with open(path, "rb") as f:
                     f.seek(self._offsets.get(path, 0))
                     chunk = f.read(POLL_READ_BYTES)
