@@ -87,7 +87,11 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
     return out
 
 
-def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
+def hp_tuning_job_resource(store: Store, row: JobRow, trials: str = "all") -> dict[str, Any]:
+    """The study's Vertex resource. `trials`: "all" (Vertex's shape), "count" (`trials` holds as
+    many empty placeholders as it has trials: a `list` whose output reads only `trials.len()`)
+    or "none" (no `trials` nor what is computed from them: a `list` whose output reads neither);
+    both read no trial record."""
     rec = row.record
     out: dict[str, Any] = {
         "name": row.name,
@@ -112,17 +116,18 @@ def hp_tuning_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         from vcli.tracking import shown as tracking_shown
 
         out["tracking"] = tracking_shown(rec["tracking"])
-    trials = store.trial_records(row.id)
-    out["trials"] = trials
+    records = store.trial_records(row.id) if trials == "all" else []
+    if trials != "none":
+        out["trials"] = records if trials == "all" else [{}] * sum(store.trial_states(row.id).values())
     if rec.get("bestTrialId"):
         out["bestTrialId"] = rec["bestTrialId"]
     if rec.get("pbtSchedule"):
         # PBT: the best trial's lineage as a hyperparameter schedule (steps, values), replayable.
         out["pbtSchedule"] = rec["pbtSchedule"]
     metrics = (rec.get("studySpec") or {}).get("metrics") or []
-    if len(metrics) > 1:
+    if len(metrics) > 1 and trials == "all":
         # The result of a multi-objective study is its Pareto front, current while it runs.
-        out["optimalTrialIds"] = optimal_trial_ids(trials, metrics)
+        out["optimalTrialIds"] = optimal_trial_ids(records, metrics)
     return out
 
 

@@ -472,6 +472,19 @@ class Store:
 
         return [trial_from_dict(d) for d in self.trial_records(study_id)]
 
+    def trials_version(self, study_id: str) -> str:
+        """A value that changes whenever a trial of the study is added or rewritten with another
+        text (a state, a measurement, an end), read without decoding a record: the trials'
+        count and their records' byte lengths, summed plain and weighted by trial number."""
+        row = self._query("SELECT COUNT(*), TOTAL(length(CAST(record AS BLOB))), TOTAL(seq * length(CAST(record AS BLOB)))"
+                          " FROM trials WHERE study_id = ?", (study_id,))[0]
+        return f"{row[0]}:{int(row[1])}:{int(row[2])}"
+
+    def trial_states(self, study_id: str) -> dict[str, int]:
+        """How many of the study's trials are in each state, without decoding a record."""
+        rows = self._query("SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state", (study_id,))
+        return {r[0]: int(r[1]) for r in rows}
+
     def trial_records(self, study_id: str) -> list[dict[str, Any]]:
         """A study's trials as stored: Vertex Trial resources (for describe, exports, the dashboard)."""
         rows = self._query("SELECT trial_id, record FROM trials WHERE study_id = ? ORDER BY seq", (study_id,))

@@ -97,20 +97,22 @@ class Reader:
             return []
         out = []
         for row in reversed(store.list_jobs(JobKind.HYPERPARAMETER_TUNING_JOB)):
-            done = sum(1 for t in store.trial_records(row.id) if t.get("state") in ("SUCCEEDED", "INFEASIBLE"))
+            states = store.trial_states(row.id)
+            done = states.get("SUCCEEDED", 0) + states.get("INFEASIBLE", 0)
             out.append((row, done, int(row.record.get("maxTrialCount") or 0)))
         return out
 
     # ------------------------------------------------------------------ one study
 
     def study_version(self, study_id: str) -> str | None:
-        """A short value that changes whenever the study's state, a trial's state or a trial's
-        number of measurements changes (None: no such study). Cheap: two queries, nothing drawn."""
+        """A short value that changes whenever the study's row or one of its trials changes (None:
+        no such study). Cheap: two queries, no trial decoded, nothing drawn (an open tab asks
+        every 2 s)."""
         store = self.store()
         row = store.get_job(study_id) if store else None
         if store is None or row is None or row.kind != JobKind.HYPERPARAMETER_TUNING_JOB.value:
             return None
-        return _version(row, store.trial_records(study_id))
+        return _version(row, store.trials_version(study_id))
 
     def study(self, study_id: str) -> StudyView | None:
         from vcli import codec
@@ -125,7 +127,7 @@ class Reader:
         trial_jobs = {c.trial_id: c.id for c in store.child_jobs(study_id) if c.trial_id}
         return StudyView(row=row, spec=spec, params=codec.iter_parameters(spec.parameters),
                          trials=[trial_from_dict(d) for d in stored], trial_jobs=trial_jobs,
-                         version=_version(row, stored))
+                         version=_version(row, store.trials_version(study_id)))
 
     def figures(self, view: StudyView) -> Figures:
         """The study's plots (`vcli.plots.study_figures`), drawn once per study version."""
@@ -188,11 +190,9 @@ def read_log(path: str, offset: int | None) -> LogChunk:
     return LogChunk(records, offset, offset + len(complete))
 
 
-def _version(row: JobRow, trials: list[dict[str, Any]]) -> str:
-    parts = [row.state, row.update_time]
-    parts += [f"{t.get('id')}:{t.get('state')}:{len(t.get('measurements') or ())}:{bool(t.get('finalMeasurement'))}"
-              for t in trials]
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+def _version(row: JobRow, trials_version: str) -> str:
+    """The study's row (state, last update) and its trials (`Store.trials_version`), hashed."""
+    return hashlib.sha1("|".join([row.state, row.update_time, trials_version]).encode()).hexdigest()[:16]
 
 
 def _draw(view: StudyView) -> Figures:
