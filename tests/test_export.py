@@ -215,7 +215,7 @@ def test_an_existing_optuna_study_is_one_line(study, tmp_path: Path) -> None:
                                                      "ImportError: Failed to import DB access module for the specified "
                                                      "storage URL. Please install appropriate one."),
         ("plot", "{missing}/r.html", "Invalid value for [--output]: cannot write [{missing}/r.html]: No such file or directory"),
-        ("plot", "{afile}/r.svg", "Invalid value for [--output]: cannot write [{afile}/r-history.svg]: Not a directory"),
+        ("plot", "{afile}/r.svg", "Invalid value for [--output]: cannot write [{afile}/r.svg]: Not a directory"),
     ],
     ids=["csv-no-dir", "csv-under-a-file", "parquet-no-dir", "sqlite-no-dir", "no-driver", "password", "short-password",
          "html-no-dir",

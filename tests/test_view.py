@@ -331,3 +331,20 @@ def test_a_log_follower_opens_a_log_only_when_it_grew(tmp_path, monkeypatch) -> 
         f.write("1700000001.5\tstdout\tsecond\n")
     assert [r.message for r in follower.poll()] == ["second"]
     assert opened == [str(log)]
+
+
+def test_long_work_shows_its_steps(capsys) -> None:
+    """`Steps`: piped, one line per step with the time it began at; on a terminal, nothing for
+    work whose steps all come within QUIET_SECONDS (a flash of a status line is noise)."""
+    from vcli.view.progress import Steps
+
+    said: list[str] = []
+    with Steps("Drawing", said.append, terminal=False) as step:
+        step("one")
+        step("two")
+    assert [s.rsplit(" (at ", 1)[0] for s in said] == ["Drawing: one", "Drawing: two"]
+    assert all(s.endswith(" s)") for s in said)
+    quiet: list[str] = []
+    with Steps("Drawing", quiet.append, terminal=True) as step:
+        step("one")
+    assert quiet == [] and capsys.readouterr().err == ""

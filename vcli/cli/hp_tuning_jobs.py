@@ -456,8 +456,12 @@ def plot(
     trials = store.trials(row.id)
     title = f"{row.display_name} ({row.id})" if row.display_name else row.id
     target = output or f"{row.id}.html"
+    _check_report_target(target, row.id, trials)
+    from vcli.view.progress import Steps
+
     try:
-        written = plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials)
+        with Steps(f"Drawing the report of {row.id}", err) as step:
+            written = plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials, progress=step)
         for path in written:
             err(f"Wrote {path}.")
     except OSError as e:  # no such directory, a file in the way, no permission, a full disk
@@ -470,6 +474,24 @@ def plot(
         raise InvalidValueError("--output", f"nothing to draw for [{row.id}] as {os.path.splitext(target)[1]}: no trial "
                                             f"has a measurement yet ({len(trials)} trial(s)); an .html report shows "
                                             "the study as it is")
+
+
+def _check_report_target(target: str, study_id: str, trials: list[Any]) -> None:
+    """Refuse, before anything is drawn, a report that cannot be written: its directory is
+    missing or a file, or it is one file per figure of a study with nothing to draw."""
+    from vcli.errors import InvalidValueError
+    from vcli.plots import OUTPUT_EXTENSIONS
+
+    stem, ext = os.path.splitext(os.path.basename(target))
+    if ext.lower() not in OUTPUT_EXTENSIONS or not stem:
+        return  # `write_report` names what is wrong with the name itself
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(parent):
+        why = "Not a directory" if os.path.exists(parent) else "No such file or directory"
+        raise InvalidValueError("--output", f"cannot write [{target}]: {why}")
+    if ext.lower() != ".html" and not any(t.measurements or t.final_measurement for t in trials):
+        raise InvalidValueError("--output", f"nothing to draw for [{study_id}] as {ext.lower()}: no trial has a measurement yet "
+                                            f"({len(trials)} trial(s)); an .html report shows the study as it is")
 
 
 @app.command("tensorboard", cls=GcloudCommand)

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
-from typing import Sequence
+from typing import Callable, Sequence
 
 from vcli.errors import UsageError
 from vcli.plots import data as d
@@ -76,12 +76,12 @@ def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequ
 
 
 def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
-                now: datetime | None = None) -> str:
+                now: datetime | None = None, progress: Callable[[str], None] | None = None) -> str:
     """The report as one self-contained HTML5 document: a summary table (the study, its
     algorithm and goals, trials by state, the best trial or the Pareto front), a table of
     every trial (`trial_table`, scrolling within the page), a line for each figure left out,
-    then the figures inline."""
-    figures, notes = _figures(spec, params, trials, now)
+    then the figures inline. `progress` is told each step of the drawing."""
+    figures, notes = _figures(spec, params, trials, now, progress)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -108,10 +108,12 @@ def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], tr
     return "\n".join(parts) + "\n"
 
 
-def write_report(path: str, title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> list[str]:
+def write_report(path: str, title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial],
+                 progress: Callable[[str], None] | None = None) -> list[str]:
     """Write the report by `path`'s extension and return the files written: `.html` one page
     (`report_html`); `.svg` or `.png` one file per figure, `<stem>-<key>.<ext>`. Any other
-    extension is a UsageError naming --output, raised before anything is drawn."""
+    extension is a UsageError naming --output, raised before anything is drawn. `progress` is
+    told each step."""
     stem, ext = os.path.splitext(path)
     if not ext and os.path.basename(stem).lower() in OUTPUT_EXTENSIONS:  # `--output=.html`
         raise UsageError(f"argument --output: [{path}] needs a file name before {os.path.basename(stem)}")
@@ -119,14 +121,18 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
         raise UsageError(f"argument --output: [{path}] must end in {', '.join(OUTPUT_EXTENSIONS[:-1])} "
                          f"or {OUTPUT_EXTENSIONS[-1]}")
     if ext.lower() == ".html":
-        page = report_html(title, spec, params, trials)
+        page = report_html(title, spec, params, trials, progress=progress)
+        if progress is not None:
+            progress(f"writing {path}")
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)
         return [path]
     from vcli.plots import render
 
-    drawn, _ = render.draw(spec, params, trials)
+    drawn, _ = render.draw(spec, params, trials, progress=progress)
     written: list[str] = []
+    if progress is not None:
+        progress(f"writing {len(drawn)} figures")
     for fig in drawn:
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", fig.key)
         target, n = f"{stem}-{name}{ext}", 2
@@ -138,10 +144,12 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
 
 
 def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial],
-             now: datetime | None) -> tuple[list[Figure], list[str]]:
+             now: datetime | None, progress: Callable[[str], None] | None = None) -> tuple[list[Figure], list[str]]:
     from vcli.plots import render
 
-    drawn, notes = render.draw(spec, params, trials, now=now)
+    drawn, notes = render.draw(spec, params, trials, now=now, progress=progress)
+    if progress is not None:
+        progress(f"writing {len(drawn)} figures")
     return [Figure(f.key, f.title, render.svg_element(f)) for f in drawn], notes
 
 

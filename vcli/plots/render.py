@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from vcli.plots import data as d
 from vcli.plots.canvas import (
@@ -58,23 +58,27 @@ TIMELINE_LABELS = {
 
 
 def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
-         now: datetime | None = None) -> tuple[list[Drawn], list[str]]:
+         now: datetime | None = None, progress: Callable[[str], None] | None = None) -> tuple[list[Drawn], list[str]]:
     """Every figure the study has data for, in report order (`vcli.plots`), and one sentence
     for each figure left out (or for a study with nothing finished yet). `now` is where the
-    timeline's running trials end (default: the current time)."""
-    mpl = matplotlib()
+    timeline's running trials end (default: the current time); `progress` is told each step."""
+    step = progress or (lambda name: None)
+    mpl = matplotlib()  # first: a missing extra is the one line printed
     s = Study(spec, params, trials, {m.metric_id: d.finished(m, trials) for m in spec.metrics},
               now or datetime.now(UTC))
     figures: list[Drawn] = []
     notes: list[str] = []
     with mpl.rc_context(RC):
         # importances once per metric: their figure, and which parameters contour and rank pair
+        step(f"hyperparameter importances ({len(trials)} trials)")
         ranked = {m.metric_id: importances(params, s.done[m.metric_id]) if s.done[m.metric_id] else None
                   for m in s.metrics}
         if any(s.done.values()):
+            step("history, parallel coordinates and slices")
             _finished_figures(s, figures, notes)
         else:
             notes.append(NO_FINISHED)
+        step("intermediate values")
         figures.extend(_intermediate(s, m) for m in s.metrics if any(_curve(t, m.metric_id) for t in trials))
         for m in s.metrics:
             found = ranked[m.metric_id]
@@ -85,6 +89,7 @@ def draw(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tria
         if any(s.done.values()):
             from vcli.plots.pairs import pairs
 
+            step("parameter pairs and the distribution of values")
             pairs(s, ranked, figures, notes)
             figures.append(_edf(s))
         timeline = _timeline(s)
