@@ -349,6 +349,9 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
             assert browser.evaluate(f"{row_state.format(2)}") == "ACTIVE"
             assert browser.evaluate("document.querySelector('#trial-1').classList.contains('best')") is True
             assert "Best trial so far" in browser.evaluate("document.querySelector('[data-part=summary]').innerText")
+            # The page's clock is UTC, 24-hour, as every time on the page (never the browser's local 12-hour time).
+            checked = browser.evaluate("document.body.innerText")
+            assert re.search(r"live · checked \d\d:\d\d:\d\d UTC", checked), checked[-500:]
             artifacts = Path(os.environ.get("VCLI_ARTIFACTS_DIR") or tmp_path)
             artifacts.mkdir(parents=True, exist_ok=True)
             assert browser.screenshot(artifacts / "dashboard-study.png").stat().st_size > 10_000

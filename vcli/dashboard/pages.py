@@ -58,7 +58,7 @@ LIVE_SCRIPT = """
       }
       body.dataset.version = v;
     }
-    say("live \\u00b7 checked " + new Date().toLocaleTimeString());
+    say("live \\u00b7 checked " + new Date().toISOString().slice(11, 19) + " UTC");
   }
   async function loop() {
     try { await refresh(); } catch (e) { say("the dashboard is not answering"); }
@@ -91,7 +91,7 @@ LOG_SCRIPT = """
         offset = d.offset;
         ended = d.ended && d.lines.length === 0;
       }
-      status.textContent = ended ? "the job has ended" : "following \\u00b7 " + new Date().toLocaleTimeString();
+      status.textContent = ended ? "the job has ended" : "following \\u00b7 " + new Date().toISOString().slice(11, 19) + " UTC";
     } catch (e) { status.textContent = "the dashboard is not answering"; }
     if (!ended) setTimeout(poll, 1000);
   }
