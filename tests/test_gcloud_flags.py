@@ -450,3 +450,22 @@ def test_project_and_region_name_the_resources_printed(tmp_path: Path) -> None:
     r = vcli(home, "custom-jobs", "cancel", f"projects/p2/locations/europe-west4/customJobs/{job_id}", "--project=p2",
              timeout=60)
     assert r.returncode == 0 and f"[projects/p2/locations/local/customJobs/{job_id}]" in r.stderr
+
+
+@pytest.mark.parametrize("group", [(), ("custom-jobs",), ("hp-tuning-jobs",), ("hosts",)], ids=lambda g: " ".join(g) or "vcli")
+def test_a_groups_help_shows_its_commands_before_the_wide_flags(group: tuple[str, ...]) -> None:
+    """A group's `--help` lists its commands first; gcloud's fourteen wide flags, the same on every
+    group and command, follow as one paragraph naming them (each command's `--help` describes
+    them), no flag cut in two by the wrapping."""
+    r = run(*group, "--help")
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert out.index("Commands:") < out.index("gcloud's wide flags (every command takes them):")
+    wide = out[out.index("gcloud's wide flags"):]
+    flags = " ".join(wide.split())
+    for flag in ("--project", "--verbosity", "--flags-file", "--log-http", "--impersonate-service-account", "--format",
+                 "--flatten", "--trace-token"):
+        assert flag in flags, wide
+    assert "gcloud: accepted; no effect" not in out  # the descriptions live on the commands' own help
+    command = run(*(group or ("custom-jobs",)), "list", "--help")
+    assert "--log-http" in command.output and "gcloud: accepted; no effect on local runs." in command.output

@@ -158,6 +158,23 @@ class GcloudGroup(TyperGroup):
         _take(ctx, self.get_params(ctx))
         return super().invoke(ctx)
 
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """The commands first; then the group's own options; the wide flags, the same on every
+        group and command, as one line naming them (each command's `--help` describes them)."""
+        self.format_commands(ctx, formatter)
+        wide = {id(p) for p in wide_params()}
+        own = [r for p in self.get_params(ctx) if id(p) not in wide and (r := p.get_help_record(ctx))]
+        if own:
+            with formatter.section("Options"):
+                formatter.write_dl(own)
+        with formatter.section("gcloud's wide flags (every command takes them)"):
+            import textwrap
+
+            text = ", ".join(p.opts[0] for p in wide_params()) + ". `vcli GROUP COMMAND --help` describes each."
+            width = max(40, (formatter.width or 80) - formatter.current_indent)
+            for line in textwrap.wrap(text, width, break_on_hyphens=False):  # a flag is never cut in two
+                formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
 
 class RootGroup(VcliGroup, GcloudGroup):
     """`vcli` itself: choice errors as one line (`VcliGroup`), the wide flags (`GcloudGroup`),
