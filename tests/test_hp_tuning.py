@@ -856,3 +856,26 @@ def test_a_ctrl_c_as_soon_as_the_study_is_submitted_cancels_it(tmp_path: Path) -
     assert study["state"] == "JOB_STATE_CANCELLED", study["state"]
     assert all(t["state"] in ("SUCCEEDED", "INFEASIBLE") for t in study.get("trials", [])), study.get("trials")
     assert not any(processes_with_env("VCLI_JOB_ID", t["customJob"].rsplit("/", 1)[-1]) for t in study.get("trials", []))
+
+
+def test_stream_logs_of_a_study_says_how_each_trial_ended(tmp_path: Path) -> None:
+    """A study's `stream-logs` prints, after each trial's own lines, one line for how the trial
+    ended (task `trial-N`): SUCCEEDED with its final metric (INFO), INFEASIBLE with its reason
+    (ERROR), each with its parameters; `--task-name` keeps to the replicas' lines."""
+    pkg, echo = _toy(tmp_path)
+    home = tmp_path / "home"
+    r = _toy_study(home, pkg, echo, "--parameter-spec=parameter-id=x,type=integer,min=1,max=3",
+                   "--parameter-spec=parameter-id=fail_above,values=2", "--algorithm=grid-search",
+                   "--max-trial-count=3", "--parallel-trial-count=1", "--max-failed-trial-count=1")
+    study = json.loads(r.stdout)
+    assert [t["state"] for t in study["trials"]] == ["SUCCEEDED", "SUCCEEDED", "INFEASIBLE"], r.stderr
+    logs = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], timeout=60).stdout
+    ended = [line.split("\t") for line in logs.splitlines() if "/" not in line.split("\t")[2]]
+    assert [(sev, task) for sev, _, task, _ in ended] == [("INFO", "trial-1"), ("INFO", "trial-2"), ("ERROR", "trial-3")]
+    assert ended[0][3] == "trial 1 SUCCEEDED: score=-5 (x=1 fail_above=2)"
+    assert ended[2][3].startswith("trial 3 INFEASIBLE: ") and "non-zero status of 7" in ended[2][3]
+    tasks = logs.splitlines()
+    assert tasks.index("\t".join(ended[0])) > max(i for i, line in enumerate(tasks) if "\ttrial-1/" in line)
+    only = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], "--task-name=workerpool0-0",
+                timeout=60).stdout
+    assert only and all("/workerpool0-0\t" in line for line in only.splitlines())

@@ -480,6 +480,18 @@ class Store:
                           " FROM trials WHERE study_id = ?", (study_id,))[0]
         return f"{row[0]}:{int(row[1])}:{int(row[2])}"
 
+    def ended_trials(self, study_id: str, known: set[str]) -> list[dict[str, Any]]:
+        """The stored records of the study's trials in a final state (SUCCEEDED, INFEASIBLE)
+        whose ids are not in `known`, in trial order; the others are not decoded."""
+        rows = self._query("SELECT trial_id, record FROM trials WHERE study_id = ? AND state IN ('SUCCEEDED', 'INFEASIBLE')"
+                           " ORDER BY seq", (study_id,))
+        out = []
+        for r in rows:
+            if r[0] not in known:
+                with damaged(f"trial {r[0]} of study {study_id}"):
+                    out.append(json.loads(r[1]))
+        return out
+
     def trial_states(self, study_id: str) -> dict[str, int]:
         """How many of the study's trials are in each state, without decoding a record."""
         rows = self._query("SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state", (study_id,))

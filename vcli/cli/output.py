@@ -262,14 +262,44 @@ class LogPrinter:
         self.stream.flush()
 
 
+def trial_outcomes(store: Any, study_id: str) -> Callable[[], list[Any]]:
+    """For a study's `stream-logs`: a function giving, each time it is called, a log record
+    (`vcli.logs.LogRecord`, task `trial-N`) for each trial that ended since the last call:
+    `trial N SUCCEEDED: metric=value (params)`, or INFEASIBLE with its reason (severity ERROR)."""
+    from vcli.logs import LogRecord
+    from vcli.store import iso_seconds
+    from vcli.view.table import fmt_value
+
+    seen: set[str] = set()
+
+    def new() -> list[Any]:
+        out = []
+        for t in store.ended_trials(study_id, seen):
+            seen.add(t["id"])
+            params = " ".join(f"{p['parameterId']}={fmt_value(p['value'])}" for p in t.get("parameters", []))
+            if t["state"] == "SUCCEEDED":
+                final = (t.get("finalMeasurement") or {}).get("metrics") or []
+                said = " ".join(f"{m['metricId']}={fmt_value(m.get('value'))}" for m in final)
+                stream, message = "vcli", f"trial {t['id']} SUCCEEDED: {said} ({params})"
+            else:  # severity ERROR, as a trainer's stderr
+                stream, message = "stderr", f"trial {t['id']} INFEASIBLE: {t.get('infeasibleReason', '')} ({params})"
+            out.append(LogRecord(timestamp=iso_seconds(t.get("endTime")) or time.time(), stream=stream,
+                                 task_name=f"trial-{t['id']}", message=message))
+        return out
+
+    return new
+
+
 def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent_id: str,
-                task_name: Optional[str], interval: float = 0.2, *, group: str = "custom-jobs") -> None:
+                task_name: Optional[str], interval: float = 0.2, *, group: str = "custom-jobs",
+                outcomes: Callable[[], list[Any]] | None = None) -> None:
     """`stream-logs`: severity, time, task and message of every record until the job ends, or
     until the vcli process that ran it is found gone (it cannot end then without `resume` or
     `cancel`: the logs so far are printed, then the WARNING `list` and `describe` give).
 
     `job_ids()` gives (task prefix, job id) pairs and is asked again on every round, so the
-    trials a study starts later are followed too.
+    trials a study starts later are followed too; `outcomes()`, if given, records of its own
+    (a study's trials as they end: `trial_outcomes`), printed after each round's logs.
     """
     from datetime import datetime
 
@@ -295,7 +325,11 @@ def stream_logs(store: Any, job_ids: Callable[[], list[tuple[str, str]]], parent
                 if task_name and r.task_name != task_name:
                     continue
                 follower.add(f"{prefix}{r.task_name}", r.log_path)
-        for rec in (r for batch in follower.drain() for r in batch):
+        records = [r for batch in follower.drain() for r in batch]
+        if outcomes is not None and not task_name:
+            # After the logs drained this round: a trial is recorded ended once its log's last line is written.
+            records += outcomes()
+        for rec in records:
             ts = datetime.fromtimestamp(rec.timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
             sys.stdout.write(f"{rec.severity}\t{ts}\t{rec.task_name}\t{rec.message}\n")
         sys.stdout.flush()
@@ -366,7 +400,7 @@ class ResourceKind:
             stream_logs(store, lambda: [("", row.id)], row.id, task_name, group=self.group)
         else:
             stream_logs(store, lambda: [(f"trial-{c.trial_id}/", c.id) for c in store.child_jobs(row.id)], row.id,
-                        task_name, group=self.group)
+                        task_name, group=self.group, outcomes=trial_outcomes(store, row.id))
 
 
 CUSTOM_JOBS = ResourceKind(JobKind.CUSTOM_JOB, "custom-jobs", "CustomJob", "customJob")
