@@ -78,6 +78,10 @@ def test_two_replica_job_as_containers(client, tmp_path: Path) -> None:
     last = json.loads(metrics.read_text().splitlines()[-1])
     assert float(last["accuracy"]) > 0.8
     assert not _containers(client, job_id)
+    # One end line per replica, the job's own (a container's plain exit was said twice).
+    for task in ("workerpool0-0", "workerpool1-0"):
+        ends = [line for line in r.stdout.splitlines() if line.startswith(f"[{task}] vcli: ")]
+        assert ends == [f"[{task}] vcli: Task completed. Exit code (0). Exit reason (SUCCEEDED)"], ends
 
 
 def test_study_with_container_trials(client, tmp_path: Path) -> None:
@@ -175,9 +179,9 @@ def test_autopackaged_job_with_script_and_requirements(client, tmp_path: Path) -
 def test_autopackaging_a_package_with_pipes_devices_and_non_utf8_names(client, tmp_path: Path) -> None:
     # Hashing the build context opened the FIFO (a hang) and /dev/zero's node, and a non-UTF-8
     # name failed the job with UnicodeEncodeError; pipes, sockets and devices are left out.
-    from tests.test_packages import _hostile_package
+    from tests.kit import hostile_package
 
-    pkg = _hostile_package(tmp_path / "pkg")
+    pkg = hostile_package(tmp_path / "pkg")
     r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--executor=docker", "--display-name=hostile",
                         f"--worker-pool-spec={POOL},executor-image-uri=vcli-base:bookworm,local-package-path={pkg},"
                         "python-module=task"],
@@ -308,17 +312,17 @@ def test_notebook_study_with_package_uris_runs_in_containers(client, tmp_path: P
     """A packageUris sdist and pythonModule: trainer.task, from an empty directory: the sdist is
     installed once into an image derived from the executor image (here one whose python3 has no
     pip, so a virtual environment is made in it), and a second study reuses that image."""
-    from tests.test_packages import STUDY, _run, _sdist
+    from tests.kit import PACKAGE_URIS_STUDY, trainer_sdist, vcli_only
 
-    tarball = _sdist(tmp_path)
+    tarball = trainer_sdist(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
     config = tmp_path / "study.yaml"
-    config.write_text(STUDY.format(uri=f"file://{tarball}").replace(
+    config.write_text(PACKAGE_URIS_STUDY.format(uri=f"file://{tarball}").replace(
         "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest", "vcli-base:bookworm"))
     home = tmp_path / "home"
 
-    first = _run(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
+    first = vcli_only(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
     assert first.returncode == 0, first.stderr[-3000:]
     study = json.loads(first.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"
@@ -329,7 +333,7 @@ def test_notebook_study_with_package_uris_runs_in_containers(client, tmp_path: P
     image = client.images.get(tag)
     assert not list(empty.iterdir())  # nothing written where vcli was run
 
-    second = _run(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
+    second = vcli_only(home, empty, "hp-tuning-jobs", "create", "--executor=docker", f"--config={config}", "--format=json")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["state"] == "JOB_STATE_SUCCEEDED"
     assert "Installing" not in second.stderr and f"Using the container image [{tag}]" in second.stderr
@@ -342,11 +346,11 @@ def test_notebook_study_with_package_uris_runs_in_containers(client, tmp_path: P
 def test_parallel_container_trials_have_private_working_directories(client, tmp_path: Path) -> None:
     """Each trial's trainer writes data.csv where it runs and checks it stays its own; the
     package directory on the host is left exactly as it was."""
-    from tests.test_packages import _package_source, _run, _tree
+    from tests.kit import file_tree, trainer_package, vcli_only
 
-    pkg = _package_source(tmp_path / "pkg")
-    before = _tree(pkg)
-    r = _run(
+    pkg = trainer_package(tmp_path / "pkg")
+    before = file_tree(pkg)
+    r = vcli_only(
         tmp_path / "home", tmp_path, "hp-tuning-jobs", "create", "--executor=docker", "--display-name=isolated",
         "--metric=metric-id=accuracy,goal=maximize",
         f"--worker-pool-spec={POOL},executor-image-uri=vcli-pybase:bookworm,local-package-path={pkg},"
@@ -358,7 +362,7 @@ def test_parallel_container_trials_have_private_working_directories(client, tmp_
     trials = json.loads(r.stdout)["trials"]
     assert [t["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
     assert sorted(t["finalMeasurement"]["metrics"][0]["value"] for t in trials) == [0.1, 0.2]
-    assert _tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source
+    assert file_tree(pkg) == before  # no data.csv, no __pycache__, nothing changed in the source
 
 
 def _image_command_config(tmp_path: Path, image: str) -> Path:

@@ -349,8 +349,10 @@ class DockerExecutor(ExecutorBase):
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: its container was removed")
         except Exception as e:  # engine gone mid-run
             final = ReplicaStatus(running=False, exit_code=None, message=f"replica {watch.task_name}: lost the Docker engine ({e})")
-        text = final.message or f"replica {watch.task_name} exited with code {final.exit_code}"
-        watch.writer.write("vcli", text)
+        # The job's end line ("Task completed. Exit code (N). ...") says how a plain exit ended;
+        # only what it cannot say (out of memory, never started, the engine lost) gets a line here.
+        if final.message and final.message != f"replica {watch.task_name} exited with code {final.exit_code}":
+            watch.writer.write("vcli", final.message)
         watch.writer.close()
         watch.final = final
         watch.done.set()
