@@ -141,11 +141,12 @@ def test_exit_codes_and_logs(executor: DockerExecutor, jobs, tmp_path: Path) -> 
     assert ("stdout", "tab    here") in by_stream  # LogWriter's tab replacement
     assert ("stdout", "no newline") in by_stream
     assert ("stderr", "bad news") in by_stream
-    assert records[-1].stream == "vcli" and "exit" in records[-1].message and "0" in records[-1].message
+    # A plain exit gets no line of the executor's own: the job's end line says it (`Task completed. ...`).
+    assert not [r for r in records if r.stream == "vcli"], records
     assert all(abs(r.timestamp - time.time()) < 120 for r in records)  # engine timestamps, unix time
     bad_records = read_records(bad.log_path, bad.task_name)
     assert [r.message for r in bad_records if r.stream == "stdout"] == ["failing"]
-    assert bad_records[-1].stream == "vcli" and "3" in bad_records[-1].message
+    assert not [r for r in bad_records if r.stream == "vcli"], bad_records
 
     names = {c.name: c.labels for c in job_containers(executor.client(), job)}
     assert names == {
