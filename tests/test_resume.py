@@ -94,6 +94,8 @@ def _orphaned_one_replica_job(tmp_path: Path, name: str, step_seconds: str):
                  STEP_SECONDS=step_seconds)
     job_id = job_id_from_stderr(read_stderr_until(proc, "submitted successfully", 60))
     wait_for(lambda: len(running_replicas(job_id)) == 1, 30, "the replica running")
+    # and recorded so: on a loaded machine the kill came between the replica's start and that write
+    wait_for(lambda: describe(home, "custom-jobs", job_id)["state"] == "JOB_STATE_RUNNING", 60, "the job recorded RUNNING")
     _kill_controller(proc)
     return home, proc, job_id
 
