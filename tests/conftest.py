@@ -4,6 +4,11 @@
 - `run_vcli`: runs the real CLI (`python -m vcli ...`) in a subprocess with that home and
   returns the CompletedProcess (text mode, stdout and stderr captured, never raises on a
   non-zero exit).
+
+Markers (registered in pyproject.toml) come from one table here, `NEEDS`, applied at collection
+by `pytest_collection_modifyitems`: what a test needs beyond vcli's base install (a daemon, a
+browser, TensorFlow, MLflow), and `integration` on every such test and on the slow end-to-end
+runs. `pytest -m "not integration"` is the inner loop; `bash .ci/run` runs everything.
 """
 
 from __future__ import annotations
@@ -16,6 +21,105 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# numpy's BLAS (OpenBLAS) starts a thread per core and spins them while they wait: on a busy
+# 2-core machine the suggester suites took 330 s instead of 47 s (243 s of CPU instead of 30),
+# in this process and in every vcli process a test starts. One thread each, as bench/ does, set
+# before anything imports numpy; a value set outside the suite wins.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+# --------------------------------------------------------------------------- markers
+
+#: Markers that say a test needs something beyond vcli's base install and this machine's Python.
+#: Each one brings `integration` with it.
+NEEDS_MARKERS = ("docker", "ssh", "slurm", "ray", "browser", "tensorflow", "mlflow")
+
+_KINDS = {"docker": ("docker",), "ssh": ("ssh",), "ssh-docker": ("ssh", "docker"), "ray": ("ray",), "slurm": ("slurm",)}
+
+#: What tests need, by where they are. A key is a test module (`test_ray`: all of it), one test
+#: (`test_dashboard::test_x`: each of its parametrized cases), or a module's cases that got a
+#: parameter (`test_executor_contract[docker]`: whichever harness fixture took the executor
+#: kind). A value names markers of NEEDS_MARKERS, or `integration` alone for a slow end-to-end
+#: run that needs nothing more.
+NEEDS: dict[str, tuple[str, ...]] = {
+    # Daemons and browsers (the harnesses in tests/harness/ start them; CI installs them).
+    "test_docker_executor": ("docker",),
+    "test_docker_jobs": ("docker",),
+    "test_gcs::test_gs_output_is_visible_at_gcs_in_a_container": ("docker",),
+    "test_pbt_study::test_pbt_study_in_containers_copies_checkpoints_between_bind_mounts": ("docker",),
+    "test_ssh": ("ssh",),
+    "test_gpu_leases::test_an_ssh_hosts_own_nvidia_smi_decides_what_is_busy_there": ("ssh",),
+    "test_slurm": ("slurm",),
+    "test_ray": ("ray",),
+    "test_cli_errors::test_an_unreachable_ray_cluster_is_one_line_at_once": ("ray",),
+    "test_cli_errors::test_the_ray_address_flag_wins_over_the_property_and_the_environment": ("ray",),
+    "test_cli_errors::test_a_ray_address_that_is_not_a_ray_cluster_is_one_line_at_once": ("ray",),
+    **{f"test_executor_contract[{kind}]": needs for kind, needs in _KINDS.items()},
+    "test_report_browser": ("browser",),
+    "test_dashboard::test_the_study_page_updates_itself_in_a_real_browser": ("browser",),
+    # Heavy packages: the example trainer's TensorFlow, MLflow (and its tracking server).
+    "test_trainer": ("tensorflow",),
+    "test_custom_jobs::test_two_replica_multiworker_job_trains_digits": ("tensorflow",),
+    "test_custom_jobs::test_reduction_server_job_trains_with_its_workers_alone": ("tensorflow",),
+    "test_hp_tuning::test_bayesian_study_of_the_real_trainer": ("tensorflow",),
+    "test_hp_tuning::test_study_with_two_replica_trials": ("tensorflow",),
+    "test_pbt_study::test_pbt_with_the_real_tensorflow_trainer": ("tensorflow",),
+    "test_examples::test_the_readme_study_runs_from_the_repository_root": ("tensorflow",),
+    "test_ray::test_two_replica_multiworker_job_lands_on_two_nodes_and_trains": ("tensorflow",),
+    "test_slurm::test_two_replica_multiworker_job_runs_on_two_slurm_nodes": ("tensorflow",),
+    "test_ssh::test_multiworker_job_across_two_hosts": ("tensorflow",),
+    "test_readme_demo": ("tensorflow",),
+    "test_tracking": ("mlflow",),
+    "test_tracking_stores": ("mlflow",),
+    "test_shared_dirs::test_the_mlflow_schema_lock_never_follows_a_planted_link": ("mlflow",),
+    # Slow runs that need nothing more: whole jobs and studies through the real CLI and real
+    # trainer processes, controllers killed and resumed, a fresh install, fuzzing, soaks and
+    # bounds on 10,000-trial stores. The inner loop keeps the controllers' rules in-process
+    # (the fake executor on a fake clock), the CLI's parsing and errors, reports and exports.
+    "test_custom_jobs": ("integration",),
+    "test_hp_tuning": ("integration",),
+    "test_study_algorithms": ("integration",),
+    "test_pbt_study": ("integration",),
+    "test_resume": ("integration",),
+    "test_gpu_leases": ("integration",),
+    "test_shared_dirs": ("integration",),
+    "test_aiplatform": ("integration",),
+    "test_extend": ("integration",),
+    "test_failures": ("integration",),
+    "test_tensorboard": ("integration",),
+    "test_view::test_live_view_in_a_real_terminal": ("integration",),
+    "test_packages::test_notebook_study_installs_package_uris_once_and_isolates_trials": ("integration",),
+    "test_suggesters::test_a_base_install_runs_the_default_algorithm_and_names_what_skopt_needs": ("integration",),
+    "test_fuzz": ("integration",),
+    "test_big_studies": ("integration",),
+    "test_doc_examples": ("integration",),
+    "test_soak_memory": ("integration",),
+}
+
+
+def _needs(item: pytest.Item) -> set[str]:
+    module = item.path.stem
+    function = getattr(item, "originalname", item.name)
+    found = set(NEEDS.get(module, ())) | set(NEEDS.get(f"{module}::{function}", ()))
+    callspec = getattr(item, "callspec", None)
+    for value in (callspec.params.values() if callspec is not None else ()):
+        if isinstance(value, str):
+            found |= set(NEEDS.get(f"{module}[{value}]", ()))
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test with what `NEEDS` says, and `integration` where it names anything (or
+    where the test carries one of NEEDS_MARKERS already)."""
+    for item in items:
+        needs = _needs(item) | {m for m in NEEDS_MARKERS if item.get_closest_marker(m) is not None}
+        for marker in sorted(needs - {"integration"}):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if needs and item.get_closest_marker("integration") is None:
+            item.add_marker("integration")
+
 
 #: Outer-environment variables that would change how vcli behaves in a test.
 _SCRUB = ("VCLI_EXECUTOR", "VCLI_PYTHON", "TF_CONFIG", "CLUSTER_SPEC", "CLOUD_ML_TRIAL_ID")

@@ -23,12 +23,13 @@ def vcli_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def vcli(home: Path, *args: str, timeout: float = 300, input: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m vcli ARGS` to completion (killing its group on timeout)."""
+def vcli(home: Path, *args: str, timeout: float = 300, input: str | None = None, cwd: Path = REPO,
+         **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m vcli ARGS` in `cwd` to completion (killing its group on timeout)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "vcli", *args],
         env=vcli_env(home, **env),
-        cwd=REPO,
+        cwd=cwd,
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

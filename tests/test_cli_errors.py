@@ -246,7 +246,7 @@ def test_help_lists_the_choices(run_vcli):
     assert r.returncode == 0, r.stderr
     for choices in ("local|docker|ssh", "algorithm-unspecified|grid-search|random-search", "last|best", "gp|skopt"):
         assert choices in r.stdout
-    r = run_vcli("--help")
+    r = run_vcli("custom-jobs", "list", "--help")  # a group's help names the wide flags; a command's describes them
     assert "debug|info|warning|error|critical|none" in r.stdout
 
 
@@ -278,8 +278,8 @@ def test_without_the_docker_sdk_a_container_job_is_one_line_naming_the_extra(run
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "WARNING: the docker executor cannot run it now" in r.stderr and "pip install 'vcli[docker]'" in r.stderr
     r = run_vcli("custom-jobs", "create", "--display-name=j", pool, env=env)
-    assert r.returncode == 3, r.stderr
-    assert "pip install 'vcli[docker]'" in one_error_line(r)
+    assert r.returncode == 9, r.stderr  # a missing extra, whichever it is
+    assert "which the [docker] extra installs: " in one_error_line(r) and "pip install 'vcli[docker]'" in r.stderr
 
 
 def test_an_accelerator_this_machine_lacks_is_never_silent(run_vcli, vcli_home):
@@ -1006,3 +1006,36 @@ def test_an_exception_vcli_does_not_expect_is_one_line_exit_70_its_traceback_kep
     with pytest.raises(typer.Exit) as e:
         failed_job()
     assert e.value.exit_code == 6 and capsys.readouterr().err == ""
+
+
+def test_a_missing_extra_is_said_one_way(monkeypatch) -> None:
+    """Every feature that needs an extra raises `MissingExtraError`: one message shape, exit
+    code 9, the install command for the Python running vcli (or `pipx inject` with the extra's
+    packages under pipx); the packages are pyproject.toml's, and no other module spells an
+    install command of its own."""
+    import re
+    import sys
+    import tomllib
+
+    from vcli.errors import EXTRA_PACKAGES, ExitCode, MissingExtraError, install_command
+
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {k: tuple(extras[k]) for k in EXTRA_PACKAGES} == EXTRA_PACKAGES
+    assert extras["insight"] == ["vcli[plot,export,tensorboard,mlflow]"]
+    e = MissingExtraError("Drawing plots", "plot", "matplotlib")
+    assert e.exit_code == ExitCode.MISSING_EXTRA == 9
+    assert str(e) == f"Drawing plots needs matplotlib, which the [plot] extra installs: {sys.executable} -m pip install 'vcli[plot]'"
+    monkeypatch.setattr(sys, "prefix", "/home/u/.local/pipx/venvs/vcli")
+    assert install_command("plot") == "pipx inject vcli 'matplotlib>=3.8' 'scikit-learn>=1.3' 'numpy>=1.26'"
+    import ast
+
+    spelled = []
+    for path in sorted((REPO_ROOT / "vcli").rglob("*.py")):
+        if path.name == "errors.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        spelled += [f"{path.relative_to(REPO_ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                    and re.search(r"pip install '?vcli\[|pip install (pyarrow|optuna|tensorboard)\b", n.value)]
+    assert not spelled, spelled  # messages only: docstrings may name the extra

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 import pytest
 
-from tests.contract_replica import replica_command
 from tests.fakes import SIGKILL_EXIT, SIGTERM_EXIT, FakeClock, FakeExecutor, FakeWorld
+from tests.kit import X, job_spec, pool, study
 from vcli.control.jobs import STOP_GRACE_SECONDS, WORKER_DRAIN_SECONDS, JobRun, local_placer, plan_job, run_job
 from vcli.control.study import StudyRun
 from vcli.errors import ExecutorError
@@ -28,12 +28,10 @@ from vcli.spec import (
     Algorithm,
     AshaStoppingSpec,
     CategoricalValueSpec,
-    ContainerSpec,
     CustomJobSpec,
     DiscreteValueSpec,
     DoubleValueSpec,
     Goal,
-    HyperparameterTuningJobSpec,
     JobKind,
     JobState,
     MachineSpec,
@@ -42,14 +40,10 @@ from vcli.spec import (
     ParameterSpec,
     ReplicaState,
     Scheduling,
-    StudyEvent,
-    StudySpec,
     Trial,
     TrialState,
-    WorkerPoolSpec,
 )
 from vcli.store import Store
-from vcli.tuning.events import StudyListener
 from vcli.tuning.suggesters import get_suggester
 
 
@@ -63,16 +57,6 @@ def store(tmp_path: Path) -> Store:
     s = Store(tmp_path / "home")
     yield s
     s.close()
-
-
-def pool(*actions: str, replicas: int = 1) -> WorkerPoolSpec:
-    return WorkerPoolSpec(machine_spec=MachineSpec(machine_type="n1-standard-4"), replica_count=replicas,
-                          container_spec=ContainerSpec(image_uri="img", command=replica_command(), args=tuple(actions)))
-
-
-def job_spec(*pools: WorkerPoolSpec, timeout: float | None = None) -> CustomJobSpec:
-    return CustomJobSpec(worker_pool_specs=tuple(pools),
-                         scheduling=Scheduling(timeout_seconds=timeout) if timeout else None)
 
 
 def job_run(store: Store, executor: FakeExecutor, spec: CustomJobSpec, **kw: Any) -> JobRun:
@@ -343,68 +327,6 @@ def test_plan_marks_secret_environment_names(store: Store, world: FakeWorld) -> 
 
 
 # =========================================================================== StudyRun
-
-
-X = ParameterSpec(parameter_id="x", value_spec=DoubleValueSpec(min_value=0.0, max_value=1.0))
-
-
-def study(
-    store: Store,
-    world: FakeWorld,
-    *actions: str,
-    max_trials: int = 4,
-    parallel: int = 2,
-    failures: int = 0,
-    algorithm: Algorithm = Algorithm.RANDOM_SEARCH,
-    parameters: tuple[ParameterSpec, ...] = (X,),
-    goal: Goal = Goal.MAXIMIZE,
-    selection: MeasurementSelectionType = MeasurementSelectionType.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED,
-    executor: FakeExecutor | None = None,
-    placer: Any = local_placer,
-    metrics: tuple[MetricSpec, ...] = (),
-    stopping: Any = None,
-    scheduling: Scheduling | None = None,
-    **extra: Any,
-) -> tuple[StudyRun, list[tuple[str, str | None]]]:
-    spec = HyperparameterTuningJobSpec(
-        study_spec=StudySpec(metrics=metrics or (MetricSpec(metric_id="acc", goal=goal),), parameters=parameters,
-                             algorithm=algorithm, measurement_selection_type=selection, automated_stopping_spec=stopping),
-        trial_job_spec=replace(job_spec(pool(*actions)), scheduling=scheduling),
-        max_trial_count=max_trials, parallel_trial_count=parallel, max_failed_trial_count=failures, **extra,
-    )
-    row = store.create_job(kind=JobKind.HYPERPARAMETER_TUNING_JOB.value, display_name="s", record={},
-                           state=JobState.JOB_STATE_QUEUED.value)
-    recorder = Recorder()
-    run = StudyRun(store=store, executor=executor or FakeExecutor(world), spec=spec, study_id=row.id,
-                   display_name="s", suggester=get_suggester(spec.study_spec, seed=7), clock=world.clock,
-                   placer=placer, listener=recorder)
-    return run, recorder.events
-
-
-class Recorder(StudyListener):
-    """Records a study's events as (event name, trial id) and its status lines."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str | None]] = []
-        self.lines: list[str] = []
-
-    def trial_started(self, trial: Trial) -> None:
-        self.events.append((StudyEvent.TRIAL_STARTED.value, trial.id))
-
-    def trial_measured(self, trial: Trial) -> None:
-        self.events.append((StudyEvent.TRIAL_MEASUREMENT.value, trial.id))
-
-    def trial_stopping(self, trial: Trial) -> None:
-        self.events.append((StudyEvent.TRIAL_STOPPING.value, trial.id))
-
-    def trial_ended(self, trial: Trial) -> None:
-        self.events.append((StudyEvent.TRIAL_FINISHED.value, trial.id))
-
-    def study_ended(self, state: JobState, best: Trial | None, optimal: Sequence[Trial]) -> None:
-        self.events.append((StudyEvent.STUDY_FINISHED.value, best.id if best else None))
-
-    def progress(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def states(run: StudyRun) -> list[str]:

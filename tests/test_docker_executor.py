@@ -240,6 +240,9 @@ def test_oom_and_plain_sigkill(client: Any, jobs, tmp_path: Path) -> None:
     assert oom.exit_code == 137
     assert oom.message == "replica workerpool0-0 was killed: out of memory (OOMKilled, exit 137)"
     assert sigkill.exit_code == 137 and "out of memory" not in (sigkill.message or "")
+    from vcli.control.failures import classify_replica  # what a job or trial that ended so is
+
+    assert [classify_replica(s, []).cls.value for s in (oom, sigkill)] == ["RESOURCE", "INFRASTRUCTURE"]
     assert read_records(hog.log_path, hog.task_name)[-1].message == oom.message
     executor.release(handles)
 

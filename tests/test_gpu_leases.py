@@ -20,63 +20,21 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, describe, job_id_from_stderr, read_stderr_until, reap, spawn, vcli, vcli_env, wait_for
+from tests.kit import (
+    OTHER_USER,
+    assert_disjoint,
+    ensure_other_user,
+    gpu_intervals,
+    gpu_job_args,
+    gpu_pool,
+    gpu_trainer,
+    system_python,
+)
 from vcli.placement.gpulease import LeaseBusy, LeaseDir
-
-#: A trainer that holds its GPUs for SECONDS and records which, and when (one line, appended
-#: atomically with O_APPEND).
-TRAINER = textwrap.dedent("""
-    import os, sys, time
-    start = time.time()
-    time.sleep(float(sys.argv[2]))
-    line = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')} {start:.6f} {time.time():.6f} {os.environ.get('VCLI_JOB_ID', '')}\\n"
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    os.write(fd, line.encode())
-    os.close(fd)
-    if os.environ.get("CLOUD_ML_HP_METRIC_FILE"):
-        with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "a") as f:
-            f.write('{"loss": "0.5", "global_step": "1"}\\n')
-""")
 
 #: The study flags of the tests' studies (one parameter, the metric the trainer reports).
 STUDY = ("--parameter-spec=parameter-id=lr,type=double,min=0.1,max=1.0", "--metric=metric-id=loss,goal=minimize",
          "--algorithm=random-search")
-
-
-def _trainer(root: Path) -> Path:
-    path = root / "gpu_trainer.py"
-    path.write_text(TRAINER)
-    path.chmod(0o755)
-    return path
-
-
-def _pool(trainer: Path, log: Path, seconds: float, gpus: int, replicas: int = 1) -> str:
-    return (f"--worker-pool-spec=machine-type=n1-standard-4,replica-count={replicas},accelerator-type=NVIDIA_TESLA_T4,"
-            f"accelerator-count={gpus},container-image-uri=unused")
-
-
-def _job_args(trainer: Path, log: Path, seconds: float, gpus: int, name: str) -> list[str]:
-    return ["custom-jobs", "create", f"--display-name={name}", _pool(trainer, log, seconds, gpus),
-            f"--command={sys.executable},{trainer}", f"--args={log},{seconds}"]
-
-
-def _intervals(log: Path) -> list[tuple[tuple[int, ...], float, float, str]]:
-    out = []
-    for line in log.read_text().splitlines():
-        gpus, start, end, job = (line.split(" ") + [""])[:4]
-        out.append((tuple(int(g) for g in gpus.split(",") if g), float(start), float(end), job))
-    return out
-
-
-def _assert_disjoint(intervals: list[tuple[tuple[int, ...], float, float, str]]) -> None:
-    by_gpu: dict[int, list[tuple[float, float, str]]] = {}
-    for gpus, start, end, job in intervals:
-        assert gpus, f"a trainer ran without CUDA_VISIBLE_DEVICES: {intervals}"
-        for g in gpus:
-            by_gpu.setdefault(g, []).append((start, end, job))
-    for g, spans in by_gpu.items():
-        spans.sort()
-        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:]):
-            assert s2 >= e1, f"GPU {g} was held by {j1} ({s1:.3f}-{e1:.3f}) and {j2} ({s2:.3f}-{e2:.3f}) at once"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -180,15 +138,15 @@ def test_concurrent_jobs_never_share_a_gpu(tmp_path: Path, count: int) -> None:
     """`count` vcli processes (separate homes, as separate terminals or users would have), each
     asking for both GPUs of a 2-GPU host, started together: they run one after another, never
     two on one index, and every job succeeds; the later ones say what they wait for."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    procs = [spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 1.0, 2, f"job{i}"), **_env()) for i in range(count)]
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    procs = [spawn(tmp_path / f"home{i}", *gpu_job_args(trainer, log, 1.0, 2, f"job{i}"), **_env()) for i in range(count)]
     outs = [p.communicate(timeout=60 + 10 * count) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert "JOB_STATE_SUCCEEDED" in err, err[-3000:]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == count
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
     waited = [err for _, err in outs if "Waiting for GPUs" in err]
     assert waited, "no job said that it waited"
     assert all("held by job" in err and "started by" in err for err in waited), waited[0]
@@ -197,35 +155,35 @@ def test_concurrent_jobs_never_share_a_gpu(tmp_path: Path, count: int) -> None:
 def test_jobs_and_studies_share_free_gpus_without_overlap(tmp_path: Path) -> None:
     """A study (2 parallel 1-GPU trials) and two 1-GPU jobs on a 2-GPU host, all at once: 6
     trainers, never two on one GPU, everything finishes."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     study = spawn(tmp_path / "study", "hp-tuning-jobs", "create", "--display-name=s",
-                  _pool(trainer, log, 0.8, 1), f"--command={sys.executable},{trainer}", f"--args={log},0.8",
+                  gpu_pool(trainer, log, 0.8, 1), f"--command={sys.executable},{trainer}", f"--args={log},0.8",
                   "--max-trial-count=4", "--parallel-trial-count=2", *STUDY, **_env())
-    jobs = [spawn(tmp_path / f"j{i}", *_job_args(trainer, log, 0.8, 1, f"j{i}"), **_env()) for i in range(2)]
+    jobs = [spawn(tmp_path / f"j{i}", *gpu_job_args(trainer, log, 0.8, 1, f"j{i}"), **_env()) for i in range(2)]
     for p in [study, *jobs]:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 6, spans
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
 
 
 def test_two_studies_of_two_replica_trials_never_deadlock(tmp_path: Path) -> None:
     """Gang: two studies whose trials are 2 replicas x 1 GPU each, on a 3-GPU host, both with 2
     parallel trials: a trial never holds one GPU while it waits for its second, so neither
     study starves the other of half a trial; both finish, no GPU is shared."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     studies = [spawn(tmp_path / f"s{i}", "hp-tuning-jobs", "create", f"--display-name=s{i}",
-                     _pool(trainer, log, 0.6, 1), _pool(trainer, log, 0.6, 1), f"--command={sys.executable},{trainer}",
+                     gpu_pool(trainer, log, 0.6, 1), gpu_pool(trainer, log, 0.6, 1), f"--command={sys.executable},{trainer}",
                      f"--args={log},0.6", *STUDY, "--max-trial-count=2", "--parallel-trial-count=2",
                      **_env(VCLI_LOCAL_GPUS="3"))
                for i in range(2)]
     for p in studies:
         out, err = p.communicate(timeout=150)
         assert p.returncode == 0, err[-3000:]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 8, spans  # 2 studies x 2 trials x 2 replicas
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
 
 
 # ----------------------------------------------------------------------------- kill -9
@@ -238,8 +196,8 @@ def _lease_holder(lease_dir: Path, index: int) -> dict:
 
 
 def test_kill_9_of_the_supervisor_frees_the_lease_within_a_second(tmp_path: Path, gpu_lease_dir: Path) -> None:
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    proc = spawn(tmp_path / "h", *_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    proc = spawn(tmp_path / "h", *gpu_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
     try:
         rec = wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid") and _lease_holder(gpu_lease_dir, 0),
                        30, "the replica's lease")
@@ -260,8 +218,8 @@ def test_kill_9_of_the_supervisor_frees_the_lease_within_a_second(tmp_path: Path
 
 
 def test_kill_9_of_the_whole_tree_frees_the_lease(tmp_path: Path, gpu_lease_dir: Path) -> None:
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    proc = spawn(tmp_path / "h", *_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    proc = spawn(tmp_path / "h", *gpu_job_args(trainer, log, 60, 1, "long"), **_env(VCLI_LOCAL_GPUS="1"))
     rec = wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid") and _lease_holder(gpu_lease_dir, 0),
                    30, "the replica's lease")
     job = rec["job"]
@@ -284,9 +242,9 @@ def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends
     """The replica keeps its GPU while its controller is dead; a second job waits for it (and
     names who holds it); `resume` re-attaches without leasing again; once the replica ends the
     GPU is free and the waiting job runs."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     home = tmp_path / "h"
-    first = spawn(home, *_job_args(trainer, log, 6, 1, "first"), **_env(VCLI_LOCAL_GPUS="1"))
+    first = spawn(home, *gpu_job_args(trainer, log, 6, 1, "first"), **_env(VCLI_LOCAL_GPUS="1"))
     job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
     wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the replica's supervisor's lease")
     os.kill(first.pid, signal.SIGKILL)
@@ -294,7 +252,7 @@ def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends
     time.sleep(0.5)
     held = _lease_holder(gpu_lease_dir, 0)
     assert held.get("job") == job, held
-    second = spawn(tmp_path / "h2", *_job_args(trainer, log, 0.5, 1, "second"), **_env(VCLI_LOCAL_GPUS="1"))
+    second = spawn(tmp_path / "h2", *gpu_job_args(trainer, log, 0.5, 1, "second"), **_env(VCLI_LOCAL_GPUS="1"))
     try:
         seen = read_stderr_until(second, "Waiting for GPUs", 30)
         assert f"GPU 0 on local (held by job {job}" in seen, seen
@@ -308,9 +266,9 @@ def test_kill_9_of_the_controller_keeps_the_lease_until_the_resumed_replica_ends
             os.killpg(second.pid, signal.SIGKILL)
             second.wait()
     assert describe(home, "custom-jobs", job)["state"] == "JOB_STATE_SUCCEEDED"
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 2
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
     assert LeaseDir(str(gpu_lease_dir)).probe([0]) == {0: None}
 
 
@@ -326,10 +284,10 @@ def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path
     from tests.helpers import processes_with_env
     from vcli.store import Store
 
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     home = tmp_path / "h"
     seconds = "6" if then == "wait" else "120"
-    args = ["custom-jobs", "create", "--display-name=half-started", _pool(trainer, log, 6, 1), _pool(trainer, log, 6, 1),
+    args = ["custom-jobs", "create", "--display-name=half-started", gpu_pool(trainer, log, 6, 1), gpu_pool(trainer, log, 6, 1),
             f"--command={sys.executable},{trainer}", f"--args={log},{seconds}"]
     first = spawn(home, *args, **_env())
     job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
@@ -374,40 +332,17 @@ def test_resume_waits_for_the_gpu_of_a_replica_that_never_started(tmp_path: Path
     assert state == ("JOB_STATE_SUCCEEDED" if then == "wait" else "JOB_STATE_CANCELLED")
     assert not processes_with_env("VCLI_JOB_ID", job)
     if then == "wait":
-        assert sorted(s[0] for s in _intervals(log)) == [(0,), (1,)], _intervals(log)  # each ran once, on its GPU
+        assert sorted(s[0] for s in gpu_intervals(log)) == [(0,), (1,)], gpu_intervals(log)  # each ran once, on its GPU
     assert LeaseDir(str(gpu_lease_dir)).probe([0, 1]) == {0: None, 1: None}
 
 
 # ----------------------------------------------------------------------------- two Unix users
 
 
-TEST_USER = "vcli-lease-test"
-
-
-def _system_python() -> str:
-    """An interpreter the second user may run (the suite's own may live under /root, which is
-    private): the system's python of the same version, which imports vcli's dependencies from
-    the suite's environment (same version, same ABI)."""
-    candidate = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if not os.access(candidate, os.X_OK):
-        pytest.fail(f"the two-user test needs {candidate} (Debian's python3 of the suite's version)")
-    return candidate
-
-
-def _ensure_user() -> None:
-    try:
-        pwd.getpwnam(TEST_USER)
-    except KeyError:
-        if shutil.which("useradd") is None or os.geteuid() != 0:
-            pytest.fail("the two-user test needs root and useradd (CI runs as root)")
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
-                       check=True)
-
-
 def test_two_unix_users_never_share_a_gpu(tmp_path: Path) -> None:
     """root and a second user each run jobs asking for both GPUs at once: no index is shared,
     and the second user can read neither root's job data nor its leases' holders' files."""
-    _ensure_user()
+    ensure_other_user()
     import tempfile
 
     # Outside pytest's private temp root (mode 0700), so that the second user reaches it.
@@ -421,31 +356,31 @@ def test_two_unix_users_never_share_a_gpu(tmp_path: Path) -> None:
 def _two_users(shared: Path, tmp_path: Path) -> None:
     os.chmod(shared, 0o777)
     leases = shared / "leases"  # both users' host-wide lease directory, created by vcli (1777)
-    trainer, log = _trainer(shared), shared / "gpus.log"
+    trainer, log = gpu_trainer(shared), shared / "gpus.log"
     log.touch()
     os.chmod(log, 0o666)
     other_home = shared / "other-home"
     root_home = tmp_path / "root-home"
-    python = _system_python()
+    python = system_python()
     import site
 
     paths = os.pathsep.join([str(REPO), *site.getsitepackages()])
-    args = _job_args(trainer, log, 1.5, 2, "other")
+    args = gpu_job_args(trainer, log, 1.5, 2, "other")
     args = [a.replace(f"--command={sys.executable},", f"--command={python},") for a in args]
     other = subprocess.Popen(
-        ["runuser", "-u", TEST_USER, "--", python, "-m", "vcli", *args],
+        ["runuser", "-u", OTHER_USER, "--", python, "-m", "vcli", *args],
         env=vcli_env(other_home, HOME=str(shared), VCLI_LOCAL_GPUS="2", PYTHONPATH=paths,
                      VCLI_GPU_LEASE_DIR=str(leases)), cwd=shared,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    mine = spawn(root_home, *_job_args(trainer, log, 1.5, 2, "mine"), **_env(VCLI_GPU_LEASE_DIR=str(leases)))
+    mine = spawn(root_home, *gpu_job_args(trainer, log, 1.5, 2, "mine"), **_env(VCLI_GPU_LEASE_DIR=str(leases)))
     for p in (other, mine):
         out, err = p.communicate(timeout=90)
         assert p.returncode == 0, err[-3000:]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 2
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
     # Job data is private: the other user cannot list root's home.
-    r = subprocess.run(["runuser", "-u", TEST_USER, "--", "ls", str(root_home)], capture_output=True, text=True)
+    r = subprocess.run(["runuser", "-u", OTHER_USER, "--", "ls", str(root_home)], capture_output=True, text=True)
     assert r.returncode != 0, r.stdout
 
 
@@ -459,13 +394,13 @@ def test_waiting_jobs_get_a_freed_gpu_first_come_first_served(tmp_path: Path, gp
     """Three vcli processes (three homes) wait, one after another, for the only GPU, which
     someone else holds; once it is free they run in the order they asked, never together.
     (Without an order each would win the freed GPU by chance: 1 run in 6 in the right order.)"""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     someone = LeaseDir(str(gpu_lease_dir))
     someone.acquire([0], {"job": "someone-else", "user": "bob"})
     procs = []
     try:
         for i in range(3):
-            procs.append(spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 0.3, 1, f"job{i}"),
+            procs.append(spawn(tmp_path / f"home{i}", *gpu_job_args(trainer, log, 0.3, 1, f"job{i}"),
                                **_env(VCLI_LOCAL_GPUS="1")))
             read_stderr_until(procs[-1], "Waiting for GPUs", 60)
             time.sleep(0.3)  # its entry in the queue is older than the next one's
@@ -477,8 +412,8 @@ def test_waiting_jobs_get_a_freed_gpu_first_come_first_served(tmp_path: Path, gp
             reap(p)
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
-    spans = _intervals(log)
-    _assert_disjoint(spans)
+    spans = gpu_intervals(log)
+    assert_disjoint(spans)
     order = [job for _, _, _, job in sorted(spans, key=lambda span: span[1])]
     jobs = [job_id_from_stderr(err) for _, err in outs]
     assert order == jobs, f"ran in the order {order}, asked in the order {jobs}"
@@ -488,9 +423,9 @@ def test_a_job_that_leaves_a_free_gpu_to_an_earlier_waiter_says_for_whom(tmp_pat
     """The only GPU is free but an earlier waiter comes first: the job said "job N does not fit
     on the hosts right now - local: 0/1 GPUs in use" (found by a probe), neither that it waits
     its turn nor for whom. It now names the waiter, and starts once that one has gone."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     early = LeaseDir(str(gpu_lease_dir)).queue({"job": "early", "gpus": 1, "user": "alice", "since": time.time() - 5})
-    proc = spawn(tmp_path / "home", *_job_args(trainer, log, 0.2, 1, "late"), **_env(VCLI_LOCAL_GPUS="1"))
+    proc = spawn(tmp_path / "home", *gpu_job_args(trainer, log, 0.2, 1, "late"), **_env(VCLI_LOCAL_GPUS="1"))
     try:
         seen = read_stderr_until(proc, "Waiting for GPUs", 60)
         early.touch()  # still trying: keeps its place
@@ -502,7 +437,7 @@ def test_a_job_that_leaves_a_free_gpu_to_an_earlier_waiter_says_for_whom(tmp_pat
         early.close()
         reap(proc)
     assert proc.returncode == 0, err[-3000:]
-    assert len(_intervals(log)) == 1
+    assert len(gpu_intervals(log)) == 1
 
 
 def test_an_earlier_waiter_comes_first_a_larger_one_after_waiting_long_enough(tmp_path: Path) -> None:
@@ -542,11 +477,11 @@ def test_an_earlier_waiter_comes_first_a_larger_one_after_waiting_long_enough(tm
 
 
 def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Path) -> None:
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    first = spawn(tmp_path / "a", *_job_args(trainer, log, 20, 1, "first"), **_env())
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    first = spawn(tmp_path / "a", *gpu_job_args(trainer, log, 20, 1, "first"), **_env())
     job = job_id_from_stderr(read_stderr_until(first, "submitted successfully", 30))
     wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the replica's supervisor's lease")
-    second = spawn(tmp_path / "b", *_job_args(trainer, log, 20, 2, "second"), **_env())
+    second = spawn(tmp_path / "b", *gpu_job_args(trainer, log, 20, 2, "second"), **_env())
     try:
         read_stderr_until(second, "Waiting for GPUs", 30)
 
@@ -600,13 +535,13 @@ def test_a_job_waiting_for_gpus_is_listed_and_cancelled_from_another_terminal(tm
     now QUEUED while they wait, and `cancel` from another terminal ends the wait at once (an
     `--async` one's runner waited on, and `cancel` gave up after 120 s)."""
     home = tmp_path / "home"
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    first = spawn(home, *_job_args(trainer, log, 60, 1, "holder"), **_env(VCLI_LOCAL_GPUS="1"))
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    first = spawn(home, *gpu_job_args(trainer, log, 60, 1, "holder"), **_env(VCLI_LOCAL_GPUS="1"))
     waiter = None
     try:
         read_stderr_until(first, "submitted successfully", 30)
         wait_for(lambda: _lease_holder(gpu_lease_dir, 0).get("controllerPid"), 30, "the holder's lease")
-        args = _job_args(trainer, log, 1, 1, "waiter") + (["--async"] if mode == "async" else [])
+        args = gpu_job_args(trainer, log, 1, 1, "waiter") + (["--async"] if mode == "async" else [])
         waiter = spawn(home, *args, **_env(VCLI_LOCAL_GPUS="1"))
         if mode == "foreground":
             read_stderr_until(waiter, "is queued until then", 30)
@@ -718,37 +653,37 @@ def test_the_local_hosts_gpus_and_their_type_come_from_nvidia_smi(tmp_path: Path
     row = local()
     assert (row["gpus"], row["gpuIndices"], row.get("gpuType")) == (len(names), ",".join(map(str, range(len(names)))), expected)
     assert local(VCLI_LOCAL_GPU_TYPE="NVIDIA_TESLA_T4")["gpuType"] == "NVIDIA_TESLA_T4"
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    r = vcli(tmp_path / "home", *_job_args(trainer, log, 0.1, 1, "t4-job"), timeout=120, **env)  # asks for a T4
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    r = vcli(tmp_path / "home", *gpu_job_args(trainer, log, 0.1, 1, "t4-job"), timeout=120, **env)  # asks for a T4
     assert r.returncode == 0, r.stderr[-3000:]
-    assert [gpus for gpus, *_ in _intervals(log)] == [(0,)]
+    assert [gpus for gpus, *_ in gpu_intervals(log)] == [(0,)]
 
 
 def test_gpus_found_by_nvidia_smi_are_leased_across_processes_too(tmp_path: Path) -> None:
     """Nothing declared: three vcli processes (own homes) find the same two GPUs through
     `nvidia-smi -L` and each asks for both, all at once. They run one after another, never two
     on one index, as with declared GPUs (the real-GPU check's case on an H200)."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     env = {"PATH": f"{_smi_listing(tmp_path, 'NVIDIA H200', 'NVIDIA H200')}{os.pathsep}{os.environ['PATH']}"}
     assert "VCLI_LOCAL_GPUS" not in os.environ
-    procs = [spawn(tmp_path / f"home{i}", *_job_args(trainer, log, 1.0, 2, f"job{i}"), **env) for i in range(3)]
+    procs = [spawn(tmp_path / f"home{i}", *gpu_job_args(trainer, log, 1.0, 2, f"job{i}"), **env) for i in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert sorted(gpus for gpus, *_ in spans) == [(0, 1)] * 3, spans
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
     assert any("Waiting for GPUs" in err for _, err in outs), "no job said that it waited"
 
 
 def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None:
     """nvidia-smi shows a process vcli did not start on GPU 0: a 1-GPU job runs on GPU 1,
     `hosts gpus` shows GPU 0 BUSY and why; `gpu/exclude-busy false` turns the check off."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     env = _env(PATH=f"{_fake_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
-    r = vcli(tmp_path / "a", *_job_args(trainer, log, 0.1, 1, "beside"), timeout=120, **env)
+    r = vcli(tmp_path / "a", *gpu_job_args(trainer, log, 0.1, 1, "beside"), timeout=120, **env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert [gpus for gpus, *_ in _intervals(log)] == [(1,)]
+    assert [gpus for gpus, *_ in gpu_intervals(log)] == [(1,)]
     rows = json.loads(vcli(tmp_path / "a", "hosts", "gpus", "--format=json", timeout=60, **env).stdout)
     assert [(row["gpu"], row["state"]) for row in rows] == [(0, "BUSY"), (1, "FREE")]
     assert rows[0]["reason"] == "used by a process vcli did not start (pid 4242, 1500 MiB)"
@@ -814,7 +749,7 @@ def test_a_cpu_replica_on_a_gpu_host_sees_no_gpu(tmp_path: Path) -> None:
 def test_a_job_whose_max_wait_runs_out_is_failed_and_says_so_in_its_exit_code(tmp_path: Path, gpu_lease_dir: Path) -> None:
     """It was recorded FAILED but exited 3 ("executor unavailable": nothing created, retry),
     where a study's trial that waited as long exits 6."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     config = tmp_path / "job.yaml"
     config.write_text("workerPoolSpecs:\n- machineSpec: {machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, "
                       f"acceleratorCount: 1}}\n  replicaCount: 1\n  containerSpec: {{imageUri: unused, command: "
@@ -864,7 +799,7 @@ def test_a_study_with_more_parallel_trials_than_gpus_never_waits_for_itself_past
     trial waited for the first one's GPU, the wait counted, and after 1 s the whole study FAILED
     (exit 6) and the first trial was killed. The study's own trials end by themselves: that
     wait is not counted, and every trial runs, one after another."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     config = _study_config(tmp_path / "study.yaml", trainer, log, 2.5, 3, 2)
     r = vcli(tmp_path / "home", "hp-tuning-jobs", "create", f"--config={config}", "--format=json", timeout=180,
              **_env(VCLI_LOCAL_GPUS="1"))
@@ -874,9 +809,9 @@ def test_a_study_with_more_parallel_trials_than_gpus_never_waits_for_itself_past
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3, study["trials"]
     said = next(line for line in r.stderr.splitlines() if line.startswith("Waiting for capacity to start trial 2"))
     assert "waiting for GPU 0 on local (held by trial 1 of study" in said, said  # not "does not fit ... 1/1 in use"
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 3 and all(s[0] == (0,) for s in spans), spans
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
 
 
 def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path: Path, gpu_lease_dir: Path) -> None:
@@ -884,7 +819,7 @@ def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path:
     It ended the whole study (exit 6, the trial never recorded); on Vertex a trial job that
     cannot start fails as a trial. It is now INFEASIBLE, naming the wait, within the failure
     budget, and the next trial runs once the GPU is free."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     config = _study_config(tmp_path / "study.yaml", trainer, log, 0.2, 2, 1, extra="maxFailedTrialCount: 1")
     someone = LeaseDir(str(gpu_lease_dir))
     someone.acquire([0], {"job": "someone-else", "user": "bob"})
@@ -904,7 +839,7 @@ def test_a_trial_whose_wait_runs_out_fails_alone_and_the_study_goes_on(tmp_path:
     assert "held by job someone-else" in trials[0]["infeasibleReason"]
     waited = _seconds(trials[0]["endTime"]) - _seconds(trials[0]["startTime"])  # its wait (it was 0.0 s)
     assert 1.0 <= waited < 30, trials[0]
-    assert len(_intervals(log)) == 1
+    assert len(gpu_intervals(log)) == 1
 
 
 @pytest.mark.parametrize("how", ["max_wait", "sigterm", "sigint", "async_sigterm"])
@@ -915,7 +850,7 @@ def test_a_queued_jobs_wait_ended_in_resume_or_its_runner_is_recorded(tmp_path: 
     controller gone, and a later resume ran the job the first had said failed (found by a
     probe). They now end it as in `create`: FAILED (exit 6) or CANCELLED (143, 130). Likewise
     SIGTERM to an `--async` job's runner while it waits: it died silently, the job QUEUED."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     home, config = tmp_path / "home", tmp_path / "job.yaml"
     config.write_text("workerPoolSpecs:\n- machineSpec: {machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, "
                       f"acceleratorCount: 1}}\n  replicaCount: 1\n  containerSpec: {{imageUri: unused, command: "
@@ -966,18 +901,18 @@ def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorde
     """VCLI_GPU_LEASE_DIR=/dev/null, or a directory where a GPU's lock file should be (any user
     can make one in the shared, world-writable default), was a 60-line traceback; `hosts gpus`
     showed those GPUs FREE; a --async study was left QUEUED with its runner gone."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     blocked = tmp_path / "leases"
     (blocked / f"uid-{os.geteuid()}" / "gpu0.lock").mkdir(parents=True)
     home = tmp_path / "home"
     for lease_dir, file in (("/dev/null", "Not a directory: /dev/null"),
                             (str(blocked), f"{blocked}/uid-{os.geteuid()}/gpu0.lock")):
         env = _env(VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR=lease_dir)
-        for argv in (_job_args(trainer, log, 0, 1, "blocked"), ["hosts", "gpus"]):
+        for argv in (gpu_job_args(trainer, log, 0, 1, "blocked"), ["hosts", "gpus"]):
             r = vcli(home, *argv, timeout=60, **env)
             assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
             assert r.stderr.splitlines()[-1].startswith(f"ERROR: (vcli.{argv[0]}.") and file in r.stderr, r.stderr
-    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=queued", _pool(trainer, log, 0, 1),
+    r = vcli(home, "hp-tuning-jobs", "create", "--display-name=queued", gpu_pool(trainer, log, 0, 1),
              f"--command={sys.executable},{trainer}", f"--args={log},0", *STUDY, "--max-trial-count=1", "--async",
              "--format=value(name.basename())", timeout=60, **_env(VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR="/dev/null"))
     assert r.returncode == 0, r.stderr
@@ -991,8 +926,8 @@ def test_a_lease_directory_nobody_can_use_is_one_line_and_fails_what_was_recorde
 def test_a_mistyped_local_gpu_type_is_named(tmp_path: Path) -> None:
     """`VCLI_LOCAL_GPU_TYPE='NVIDIA_TESLA_T4 '` made every GPU job "never fit" with advice to
     lower accelerator-count; the variable went unnamed."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
-    for argv in (_job_args(trainer, log, 0, 1, "typo"), ["hosts", "list", "--include-local"]):
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
+    for argv in (gpu_job_args(trainer, log, 0, 1, "typo"), ["hosts", "list", "--include-local"]):
         r = vcli(tmp_path / "home", *argv, timeout=60, **_env(VCLI_LOCAL_GPUS="1", VCLI_LOCAL_GPU_TYPE="nvidia_tesla_t4"))
         assert r.returncode == 1, r.stderr
         assert "Invalid value for [VCLI_LOCAL_GPU_TYPE]: [nvidia_tesla_t4] is not one of [" in r.stderr.splitlines()[-1]
@@ -1017,12 +952,12 @@ def test_resume_in_a_shell_that_declares_no_gpus_warns_as_create_does(tmp_path: 
     """A job queued for a GPU whose controller died, resumed from a shell without
     VCLI_LOCAL_GPUS (cron, another terminal), ran at once without any GPU, silently
     (found by a probe); `create` says so in one WARNING line, and now `resume` does too."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     home = tmp_path / "home"
     someone = LeaseDir(str(gpu_lease_dir))
     someone.acquire([0], {"job": "someone-else", "user": "bob"})
     try:
-        proc = spawn(home, *_job_args(trainer, log, 0, 1, "queued"), **_env(VCLI_LOCAL_GPUS="1"))
+        proc = spawn(home, *gpu_job_args(trainer, log, 0, 1, "queued"), **_env(VCLI_LOCAL_GPUS="1"))
         try:
             job_id = re.search(r"CustomJob \[(\d+)\] is queued", read_stderr_until(proc, "is queued", 60))[1]  # type: ignore[index]
         finally:

@@ -873,7 +873,7 @@ def test_stream_logs_of_a_study_says_how_each_trial_ended(tmp_path: Path) -> Non
     ended = [line.split("\t") for line in logs.splitlines() if "/" not in line.split("\t")[2]]
     assert [(sev, task) for sev, _, task, _ in ended] == [("INFO", "trial-1"), ("INFO", "trial-2"), ("ERROR", "trial-3")]
     assert ended[0][3] == "trial 1 SUCCEEDED: score=-5 (x=1 fail_above=2)"
-    assert ended[2][3].startswith("trial 3 INFEASIBLE: ") and "non-zero status of 7" in ended[2][3]
+    assert ended[2][3].startswith("trial 3 INFEASIBLE USER: ") and "non-zero status of 7" in ended[2][3]
     tasks = logs.splitlines()
     assert tasks.index("\t".join(ended[0])) > max(i for i, line in enumerate(tasks) if "\ttrial-1/" in line)
     only = vcli(home, "hp-tuning-jobs", "stream-logs", study["name"].rsplit("/", 1)[1], "--task-name=workerpool0-0",

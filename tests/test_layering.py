@@ -346,3 +346,54 @@ def test_study_strategies_see_the_run_through_their_narrow_view() -> None:
     imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
     assert "vcli.control.study" not in imported
     assert "run: StudyRun" not in source
+
+
+def _test_modules_imported(source: str) -> set[str]:
+    """The tests/test_* modules `source` imports (top level or inside functions, relative or not)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: within tests/
+                base = f"tests.{base}" if base else "tests"
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]  # `from tests import test_x` too
+        else:
+            continue
+        found |= {name for name in names if re.fullmatch(r"tests\.test_\w+", name)}
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What suites share lives in tests/kit.py (with tests/helpers.py, tests/fakes.py and
+    tests/harness/) and in conftest.py's fixtures: no module of tests/ imports a tests/test_*
+    module, lazily or not, so each suite runs, moves and goes on its own."""
+    offenders = [f"{path.relative_to(REPO)} imports {module}"
+                 for path in sorted((REPO / "tests").rglob("*.py")) if "__pycache__" not in path.parts
+                 for module in sorted(_test_modules_imported(path.read_text()))]
+    assert not offenders, offenders
+
+
+def test_an_import_of_a_test_module_is_caught_lazy_or_not() -> None:
+    for source in ("from tests.test_packages import STUDY\n", "def f():\n    from .test_ssh import Env\n",
+                   "import tests.test_tpe\n", "from tests import test_pbt_study\n", "from . import test_slurm\n"):
+        assert _test_modules_imported(source), source
+    assert not _test_modules_imported("from tests.kit import vcli\nfrom tests.harness import netns\nimport tests.helpers\n")
+
+
+def test_every_entry_of_the_marker_table_names_a_test_that_exists() -> None:
+    """conftest.py's NEEDS marks tests by module, `module::test` and `module[param]`: an entry
+    whose module or test was renamed or removed would leave its tests unmarked, silently."""
+    from tests.conftest import NEEDS, NEEDS_MARKERS
+
+    stale = []
+    for key, markers in NEEDS.items():
+        module, _, test = key.partition("::")
+        module = module.split("[", 1)[0]
+        path = REPO / "tests" / f"{module}.py"
+        defined = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)} \
+            if path.is_file() else set()
+        if not path.is_file() or (test and test not in defined) or not set(markers) <= {*NEEDS_MARKERS, "integration"}:
+            stale.append(f"{key}: {markers}")
+    assert not stale, stale

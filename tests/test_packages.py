@@ -13,100 +13,24 @@ import os
 import stat
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import REPO, vcli_env
+from tests.kit import PACKAGE_URIS_STUDY, WORKDIR_TASK, file_tree, hostile_package, trainer_package, trainer_sdist, vcli_only
 from vcli import packages
-
-#: A trainer that fails if its working directory is shared: it writes data.csv, waits for its
-#: sibling to do the same, and checks the file is still its own. Reports through stdout.
-TASK = textwrap.dedent("""
-    import os, sys, time
-    args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
-    me = os.environ.get("CLOUD_ML_TRIAL_ID", "0") + "/" + os.environ.get("VCLI_REPLICA", "")
-    if os.path.exists("data.csv"):
-        sys.exit("data.csv already exists: the working directory is shared")
-    with open("data.csv", "w") as f:
-        f.write(me + "\\n")
-    time.sleep(1.5)
-    with open("data.csv") as f:
-        if f.read().strip() != me:
-            sys.exit("data.csv was overwritten by another replica")
-    print(f"accuracy={float(args.get('lr', 0.1)):.3f}", flush=True)
-""")
-
-STUDY = """
-displayName: notebook-study
-maxTrialCount: 2
-parallelTrialCount: 2
-studySpec:
-  metrics:
-  - metricId: accuracy
-    goal: MAXIMIZE
-  parameters:
-  - parameterId: lr
-    discreteValueSpec: {{values: [0.1, 0.2]}}
-  algorithm: GRID_SEARCH
-trialJobSpec:
-  workerPoolSpecs:
-  - machineSpec: {{machineType: n1-standard-4}}
-    replicaCount: 1
-    pythonPackageSpec:
-      executorImageUri: us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest
-      packageUris: [{uri}]
-      pythonModule: trainer.task
-"""
-
-
-def _run(home: Path, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The CLI, importing vcli from this checkout but nothing else of it: the repository's own
-    `trainer` package must not shadow the one a test installs."""
-    shim = home.parent / "vcli-only"
-    if not shim.exists():
-        shim.mkdir()
-        (shim / "vcli").symlink_to(REPO / "vcli")
-    full = vcli_env(home, **env)
-    full["PYTHONPATH"] = str(shim)
-    return subprocess.run([sys.executable, "-m", "vcli", *args], cwd=cwd, env=full,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-
-
-def _package_source(root: Path) -> Path:
-    """A trainer package directory: trainer/__init__.py and trainer/task.py (TASK)."""
-    (root / "trainer").mkdir(parents=True)
-    (root / "trainer" / "__init__.py").write_text("")
-    (root / "trainer" / "task.py").write_text(TASK)
-    return root
-
-
-def _sdist(tmp_path: Path) -> Path:
-    """A `setup.py sdist` of the trainer package, as a notebook builds for packageUris."""
-    src = _package_source(tmp_path / "src")
-    (src / "setup.py").write_text(
-        "from setuptools import setup\nsetup(name='trainer', version='0.1', packages=['trainer'])\n"
-    )
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--formats=gztar"], cwd=src, check=True,
-                   capture_output=True, timeout=120)
-    [tarball] = (src / "dist").glob("trainer-0.1.tar.gz")
-    return tarball
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_notebook_study_installs_package_uris_once_and_isolates_trials(tmp_path: Path) -> None:
-    tarball = _sdist(tmp_path)
+    tarball = trainer_sdist(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
     config = tmp_path / "study.yaml"
-    config.write_text(STUDY.format(uri=f"file://{tarball}"))
+    config.write_text(PACKAGE_URIS_STUDY.format(uri=f"file://{tarball}"))
     home = tmp_path / "home"
 
-    first = _run(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
+    first = vcli_only(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
     assert first.returncode == 0, first.stderr
     study = json.loads(first.stdout)
     assert study["state"] == "JOB_STATE_SUCCEEDED"
@@ -118,7 +42,7 @@ def test_notebook_study_installs_package_uris_once_and_isolates_trials(tmp_path:
     built = marker.stat().st_mtime_ns
     assert not list(empty.iterdir())  # nothing written where vcli was run
 
-    second = _run(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
+    second = vcli_only(home, empty, "hp-tuning-jobs", "create", f"--config={config}", "--format=json")
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["state"] == "JOB_STATE_SUCCEEDED"
     assert "Installing" not in second.stderr and f"Using the Python environment {env_dir}" in second.stderr
@@ -128,11 +52,11 @@ def test_notebook_study_installs_package_uris_once_and_isolates_trials(tmp_path:
 
 
 def _two_parallel_trials_keep_to_their_own_directories(home: Path, cwd: Path, src: Path, pool: str) -> None:
-    """A grid study of 2 trials at once of TASK (which fails if its working directory is
+    """A grid study of 2 trials at once of WORKDIR_TASK (which fails if its working directory is
     shared) with this pool, run from `cwd`: both succeed, `src` is untouched, and each replica
     wrote its own data.csv in its own working directory."""
-    before = _tree(src)
-    r = _run(
+    before = file_tree(src)
+    r = vcli_only(
         home, cwd, "hp-tuning-jobs", "create", "--display-name=isolated", "--metric=metric-id=accuracy,goal=maximize",
         f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,{pool}",
         "--parameter-spec=parameter-id=lr,type=discrete,values=0.1;0.2",
@@ -140,32 +64,32 @@ def _two_parallel_trials_keep_to_their_own_directories(home: Path, cwd: Path, sr
     )
     assert r.returncode == 0, r.stderr
     assert [t["state"] for t in json.loads(r.stdout)["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
-    assert _tree(src) == before  # no data.csv, no __pycache__, nothing changed in the source
+    assert file_tree(src) == before  # no data.csv, no __pycache__, nothing changed in the source
     written = sorted(p.read_text().strip() for p in (home / "jobs").glob("*/replicas/*/work/data.csv"))
     assert len(written) == 2 and len(set(written)) == 2
 
 
 def test_parallel_trials_get_private_working_directories(tmp_path: Path) -> None:
-    pkg = _package_source(tmp_path / "pkg")
+    pkg = trainer_package(tmp_path / "pkg")
     home = tmp_path / "home"
     _two_parallel_trials_keep_to_their_own_directories(home, tmp_path, pkg,
                                                        f"local-package-path={pkg},python-module=trainer.task")
     for work in (home / "jobs").glob("*/replicas/*/work"):  # each a copy of the package
-        assert (work / "trainer" / "task.py").read_text() == TASK
+        assert (work / "trainer" / "task.py").read_text() == WORKDIR_TASK
 
 
 def test_an_image_module_is_imported_from_where_vcli_runs_but_works_in_its_own_directory(tmp_path: Path) -> None:
     # pythonPackageSpec {executorImageUri, pythonModule} with no package: on Vertex the image
     # holds the code; here it is the directory vcli runs in (the README's examples/hp_tuning.yaml).
-    src = _package_source(tmp_path / "src")
+    src = trainer_package(tmp_path / "src")
     _two_parallel_trials_keep_to_their_own_directories(
         tmp_path / "home", src, src,
         "executor-image-uri=us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-12.py310:latest,python-module=trainer.task")
 
 
 def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_path: Path) -> None:
-    pkg = _package_source(tmp_path / "pkg")
-    r = _run(
+    pkg = trainer_package(tmp_path / "pkg")
+    r = vcli_only(
         tmp_path / "home", tmp_path, "custom-jobs", "create", "--display-name=broken-reqs",
         f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},python-module=trainer.task,"
         "requirements=vcli-no-such-package-xyz",
@@ -180,28 +104,11 @@ def test_a_requirement_that_cannot_be_installed_fails_the_job_with_one_line(tmp_
         (p / packages.ENV_MARKER).exists() for p in (tmp_path / "home" / "envs").iterdir())
 
 
-def _hostile_package(root: Path) -> Path:
-    """A package a working tree may really hold: a named pipe, a UNIX socket, a device node,
-    a file name and a link target that are not UTF-8, beside the trainer."""
-    import socket
-
-    root.mkdir(parents=True)
-    (root / "task.py").write_text("import os\nprint('files', sorted(os.listdir(b'.')))\n")
-    os.mkfifo(root / "pipe")
-    os.mknod(root / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(root / "s.sock"))
-    s.close()
-    (root / os.fsdecode(b"\xff\xfe.txt")).write_text("latin-1 name")
-    os.symlink(os.fsdecode(b"\xff\xfe.txt"), root / "link")
-    return root
-
-
 def test_a_package_with_pipes_sockets_devices_and_non_utf8_names_runs(tmp_path: Path) -> None:
     # Before: a FIFO hung `create` for ever (SIGTERM and cancel could not stop it), /dev/zero's
     # node ate memory without bound, a socket or a non-UTF-8 name failed the job with
     # OSError / UnicodeEncodeError. Pipes, sockets and devices are not copied; the rest is.
-    pkg = _hostile_package(tmp_path / "pkg")
+    pkg = hostile_package(tmp_path / "pkg")
     r = subprocess.run([sys.executable, "-m", "vcli", "custom-jobs", "create", "--display-name=hostile",
                         "--executor=local",
                         f"--worker-pool-spec=machine-type=n1-standard-4,local-package-path={pkg},python-module=task"],
@@ -276,15 +183,15 @@ def _workspace(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_hosts_helper_makes_private_working_directories_from_one_snapshot(tmp_path: Path) -> None:
-    code = _package_source(tmp_path / "code")
+    code = trainer_package(tmp_path / "code")
     store, one, two = tmp_path / "job" / "package", tmp_path / "r0" / "work", tmp_path / "r1" / "work"
     r = _workspace("populate", str(code), str(store), str(one), str(two))
     assert r.returncode == 0, r.stdout + r.stderr
     [snap] = list(store.iterdir())
     assert snap.name == packages.tree_hash(str(code))
-    assert _tree(one) == _tree(two) == _tree(code)
+    assert file_tree(one) == file_tree(two) == file_tree(code)
     (one / "trainer" / "task.py").write_text("changed")  # a replica's own copy
-    assert _tree(two) == _tree(code) == _tree(snap)
+    assert file_tree(two) == file_tree(code) == file_tree(snap)
 
 
 def test_the_hosts_helper_reports_a_failed_install_in_one_line(tmp_path: Path) -> None:

@@ -18,80 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import describe, job_id_from_stderr, read_stderr_until, spawn, vcli, wait_for
-
-TOY = """
-import json, os, sys, time
-args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:] if "=" in a)
-lr = float(args["lr"]); steps = int(args.get("steps", 8)); pause = float(args.get("pause", 0.4))
-mode = args.get("mode", "")
-ckpt = os.environ["AIP_CHECKPOINT_DIR"].rstrip("/")
-state = {"step": 0, "score": 0.0}
-path = os.path.join(ckpt, "state.json")
-trial = os.environ["CLOUD_ML_TRIAL_ID"]
-if mode == "staggered" and trial == "2":   # a loaded machine: trial 2 starts once trial 1 has ended
-    deadline = time.time() + 120
-    while not os.path.exists(args["marker"]) and time.time() < deadline:
-        time.sleep(0.05)
-if os.path.exists(path):
-    with open(path) as f:
-        state = json.load(f)
-    print(f"restored step={state['step']} score={state['score']:.6f}", flush=True)
-while state["step"] < steps:
-    time.sleep(pause)
-    state["step"] += 1
-    best_lr = 0.1 if state["step"] <= steps // 2 else 0.01   # the optimum moves half-way
-    diverged = mode == "staggered" and trial == "1"
-    state["score"] += 0.0 if diverged else max(0.0, 1.0 - abs(lr - best_lr) / 0.1)
-    if mode != "no-checkpoint":
-        os.makedirs(ckpt, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(path + ".tmp", path)    # a checkpoint is complete or absent
-    if mode == "no-step":
-        print(f"score={state['score']:.6f}", flush=True)
-        import hypertune
-        hypertune.HyperTune().report_hyperparameter_tuning_metric(
-            hyperparameter_metric_tag="score", metric_value=state["score"])
-    else:
-        print(f"score={state['score']:.6f} step={state['step']}", flush=True)
-if mode == "staggered" and trial == "1":
-    open(args["marker"], "w").close()
-"""
-
-PBT_STUDY = """
-displayName: pbt-toy
-maxTrialCount: {max_trials}
-parallelTrialCount: 4
-studySpec:
-  metrics: [{{metricId: score, goal: MAXIMIZE}}]
-  algorithm: POPULATION_BASED_TRAINING
-  populationBasedTrainingSpec:
-    populationSize: {population}
-    perturbationIntervalSteps: 2
-    quantileFraction: 0.25
-    resampleProbability: 0.25
-    perturbationFactors: [0.8, 1.2]
-    maxStepCount: 8
-  parameters:
-  - parameterId: lr
-    doubleValueSpec: {{minValue: 0.001, maxValue: 0.2}}
-    scaleType: UNIT_LOG_SCALE
-trialJobSpec:
-  workerPoolSpecs:
-  - machineSpec: {{machineType: n1-standard-4}}
-    replicaCount: 1
-    containerSpec:
-      imageUri: toy
-      command: [{python}, {script}]
-      args: [--steps=8{extra}]
-"""
+from tests.kit import PBT_STUDY, PBT_TOY
 
 
 def _study(tmp_path: Path, *, population: int = 4, max_trials: int = 16, extra: str = "", flags: tuple[str, ...] = ()):
     import sys
 
     script = tmp_path / "toy.py"
-    script.write_text(TOY)
+    script.write_text(PBT_TOY)
     config = tmp_path / "pbt.yaml"
     config.write_text(PBT_STUDY.format(max_trials=max_trials, population=population, python=sys.executable, script=script,
                                        extra=extra))
@@ -208,7 +142,7 @@ def test_a_pbt_study_survives_its_controller_and_resumes(tmp_path: Path) -> None
     # outlive their controller), `resume` re-attaches them, judges them from their latest
     # step, and every member still trains to maxStepCount with its lineage intact.
     script = tmp_path / "toy.py"
-    script.write_text(TOY)
+    script.write_text(PBT_TOY)
     config = tmp_path / "pbt.yaml"
     config.write_text(PBT_STUDY.format(max_trials=16, population=4, python=sys.executable, script=script,
                                        extra=", --pause=1.0"))
@@ -260,7 +194,7 @@ def test_pbt_study_in_containers_copies_checkpoints_between_bind_mounts(tmp_path
                             "scaleType": "UNIT_LOG_SCALE"}]},
         "trialJobSpec": {"workerPoolSpecs": [{
             "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
-            "containerSpec": {"imageUri": "vcli-trainer:latest", "command": ["python3", "-c", TOY],
+            "containerSpec": {"imageUri": "vcli-trainer:latest", "command": ["python3", "-c", PBT_TOY],
                               "args": ["--steps=8", "--pause=0.6"]}}]},
     }
     config = tmp_path / "pbt.json"

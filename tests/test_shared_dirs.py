@@ -18,20 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, reap, spawn, vcli, wait_for
-from tests.test_gpu_leases import (
-    TEST_USER,
-    _assert_disjoint,
-    _ensure_user,
-    _intervals,
-    _job_args,
-    _system_python,
-    _trainer,
-)
+from tests.kit import OTHER_USER, assert_disjoint, ensure_other_user, gpu_intervals, gpu_job_args, gpu_trainer, system_python
 from vcli.placement.gpulease import LeaseBusy, LeaseDir
 
 
 def _as_other(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runuser", "-u", TEST_USER, "--", *argv], capture_output=True, text=True, check=check,
+    return subprocess.run(["runuser", "-u", OTHER_USER, "--", *argv], capture_output=True, text=True, check=check,
                           timeout=60)
 
 
@@ -39,7 +31,7 @@ def _as_other(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str
 def shared() -> Iterator[Path]:
     """A world-writable, sticky directory outside pytest's private temp root (like /tmp),
     where both users can make names."""
-    _ensure_user()
+    ensure_other_user()
     path = Path(tempfile.mkdtemp(prefix="vcli-shared-", dir="/tmp"))
     os.chmod(path, 0o1777)
     try:
@@ -63,8 +55,8 @@ def _untouched(victim: Path) -> None:
 
 
 def _gpu_job(home: Path, root: Path, leases: Path, name: str, seconds: float = 0.2) -> subprocess.CompletedProcess[str]:
-    trainer, log = _trainer(root), root / "gpus.log"
-    return vcli(home, *_job_args(trainer, log, seconds, 1, name), timeout=120,
+    trainer, log = gpu_trainer(root), root / "gpus.log"
+    return vcli(home, *gpu_job_args(trainer, log, seconds, 1, name), timeout=120,
                 VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR=str(leases))
 
 
@@ -103,7 +95,7 @@ def test_a_subdirectory_another_user_made_in_roots_name_is_refused(shared: Path,
     _as_other("ln", "-s", str(victim), str(leases / "uid-0" / "gpu0.lock"))
     r = _gpu_job(tmp_path / "home", tmp_path, leases, "planted-dir")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert f"owned by {TEST_USER}, not by root (remove it: vcli creates it)" in r.stderr.splitlines()[-1], r.stderr
+    assert f"owned by {OTHER_USER}, not by root (remove it: vcli creates it)" in r.stderr.splitlines()[-1], r.stderr
     _untouched(victim)
 
 
@@ -156,28 +148,28 @@ def test_what_another_user_can_delete_never_frees_a_gpu_held_by_a_replica(shared
     starts a job on GPU 0: it waits for root's to end; no two trainers ever share the GPU."""
     leases = shared / "leases"
     _as_other("mkdir", "-m", "1777", str(leases))
-    trainer, log = _trainer(shared), shared / "gpus.log"
+    trainer, log = gpu_trainer(shared), shared / "gpus.log"
     log.touch()
     log.chmod(0o666)
-    mine = spawn(tmp_path / "root-home", *_job_args(trainer, log, 4, 1, "roots"),
+    mine = spawn(tmp_path / "root-home", *gpu_job_args(trainer, log, 4, 1, "roots"),
                  VCLI_LOCAL_GPUS="1", VCLI_GPU_LEASE_DIR=str(leases))
     other = None
     try:
         lock = leases / "uid-0" / "gpu0.lock"
         wait_for(lambda: (LeaseDir(str(leases)).probe([0])[0] or {}).get("controllerPid"), 60, "root's replica's lease")
-        _as_other("find", str(leases), "-user", TEST_USER, "-delete", check=False)
+        _as_other("find", str(leases), "-user", OTHER_USER, "-delete", check=False)
         assert _as_other("rm", "-f", str(lock), check=False).returncode != 0
         assert lock.exists()
         _as_other("mv", str(leases / "uid-0"), str(leases / "hidden"))
         assert LeaseDir(str(leases)).probe([0])[0] is not None, "a renamed holder's lease is still seen"
-        python = _system_python()
+        python = system_python()
         import site
 
         paths = os.pathsep.join([str(REPO), *site.getsitepackages()])
         args = [a.replace(f"--command={sys.executable},", f"--command={python},")
-                for a in _job_args(trainer, log, 0.2, 1, "others")]
+                for a in gpu_job_args(trainer, log, 0.2, 1, "others")]
         other = subprocess.Popen(
-            ["runuser", "-u", TEST_USER, "--", python, "-m", "vcli", *args],
+            ["runuser", "-u", OTHER_USER, "--", python, "-m", "vcli", *args],
             env={"PATH": os.environ["PATH"], "VCLI_HOME": str(shared / "other-home"), "HOME": str(shared),
                  "VCLI_LOCAL_GPUS": "1", "PYTHONPATH": paths, "VCLI_GPU_LEASE_DIR": str(leases),
                  "VCLI_DISABLE_PROMPTS": "1"},
@@ -191,18 +183,18 @@ def test_what_another_user_can_delete_never_frees_a_gpu_held_by_a_replica(shared
         reap(mine)
         if other is not None:
             reap(other)  # type: ignore[arg-type]
-    spans = _intervals(log)
+    spans = gpu_intervals(log)
     assert len(spans) == 2, spans
-    _assert_disjoint(spans)
+    assert_disjoint(spans)
 
 
 def test_a_holder_puts_back_its_lease_file_when_its_owner_removes_it(tmp_path: Path, gpu_lease_dir: Path) -> None:
     """Root removes its own held lease file (a tmp cleaner, a careless `rm`): the replica's
     supervisor puts it back within seconds, locked, so the GPU is held again, says so in its
     log, and `hosts gpus` says so in the GPU's row."""
-    trainer, log = _trainer(tmp_path), tmp_path / "gpus.log"
+    trainer, log = gpu_trainer(tmp_path), tmp_path / "gpus.log"
     home = tmp_path / "home"
-    proc = spawn(home, *_job_args(trainer, log, 8, 1, "held"), VCLI_LOCAL_GPUS="1")
+    proc = spawn(home, *gpu_job_args(trainer, log, 8, 1, "held"), VCLI_LOCAL_GPUS="1")
     try:
         lock = gpu_lease_dir / "uid-0" / "gpu0.lock"
         wait_for(lambda: (LeaseDir(str(gpu_lease_dir)).probe([0])[0] or {}).get("controllerPid"), 60, "the lease")

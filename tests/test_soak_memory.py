@@ -15,7 +15,7 @@ import tracemalloc
 from pathlib import Path
 
 from tests.fakes import FakeClock, FakeWorld
-from tests.test_controllers import Recorder, study
+from tests.kit import Recorder, study
 from vcli.spec import Algorithm
 from vcli.store import Store
 from vcli.tuning.events import Trial

@@ -9,15 +9,12 @@ import sys
 
 import pytest
 
+from tests.kit import check_values, done_trial, grid_parameters, mixed_parameters, toy_loss
 from vcli.spec import (
     Algorithm,
-    CategoricalValueSpec,
-    ConditionalParameterSpec,
-    DiscreteValueSpec,
     DoubleValueSpec,
     Goal,
     IntegerValueSpec,
-    Measurement,
     MetricSpec,
     ParameterSpec,
     ScaleType,
@@ -28,64 +25,6 @@ from vcli.spec import (
 from vcli.tuning.suggesters import Suggester, get_suggester
 
 # ---------------------------------------------------------------------------- fixtures
-
-
-def _mixed_parameters() -> tuple[ParameterSpec, ...]:
-    """Every value type and scale, plus a categorical parent with conditional children."""
-    return (
-        ParameterSpec(
-            parameter_id="lr",
-            value_spec=DoubleValueSpec(min_value=1e-5, max_value=1.0),
-            scale_type=ScaleType.UNIT_LOG_SCALE,
-        ),
-        ParameterSpec(
-            parameter_id="beta",
-            value_spec=DoubleValueSpec(min_value=0.01, max_value=0.999),
-            scale_type=ScaleType.UNIT_REVERSE_LOG_SCALE,
-        ),
-        ParameterSpec(parameter_id="layers", value_spec=IntegerValueSpec(min_value=1, max_value=8)),
-        ParameterSpec(
-            parameter_id="batch",
-            value_spec=DiscreteValueSpec(values=(16.0, 32.0, 64.0, 128.0)),
-            scale_type=ScaleType.UNIT_LOG_SCALE,
-        ),
-        ParameterSpec(
-            parameter_id="optimizer",
-            value_spec=CategoricalValueSpec(values=("sgd", "adam")),
-            conditional_parameter_specs=(
-                ConditionalParameterSpec(
-                    parameter_spec=ParameterSpec(
-                        parameter_id="momentum", value_spec=DoubleValueSpec(min_value=0.0, max_value=0.99)
-                    ),
-                    parent_values=("sgd",),
-                ),
-                ConditionalParameterSpec(
-                    parameter_spec=ParameterSpec(
-                        parameter_id="amsgrad", value_spec=CategoricalValueSpec(values=("yes", "no"))
-                    ),
-                    parent_values=("adam",),
-                ),
-            ),
-        ),
-    )
-
-
-def _grid_parameters() -> tuple[ParameterSpec, ...]:
-    return (
-        ParameterSpec(parameter_id="units", value_spec=IntegerValueSpec(min_value=1, max_value=3)),
-        ParameterSpec(
-            parameter_id="act",
-            value_spec=CategoricalValueSpec(values=("relu", "tanh")),
-            conditional_parameter_specs=(
-                ConditionalParameterSpec(
-                    parameter_spec=ParameterSpec(
-                        parameter_id="slope", value_spec=DiscreteValueSpec(values=(0.1, 0.3))
-                    ),
-                    parent_values=("relu",),
-                ),
-            ),
-        ),
-    )
 
 
 def _study(params, algorithm=Algorithm.ALGORITHM_UNSPECIFIED, goal=Goal.MINIMIZE) -> StudySpec:
@@ -99,60 +38,16 @@ KINDS = ["random", "grid", "gp", "skopt", "tpe"]
 
 def _make(kind: str, params=None, seed: int | None = 0, goal=Goal.MINIMIZE) -> Suggester:
     if kind == "grid":
-        return get_suggester(_study(params or _grid_parameters(), Algorithm.GRID_SEARCH, goal), seed=seed)
+        return get_suggester(_study(params or grid_parameters(), Algorithm.GRID_SEARCH, goal), seed=seed)
     if kind == "random":
-        return get_suggester(_study(params or _mixed_parameters(), Algorithm.RANDOM_SEARCH, goal), seed=seed)
+        return get_suggester(_study(params or mixed_parameters(), Algorithm.RANDOM_SEARCH, goal), seed=seed)
     if kind == "tpe":
-        return get_suggester(_study(params or _mixed_parameters(), Algorithm.TPE, goal), seed=seed)
-    return get_suggester(_study(params or _mixed_parameters(), goal=goal), seed=seed, bayesian_backend=kind)
-
-
-def _done(tid: str, params, value: float | None, state=TrialState.SUCCEEDED) -> Trial:
-    m = None if value is None else Measurement(step_count=1, metrics={"loss": value})
-    return Trial(id=tid, parameters=dict(params), state=state, final_measurement=m)
-
-
-def _toy_loss(p) -> float:
-    """A cheap deterministic objective over any of the fixture spaces."""
-    v = 0.0
-    for k, x in sorted(p.items()):
-        v += (len(x) if isinstance(x, str) else float(x)) * (1 + len(k) % 3)
-    return math.sin(v) + 0.01 * v
-
-
-def _check_values(space_params, p) -> None:
-    """Active parameters only, plain types, within bounds / domains."""
-    by_id = {}
-
-    def walk(specs, parent=None):
-        for s in specs:
-            by_id[s.parameter_id] = (s, parent)
-            for c in s.conditional_parameter_specs:
-                walk([c.parameter_spec], (s.parameter_id, c.parent_values))
-
-    walk(space_params)
-    for pid, value in p.items():
-        spec, parent = by_id[pid]
-        vs = spec.value_spec
-        if isinstance(vs, DoubleValueSpec):
-            assert type(value) is float and vs.min_value <= value <= vs.max_value
-        elif isinstance(vs, IntegerValueSpec):
-            assert type(value) is int and vs.min_value <= value <= vs.max_value
-        elif isinstance(vs, DiscreteValueSpec):
-            assert type(value) is float and value in vs.values
-        else:
-            assert type(value) is str and value in vs.values
-        if parent is not None:
-            assert p[parent[0]] in parent[1], f"{pid} present while {parent[0]}={p[parent[0]]}"
-    # every active parameter present
-    for pid, (_spec, parent) in by_id.items():
-        if parent is None or (parent[0] in p and p[parent[0]] in parent[1]):
-            assert pid in p, f"active parameter {pid} missing from {p}"
-    json.dumps(p)  # plain Python types only
+        return get_suggester(_study(params or mixed_parameters(), Algorithm.TPE, goal), seed=seed)
+    return get_suggester(_study(params or mixed_parameters(), goal=goal), seed=seed, bayesian_backend=kind)
 
 
 def _params_of(kind):
-    return _grid_parameters() if kind == "grid" else _mixed_parameters()
+    return grid_parameters() if kind == "grid" else mixed_parameters()
 
 
 # ---------------------------------------------------------------------------- contract
@@ -167,9 +62,9 @@ def test_ask_respects_count_types_bounds_and_conditionals(kind):
         batch = s.ask(3)
         assert 1 <= len(batch) <= 3
         for j, sug in enumerate(batch):
-            _check_values(_params_of(kind), sug.parameters)
+            check_values(_params_of(kind), sug.parameters)
             seen.append(sug.parameters)
-            s.tell(_done(f"{round_}-{j}", sug.parameters, _toy_loss(sug.parameters)))
+            s.tell(done_trial(f"{round_}-{j}", sug.parameters, toy_loss(sug.parameters)))
     assert len({json.dumps(p, sort_keys=True) for p in seen}) == len(seen)
 
 
@@ -177,15 +72,15 @@ def test_ask_respects_count_types_bounds_and_conditionals(kind):
 def test_tell_accepts_infeasible_nonfinite_and_pending(kind):
     s = _make(kind)
     pts = [sug.parameters for sug in s.ask(4)]
-    s.tell(_done("a", pts[0], None, state=TrialState.INFEASIBLE))
-    s.tell(_done("b", pts[1], float("nan")))
-    s.tell(_done("c", pts[2], float("inf")))
+    s.tell(done_trial("a", pts[0], None, state=TrialState.INFEASIBLE))
+    s.tell(done_trial("b", pts[1], float("nan")))
+    s.tell(done_trial("c", pts[2], float("inf")))
     s.tell(Trial(id="d", parameters=pts[3], state=TrialState.ACTIVE))
-    s.tell(_done("d", pts[3], 1.0))  # pending -> final, same id
+    s.tell(done_trial("d", pts[3], 1.0))  # pending -> final, same id
     nxt = s.ask(2)
     assert 1 <= len(nxt) <= 2
     for sug in nxt:
-        _check_values(_params_of(kind), sug.parameters)
+        check_values(_params_of(kind), sug.parameters)
 
 
 def _history(kind: str, n: int, seed: int = 0) -> list[Trial]:
@@ -194,9 +89,9 @@ def _history(kind: str, n: int, seed: int = 0) -> list[Trial]:
     trials: list[Trial] = []
     while len(trials) < n:
         for sug in s.ask(2):
-            t = _done(str(len(trials)), sug.parameters, _toy_loss(sug.parameters))
+            t = done_trial(str(len(trials)), sug.parameters, toy_loss(sug.parameters))
             if len(trials) % 5 == 3:
-                t = _done(t.id, sug.parameters, None, state=TrialState.INFEASIBLE)
+                t = done_trial(t.id, sug.parameters, None, state=TrialState.INFEASIBLE)
             trials.append(t)
             s.tell(t)
     sug = s.ask(1)[0]
@@ -256,7 +151,7 @@ def test_grid_enumerates_product_then_exhausts():
             break
         for sug in batch:
             got.append(sug.parameters)
-            s.tell(_done(str(len(got)), sug.parameters, 0.0))
+            s.tell(done_trial(str(len(got)), sug.parameters, 0.0))
     expected = []
     for units in (1, 2, 3):
         for slope in (0.1, 0.3):
@@ -270,13 +165,13 @@ def test_grid_resume_skips_known_points_in_any_state():
     a = _make("grid")
     first = [x.parameters for x in a.ask(3)]
     b = _make("grid")
-    b.tell(_done("x", first[1], None, state=TrialState.INFEASIBLE))
+    b.tell(done_trial("x", first[1], None, state=TrialState.INFEASIBLE))
     b.tell(Trial(id="y", parameters=first[0], state=TrialState.REQUESTED))
     assert [x.parameters for x in b.ask(2)] == [first[2], {"units": 2, "act": "relu", "slope": 0.1}]
 
 
 def test_grid_rejects_double_parameter():
-    params = _grid_parameters() + (
+    params = grid_parameters() + (
         ParameterSpec(parameter_id="dropout", value_spec=DoubleValueSpec(min_value=0.0, max_value=0.5)),
     )
     with pytest.raises(ValueError, match="dropout"):
@@ -306,12 +201,12 @@ def test_random_respects_scales():
 
 
 def test_random_exhausts_a_finite_space():
-    s = _make("random", _grid_parameters())
+    s = _make("random", grid_parameters())
     got = []
     while batch := s.ask(4):
         for sug in batch:
             got.append(json.dumps(sug.parameters, sort_keys=True))
-            s.tell(_done(str(len(got)), sug.parameters, 0.0))
+            s.tell(done_trial(str(len(got)), sug.parameters, 0.0))
     assert len(got) == len(set(got)) == 9
 
 
@@ -338,7 +233,7 @@ def test_bayesian_gp_finds_quadratic_optimum(goal):
         p = s.ask(1)[0].parameters
         v = _quadratic(p)
         best = min(best, v)
-        s.tell(_done(str(i), p, sign * v))
+        s.tell(done_trial(str(i), p, sign * v))
     assert best < 1e-3
 
 
@@ -346,7 +241,7 @@ def test_bayesian_gp_batch_is_distinct_and_avoids_pending():
     s = _make("gp", _quadratic_params(), seed=2)
     for i in range(12):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, _quadratic(p)))
+        s.tell(done_trial(str(i), p, _quadratic(p)))
     batch = [x.parameters for x in s.ask(4)]
     assert len(batch) == 4
     assert len({(p["x"], p["y"]) for p in batch}) == 4
@@ -414,7 +309,7 @@ def test_bayesian_gp_uses_local_points_only_in_a_smooth_batch(objective, asks, l
              "integer": lambda p: float(round(1000 * _quadratic(p)))}[objective]
     for i in range(12):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, value(p)))
+        s.tell(done_trial(str(i), p, value(p)))
     s.ask(3)  # outstanding suggestions: pending points of the asks below
     calls.clear()
     assert len(s.ask(asks)) == asks
@@ -433,19 +328,19 @@ def test_bayesian_gp_one_point_asked_while_three_run_refines_unless_its_number_i
     s = _make("gp", _quadratic_params(), seed=2)
     for i in range(12):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, _quadratic(p)))
+        s.tell(done_trial(str(i), p, _quadratic(p)))
     calls.clear()
     p = s.ask(1)[0].parameters  # trial 12, nothing running
     assert calls == []
-    s.tell(_done("12", p, _quadratic(p)))
+    s.tell(done_trial("12", p, _quadratic(p)))
     batch = [sug.parameters for sug in s.ask(4)]  # trials 13-16, nothing running
     assert len(calls) == 3  # the points after the first
     for t, p in zip(range(13, 17), batch):
-        s.tell(_done(str(t), p, _quadratic(p)))
+        s.tell(done_trial(str(t), p, _quadratic(p)))
     s = _make("gp", _quadratic_params(), seed=2)
     for i in range(12):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, _quadratic(p)))
+        s.tell(done_trial(str(i), p, _quadratic(p)))
     running = [sug.parameters for sug in s.ask(3)]  # trials 12-14
     local = []
     for t in range(15, 23):
@@ -453,17 +348,17 @@ def test_bayesian_gp_one_point_asked_while_three_run_refines_unless_its_number_i
         running.append(s.ask(1)[0].parameters)  # trial t
         local.append(len(calls))
         p = running.pop(0)  # the oldest ends
-        s.tell(_done(str(t - 3), p, _quadratic(p)))
+        s.tell(done_trial(str(t - 3), p, _quadratic(p)))
     assert local == [1, 0, 1, 1, 1, 0, 1, 1]  # trials 16 and 20 search the whole box
 
 
 def test_bayesian_gp_discrete_space_never_repeats_and_exhausts():
-    s = _make("gp", _grid_parameters(), seed=0)
+    s = _make("gp", grid_parameters(), seed=0)
     got = []
     while batch := s.ask(3):
         for sug in batch:
             got.append(json.dumps(sug.parameters, sort_keys=True))
-            s.tell(_done(str(len(got)), sug.parameters, _toy_loss(sug.parameters)))
+            s.tell(done_trial(str(len(got)), sug.parameters, toy_loss(sug.parameters)))
     assert len(got) == len(set(got)) == 9
 
 
@@ -471,11 +366,11 @@ def test_skopt_backend_handles_reverse_log_and_converts_numpy():
     s = _make("skopt", seed=0)
     for i in range(11):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, _toy_loss(p)))
+        s.tell(done_trial(str(i), p, toy_loss(p)))
     batch = s.ask(2)
     assert len(batch) == 2
     for sug in batch:
-        _check_values(_mixed_parameters(), sug.parameters)
+        check_values(mixed_parameters(), sug.parameters)
 
 
 def test_unknown_backend_and_no_heavy_import():
@@ -516,7 +411,7 @@ def test_sample_row_is_sample_unit_row_by_row():
                       scale_type=ScaleType.UNIT_LOG_SCALE),
         ParameterSpec(parameter_id="steps", value_spec=IntegerValueSpec(min_value=0, max_value=10**6)),
     )
-    space = Space(_mixed_parameters() + wide)
+    space = Space(mixed_parameters() + wide)
     U = np.random.default_rng(1).random((500, space.dim))
     U[:3] = [[0.0] * space.dim, [1.0 - 1e-15] * space.dim, [0.5] * space.dim]  # edges
     expected = space.sample_unit(U)
@@ -556,7 +451,7 @@ def _numpy_random_search(params, seed: int, trials_per_ask: list[int]) -> list[l
     return batches
 
 
-@pytest.mark.parametrize("params", [_mixed_parameters(), _grid_parameters()], ids=["mixed", "finite"])
+@pytest.mark.parametrize("params", [mixed_parameters(), grid_parameters()], ids=["mixed", "finite"])
 def test_random_search_draws_what_the_numpy_version_drew(params):
     asks = [1, 3, 2, 4, 3]  # the finite space (9 points) is exhausted on the way: retries, fallback, []
     s = get_suggester(_study(params, Algorithm.RANDOM_SEARCH), seed=17)
@@ -639,10 +534,10 @@ def test_a_base_install_runs_the_default_algorithm_and_names_what_skopt_needs(tm
     assert study["studySpec"]["algorithm"] == "ALGORITHM_UNSPECIFIED"
     assert [t["state"] for t in study["trials"]] == ["SUCCEEDED"] * 3
     r = create("--bayesian-backend=skopt")
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 9, r.stderr  # a missing extra
     assert r.stderr.strip().splitlines() == [
-        "ERROR: (vcli.hp-tuning-jobs.create) the ALGORITHM_UNSPECIFIED suggester with --bayesian-backend=skopt needs "
-        f"a package vcli's base install lacks (skopt): {python} -m pip install 'vcli[tune]'"
+        "ERROR: (vcli.hp-tuning-jobs.create) The ALGORITHM_UNSPECIFIED suggester with --bayesian-backend=skopt needs "
+        f"skopt, which the [tune] extra installs: {python} -m pip install 'vcli[tune]'"
     ]
 
 
@@ -650,7 +545,7 @@ def test_the_install_hint_under_pipx_injects(monkeypatch):
     from vcli.control.runner import install_hint
 
     monkeypatch.setattr(sys, "prefix", "/home/ada/.local/pipx/venvs/vcli")
-    assert install_hint("tune") == "pipx inject vcli scikit-optimize==0.10.2 scikit-learn"
+    assert install_hint("tune") == "pipx inject vcli scikit-optimize==0.10.2 'scikit-learn>=1.3'"
     monkeypatch.setattr(sys, "prefix", "/srv/env")
     assert install_hint("tune") == f"{sys.executable} -m pip install 'vcli[tune]'"
 
@@ -691,7 +586,7 @@ def test_bayesian_gp_refines_a_step_function_instead_of_exploring_corners():
             if i >= 10 and sum(min(v, 1.0 - v) < 0.01 for v in p.values()) >= 4:
                 corners += 1
             best = min(best, _step6(p))
-            s.tell(_done(str(i), p, _step6(p)))
+            s.tell(done_trial(str(i), p, _step6(p)))
         short += best > 0.0
     assert corners == 0
     assert short == 0
@@ -701,7 +596,7 @@ def _tell_values(s, values) -> None:
     """Tell `s` one trial per value at its own startup points (trial numbers 0..)."""
     for i, v in enumerate(values):
         p = s.ask(1)[0].parameters
-        s.tell(_done(str(i), p, v))
+        s.tell(done_trial(str(i), p, v))
 
 
 def _thompson(s, i):
@@ -730,7 +625,7 @@ def test_bayesian_gp_explores_by_thompson_draws_every_fourth_trial_only_on_a_qua
         expected = _thompson(one, 0)
         p = one.ask(1)[0].parameters
         assert (p == expected) == explore[t - 10], t
-        one.tell(_done(str(t), p, values[t % 10] if quantised else 2.0 + t / 13))
+        one.tell(done_trial(str(t), p, values[t % 10] if quantised else 2.0 + t / 13))
     # the same trial numbers asked as one batch: slots 1 and 5 (trials 11 and 15) are
     # explored (keyed by trial number), the model fills the rest
     batch = _make("gp", _step6_params(), seed=3)
@@ -743,7 +638,7 @@ def test_bayesian_gp_explores_by_thompson_draws_every_fourth_trial_only_on_a_qua
     off = _make("gp", _step6_params(), seed=3)
     off.explore_quantised = False
     _tell_values(off, values)
-    off.tell(_done("10", off.ask(1)[0].parameters, 0.5))
+    off.tell(done_trial("10", off.ask(1)[0].parameters, 0.5))
     assert off.ask(1)[0].parameters != _thompson(off, 0)
 
 
@@ -765,7 +660,7 @@ def test_thompson_draws_follow_the_posterior_and_skip_known_points():
     xs = np.array([r[0] for r in rows])
     assert np.median(np.abs(xs - 0.7)) < 0.1 and len(set(np.round(xs, 6))) > 20
     # a finite space whose candidates are all known: no row
-    grid = Space(_study(_grid_parameters()).parameters)
+    grid = Space(_study(grid_parameters()).parameters)
     G = np.array([grid.encode(p) for p in grid.grid()], dtype=float)
     gy = np.arange(len(G), dtype=float)
     ggp = _gp.GP(G, (gy - gy.mean()) / gy.std(), np.array([n.kind == "CATEGORICAL" for n in grid.nodes]),
@@ -815,7 +710,7 @@ def test_a_log_ei_point_on_the_incumbents_plateau_is_replaced():
                 else:
                     kept += 1
                     assert p == q
-            history.append(_done(str(t), p, _step6(p)))
+            history.append(done_trial(str(t), p, _step6(p)))
             s.tell(history[-1])
     assert replaced >= 3 and kept >= 3, (replaced, kept)
     smooth = _make("gp", _step6_params(), seed=1)

@@ -11,7 +11,7 @@ import statistics
 import numpy as np
 import pytest
 
-from tests.test_suggesters import _check_values, _done, _grid_parameters, _mixed_parameters, _toy_loss
+from tests.kit import check_values, done_trial, grid_parameters, mixed_parameters, toy_loss
 from vcli.spec import (
     Algorithm,
     CategoricalValueSpec,
@@ -42,7 +42,7 @@ from vcli.tuning.suggesters.tpe import (
 def _tpe(params=None, seed=0, goal=Goal.MINIMIZE, algorithm=Algorithm.TPE):
     spec = StudySpec(
         metrics=(MetricSpec(metric_id="loss", goal=goal),),
-        parameters=params or _mixed_parameters(),
+        parameters=params or mixed_parameters(),
         algorithm=algorithm,
     )
     return get_suggester(spec, seed=seed)
@@ -56,7 +56,7 @@ def _run(s, fn, n, q=1):
             p = dict(sug.parameters)
             v = fn(p)
             out.append((p, v))
-            s.tell(_done(str(len(out)), p, v))
+            s.tell(done_trial(str(len(out)), p, v))
     return out
 
 
@@ -75,9 +75,9 @@ def test_ask_respects_count_types_bounds_and_conditionals_past_startup():
         batch = s.ask(3)
         assert len(batch) == 3
         for j, sug in enumerate(batch):
-            _check_values(_mixed_parameters(), sug.parameters)
+            check_values(mixed_parameters(), sug.parameters)
             seen.append(sug.parameters)
-            s.tell(_done(f"{round_}-{j}", sug.parameters, _toy_loss(sug.parameters)))
+            s.tell(done_trial(f"{round_}-{j}", sug.parameters, toy_loss(sug.parameters)))
     assert len({json.dumps(p, sort_keys=True) for p in seen}) == len(seen)
     # every branch of the conditional parent and both scales were explored
     assert {p["optimizer"] for p in seen} == {"sgd", "adam"}
@@ -86,27 +86,27 @@ def test_ask_respects_count_types_bounds_and_conditionals_past_startup():
 def test_infeasible_nonfinite_and_pending_trials_are_never_values():
     s = _tpe(seed=1)
     pts = [sug.parameters for sug in s.ask(12)]
-    s.tell(_done("a", pts[0], None, state=TrialState.INFEASIBLE))
-    s.tell(_done("b", pts[1], float("nan")))
-    s.tell(_done("c", pts[2], float("inf")))
+    s.tell(done_trial("a", pts[0], None, state=TrialState.INFEASIBLE))
+    s.tell(done_trial("b", pts[1], float("nan")))
+    s.tell(done_trial("c", pts[2], float("inf")))
     s.tell(Trial(id="d", parameters=pts[3], state=TrialState.ACTIVE))
-    s.tell(_done("d", pts[3], 1.0))  # pending -> final, same id
+    s.tell(done_trial("d", pts[3], 1.0))  # pending -> final, same id
     for k, p in enumerate(pts[4:]):
-        s.tell(_done(f"e{k}", p, _toy_loss(p)))
+        s.tell(done_trial(f"e{k}", p, toy_loss(p)))
     nxt = [x.parameters for x in s.ask(3)]  # model-based: 12 known trials
     assert len(nxt) == 3
     for p in nxt:
-        _check_values(_mixed_parameters(), p)
+        check_values(mixed_parameters(), p)
     assert not {json.dumps(p, sort_keys=True) for p in nxt} & {json.dumps(p, sort_keys=True) for p in pts}
 
 
 def test_a_study_where_every_trial_is_infeasible_still_proposes_new_points():
-    s = _tpe(_grid_parameters() + (ParameterSpec(parameter_id="w", value_spec=IntegerValueSpec(min_value=1, max_value=5)),))
+    s = _tpe(grid_parameters() + (ParameterSpec(parameter_id="w", value_spec=IntegerValueSpec(min_value=1, max_value=5)),))
     got = []
     for i in range(20):
         p = s.ask(1)[0].parameters
         got.append(json.dumps(p, sort_keys=True))
-        s.tell(_done(str(i), p, None, state=TrialState.INFEASIBLE))
+        s.tell(done_trial(str(i), p, None, state=TrialState.INFEASIBLE))
     assert len(set(got)) == 20
 
 
@@ -117,9 +117,9 @@ def _history(n: int, seed: int = 0) -> list[Trial]:
     while len(trials) < n:
         for sug in s.ask(2):
             if len(trials) % 5 == 3:
-                t = _done(str(len(trials)), sug.parameters, None, state=TrialState.INFEASIBLE)
+                t = done_trial(str(len(trials)), sug.parameters, None, state=TrialState.INFEASIBLE)
             else:
-                t = _done(str(len(trials)), sug.parameters, _toy_loss(sug.parameters))
+                t = done_trial(str(len(trials)), sug.parameters, toy_loss(sug.parameters))
             trials.append(t)
             s.tell(t)
     sug = s.ask(1)[0]
@@ -181,9 +181,9 @@ def test_startup_lasts_until_ten_trials_have_a_value_not_ten_trial_numbers():
         s = _tpe(seed=7)
         for k, p in enumerate(points):
             if k < n_valued:
-                s.tell(_done(str(k), p, sign * _toy_loss(p)))
+                s.tell(done_trial(str(k), p, sign * toy_loss(p)))
             else:
-                s.tell(_done(str(k), p, None, state=TrialState.INFEASIBLE))
+                s.tell(done_trial(str(k), p, None, state=TrialState.INFEASIBLE))
         return s.ask(1)[0].parameters
 
     assert next_point(9, 1.0) == next_point(9, -1.0)
@@ -214,12 +214,12 @@ def test_batch_is_distinct_and_steers_away_from_pending_points():
 
 
 def test_discrete_space_never_repeats_and_exhausts():
-    s = _tpe(_grid_parameters(), seed=0)
+    s = _tpe(grid_parameters(), seed=0)
     got = []
     while batch := s.ask(3):
         for sug in batch:
             got.append(json.dumps(sug.parameters, sort_keys=True))
-            s.tell(_done(str(len(got)), sug.parameters, _toy_loss(sug.parameters)))
+            s.tell(done_trial(str(len(got)), sug.parameters, toy_loss(sug.parameters)))
     assert len(got) == len(set(got)) == 9
     assert s.ask(1) == []
 
@@ -359,7 +359,7 @@ def test_nondominated_ranks_and_hypervolume():
 
 
 def test_parzen_densities_integrate_to_one_on_every_type_and_scale():
-    sp = Space(_mixed_parameters())
+    sp = Space(mixed_parameters())
     rng = np.random.default_rng(0)
     X = sp.sample_unit(rng.random((7, sp.dim)))
     top = [c for c, n in enumerate(sp.nodes) if n.parent is None]

@@ -143,10 +143,10 @@ def test_a_study_with_early_stopping_is_a_parent_run_with_a_child_per_trial(tmp_
 
 
 def test_a_pbt_study_records_each_exploit_and_its_lineage(tmp_path: Path, server: MlflowServer) -> None:
-    from tests.test_pbt_study import PBT_STUDY, TOY
+    from tests.kit import PBT_STUDY, PBT_TOY
 
     script = tmp_path / "toy.py"
-    script.write_text(TOY)
+    script.write_text(PBT_TOY)
     config = tmp_path / "pbt.yaml"
     config.write_text(PBT_STUDY.format(max_trials=10, population=4, python=sys.executable, script=script, extra=""))
     home = tmp_path / "home"
@@ -182,7 +182,7 @@ def test_a_pbt_trials_start_step_tag_follows_its_first_report(tmp_path: Path, se
     report corrects its start step (CI saw the tag keep the exploit's step: 3 against 4)."""
     import yaml
 
-    from tests.test_pbt_study import PBT_STUDY
+    from tests.kit import PBT_STUDY
     from vcli.codec.study import hp_tuning_job_from_document
     from vcli.spec import JobState, Measurement, PbtLineage, Trial, TrialState
     from vcli.tracking.study import StudyTracker

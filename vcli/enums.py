@@ -75,6 +75,20 @@ _FINAL_REPLICA_STATES = frozenset(
 )
 
 
+class FailureClass(VertexEnum):
+    """vcli: why a trial or custom job failed (`vcli.control.failures` decides it)."""
+
+    #: The trainer's own error: an exception, a non-zero exit, a crash of its own.
+    USER = "USER"
+    #: Out of memory (GPU or host) or out of disk space.
+    RESOURCE = "RESOURCE"
+    #: The host, container engine, node, network or controller was lost, or a signal vcli did
+    #: not send killed a replica.
+    INFRASTRUCTURE = "INFRASTRUCTURE"
+    #: `scheduling.timeout` or `scheduling.maxWaitDuration` ran out.
+    TIMEOUT = "TIMEOUT"
+
+
 class JobKind(VertexEnum):
     """The two Vertex resources vcli stores; the value is the resource collection's singular."""
 

@@ -7,6 +7,7 @@ an outcome, not an exception: the CLI maps the final job state to an exit code.
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 
 
@@ -28,6 +29,9 @@ class ExitCode(IntEnum):
     STORE_UNAVAILABLE = 7
     #: Another live vcli process already runs (controls) this job.
     CONTROLLER_CONFLICT = 8
+    #: The feature asked for needs an optional part of vcli that is not installed (the line
+    #: names the extra and the command that installs it).
+    MISSING_EXTRA = 9
     #: A bug in vcli: an exception it did not expect (sysexits' EX_SOFTWARE).
     INTERNAL = 70
     INTERRUPTED = 130
@@ -82,6 +86,43 @@ class ConfigError(VcliError):
 
 class NotFoundError(VcliError):
     exit_code = ExitCode.NOT_FOUND
+
+
+#: Each extra's packages, for `pipx inject` (which takes packages, not extras). pyproject.toml's
+#: [project.optional-dependencies] is the source; tests/test_packages.py holds them equal.
+EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
+    "tune": ("scikit-optimize==0.10.2", "scikit-learn>=1.3"),
+    "docker": ("docker>=7", "requests>=2.31"),
+    "ssh": ("paramiko>=3.4,<6",),
+    "export": ("pyarrow>=14", "optuna>=4"),
+    "ray": ("ray>=2.60,<3",),
+    "plot": ("matplotlib>=3.8", "scikit-learn>=1.3", "numpy>=1.26"),
+    "tensorboard": ("tensorboard>=2.16",),
+    "mlflow": ("mlflow>=3,<4",),
+}
+
+
+def install_command(extra: str) -> str:
+    """How to add vcli's `extra` to the installation running now: `pipx inject` under pipx
+    (where `pip install` would go to another environment), else pip in this interpreter."""
+    import shlex
+    import sys
+
+    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in sys.prefix + os.sep and extra in EXTRA_PACKAGES:
+        return "pipx inject vcli " + " ".join(shlex.quote(p) for p in EXTRA_PACKAGES[extra])
+    return f"{sys.executable} -m pip install 'vcli[{extra}]'"
+
+
+class MissingExtraError(VcliError):
+    """`feature` needs `module`, which vcli's `extra` installs: one line naming both and the
+    command that installs it, exit code 9 (whatever the feature)."""
+
+    exit_code = ExitCode.MISSING_EXTRA
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(f"{feature} needs {module}, which the [{extra}] extra installs: {install_command(extra)}")
+        self.extra = extra
+        self.module = module
 
 
 class ExecutorError(VcliError):

@@ -51,6 +51,9 @@ def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:
         out["labels"] = rec["labels"]
     if row.error:
         out["error"] = row.error
+    for key in ("failureClass", "failureCause"):  # why it FAILED (vcli.control.failures)
+        if rec.get(key):
+            out[key] = rec[key]
     _controller(row, out)
     if rec.get("encryptionSpec"):
         out["encryptionSpec"] = rec["encryptionSpec"]
@@ -109,7 +112,8 @@ def hp_tuning_job_resource(store: Store, row: JobRow, trials: str = "all") -> di
     if row.error:
         out["error"] = row.error
     _controller(row, out)
-    for key in ("encryptionSpec", "studyTimeout", "goalValue", "seed", "executor", "outputDirectory", "stopReason"):
+    for key in ("encryptionSpec", "studyTimeout", "goalValue", "seed", "executor", "outputDirectory", "stopReason",
+                "warmStart", "extensions"):
         if rec.get(key) is not None:
             out[key] = rec[key]
     if rec.get("tracking"):  # the study's MLflow runs (vcli.tracking)

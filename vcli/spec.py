@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence, Union
 from vcli.enums import (  # noqa: F401
     Algorithm,
     ExecutorKind,
+    FailureClass,
     Goal,
     JobKind,
     JobState,
@@ -496,6 +497,10 @@ class Trial:
     lineage: PbtLineage | None = None
     #: vcli: `TrialSuggestion.suggested_by` of the suggestion the trial runs, if it had one.
     suggested_by: str | None = None
+    #: vcli: why an INFEASIBLE trial failed (`vcli.control.failures`); None when it did not fail.
+    failure_class: FailureClass | None = None
+    #: vcli: the trial whose parameters this one runs again (an INFRASTRUCTURE failure's retry).
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -191,7 +191,7 @@ def create(
 def _print_validated(display_name: str, job: Any, fmt: Optional[str]) -> None:
     """The resolved job (each replica's full argv, as print-env shows it), then whether the
     executor could run it now: readiness is reported, it does not make a valid job invalid."""
-    from vcli.errors import ExecutorError
+    from vcli.errors import ExecutorError, MissingExtraError
 
     ex = job.execution.executor
     resource = {
@@ -206,8 +206,8 @@ def _print_validated(display_name: str, job: Any, fmt: Optional[str]) -> None:
     err("The job is valid; nothing was launched (--validate-only).")
     try:
         ex.ready(job.plan.launches)
-    except ExecutorError as e:
-        err(f"WARNING: the {job.execution.kind.value} executor cannot run it now (exit code 3 at create): {e}")
+    except (ExecutorError, MissingExtraError) as e:
+        err(f"WARNING: the {job.execution.kind.value} executor cannot run it now (exit code {int(e.exit_code)} at create): {e}")
     emit({k: v for k, v in resource.items() if v is not None}, fmt, is_list=False)
 
 

@@ -1,7 +1,8 @@
-"""`vcli hp-tuning-jobs create | list | describe | export | tensorboard | cancel | stream-logs`.
+"""`vcli hp-tuning-jobs create | list | describe | export | tensorboard | cancel | stream-logs | resume | extend`.
 
 `create` turns --config and the study flags into a spec (`study_from_flags`), plans it with
-`vcli.control.runner`, and runs it here with a live table of trials (`vcli.view`).
+`vcli.control.runner`, and runs it here with a live table of trials (`vcli.view`, through
+`vcli.cli.study_runs`, which `resume` and `extend` share).
 """
 
 from __future__ import annotations
@@ -9,14 +10,12 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import time
 from dataclasses import replace
 from typing import Annotated, Any, List, Optional, Sequence
 
 import typer
 
 from vcli.cli import options as o
-from vcli.cli import support
 from vcli.cli.choices import AlgorithmFlag, BayesianBackend, MeasurementSelection
 from vcli.cli.gcloud_flags import GcloudCommand, GcloudGroup, note_no_effect
 from vcli.cli.output import (
@@ -27,9 +26,9 @@ from vcli.cli.output import (
     failure_recorded,
     finish_cancel,
     get_row,
-    ran_seconds,
 )
-from vcli.cli.support import command, err, interrupt_on_signals, interrupted_code
+from vcli.cli.study_runs import emit_study, run_in_foreground, submit_async
+from vcli.cli.support import command, err
 from vcli.enums import JobKind, JobState, RpcCode
 
 #: `--early-stopping`'s help: the words and keys of the rules' registry
@@ -55,6 +54,7 @@ def create(
     parameter_spec: Annotated[Optional[List[str]], typer.Option("--parameter-spec", help="vcli: parameter-id=ID,type=double|integer|categorical|discrete,min=,max=,values=a;b,scale=linear|log|reverse-log[,parent=ID,parent-values=a;b]")] = None,
     metric: Annotated[Optional[List[str]], typer.Option("--metric", help="vcli: metric-id=ID,goal=maximize|minimize")] = None,
     enqueue_trial: Annotated[Optional[List[str]], typer.Option("--enqueue-trial", help="vcli: PARAMETER_ID=VALUE,... run before any suggestion (repeatable, in order).")] = None,
+    warm_start_from: Annotated[Optional[str], typer.Option("--warm-start-from", help="vcli: prior observations for the suggester, no trials: a vcli study (ID), a CSV of `export`, or an Optuna storage URL#STUDY (sqlite:///optuna.db#my-study).")] = None,
     worker_pool_spec: Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create.")] = None,
     args: Annotated[Optional[List[str]], typer.Option("--args", help="vcli: static args for every trial replica (before the hyperparameters).")] = None,
     command_: Annotated[Optional[List[str]], typer.Option("--command", help="vcli: command for the trial job's container pools.")] = None,
@@ -115,11 +115,12 @@ def create(
         enable_dashboard_access=enable_dashboard_access))
     tracked = tracking.settings(tracking_uri, display_name=request.display_name, experiment=spec.trial_job_spec.experiment,
                                 experiment_run=spec.trial_job_spec.experiment_run)
+    warm = _warm_start(warm_start_from, spec)
     # Only a study that runs here takes host-wide GPU leases; --async's runner does.
     study = runner.plan_study(spec, display_name=request.display_name, labels={**request.labels, **codec.parse_labels(labels)},
                               seed=seed, bayesian_backend=bayesian_backend.value, executor=o.executor_flag(executor),
                               hosts=hosts, shm_size=shm_size, leases=not (validate_only or async_),
-                              executor_settings=executor_settings)
+                              executor_settings=executor_settings, warm_start=warm)
     if tracked:
         study.record["tracking"] = tracked
     if enqueued:
@@ -133,7 +134,7 @@ def create(
         from vcli.control.notices import launch_notices
 
         notices = launch_notices(study.execution.kind, study.spec.trial_job_spec, auto=study.execution.auto,
-                                 executor=study.execution.executor)
+                                 executor=study.execution.executor) + ([warm.line(spec.study_spec.algorithm)] if warm else [])
         if validate_only:
             for notice in notices:
                 err(notice)
@@ -142,14 +143,25 @@ def create(
             not_now = runner.check_study(study)
             err("The study is valid; nothing was launched (--validate-only).")
             if not_now:
-                err(f"WARNING: the {study.execution.kind.value} executor cannot run it now (exit code 3 at create): {not_now}")
+                err(f"WARNING: the {study.execution.kind.value} executor cannot run it now (exit code {int(not_now.exit_code)} "
+                    f"at create): {not_now}")
             emit({"displayName": study.display_name, **{k: v for k, v in study.record.items() if v is not None}}, fmt, is_list=False)
         elif async_:
-            _submit_async(study, fmt, notices)
+            submit_async(study, fmt, notices)
         else:
-            raise typer.Exit(_run_in_foreground(study, fmt, notices=notices))
+            raise typer.Exit(run_in_foreground(study, fmt, notices=notices))
     finally:
         study.close()
+
+
+def _warm_start(source: Optional[str], spec: Any) -> Any:
+    """`--warm-start-from`'s prior observations (`vcli.control.warmstart`), or None."""
+    if source is None:
+        return None
+    from vcli.control.warmstart import take
+    from vcli.store import Store
+
+    return take(source, spec.study_spec, Store)
 
 
 def _enqueued(spec: Any, given: Sequence[str]) -> list[dict[str, Any]]:
@@ -165,119 +177,6 @@ def _enqueued(spec: Any, given: Sequence[str]) -> list[dict[str, Any]]:
         return [enqueued_configuration(spec.study_spec.parameters, text) for text in given]
     except ValueError as e:
         raise InvalidValueError("--enqueue-trial", f"{e}.") from None
-
-
-def submitted_message(study_id: str, state: Any) -> str:
-    """gcloud's create message, line for line (the `describe` hint is its 5th line, the state
-    its 7th), with vcli's command: notebooks scrape these lines."""
-    return (f"Hyperparameter tuning job [{study_id}] submitted successfully.\n\nYour job is still active. You may "
-            f"view the status of your job with the command\n\n  $ vcli hp-tuning-jobs describe {study_id}\n\n"
-            f"Job State: {getattr(state, 'value', state)}")
-
-
-def _submit_async(study: Any, fmt: Optional[str], notices: Sequence[str] = ()) -> None:
-    """Record the study and hand it to a detached `hp-tuning-jobs run-study` process."""
-    from vcli.control import runner
-
-    row = runner.submit_study(study)
-    runner.spawn_runner(study.store, study.study_id, ["hp-tuning-jobs", "run-study", study.study_id],
-                        secrets=runner.secret_values(study.spec.trial_job_spec))
-    err(submitted_message(row.id, row.state))
-    err(f"\nFollow its trials with the command\n\n  $ vcli hp-tuning-jobs stream-logs {study.study_id}")
-    for notice in notices:
-        err(notice)
-    if fmt:
-        _emit_study(study.store, study.study_id, fmt)
-
-
-def _emit_study(store: Any, study_id: str, fmt: Optional[str]) -> None:
-    from vcli.resources import hp_tuning_job_resource
-
-    emit(hp_tuning_job_resource(store, store.get_job(study_id)), fmt, is_list=False)
-
-
-def _run_in_foreground(study: Any, fmt: Optional[str], *, resumed: bool = False, background: bool = False,
-                       notices: Sequence[str] = ()) -> int:
-    """Submit (or take over: `resumed`, or `background` for create --async's runner) and run
-    the study here, its table on stdout (stderr with --format); the exit code."""
-    import signal
-
-    from vcli.codec import iter_parameters
-    from vcli.control import interrupts, runner
-    from vcli.view import make_study_view
-
-    spec = study.spec
-    interrupt_on_signals()
-    # From the moment the study is recorded (or claimed) until `run()` handles Ctrl-C itself, a
-    # Ctrl-C is noted and turned into a cancel: it ended vcli there, the study left QUEUED or
-    # RUNNING with nobody driving it and, after a resume, its trainers running.
-    with interrupts.deferred((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as early:
-        _announce(study, resumed, background)
-        for notice in notices:
-            err(notice)
-        view = make_study_view(sys.stderr if fmt else sys.stdout, study.display_name, spec.study_spec.metrics,
-                               iter_parameters(spec.study_spec.parameters), spec.max_trial_count)
-        if not support.state.get("user_output", True):  # --no-user-output-enabled: status lines go; WARNING and ERROR stay
-            status = view.progress
-            view.progress = lambda text: status(text) if text.startswith(("WARNING", "ERROR")) else None  # type: ignore[method-assign]
-        run = runner.study_run(study, listener=view)
-        if resumed or background:
-            run.resume()
-    if early.count:
-        support.state["signal"] = early.signum if early.signum != signal.SIGINT else None
-        interrupts.taken(early.signum)  # the next signal is a second one: noted, never raised
-        study.store.request_cancel(study.study_id)  # the first turn of `run()` carries it out
-    started = time.monotonic()
-    try:
-        state = run.run()
-    except KeyboardInterrupt:
-        state = None
-    if state is None or early.count:
-        view.close(JobState.JOB_STATE_CANCELLED)
-        err(f"Hyperparameter tuning job [{study.study_id}] was cancelled (interrupted); every trial was stopped.")
-        return interrupted_code()
-    view.close(state)
-    _report(study, run, state, time.monotonic() - started, fmt, view)
-    return exit_code_for(state)
-
-
-def _announce(study: Any, resumed: bool, background: bool) -> None:
-    """Record the study (or claim it: `resumed`, `background`) and say so, with what it will run."""
-    from vcli.control import runner
-    from vcli.control.liveness import claim_controller
-
-    spec, study_id = study.spec, study.study_id
-    if background:
-        claim_controller(study.store, study_id)
-        err(f"Hyperparameter tuning job [{study_id}] runs in this background process (create --async, pid {os.getpid()}).")
-    elif resumed:
-        claim_controller(study.store, study_id)
-        err(f"Hyperparameter tuning job [{study_id}] is resumed: running trials are re-attached, not restarted.")
-    else:
-        row = runner.submit_study(study)
-        err(submitted_message(study_id, row.state))
-    pbt = spec.study_spec.population_based_training_spec
-    at_once = pbt.population_size if pbt is not None else spec.parallel_trial_count
-    err(f"  {spec.max_trial_count} trial(s), up to {at_once} at once, {spec.study_spec.algorithm.value}, "
-        f"seed {study.seed}, {study.execution.kind.value} executor; Ctrl-C cancels the study.")
-
-
-def _report(study: Any, run: Any, state: JobState, seconds: float, fmt: Optional[str], view: Any = None) -> None:
-    """The study's end: its state and error, what it found, and its resource with --format."""
-    from vcli.view import study_result_lines
-
-    msg = "" if state == JobState.JOB_STATE_SUCCEEDED else (run.error or {}).get("message", "")
-    msg = "" if msg == "CANCELED" else msg  # Vertex's error text of a cancelled job says nothing the state does not
-    seconds = ran_seconds(study.store.get_job(study.study_id), seconds)
-    err(f"Hyperparameter tuning job [{study.study_id}] finished: {state.value} in {seconds:.1f}s." + (f" {msg}" if msg else ""))
-    best = run.best_trial()
-    schedule = run.strategy.schedule(run, best) if best is not None and best.final_measurement is not None else None
-    for line in study_result_lines(study.spec.study_spec.metrics, best, run.optimal_trials(), schedule, run.param_specs):
-        err(line)
-    if view is not None and view.hidden:  # the live screen folded trials into "... N more"
-        err(f"All {len(run.trials)} trials: vcli hp-tuning-jobs trials {study.study_id}")
-    if fmt:
-        _emit_study(study.store, study.study_id, fmt)
 
 
 @app.command("run-study", hidden=True, cls=GcloudCommand)
@@ -299,7 +198,7 @@ def run_study(job: Annotated[str, typer.Argument()]) -> None:
     with failure_recorded(store, row.id):
         study = runner.plan_stored_study(store, row, secrets=secrets_from_stdin())
         try:
-            raise typer.Exit(_run_in_foreground(study, None, background=True))
+            raise typer.Exit(run_in_foreground(study, None, background=True))
         finally:
             study.close()
 
@@ -317,7 +216,8 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     if has_ended(row):
-        err(f"Hyperparameter tuning job [{row.id}] has already ended ({row.state}); nothing to resume.")
+        err(f"Hyperparameter tuning job [{row.id}] has already ended ({row.state}); nothing to resume "
+            f"(`vcli hp-tuning-jobs extend {row.id} --max-trial-count=N` gives it more trials).")
         raise typer.Exit(exit_code_for(JobState(row.state)))  # a script's `resume || ...` sees how it ended
     claim_controller(store, row.id)
     if row.cancel_requested or row.state == JobState.JOB_STATE_CANCELLING.value:
@@ -332,7 +232,68 @@ def resume(job: o.StudyRef, fmt: o.Format = None) -> None:
     for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):  # this shell may declare no GPUs
         err(notice)
     try:
-        raise typer.Exit(_run_in_foreground(study, fmt, resumed=True))
+        raise typer.Exit(run_in_foreground(study, fmt, resumed=True))
+    finally:
+        study.close()
+
+
+@app.command("extend", cls=GcloudCommand)
+@command("hp-tuning-jobs.extend")
+def extend(
+    job: o.StudyRef,
+    max_trial_count: Annotated[int, typer.Option("--max-trial-count", help="vcli: the study's new maxTrialCount, more than the trials it has.")],
+    parallel_trial_count: Annotated[Optional[int], typer.Option("--parallel-trial-count", help="vcli: a new parallelTrialCount.")] = None,
+    max_failed_trial_count: Annotated[Optional[int], typer.Option("--max-failed-trial-count", help="vcli: a new maxFailedTrialCount (0 = max(3, 10% of trials)).")] = None,
+    async_: Annotated[bool, typer.Option("--async", help="Return once the study is extended; it runs in a background vcli process.")] = False,
+    fmt: o.Format = None,
+    region: o.Region = None,
+) -> None:
+    """vcli: give a study that ended (SUCCEEDED, FAILED or CANCELLED) more trials: same id, its
+    trials kept and its suggester rebuilt from them, as `resume` rebuilds it; it runs here with
+    its live table (or, with --async, in the background) to its new maxTrialCount."""
+    from vcli.control import extend as extension
+    from vcli.control import runner
+    from vcli.control.liveness import claim_controller, give_back
+    from vcli.control.notices import accelerator_notices
+    from vcli.store import Store
+
+    check_format(fmt)
+    store = Store()
+    before = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
+
+    def extended(row: Any) -> dict[str, Any]:
+        return extension.check(store, row, max_trial_count=max_trial_count, parallel_trial_count=parallel_trial_count,
+                               max_failed_trial_count=max_failed_trial_count)
+
+    extended(before)  # refused before it is claimed
+    claim_controller(store, before.id)
+    try:
+        row = get_row(store, before.id, JobKind.HYPERPARAMETER_TUNING_JOB)  # as it is, now this process holds it
+        record = extended(row)
+        study = runner.plan_stored_study(store, replace(row, record=record))
+    except BaseException:
+        give_back(store, before)
+        raise
+    kept = len(store.trials(row.id))
+    line = (f"Hyperparameter tuning job [{row.id}] is extended from {row.record.get('maxTrialCount')} to {max_trial_count} "
+            f"trials ({JobState(row.state).value} before): its {kept} trial(s) kept, its suggester goes on from them.")
+
+    def begin() -> str:  # where the study is claimed: a Ctrl-C from here on cancels the extended study
+        extension.reopen(store, row, record)
+        return line
+
+    try:
+        if not async_:
+            for notice in accelerator_notices(study.execution.kind, study.spec.trial_job_spec):
+                err(notice)
+            raise typer.Exit(run_in_foreground(study, fmt, resumed=True, begin=begin))
+        extension.reopen(store, row, record)
+        runner.spawn_runner(store, row.id, ["hp-tuning-jobs", "run-study", row.id],
+                            secrets=runner.secret_values(study.spec.trial_job_spec))
+        err(f"{line} It runs in a background vcli process.\n\nFollow its trials with the command\n\n"
+            f"  $ vcli hp-tuning-jobs stream-logs {row.id}")
+        if fmt:
+            emit_study(store, row.id, fmt)
     finally:
         study.close()
 

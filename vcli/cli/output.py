@@ -282,7 +282,8 @@ def trial_outcomes(store: Any, study_id: str) -> Callable[[], list[Any]]:
                 said = " ".join(f"{m['metricId']}={fmt_value(m.get('value'))}" for m in final)
                 stream, message = "vcli", f"trial {t['id']} SUCCEEDED: {said} ({params})"
             else:  # severity ERROR, as a trainer's stderr
-                stream, message = "stderr", f"trial {t['id']} INFEASIBLE: {t.get('infeasibleReason', '')} ({params})"
+                failed = f" {t['failureClass']}" if t.get("failureClass") else ""
+                stream, message = "stderr", f"trial {t['id']} INFEASIBLE{failed}: {t.get('infeasibleReason', '')} ({params})"
             out.append(LogRecord(timestamp=iso_seconds(t.get("endTime")) or time.time(), stream=stream,
                                  task_name=f"trial-{t['id']}", message=message))
         return out

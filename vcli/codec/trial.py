@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from vcli.spec import (
     DiscreteValueSpec,
+    FailureClass,
     IntegerValueSpec,
     Measurement,
     ParameterSpec,
@@ -94,7 +95,7 @@ def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any
         d["populationBasedTraining"] = lin
     for key, val in (("startTime", t.start_time), ("endTime", t.end_time), ("infeasibleReason", t.infeasible_reason),
                      ("customJob", t.custom_job), ("stopReason", t.stop_reason), ("earlyStoppingRule", t.early_stopping_rule),
-                     ("suggestedBy", t.suggested_by)):
+                     ("suggestedBy", t.suggested_by), ("failureClass", t.failure_class), ("retryOf", t.retry_of)):
         if val:
             d[key] = val
     return d
@@ -115,6 +116,8 @@ def trial_from_dict(d: Mapping[str, Any]) -> Trial:
         early_stopping_rule=d.get("earlyStoppingRule"),
         lineage=_lineage_from_dict(d.get("populationBasedTraining")),
         suggested_by=d.get("suggestedBy"),
+        failure_class=FailureClass(d["failureClass"]) if d.get("failureClass") else None,
+        retry_of=d.get("retryOf"),
     )
 
 

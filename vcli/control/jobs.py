@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from vcli.control import interrupts, recovery
+from vcli.control import failures, interrupts, recovery
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.plan import JobPlan, Placer, local_placer, make_dirs, pending_row, plan_job, with_trial_args
 from vcli.errors import StoreError, VcliError, stopped_by
@@ -88,6 +88,11 @@ class JobRun:
     restarts: int = 0
     restarting: bool = False
     resumed: bool = False  # taken over (`attach`): a replica it starts first waits for its GPUs (`recovery.leased`)
+    #: Why it FAILED (`vcli.control.failures`); the replica that failed it and how it ended; the
+    #: kernel's OOM-kill count when it started (`failures.oom_kills`).
+    failure: failures.Failure | None = None
+    failed_replica: tuple[ReplicaLaunch, ReplicaStatus] | None = None
+    oom_kills: int | None = field(default_factory=failures.oom_kills)
 
     @property
     def job_id(self) -> str:
@@ -323,17 +328,8 @@ class JobRun:
 
     def _replica_failed(self, r: _Replica, status: ReplicaStatus) -> _Ending:
         """FAILED (code 13) because `r` exited non-zero; the message points at its logs."""
-        detail = f" ({status.message})" if status.message else ""
-        ended = (f"exited with a non-zero status of {status.exit_code}" if status.exit_code is not None
-                 else "ended without an exit code")  # a replica whose supervisor was killed has none
-        return (
-            JobState.JOB_STATE_FAILED,
-            {
-                "code": RpcCode.INTERNAL,
-                "message": f"The replica {r.launch.task_name} {ended}{detail}. To find out more about why your job "
-                f"exited please check the logs: vcli custom-jobs stream-logs {self.job_id}",
-            },
-        )
+        self.failed_replica = (r.launch, status)
+        return failures.replica_failed(r.launch.task_name, status, self.job_id)
 
     def _chief_succeeded(self, now: float) -> _Ending | None:
         """SUCCEEDED once the chief exited 0 and the workers (pool 1) ended too, or had
@@ -365,6 +361,7 @@ class JobRun:
         self.error = stopped_by(error, "job")
         self.state = self._final = JobState.JOB_STATE_FAILED
         try:
+            self.failure = failures.settle(self, JobState.JOB_STATE_FAILED, self.error)
             self.store.set_state(self.job_id, JobState.JOB_STATE_FAILED.value, error=self.error)
             for r in self._replicas:
                 if not r.done:
@@ -390,7 +387,7 @@ class JobRun:
         self.executor.release(self._started_handles())
         self.plan.release_placement()
         self._record_not_started()
-        self.error = error
+        self.error, self.failure = error, failures.settle(self, state, error)
         self._set_state(state, error=error)
         self._final = state
         return state

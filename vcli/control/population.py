@@ -45,6 +45,8 @@ class PendingTrial:
     checkpoint: str | None = None
     #: `TrialSuggestion.suggested_by` (`vcli.control.suggesting`).
     suggested_by: str | None = None
+    #: The trial whose parameters this one runs again (`vcli.control.outcomes`: a retry).
+    retry_of: str | None = None
 
 
 @dataclass

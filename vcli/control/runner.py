@@ -20,9 +20,12 @@ from typing import Any
 
 from vcli.control import recovery
 from vcli.control.secrets import replicas_to_start, secrets_from_environment, study_starts_replicas
+from vcli.control.suggesting import install_hint as install_hint  # where `study_suggester` names an extra
+from vcli.control.suggesting import study_suggester
 from vcli.control.waiting import end_queued, plan_waiting, queue_job
 from vcli.control.wiring import Execution, executor_kind, open_execution
 from vcli.enums import RpcCode
+from vcli.errors import ExecutorError, MissingExtraError, VcliError
 from vcli.spec import (
     CustomJobSpec,
     HyperparameterTuningJobSpec,
@@ -331,12 +334,12 @@ def plan_study(
     shm_size: str | None,
     leases: bool = True,
     executor_settings: Mapping[str, Any] | None = None,
+    warm_start: Any = None,
 ) -> PlannedStudy:
-    """Build the study's executor and suggester (a random seed unless given).
-
+    """Build the study's executor and suggester (a random seed unless given), the suggester
+    told the priors of `warm_start` (a `vcli.control.warmstart.WarmStart`, recorded too).
     Raises `InvalidValueError` for a study the suggester rejects, and `UsageError` naming the
-    extra to install when the suggester needs an optional package.
-    """
+    extra to install when it needs an optional package."""
     from vcli import codec
 
     if seed is None:
@@ -371,8 +374,9 @@ def plan_study(
             "hosts": hosts, **execution.settings(),
             "shmSize": shm_size,
             "workingDirectory": os.getcwd(),  # where commands and image-less modules are found (resume)
+            **(warm_start.record() if warm_start is not None else {}),
         }
-        suggester = _suggester(spec, seed, bayesian_backend)
+        suggester = study_suggester(spec, seed, bayesian_backend, warm_start.priors if warm_start is not None else ())
     except BaseException:
         execution.close()
         raise
@@ -380,39 +384,10 @@ def plan_study(
                         suggester=suggester, seed=seed, shm_size=shm_size, record=record)
 
 
-def _suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: str) -> Any:
-    from vcli.errors import InvalidValueError, UsageError
-    from vcli.tuning.suggesters import get_suggester
-
-    try:
-        suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
-    except ValueError as e:
-        raise InvalidValueError("--config", str(e)) from None
-    except ImportError as e:
-        raise UsageError(f"the {spec.study_spec.algorithm.value} suggester"
-                         f"{' with --bayesian-backend=skopt' if bayesian_backend == 'skopt' else ''} needs a package "
-                         f"vcli's base install lacks ({e.name}): {install_hint('tune')}") from None
-    from vcli.control.suggesting import DEFAULT_WAIT, suggestions_for
-    from vcli.properties import suggestion_wait
-
-    wait = suggestion_wait()
-    return suggestions_for(suggester, spec.study_spec, seed=seed, ahead=spec.parallel_trial_count,
-                           wait=DEFAULT_WAIT if wait is None else wait)
-
-
-def install_hint(extra: str) -> str:
-    """How to add vcli's `extra` to the installation running now: `pipx inject` under pipx
-    (where `pip install` would go to another environment), else pip in this interpreter."""
-    packages = {"tune": "scikit-optimize==0.10.2 scikit-learn"}.get(extra, f"'vcli[{extra}]'")
-    if f"{os.sep}pipx{os.sep}venvs{os.sep}" in sys.prefix + os.sep:
-        return f"pipx inject vcli {packages}"
-    return f"{sys.executable} -m pip install 'vcli[{extra}]'"
-
-
 def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] | None = None) -> PlannedStudy:
-    """A recorded study, its suggester rebuilt from the recorded seed (`resume`, and the
-    runner of `create --async`, which is handed the values of the secret variables as
-    `secrets`; `resume` takes them from its environment)."""
+    """A recorded study, its suggester rebuilt from the recorded seed and priors (`resume`,
+    `extend`, and the runner of `create --async`, which is handed the values of the secret
+    variables as `secrets`; `resume` and `extend` take them from their environment)."""
     from vcli import codec
 
     rec = row.record
@@ -432,7 +407,9 @@ def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] |
         spec = replace(spec, trial_job_spec=secrets_from_environment(spec.trial_job_spec, f"Resuming study {row.id}"))
     execution = _open(rec.get("executor") or "local", rec.get("hosts"), job=rec)
     try:
-        suggester = _suggester(spec, int(rec["seed"]), rec.get("bayesianBackend") or "gp")
+        from vcli.control.warmstart import stored_priors
+
+        suggester = study_suggester(spec, int(rec["seed"]), rec.get("bayesianBackend") or "gp", stored_priors(rec))
     except BaseException:
         execution.close()
         raise
@@ -440,12 +417,11 @@ def plan_stored_study(store: Store, row: JobRow, *, secrets: Mapping[str, str] |
                         suggester=suggester, seed=int(rec["seed"]), shm_size=rec.get("shmSize"), record=dict(rec))
 
 
-def check_study(study: PlannedStudy) -> str | None:
+def check_study(study: PlannedStudy) -> VcliError | None:
     """Plan one trial job and check it with the executor (`--validate-only`); records nothing.
     Returns why the executor could not run it now (engine down, image missing), as
     `custom-jobs create --validate-only` reports it, or None."""
     from vcli.control.jobs import plan_job
-    from vcli.errors import ExecutorError
 
     plan = plan_job(study.spec.trial_job_spec, job_id="TRIAL_JOB_ID", job_dir=study.store.home / "jobs" / "validate-only",
                     executor=study.execution.executor, trial_id="1", placer=study.execution.placer)
@@ -453,8 +429,8 @@ def check_study(study: PlannedStudy) -> str | None:
     study.execution.executor.check(plan.launches)
     try:
         study.execution.executor.ready(plan.launches)
-    except ExecutorError as e:
-        return str(e)
+    except (ExecutorError, MissingExtraError) as e:
+        return e
     return None
 
 

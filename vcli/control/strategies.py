@@ -77,6 +77,9 @@ class Strategy:
     kind = "search"
     #: Does the suggester propose further trials (PBT: no, exploits do)?
     suggests = True
+    #: Are INFRASTRUCTURE failures retried (`vcli.control.outcomes`; PBT: no, a member's trial
+    #: starts from a staged copy of another's checkpoint)?
+    retries = True
 
     def parallel(self, run: StudyView) -> int:
         """Trials that hold a slot at once."""
@@ -171,6 +174,7 @@ class PbtStrategy(Strategy):
 
     kind = "pbt"
     suggests = False
+    retries = False
 
     def __init__(self, population: Population) -> None:
         self.population = population

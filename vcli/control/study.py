@@ -18,7 +18,8 @@ trial reports, the rule reviews it; a trial it stops goes STOPPING (SIGTERM, the
 period) and ends SUCCEEDED with its selected measurement, as on Vertex. Its slot is free at once.
 With several metrics the result is the Pareto front of the SUCCEEDED trials (`optimal_trials`).
 Trials that fail, find no capacity within their maxWaitDuration or finish without the metric are
-INFEASIBLE with a reason (Vertex has no FAILED trial state) and count towards the failure budget.
+INFEASIBLE with a reason (Vertex has no FAILED trial state) and a failure class; what counts
+towards the failure budget and which failures are retried is `vcli.control.outcomes`'s.
 """
 
 from __future__ import annotations
@@ -31,11 +32,8 @@ from vcli.codec.trial import trial_args
 from vcli.control import interrupts
 from vcli.control.active import (
     ActiveTrial,
-    SilentTrainers,
     default_failure_budget,
-    fatal_failure,
     goal_reached,
-    missing_metric_reason,
     restored_placements,
     seconds_since,
     trainer_modules,
@@ -43,6 +41,7 @@ from vcli.control.active import (
 from vcli.control.clock import SYSTEM_CLOCK, Clock
 from vcli.control.jobs import JobPlan, JobRun, Placer, local_placer, plan_job, with_trial_args
 from vcli.control.liveness import mark_controller
+from vcli.control.outcomes import StudyFailures
 from vcli.control.population import PendingTrial, Population, give_up_queued
 from vcli.control.strategies import PbtStrategy, SearchStrategy, Strategy
 from vcli.control.suggesting import take
@@ -51,10 +50,10 @@ from vcli.errors import StoreError, VcliError, WaitExpiredError, stopped_by
 from vcli.executors import Executor
 from vcli.spec import (
     CustomJobSpec,
+    FailureClass,
     HyperparameterTuningJobSpec,
     JobKind,
     JobState,
-    Measurement,
     RpcCode,
     Trial,
     TrialState,
@@ -90,15 +89,12 @@ class StudyRun:
     state: JobState = JobState.JOB_STATE_PENDING
     error: dict[str, Any] | None = None
     active: dict[str, ActiveTrial] = field(default_factory=dict)
-    _failed: int = 0
     exhausted: bool = False
     _stop_launching: str | None = None
     _cancelled: bool = False
     #: Ctrl-Cs noted while the study winds down after the first (`interrupts.deferred`).
     _ctrl_c: interrupts.Deferred = field(default_factory=interrupts.Deferred)
     queued: list[PendingTrial] = field(default_factory=list)
-    #: Set when a trial failed in a way every trial would (its module cannot be imported).
-    _fatal: str | None = None
     #: The plan a new trial runs, given its trial and plan (tracking gives the chief its MLflow run).
     prepare_trial: Callable[[Trial, JobPlan], JobPlan] | None = None
 
@@ -111,8 +107,9 @@ class StudyRun:
             self.store.home / "jobs" / self.study_id / "output"
         )
         self.strategy = self._strategy()
-        self._modules = trainer_modules(self.spec.trial_job_spec)
-        self._silent = SilentTrainers(self.metric_ids, self.spec.max_trial_count)
+        self.failures = StudyFailures(self.metric, self.metric_ids, self.spec.study_spec.measurement_selection_type,
+                                      self.spec.max_trial_count, trainer_modules(self.spec.trial_job_spec),
+                                      retries=self.strategy.retries)
         self.parallel = self.strategy.parallel(self)
         self.failure_budget = self.spec.max_failed_trial_count or default_failure_budget(self.spec.max_trial_count)
         sched = self.spec.trial_job_spec.scheduling
@@ -161,10 +158,10 @@ class StudyRun:
         if self._cancel_asked(now):
             return self._end_cancelled()
         self._poll_active()
-        if self._fatal is not None:
-            return self._fail(self._fatal)
-        if self._failed > self.failure_budget:
-            return self._fail(f"{self._failed} trials failed, more than the budget of {self.failure_budget} (maxFailedTrialCount)."
+        if self.failures.fatal is not None:
+            return self._fail(self.failures.fatal)
+        if self.failures.failed > self.failure_budget:
+            return self._fail(f"{self.failures.failed} trials failed, more than the budget of {self.failure_budget} (maxFailedTrialCount)."
                               f" Why: vcli hp-tuning-jobs trials {self.study_id} --filter=state=INFEASIBLE")
         if self._deadline is not None and now > self._deadline and self._stop_launching is None:
             self._stop_launching = "the study's time budget ran out"
@@ -183,7 +180,11 @@ class StudyRun:
 
     def _nothing_left(self) -> bool:
         """No further trial will start: launching stopped, the search space or maxTrialCount is used up."""
-        return self._stop_launching is not None or self.exhausted or len(self.trials) >= self.spec.max_trial_count
+        return self._stop_launching is not None or self.exhausted or self.counted() >= self.spec.max_trial_count
+
+    def counted(self) -> int:
+        """The trials that count towards maxTrialCount: all but the retries (`vcli.control.outcomes`)."""
+        return sum(1 for t in self.trials.values() if t.retry_of is None)
 
     def _fail(self, message: str) -> JobState:
         """End the study FAILED (code 9), stopping every running trial first."""
@@ -228,14 +229,15 @@ class StudyRun:
         finished trials count towards maxTrialCount and the failure budget; running ones are
         re-attached to their replicas (never restarted) or, if they ended meanwhile, concluded."""
         if self._deadline is not None and (row := self.store.get_job(self.study_id)) is not None:
-            self._deadline -= seconds_since(row.start_time)  # the budget counts from the study's start
+            from vcli.control.extend import budget_start  # the study's start, or its latest extension
+
+            self._deadline -= seconds_since(budget_start(row))  # the budget counts from there
         for trial in self.store.trials(self.study_id):
             self.trials[trial.id] = trial
             self.suggester.tell(trial)
-            if trial.state == TrialState.INFEASIBLE and not (trial.infeasible_reason or "").startswith("Stopped"):
-                self._failed += 1
             if not trial.state.is_final():
                 self._reattach(trial)
+        self.queued[:0] = self.failures.resumed(self.trials)  # failures counted; retries owed run first
 
     def _reattach(self, trial: Trial) -> None:
         """A trial that was running when the controller died: follow its replicas again (its
@@ -283,7 +285,7 @@ class StudyRun:
             if not self._start_trial(self.queued[0]):
                 return  # no capacity now (GPUs busy, a host down): try again on a later tick
             self.queued.pop(0)
-        free, remaining = self.parallel - self._running(), self.spec.max_trial_count - len(self.trials)
+        free, remaining = self.parallel - self._running(), self.spec.max_trial_count - self.counted()
         count = min(free, remaining) - len(self.queued)
         if count <= 0 or self.exhausted:
             return
@@ -311,9 +313,10 @@ class StudyRun:
         try:
             plan = self._plan_trial(job_spec, job_id, trial_id)
         except WaitExpiredError as e:  # the trial fails, as a trial job would on Vertex; the failure budget decides
-            self._failed += 1
+            self.failures.failed += 1
             self._record_end(Trial(id=trial_id, parameters=pending.parameters, state=TrialState.INFEASIBLE,
-                                   infeasible_reason=str(e), start_time=self._wait.began, end_time=now_iso(), lineage=pending.lineage))
+                                   infeasible_reason=str(e), start_time=self._wait.began, end_time=now_iso(),
+                                   lineage=pending.lineage, failure_class=FailureClass.TIMEOUT, retry_of=pending.retry_of))
             return True
         if plan is None:
             return False
@@ -324,7 +327,7 @@ class StudyRun:
                     "outputDirectory": f"{self.base_output}/{trial_id}"},
             state=JobState.JOB_STATE_QUEUED.value, parent_id=self.study_id, trial_id=trial_id)
         trial = Trial(id=trial_id, parameters=pending.parameters, state=TrialState.ACTIVE, lineage=pending.lineage, suggested_by=pending.suggested_by,
-                      custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso())
+                      custom_job=resource_name(JobKind.CUSTOM_JOB.value, job_row.id), start_time=now_iso(), retry_of=pending.retry_of)
         self.trials[trial_id] = trial
         self.suggester.tell(trial)
         self._save(trial)
@@ -403,34 +406,20 @@ class StudyRun:
             return
         self.strategy.review(self, active)
 
-    def _outcome(self, active: ActiveTrial, job_state: JobState) -> tuple[Measurement | None, str | None, bool]:
-        """How the trial ends: (its selected measurement, why INFEASIBLE or None, counts as a failure)."""
-        final = active.reader.final(self.metric.goal, self.spec.study_spec.measurement_selection_type)
-        if active.fail_reason is not None:
-            return final, active.fail_reason, True
-        if job_state == JobState.JOB_STATE_SUCCEEDED:
-            return (final, None, False) if final is not None else (None, missing_metric_reason(self.metric_ids, active.reader), True)
-        if active.stop_reason is not None or (job_state == JobState.JOB_STATE_CANCELLED and self._cancelled):
-            if final is None:
-                return None, f"Stopped before reporting a measurement: {active.stop_reason or 'the study was cancelled'}.", False
-            return final, None, False
-        msg = (active.run.error or {}).get("message", job_state.value)
-        said = f" The trainer's last error line: {active.last_error}" if active.last_error else ""
-        return None, f"The trial's custom job ended {job_state.value}: {msg}{said}", True
-
     def _conclude(self, active: ActiveTrial, job_state: JobState) -> None:
-        final, reason, counts_as_failure = self._outcome(active, job_state)
+        final, reason, failure = self.failures.outcome(active, job_state, self._cancelled)
         trial = active.trial
         if final is not None:  # the selected measurement keeps its own elapsed time
             index = next(i for i, m in enumerate(active.reader.measurements) if m is final)
             final = active.trial.measurements[index]
         trial = replace(trial, state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
-                        final_measurement=None if reason else final, infeasible_reason=reason, end_time=active.end_time())
-        if counts_as_failure:
-            self._failed += 1
-            self._fatal = self._fatal or fatal_failure(trial.id, active.last_error, self._modules)
-        self._fatal = self._fatal or self._silent.ended(trial, active.reader)
+                        final_measurement=None if reason else final, infeasible_reason=reason, end_time=active.end_time(),
+                        failure_class=failure.cls if failure is not None and reason else None)
+        retry = self.failures.ended(trial, failure, active, self.trials)
         self._record_end(trial)
+        if retry is not None and failure is not None:
+            self.on_progress(self.failures.retry_line(trial, failure, self.trials))
+            self.queued.insert(0, retry)
 
     def _record_end(self, trial: Trial) -> None:
         self.trials[trial.id] = trial

@@ -17,9 +17,10 @@ When a slot is free the controller takes, in this order:
 3. if there is none: random search's point ("random-fallback").
 
 A trial started from 2 or 3 records it in `suggestedBy`. A worker that dies is started again
-and told every trial again (its state is nothing but the trials); a controller that dies takes
-its worker with it (the worker ends when its pipe closes). Suggesters without a model,
-random search and grid search, which answer at once, are asked in the controller.
+and told every trial again (its state is nothing but the trials, and the prior observations of a
+warm start, which every worker is told first); a controller that dies takes its worker with it
+(the worker ends when its pipe closes). Suggesters without a model, random search and grid
+search, which answer at once, are asked in the controller.
 """
 
 from __future__ import annotations
@@ -27,18 +28,20 @@ from __future__ import annotations
 import importlib
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from vcli.spec import ParameterValue, StudySpec, Trial, TrialSuggestion
+from vcli.spec import HyperparameterTuningJobSpec, ParameterValue, StudySpec, Trial, TrialSuggestion
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from vcli.tuning.suggesters import Suggester
 
-__all__ = ["AHEAD", "DEFAULT_WAIT", "FALLBACK", "Apart", "close", "suggestions_for", "take"]
+__all__ = ["AHEAD", "DEFAULT_WAIT", "FALLBACK", "Apart", "close", "install_hint", "study_suggester", "suggestions_for",
+           "take"]
 
 #: Seconds a free slot waits for the model's answer to the study as it stands before it takes
 #: the point the model prepared ahead (property `tuning/suggestion-wait`).
@@ -51,14 +54,47 @@ FALLBACK = "random-fallback"
 MAX_RESTARTS = 3
 
 
+def study_suggester(spec: HyperparameterTuningJobSpec, seed: int, bayesian_backend: str,
+                    priors: Sequence[Trial] = ()) -> Suggester | Apart:
+    """The suggester of a study (`suggestions_for`), told the prior observations of its warm
+    start, if any. Raises `InvalidValueError` for a study the suggester rejects, and
+    `MissingExtraError` naming the extra to install when it needs an optional package."""
+    from vcli.errors import InvalidValueError, MissingExtraError
+    from vcli.properties import suggestion_wait
+    from vcli.tuning.suggesters import get_suggester
+
+    try:
+        suggester = get_suggester(spec.study_spec, seed=seed, bayesian_backend=bayesian_backend)
+    except ValueError as e:
+        raise InvalidValueError("--config", str(e)) from None
+    except ImportError as e:
+        raise MissingExtraError(f"The {spec.study_spec.algorithm.value} suggester"
+                                f"{' with --bayesian-backend=skopt' if bayesian_backend == 'skopt' else ''}", "tune",
+                                str(e.name)) from None
+    wait = suggestion_wait()
+    return suggestions_for(suggester, spec.study_spec, seed=seed, ahead=spec.parallel_trial_count,
+                           wait=DEFAULT_WAIT if wait is None else wait, priors=priors)
+
+
+def install_hint(extra: str) -> str:
+    """How to add vcli's `extra` to the installation running now (`vcli.errors.install_command`)."""
+    from vcli.errors import install_command
+
+    return install_command(extra)
+
+
 def suggestions_for(suggester: Suggester, study_spec: StudySpec, *, seed: int, ahead: int,
-                    wait: float = DEFAULT_WAIT) -> Suggester | Apart:
+                    wait: float = DEFAULT_WAIT, priors: Sequence[Trial] = ()) -> Suggester | Apart:
     """`Apart` for a suggester whose class models the study (`models = True`: each ask costs
-    a fit), else the suggester itself, asked in the controller (it answers at once)."""
+    a fit), else the suggester itself, asked in the controller (it answers at once); either
+    told the prior observations `priors` (`SuggesterBase.prior`) before anything else."""
     cls = type(suggester)
     if not getattr(cls, "models", False):
+        if priors:
+            suggester.prior(priors)  # type: ignore[attr-defined]
         return suggester
-    return Apart((cls.__module__, cls.__qualname__), study_spec, seed=seed, ahead=ahead, wait=wait)
+    return Apart((cls.__module__, cls.__qualname__), study_spec, seed=seed, ahead=ahead, wait=wait,
+                 priors=tuple(priors))
 
 
 def take(suggester: Suggester | Apart, count: int, now: float) -> list[TrialSuggestion] | None:
@@ -93,6 +129,8 @@ class Apart:
     seed: int
     ahead: int
     wait: float = DEFAULT_WAIT
+    #: Prior observations (a warm start): every worker is told them before any trial.
+    priors: tuple[Trial, ...] = ()
     #: Every trial told, latest state, in the order first told (a new worker is told them all).
     _trials: dict[str, Trial] = field(default_factory=dict)
     #: Points taken but not yet told as a trial (queued for capacity, or about to start).
@@ -260,7 +298,7 @@ class Apart:
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True)  # Ctrl-C is the controller's to handle
         self._conn, self._sent, self._batch, self._send_times = Connection(mine.detach()), 0, None, {}
-        messages: list[tuple[Any, ...]] = [("start", self.where, self.study_spec, self.seed, self.ahead)]
+        messages: list[tuple[Any, ...]] = [("start", self.where, self.study_spec, self.seed, self.ahead, self.priors)]
         messages += [("tell", t) for t in self._trials.values()]
         if self._taken:
             messages.append(("hold", list(self._taken)))
@@ -275,8 +313,10 @@ def serve(conn: Connection) -> None:
     waiting, prepare `ahead` points for the state they leave (unless already prepared for it)
     and send them with the count of messages applied. Ends when told to, or when the
     controller's end of the socket closes (it died)."""
-    _, (module, name), study_spec, seed, ahead = conn.recv()
+    _, (module, name), study_spec, seed, ahead, priors = conn.recv()
     suggester = getattr(importlib.import_module(module), name)(study_spec, seed=seed)
+    if priors:
+        suggester.prior(priors)
     version, prepared = 0, -1
     try:
         while True:
@@ -314,7 +354,6 @@ def _plain(p: Mapping[str, ParameterValue]) -> dict[str, ParameterValue]:
 
 
 if __name__ == "__main__":  # the worker process (`Apart._start`)
-    import sys
     from multiprocessing.connection import Connection
 
     serve(Connection(int(sys.argv[1])))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vcli.errors import StoreError, VcliError
+from vcli.errors import MissingExtraError, StoreError, VcliError
 from vcli.spec import JobKind, ParameterSpec, StudySpec, Trial
 from vcli.store import JobRow, ReplicaRow, Store, default_home
 
@@ -24,7 +24,7 @@ from vcli.store import JobRow, ReplicaRow, Store, default_home
 LOG_CHUNK_BYTES = 256 * 1024
 #: Studies whose figures are kept (each a few SVGs).
 FIGURE_CACHE_SIZE = 16
-PLOT_HINT = "Plots need matplotlib: pip install 'vcli[plot]'."
+PLOT_HINT = str(MissingExtraError("Drawing plots", "plot", "matplotlib"))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from datetime import datetime
 from html import escape
 from typing import Any, Sequence
 
-from vcli.errors import UsageError
+from vcli.errors import MissingExtraError
 from vcli.plots import data as d
 from vcli.spec import Goal, MetricSpec, ParameterSpec, StudySpec, Trial
 
@@ -100,7 +100,7 @@ def matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("Plots need matplotlib: pip install 'vcli[plot]'.") from None
+        raise MissingExtraError("Drawing plots", "plot", "matplotlib") from None
     import warnings
 
     # A parameter value in a script the font lacks (日本語) is drawn as boxes; matplotlib's

@@ -3,8 +3,10 @@
 The table has one row per trial and these columns, in order: `trial_id`, `state`, one column
 per parameter (`param_<id>`, empty where a conditional parameter was inactive), one per
 metric (`metric_<id>`: the final measurement's value), `final_step`, `start_time`,
-`end_time`, `duration_seconds`, `infeasible_reason`, `early_stopping_rule`, and for PBT
-`pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`. Values keep their types: INTEGER
+`end_time`, `duration_seconds`, `infeasible_reason`, `early_stopping_rule`, for PBT
+`pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`, then `failure_class` (USER, RESOURCE,
+INFRASTRUCTURE, TIMEOUT: why an INFEASIBLE trial failed) and `retry_of` (the trial a retry
+runs again). Values keep their types: INTEGER
 parameters and whole DISCRETE values are integers (`16`, not `16.0`: the value the trainer
 received as `--batch_size=16`), other numbers floats; CSV writes them as text, Parquet with
 their types.
@@ -24,7 +26,8 @@ the metrics' ids as its metric names (`Study.set_metric_names`), and every trial
   `IntDistribution` with a step, other DISCRETE values as a `CategoricalDistribution`);
 * its intermediate values by step (the first metric's: Optuna keeps one per step);
 * user attributes `vcli_trial_id`, and where they apply `infeasible_reason`,
-  `early_stopping_rule`, `stop_reason`, `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`.
+  `early_stopping_rule`, `stop_reason`, `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`,
+  `failure_class`, `retry_of`.
 
 csv is the standard library's; pyarrow and optuna are imported only for their formats, and
 a missing one is one line saying what to install.
@@ -38,7 +41,7 @@ import warnings
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from vcli.errors import InvalidValueError, UsageError
+from vcli.errors import InvalidValueError, MissingExtraError, UsageError
 from vcli.plots.data import parse_time
 from vcli.spec import (
     CategoricalValueSpec,
@@ -64,6 +67,7 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
                "start_time", "end_time", "duration_seconds", "infeasible_reason", "early_stopping_rule"]
     if pbt:
         columns += ["pbt_member", "pbt_parent_trial_id", "pbt_start_step"]
+    columns += ["failure_class", "retry_of"]
     specs = {p.parameter_id: p for p in params}
     rows = []
     for t in trials:
@@ -76,7 +80,7 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
             lin = t.lineage
             row += [lin.member if lin else None, lin.parent_trial_id if lin else None,
                     lin.start_step if lin and lin.parent_trial_id else None]
-        rows.append(row)
+        rows.append([*row, t.failure_class, t.retry_of])  # a FailureClass is its text
     return columns, rows
 
 
@@ -114,7 +118,7 @@ def write_parquet(path: str, columns: Sequence[str], rows: Sequence[Sequence[Any
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError("argument --to: writing Parquet needs pyarrow: pip install pyarrow") from None
+        raise MissingExtraError("Writing Parquet (--to)", "export", "pyarrow") from None
     data = {c: [row[i] for row in rows] for i, c in enumerate(columns)}
     arrays = {}
     for c, values in data.items():
@@ -133,7 +137,7 @@ def to_optuna(url: str, study_name: str, spec: StudySpec, params: Mapping[str, P
     try:
         import optuna
     except ImportError:
-        raise UsageError("argument --to: exporting to an Optuna storage needs optuna: pip install optuna") from None
+        raise MissingExtraError("Exporting to an Optuna storage (--to)", "export", "optuna") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shown, password = shown_url(url), _password(url)
 
@@ -256,7 +260,8 @@ def _state_and_values(optuna: Any, spec: StudySpec, t: Trial) -> tuple[Any, list
 def _attrs(t: Trial) -> dict[str, Any]:
     attrs: dict[str, Any] = {"vcli_trial_id": t.id}
     for key, value in (("infeasible_reason", t.infeasible_reason), ("early_stopping_rule", t.early_stopping_rule),
-                       ("stop_reason", t.stop_reason)):
+                       ("stop_reason", t.stop_reason), ("failure_class", t.failure_class and t.failure_class.value),
+                       ("retry_of", t.retry_of)):
         if value:
             attrs[key] = value
     if t.lineage is not None:

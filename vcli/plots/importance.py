@@ -34,7 +34,9 @@ def importances(params: Sequence[ParameterSpec], done: Sequence[Finished]) -> di
         import numpy as np
         from sklearn.ensemble import RandomForestRegressor
     except ImportError:
-        return "Importances need scikit-learn: pip install 'vcli[plot]'."
+        from vcli.errors import MissingExtraError
+
+        return str(MissingExtraError("Computing importances", "plot", "scikit-learn"))
     columns: list[str] = []  # the parameter each feature column belongs to
     rows: list[list[float]] = [[] for _ in done]
     for p in params:

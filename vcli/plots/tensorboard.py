@@ -45,7 +45,7 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from vcli.errors import UsageError
+from vcli.errors import MissingExtraError, UsageError
 from vcli.plots.data import parse_time
 from vcli.spec import (
     CategoricalValueSpec,
@@ -57,8 +57,6 @@ from vcli.spec import (
     Trial,
     TrialState,
 )
-
-INSTALL_HINT = "TensorBoard is not installed here: pip install tensorboard (or pip install 'vcli[tensorboard]')"
 
 
 @dataclass(frozen=True)
@@ -149,7 +147,7 @@ def tensorboard_argv(runs_: Sequence[Run], *, host: str, port: int, study: Study
     elif shutil.which("tensorboard"):
         exe = [shutil.which("tensorboard") or "tensorboard"]
     else:
-        raise UsageError(INSTALL_HINT)
+        raise MissingExtraError("hp-tuning-jobs tensorboard", "tensorboard", "TensorBoard")
     if study is not None:
         return [*exe, f"--logdir={write_study_logdir(study, runs_)}", f"--host={host}", f"--port={port}"]
     spec = ",".join(f"{r.name}:{r.log_dir}" for r in present)

@@ -68,10 +68,10 @@ def settings(flag: str | None, *, display_name: str, experiment: str | None = No
                          if any(ord(c) < 32 or ord(c) == 127 for c in uri) else
                          f"{_source(flag)}: [{display_uri(uri)}] is not a tracking URI: {problem}")
     if importlib.util.find_spec("mlflow") is None:
-        from vcli.errors import UsageError
+        from vcli.errors import MissingExtraError
 
-        raise UsageError(f"experiment tracking at [{display_uri(uri)}] needs MLflow, which is not installed: "
-                         "pip install 'vcli[mlflow]' (or turn tracking off with --tracking-uri=off)")
+        raise MissingExtraError(f"Experiment tracking at [{display_uri(uri)}] (--tracking-uri=off turns it off)", "mlflow",
+                                "MLflow")
     return {"uri": uri, "experiment": _basename(experiment) or display_name,
             "runName": _basename(experiment_run) or display_name}
 

@@ -22,6 +22,7 @@ import random
 from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping, Sequence
 
 from vcli.spec import (
+    FailureClass,
     ParameterSpec,
     ParameterValue,
     StudySpec,
@@ -310,6 +311,9 @@ class Space:
 
 # ---------------------------------------------------------------------- bookkeeping
 
+#: Failure classes whose trials are not `valueless()` points (`SuggesterBase.resource_failed`).
+_NOT_VALUELESS = (FailureClass.RESOURCE, FailureClass.INFRASTRUCTURE)
+
 
 def metric_value(trial: Trial, metric_id: str) -> float | None:
     """The trial's final metric, or None when it has none (infeasible / non-finite)."""
@@ -324,7 +328,7 @@ def metric_value(trial: Trial, metric_id: str) -> float | None:
 
 
 class SuggesterBase:
-    """Trial bookkeeping shared by all suggesters; every bit of state derives from tell().
+    """Trial bookkeeping shared by all suggesters; every bit of state derives from tell() (and `prior`).
 
     `_outstanding` holds suggestions this instance handed out that no told trial carries yet
     (so that two ask() calls without a tell in between don't repeat themselves). A suggester
@@ -350,8 +354,32 @@ class SuggesterBase:
         self._trials: dict[str, Trial] = {}
         self._keys: dict[str, ParamKey] = {}  # trial id -> its key (computed once, at tell)
         self._outstanding: list[tuple[ParamKey, dict[str, ParameterValue]]] = []
+        #: Prior observations (`prior`): SUCCEEDED trials of another study, never this one's.
+        self._priors: tuple[Trial, ...] = ()
 
     # ------------------------------------------------------------------ protocol
+
+    def prior(self, observations: Sequence[Trial]) -> None:
+        """Prior observations (a warm start), told once before anything is asked: SUCCEEDED
+        trials of another study, with parameters of this space. They feed `observations()` and
+        `objective_observations()` (so the models), as the oldest values, and count towards a
+        model's random start-up; they are no trials of this study: they take no trial number
+        (`n_known`, and the random draws keyed on it, leave them out), are neither pending nor
+        known points, so random and grid search, which use no values, propose what they would
+        without them. A suggester rebuilt with the same priors and trials proposes the same
+        points. A prior without a finite value of every metric is left out."""
+        self._priors = tuple(t for t in observations
+                             if t.state == TrialState.SUCCEEDED and metric_values(t, self.metric_ids) is not None)
+
+    @property
+    def n_priors(self) -> int:
+        """Prior observations told (`prior`)."""
+        return len(self._priors)
+
+    def _valued(self) -> Iterator[Trial]:
+        """The priors, then every trial told, in order: what observations are made of."""
+        yield from self._priors
+        yield from self._trials.values()
 
     def tell(self, trial: Trial) -> None:
         self._trials[trial.id] = trial  # dict keeps first-insertion order on update
@@ -405,9 +433,9 @@ class SuggesterBase:
         return uniforms([self.seed, self.n_known + i, *purpose], n)
 
     def observations(self) -> list[tuple[Mapping[str, ParameterValue], float]]:
-        """(parameters, value to MINIMISE) of every trial with a finite final metric."""
+        """(parameters, value to MINIMISE) of every prior and trial with a finite final metric."""
         out = []
-        for t in self._trials.values():
+        for t in self._valued():
             v = metric_value(t, self.metric_id)
             if v is not None:
                 out.append((t.parameters, self.sign * v))
@@ -420,9 +448,9 @@ class SuggesterBase:
     def objective_observations(self) -> list[tuple[Mapping[str, ParameterValue], tuple[float, ...]]]:
         """(parameters, one value to MINIMISE per metric, in `study_spec.metrics` order) of
         every trial with a finite final value of every metric. With one metric this is
-        `observations()` with 1-tuples."""
+        `observations()` with 1-tuples. Priors first, as there."""
         out = []
-        for t in self._trials.values():
+        for t in self._valued():
             v = metric_values(t, self.metric_ids)
             if v is not None:
                 out.append((t.parameters, tuple(s * x for s, x in zip(self.signs, v))))
@@ -434,8 +462,14 @@ class SuggesterBase:
         return [
             t.parameters
             for t in self._trials.values()
-            if t.state.is_final() and metric_values(t, self.metric_ids) is None
+            if t.state.is_final() and metric_values(t, self.metric_ids) is None and t.failure_class not in _NOT_VALUELESS
         ]
+
+    def resource_failed(self) -> list[Mapping[str, ParameterValue]]:
+        """Finished trials that failed RESOURCE (out of memory or disk): bad observations of an
+        implicit constraint to the models (the GP's imputed worst value, TPE's bad group)."""
+        return [t.parameters for t in self._trials.values()
+                if t.state.is_final() and t.failure_class == FailureClass.RESOURCE]
 
     def pending(self) -> list[Mapping[str, ParameterValue]]:
         """Running trials and outstanding suggestions (points with a value still to come)."""
@@ -444,11 +478,13 @@ class SuggesterBase:
         return out
 
     def valueless(self) -> list[Mapping[str, ParameterValue]]:
-        """Finished trials without a usable metric (INFEASIBLE, missing or non-finite)."""
+        """Finished trials without a usable metric (INFEASIBLE, missing or non-finite), but
+        those that failed RESOURCE (`resource_failed`) or INFRASTRUCTURE (a lost host says
+        nothing of its point, and its retry runs that point again)."""
         return [
             t.parameters
             for t in self._trials.values()
-            if t.state.is_final() and metric_value(t, self.metric_id) is None
+            if t.state.is_final() and metric_value(t, self.metric_id) is None and t.failure_class not in _NOT_VALUELESS
         ]
 
     def known_keys(self) -> set[ParamKey]:

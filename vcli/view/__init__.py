@@ -127,7 +127,7 @@ class PlainStudyView(StudyView):
             if trial.lineage is not None and trial.lineage.parent_trial_id:
                 line += (f" (member {trial.lineage.member}, from trial {trial.lineage.parent_trial_id}'s checkpoint "
                          f"at step {trial.lineage.start_step})")
-            return line
+            return line + (f" (retry of trial {trial.retry_of})" if trial.retry_of else "")
         if kind == StudyEvent.TRIAL_STOPPING:
             at = f" at step {trial.measurements[-1].step_count}" if trial.measurements else ""
             early = ", stopped early" if trial.early_stopping_rule else ""
@@ -139,7 +139,8 @@ class PlainStudyView(StudyView):
                 values, step = self.snapshot.latest(trial)
                 early = f", stopped early by the {trial.early_stopping_rule} rule" if trial.early_stopping_rule else ""
                 return f"trial {trial.id} SUCCEEDED{after}{early}: {values_text(self.snapshot, values)} step={step} ({params})"
-            return f"trial {trial.id} {trial.state.value}{after} ({params}): {trial.infeasible_reason}"
+            failed = f" {trial.failure_class}" if trial.failure_class else ""
+            return f"trial {trial.id} {trial.state.value}{failed}{after} ({params}): {trial.infeasible_reason}"
         return None
 
     def progress(self, text: str) -> None:

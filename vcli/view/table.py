@@ -140,10 +140,24 @@ def _note(t: Trial) -> str:
     if t.state == TrialState.STOPPING and t.stop_reason:
         return f"stopping: {t.stop_reason}"
     if t.state == TrialState.INFEASIBLE and t.infeasible_reason:
-        return _short_reason(t.infeasible_reason)
+        return failure_note(t.infeasible_reason, t.failure_class)
+    if t.retry_of:
+        return f"retry of trial {t.retry_of}"
     if t.lineage is not None and t.lineage.parent_trial_id:
         return f"from trial {t.lineage.parent_trial_id} at step {t.lineage.start_step}"
     return ""
+
+
+def failure_note(reason: str, cls: str | None) -> str:
+    """An INFEASIBLE trial's note: its failure class and its cause (`vcli.control.failures`:
+    the `(CLASS: cause)` its reason ends with), or for USER the trainer's last error line."""
+    if cls is None:
+        return _short_reason(reason)
+    marker = f" ({cls}: "
+    if cls != "USER" and marker in reason:
+        cause = reason.rsplit(marker, 1)[1]
+        return f"{cls}: {cause[:-1] if cause.endswith(')') else cause}"
+    return f"{cls}: {_short_reason(reason)}"
 
 
 def _short_reason(reason: str) -> str:
@@ -167,6 +181,12 @@ def _number_format(values: Sequence[float]) -> Callable[[float], str]:
     return lambda v: f"{v:.3e}" if math.isfinite(v) else str(v)
 
 
+def _ended(trials: Sequence[Trial]) -> int:
+    """The trials that ended, towards maxTrialCount: a failure run again (its `retryOf`) is not one."""
+    retried = {t.retry_of for t in trials if t.retry_of is not None}
+    return sum(1 for t in trials if t.state.is_final() and t.id not in retried)
+
+
 def _summary(snap: StudySnapshot, now: float, width: int) -> Text:
     """The first line: state, progress, elapsed, ETA, rate and the machine's load. What does
     not fit `width` is left out, least important first (never the progress)."""
@@ -174,7 +194,7 @@ def _summary(snap: StudySnapshot, now: float, width: int) -> Text:
 
     trials = list(snap.trials.values())
     counts = {s: sum(1 for t in trials if t.state == s) for s in TrialState}
-    ended = counts[TrialState.SUCCEEDED] + counts[TrialState.INFEASIBLE]
+    ended = _ended(trials)
     early = sum(1 for t in trials if t.early_stopping_rule)
     # (priority, text): lower priority numbers stay longer; shown in this order.
     parts = [(0, f"{ended}/{snap.max_trial_count} done"),

@@ -11,7 +11,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from vcli.errors import ExecutorError
+from vcli.errors import ExecutorError, MissingExtraError
 
 if TYPE_CHECKING:  # pragma: no cover
     import docker as docker_sdk
@@ -27,7 +27,7 @@ def sdk() -> Any:
     try:
         import docker
     except ImportError:
-        raise ExecutorError("The docker executor needs the Docker SDK for Python: pip install 'vcli[docker]'.") from None
+        raise MissingExtraError("The docker executor", "docker", "the Docker SDK for Python") from None
     return docker
 
 
@@ -90,7 +90,7 @@ def cannot_run_images(images: Sequence[str], base_url: str | None = None, timeou
     import importlib.util
 
     if importlib.util.find_spec("docker") is None:
-        return "The docker executor needs the Docker SDK for Python: pip install 'vcli[docker]'."
+        return str(MissingExtraError("The docker executor", "docker", "the Docker SDK for Python"))
     url = engine_url(base_url)
     local = [i for i in images if not has_registry_host(i)]
     if not url.startswith("unix://") or os.environ.get("DOCKER_TLS_VERIFY"):

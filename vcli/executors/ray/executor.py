@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from vcli.errors import ExecutorError, InvalidValueError
+from vcli.errors import ExecutorError, InvalidValueError, MissingExtraError
 from vcli.executors import (
     ExecutorBase,
     Placement,
@@ -105,7 +105,7 @@ class RayExecutor(ExecutorBase):
         try:
             import ray
         except ImportError:
-            raise ExecutorError("The ray executor needs Ray: pip install 'vcli[ray]'.") from None
+            raise MissingExtraError("The ray executor", "ray", "Ray") from None
         if ray.is_initialized():
             self._await_cluster()  # before: `check_reachable` says what is wrong at once
         with self._lock:

@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from vcli.errors import ExecutorError
+from vcli.errors import ExecutorError, MissingExtraError
 from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = [
@@ -43,7 +43,7 @@ def paramiko() -> Any:
     try:
         import paramiko as mod
     except ImportError:  # pragma: no cover - depends on the installation
-        raise ExecutorError("The ssh executor needs paramiko: pip install 'vcli[ssh]'.") from None
+        raise MissingExtraError("The ssh executor", "ssh", "paramiko") from None
     import logging
 
     log = logging.getLogger("paramiko")

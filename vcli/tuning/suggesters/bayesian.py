@@ -46,7 +46,11 @@
   trial numbers that are multiples of m + 1 (`_local_slot`: the mix of a batch of m + 1);
 * valueless points (INFEASIBLE / non-finite) are
   kriging-believer fantasies too (they only shrink the variance there), so the optimiser
-  does not propose them again, and they are never fed as metric values;
+  does not propose them again, and they are never fed as metric values; but a trial that
+  failed RESOURCE (out of memory or disk, `vcli.control.failures`) is an observation
+  `resource_margin` (1) standard deviation above the worst modelled output, so that log EI
+  leaves its region (an implicit constraint; SMAC imputes a crashed run's cost alike), and
+  one that failed INFRASTRUCTURE is neither (its retry runs the point again);
 * several metrics (a multi-objective study): ParEGO. Each model-based suggestion draws
   its own weights on the simplex, scalarises the observed objective vectors (normalised
   so that the current Pareto front spans [0, 1]) with the augmented Chebyshev function
@@ -99,6 +103,10 @@ class GPSuggester(AcqSearch, SuggesterBase):
     #: against q = 1: 0.02: 1.6x / 0.51x; 0.005: 2.0x / 0.42x; 0.01: 2.1x / 1.8x; 0.05: 3.9x /
     #: 1.3x; 0.1: 3.4x / 2.9x; the batch spread over the box (before): 7.7x / 3.8x
     local_sd, local_starts = 0.02, 512
+    #: a trial that failed RESOURCE (out of memory) is an observation this far above the worst
+    #: modelled output (outputs are standardised: in standard deviations), so that log EI
+    #: leaves its region, not only its point (an implicit constraint, as SMAC imputes crashes)
+    resource_margin = 1.0
 
     def __init__(
         self,
@@ -149,8 +157,8 @@ class GPSuggester(AcqSearch, SuggesterBase):
         multi = self.n_objectives > 1
         obs = self.objective_observations() if multi else self.observations()
         known = self.known_keys()
-        # trial numbers below n_startup are random (all of them until 2 observations exist)
-        n_random = count if len(obs) < 2 else max(0, min(count, self.n_startup - self.n_known))
+        # trial numbers below n_startup, less the priors, are random (all until 2 observations exist)
+        n_random = count if len(obs) < 2 else max(0, min(count, self.n_startup - self.n_known - self.n_priors))
         out = self._startup(n_random, known)
         if len(out) < n_random or n_random == count:  # all random, or a finite space ran out
             return out
@@ -218,7 +226,7 @@ class GPSuggester(AcqSearch, SuggesterBase):
         X = np.array([sp.encode(p) for p, _ in obs], dtype=float)
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
         y, floor = self._outputs(np.array([v for _, v in obs], dtype=float))
-        return (*self._model(X, y, V, floor), X, y)
+        return (*self._model(X, y, V, floor, self._resource_rows()), X, y)
 
     def _outputs(self, yraw):
         """(the outputs the GP models for raw values `yraw`, its noise floor)."""
@@ -247,6 +255,7 @@ class GPSuggester(AcqSearch, SuggesterBase):
         X = np.array([sp.encode(p) for p, _ in modelled])
         Y = np.array([v for _, v in modelled], dtype=float)  # (n,) one objective, (n, m) several
         V = np.array([sp.encode(p) for p in valueless], dtype=float).reshape(-1, sp.dim)
+        R = self._resource_rows()
         running = self.pending()  # points of earlier asks still without a value
         P = np.array([sp.encode(p) for p in running + batch], dtype=float).reshape(-1, sp.dim)
         local = self._refines(Y, level)
@@ -255,7 +264,7 @@ class GPSuggester(AcqSearch, SuggesterBase):
             if model is None or Y.ndim == 2:
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
                 y, floor = self._outputs(yraw)
-                model = self._model(X, y, V, floor)
+                model = self._model(X, y, V, floor, R)
             x = self._slot_point(i, model, P, known, local=local and self._local_slot(k, i, len(running)))
             if x is None:
                 break
@@ -360,13 +369,21 @@ class GPSuggester(AcqSearch, SuggesterBase):
         step = float(np.min(np.diff(levels[: k + 1])))
         return max(self.min_noise, step * step / 12.0)
 
-    def _model(self, X, y, V, floor=None):
+    def _resource_rows(self):
+        """The rows of the trials that failed RESOURCE (`resource_failed`), unit space."""
+        sp = self.space
+        return self._np.array([sp.encode(p) for p in self.resource_failed()], dtype=float).reshape(-1, sp.dim)
+
+    def _model(self, X, y, V, floor=None, R=None):
         """(GP on outputs y with the valueless points V believed, its hyperparameters, the
-        incumbent value, the incumbent's row); `floor`: the noise floor (min_noise if None)."""
+        incumbent value, the incumbent's row); `floor`: the noise floor (min_noise if None).
+        `R`: rows of RESOURCE failures, modelled at `resource_margin` above the worst output."""
         np = self._np
         from vcli.tuning.suggesters import _gp
 
         floor = self.min_noise if floor is None else floor
+        if R is not None and len(R) and len(y):
+            X, y = np.vstack([X, R]), np.concatenate([y, np.full(len(R), float(np.max(y)) + self.resource_margin)])
         theta = self._fit(X, y, floor)
         gp = _gp.GP(X, y, self._is_cat, theta, floor)
         gp.floor = floor

@@ -134,8 +134,8 @@ class SkoptSuggester(SuggesterBase):
 
     def _told(self) -> tuple[list[list], list[float]]:
         """(points, values to minimise) to tell the optimizer: every observation (ParEGO
-        scalarised when there are several metrics), then, once a value exists, every pending
-        point with the constant lie min(values)."""
+        scalarised when there are several metrics), then, once a value exists, every RESOURCE
+        failure with the worst value and every pending point with the constant lie min(values)."""
         import numpy as np
 
         obs: Sequence[tuple[Mapping[str, ParameterValue], object]]  # one value, or one per metric
@@ -147,6 +147,8 @@ class SkoptSuggester(SuggesterBase):
             obs = self.observations()
             ys = [float(v) for _, v in obs]
         xs = [self._to_point(p) for p, _ in obs]
+        if ys and (bad := self.resource_failed()):  # out of memory: as bad as the worst value (an implicit constraint)
+            xs, ys = xs + [self._to_point(p) for p in bad], ys + [max(ys)] * len(bad)
         pend = self.pending()
         if pend and ys:
             xs += [self._to_point(p) for p in pend]

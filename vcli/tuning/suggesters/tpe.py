@@ -25,10 +25,17 @@ for above -- and the next point is the candidate with the highest log l(x) - log
   outstanding suggestions, earlier points of the same batch) join the above set, so TPE
   steers away from them. Valueless trials (INFEASIBLE, or SUCCEEDED without a finite metric)
   join the above set as well -- never as a number -- so their points count as explored;
-* startup: every trial is uniform random until `n_startup` (10) trials have a value (as in
-  Optuna, which counts finished trials: with batches or running trials the model waits for
-  10 values rather than taking over at trial number 10 with fewer); in a fully discrete
-  space a known point is never proposed again ([] once every point is known).
+  RESOURCE failures (out of memory) too, as c-TPE's bad group; INFRASTRUCTURE ones do not;
+* where trials failed RESOURCE, an implicit constraint, as c-TPE (Watanabe & Hutter, 2023)
+  treats one: a candidate's score is the log of the product of the objective's and the
+  constraint's relative density ratios, -log(gamma + (1 - gamma) g/l) - log(gamma_c + (1 -
+  gamma_c) o/f), f and o Parzen estimators of the trials with a value and of those that
+  failed, gamma_c the fraction with a value, so TPE leaves the region that ran out of memory
+  (without RESOURCE failures the first term alone orders candidates as log l - log g does);
+* startup: every trial is uniform random until `n_startup` (10) trials have a value or
+  failed RESOURCE, one value at least (as in Optuna, which counts finished trials: with
+  batches or running trials the model waits for 10 values rather than taking over at trial
+  number 10 with fewer); in a fully discrete space a known point is never proposed again.
 
 Measured equivalence (bench/results/tpe/NOTES.md, "### TPE"): on the same split, l(x) - g(x) equals
 Optuna's to 1e-15 except where observations tie. There the kernel that gets the gap to a
@@ -51,7 +58,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from vcli.spec import ParameterValue, StudySpec
+from vcli.spec import FailureClass, ParameterValue, StudySpec
 from vcli.tuning.pareto import metric_values
 from vcli.tuning.space import (
     CATEGORICAL,
@@ -61,6 +68,7 @@ from vcli.tuning.space import (
     ParamKey,
     SuggesterBase,
 )
+from vcli.tuning.suggesters._tpe_multi import _hypervolume, _nondominated_ranks, _select_multiobjective  # noqa: F401
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,7 +79,6 @@ if TYPE_CHECKING:
 # purposes of the seeded generators (the third element of the rng key)
 _RNG_STARTUP, _RNG_TPE = 11, 12
 _CANDIDATE_ROUNDS = 4  # finite spaces: fresh candidate draws before falling back to random
-_EPS = 1e-12
 
 
 def _gamma_single(n: int) -> int:
@@ -123,9 +130,9 @@ class TPESuggester(SuggesterBase):
         np = self._np
         sp = self.space
         obs_rows, obs_vals, other = [], [], []
-        for t in self._trials.values():
-            if not t.state.is_final():
-                continue  # pending: self.pending() below
+        for t in self._valued():  # the priors (the oldest observations), then the trials
+            if not t.state.is_final() or t.failure_class == FailureClass.INFRASTRUCTURE:
+                continue  # pending: self.pending() below; a lost trial: its retry runs the point
             vals = metric_values(t, self.metric_ids)
             if vals is None:
                 other.append(sp.encode(t.parameters))
@@ -163,14 +170,16 @@ class TPESuggester(SuggesterBase):
         is_below = np.zeros(len(Y), dtype=bool)
         is_below[below] = True
         multi = Y.shape[1] > 1
+        X_oom = np.array([sp.encode(p) for p in self.resource_failed()], dtype=float).reshape(-1, sp.dim)
+        n_oom = len(X_oom)
         out: list[dict[str, ParameterValue]] = []
         for i in range(count):
-            if len(Y) < max(1, self.n_startup):  # values in hand, not trial numbers
+            if not len(Y) or len(Y) + n_oom < self.n_startup:  # values (and RESOURCE failures) in hand, not trial numbers
                 p = self._untried_random(self.rng(i, _RNG_STARTUP), known)
             else:
                 batch = np.array([sp.encode(q) for q in out], dtype=float).reshape(-1, sp.dim)
                 p = self._suggest(
-                    i, X_obs[is_below], np.vstack([X_obs[~is_below], X_other, batch]), multi, known
+                    i, X_obs[is_below], np.vstack([X_obs[~is_below], X_other, batch]), multi, known, (X_obs, X_oom)
                 )
             if p is None:  # a finite space with every point known
                 break
@@ -178,8 +187,9 @@ class TPESuggester(SuggesterBase):
             out.append(p)
         return out
 
-    def _suggest(self, i, X_below, X_above, multi, known) -> dict[str, ParameterValue] | None:
-        """The best-scoring candidate that is not a known point."""
+    def _suggest(self, i, X_below, X_above, multi, known, feasible) -> dict[str, ParameterValue] | None:
+        """The best-scoring candidate that is not a known point; `feasible`: (rows with a value,
+        rows that failed RESOURCE), the constraint's two groups."""
         np = self._np
         sp = self.space
         rng = self.rng(i, _RNG_TPE)
@@ -193,9 +203,11 @@ class TPESuggester(SuggesterBase):
             wb = np.ones(nb) if multi else _default_weights(nb)
             lx = _Parzen(sp, g.cols, X_below[rows_b][:, g.cols], wb, self.prior_weight)
             gx = _Parzen(sp, g.cols, X_above[rows_a][:, g.cols], _default_weights(na), self.prior_weight)
-            models.append((lx, gx))
+            models.append((lx, gx, *self._constraint(g, *feasible)))
+        n_ok, n_oom = len(feasible[0]), len(feasible[1])
+        gammas = (len(X_below) / max(1, n_ok), n_ok / max(1, n_ok + n_oom))
         for _ in range(_CANDIDATE_ROUNDS):
-            C, score = self._candidates(rng, models)
+            C, score = self._candidates(rng, models, gammas)
             for j in np.argsort(-score, kind="stable"):
                 p = sp.decode(C[j])
                 if sp.key(p) not in known:
@@ -204,18 +216,32 @@ class TPESuggester(SuggesterBase):
                 break  # a continuous space: only an exact repeat can collide; take a random point
         return self._untried_random(rng, known)
 
-    def _candidates(self, rng, models):
+    def _constraint(self, g, X_ok, X_oom):
+        """(Parzen estimators of group `g` over the rows with a value and the rows that failed
+        RESOURCE), or () when none failed RESOURCE."""
+        if not len(X_oom):
+            return ()
+        out = []
+        for X in (X_ok, X_oom):
+            rows = _active(self.space, X)[:, g.cols[0]] if len(g.cols) else self._np.zeros(0, bool)
+            out.append(_Parzen(self.space, g.cols, X[rows][:, g.cols], self._np.ones(int(rows.sum())), self.prior_weight))
+        return tuple(out)
+
+    def _candidates(self, rng, models, gammas: tuple[float, float]):
         """`n_ei_candidates` points drawn from l, group by group down the tree, and their
-        scores (the sum over active groups of log l - log g)."""
+        scores: the sum over active groups of log l - log g; where trials failed RESOURCE,
+        c-TPE's: -log(gamma + (1 - gamma) g/l) - log(gamma_c + (1 - gamma_c) o/f), with f and o
+        the densities of the rows with a value and of those that failed (products over the
+        active groups), `gammas` the fraction of the values below and of the rows with one."""
         np = self._np
         sp = self.space
         N = self.n_ei_candidates
         C = np.empty((N, sp.dim), dtype=float)
         for c, n in enumerate(sp.nodes):
             C[:, c] = INACTIVE_CATEGORICAL if n.kind == CATEGORICAL else INACTIVE_NUMERIC
-        score = np.zeros(N)
+        score, ratio = np.zeros(N), np.zeros(N)
         active = np.ones((N, sp.dim), dtype=bool)
-        for g, (lx, gx) in zip(self._groups, models):
+        for g, (lx, gx, *fo) in zip(self._groups, models):
             if g.parent is None:
                 rows = np.ones(N, dtype=bool)
             else:
@@ -227,6 +253,11 @@ class TPESuggester(SuggesterBase):
             Xg = lx.sample(rng, k)
             C[np.ix_(rows, g.cols)] = Xg
             score[rows] += lx.log_pdf(Xg) - gx.log_pdf(Xg)
+            if fo:
+                ratio[rows] += fo[1].log_pdf(Xg) - fo[0].log_pdf(Xg)
+        if len(models) and len(models[0]) > 2:
+            (go, gc) = gammas
+            score = -np.logaddexp(math.log(go), math.log1p(-go) - score) - np.logaddexp(math.log(gc), math.log1p(-gc) + ratio)
         return sp.snap(C), score
 
     def _untried_random(self, rng, known: set[ParamKey]) -> dict[str, ParameterValue] | None:
@@ -421,79 +452,3 @@ def _truncnorm_sample(rng, mu, sigma, a: float, b: float):
     z = np.clip(ndtri_exp(np.minimum(logu, 0.0)), lo, hi)
     z = np.where(flip, -z, z)
     return np.clip(mu + sigma * z, a, b)
-
-
-# ---------------------------------------------------------------------- multi-objective
-
-
-def _nondominated_ranks(Y) -> np.ndarray:
-    """Pareto rank of each row (0 = non-dominated), all objectives minimised."""
-    import numpy as np
-
-    n = len(Y)
-    le = np.all(Y[:, None, :] <= Y[None, :, :], axis=2)
-    lt = np.any(Y[:, None, :] < Y[None, :, :], axis=2)
-    dominates = le & lt  # [i, j]: i dominates j
-    count = dominates.sum(axis=0)
-    ranks = np.full(n, -1)
-    rank = 0
-    front = np.flatnonzero(count == 0)
-    while len(front):
-        ranks[front] = rank
-        count = count - dominates[front].sum(axis=0)
-        count[ranks >= 0] = -1
-        front = np.flatnonzero(count == 0)
-        rank += 1
-    return ranks
-
-
-def _hypervolume(P, ref) -> float:
-    """Hypervolume dominated by points P (minimised) up to `ref`, by slicing the last axis."""
-    import numpy as np
-
-    P = P[np.all(P < ref, axis=1)]
-    if len(P) == 0:
-        return 0.0
-    if P.shape[1] == 1:
-        return float(ref[0] - P[:, 0].min())
-    P = P[np.argsort(P[:, -1], kind="stable")]
-    vol = 0.0
-    for i in range(len(P)):
-        upper = P[i + 1, -1] if i + 1 < len(P) else ref[-1]
-        if upper > P[i, -1]:
-            vol += (upper - P[i, -1]) * _hypervolume(P[: i + 1, :-1], ref[:-1])
-    return vol
-
-
-def _select_multiobjective(Y, n_below: int) -> np.ndarray:
-    """Indices of `n_below` rows: whole non-dominated ranks while they fit, then the rank
-    that does not fit by greedy hypervolume contribution (Optuna's HSSP tie-break)."""
-    import numpy as np
-
-    ranks = _nondominated_ranks(Y)
-    chosen: list[int] = []
-    for r in range(int(ranks.max()) + 1):
-        idx = np.flatnonzero(ranks == r)
-        if len(chosen) + len(idx) <= n_below:
-            chosen.extend(int(i) for i in idx)
-            continue
-        need = n_below - len(chosen)
-        pts = Y[idx]
-        worst = pts.max(axis=0)
-        ref = np.maximum(1.1 * worst, 0.9 * worst)
-        ref[ref == 0] = _EPS
-        picked: list[int] = []
-        base = 0.0
-        for _ in range(need):
-            best_j, best_gain = -1, -1.0
-            for j in range(len(idx)):
-                if j in picked:
-                    continue
-                gain = _hypervolume(pts[picked + [j]], ref) - base
-                if gain > best_gain:
-                    best_j, best_gain = j, gain
-            picked.append(best_j)
-            base += best_gain
-        chosen.extend(int(idx[j]) for j in picked)
-        break
-    return np.array(chosen, dtype=int)
