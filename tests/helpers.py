@@ -211,3 +211,37 @@ def reap(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+
+
+class PeakRss:
+    """The peak resident size, in KiB, of one child process itself: its `/proc/PID/status`
+    VmHWM, read every few milliseconds until it exits (`stop()` returns the largest seen).
+
+    `wait4`'s ru_maxrss is no measure of a child's own memory: Linux starts a child's at its
+    parent's size when it forks and keeps the larger across `exec`, so a test process that
+    earlier tests grew to 500 MB made every child it started look that big."""
+
+    def __init__(self, pid: int, interval: float = 0.005) -> None:
+        import threading
+
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            try:
+                with open(f"/proc/{self.pid}/status") as f:
+                    hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), None)
+            except (OSError, ValueError):
+                return
+            if hwm is None:  # exited (a zombie has no memory left)
+                return
+            self.peak = max(self.peak, hwm)
+            time.sleep(self.interval)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
