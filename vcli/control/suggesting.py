@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from vcli.spec import HyperparameterTuningJobSpec, ParameterValue, StudySpec, Trial, TrialSuggestion
 
@@ -346,11 +346,7 @@ def _apply(suggester: Any, message: tuple[Any, ...]) -> None:
         suggester.tell(payload)
     else:  # "hold": points the controller took
         for p in payload:
-            suggester.hold(_plain(p))
-
-
-def _plain(p: Mapping[str, ParameterValue]) -> dict[str, ParameterValue]:
-    return dict(p)
+            suggester.hold(dict(p))
 
 
 if __name__ == "__main__":  # the worker process (`Apart._start`)

@@ -27,13 +27,11 @@ class Steps:
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._began = time.monotonic()
         self._status: Any = None
-        self._step = ""
 
     def __enter__(self) -> Steps:
         return self
 
     def __call__(self, step: str) -> None:
-        self._step = step
         if not self.terminal:
             self.say(f"{self.what}: {step} (at {time.monotonic() - self._began:.1f} s)")
             return
