@@ -160,7 +160,7 @@ def _make(kind: str, tmp: Path, stack: Any, monkeypatch: pytest.MonkeyPatch) -> 
             from tests.harness.docker_env import ensure_docker
 
             ensure_docker([BASE_IMAGE])
-        from vcli.placement.gpulease import local_leases
+        from vcli.placement.gpus import local_leases
 
         host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
                     workdir=str(tmp / "remote"), python=sys.executable, runtime="docker" if docker else "process",
@@ -947,7 +947,8 @@ def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandl
     does). Containers: the engine here has no GPU runtime, so the container runs without a
     device request and the executor's lease keeper is given the GPU placement of the same
     container (on an SSH host: the keeper there, started over SSH)."""
-    from vcli.placement.gpulease import base_record, local_leases
+    from vcli.placement.gpulease import base_record
+    from vcli.placement.gpus import local_leases
 
     leases = h.executor.gpu_leases("lo") if h.kind == "ssh" else local_leases()  # type: ignore[attr-defined]
     leases.acquire([index], base_record(job=launch.job_id, replica=launch.task_name))
@@ -964,13 +965,15 @@ def _start_on_gpu(h: Harness, launch: ReplicaLaunch, index: int) -> ReplicaHandl
 
 
 def _holder(index: int) -> dict[str, Any] | None:
-    from vcli.placement.gpulease import LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseDir
+    from vcli.placement.gpus import local_leases
 
     return LeaseDir(local_leases().path).probe([index])[index]  # as another process sees it
 
 
 def test_a_replica_holds_its_gpu_lease_exactly_while_it_runs(hl: Harness) -> None:
-    from vcli.placement.gpulease import LeaseBusy, LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseBusy, LeaseDir
+    from vcli.placement.gpus import local_leases
 
     launch = hl.launch("sleep:1.5", "out:done")
     handle = _start_on_gpu(hl, launch, 1)
@@ -1030,7 +1033,8 @@ def test_the_gpu_lease_outlives_the_controller_while_the_replica_runs(hl: Harnes
 
 
 def test_a_replica_never_starts_on_a_gpu_another_replica_leases(hl: Harness) -> None:
-    from vcli.placement.gpulease import LeaseDir, local_leases
+    from vcli.placement.gpulease import LeaseDir
+    from vcli.placement.gpus import local_leases
 
     other = LeaseDir(local_leases().path)
     other.acquire([0], {"job": "someone-else", "user": "bob"})

@@ -85,18 +85,21 @@ def test_acquire_is_all_or_nothing_and_dies_with_its_holder(tmp_path: Path) -> N
 
 
 def test_the_lease_server_runs_from_its_shipped_copies_without_vcli(tmp_path: Path) -> None:
-    """What an SSH host runs: `python -S leaseserver.py serve DIR GPULEASE` from copies under other
-    names (`install_tools` hashes them), outside the repository and with no site-packages, so
-    neither file may import vcli. Its leases are the kernel's locks of DIR: a LeaseDir here sees
-    them held, they are all or none, and they end with the server's stdin."""
+    """What an SSH host runs: `python -S leaseserver.py serve DIR GPULEASE GPUINFO` from copies
+    under other names (`install_tools` hashes them), outside the repository and with no
+    site-packages, so no file may import vcli. Its leases are the kernel's locks of DIR: a
+    LeaseDir here sees them held, they are all or none, and they end with the server's stdin.
+    It lists every holder with the user that owns the lease, and reads the host's policy file."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     lib = bin_dir / "vcli-gpulease-0123456789ab.py"
     server = bin_dir / "vcli-leaseserver-ba9876543210.py"
     shutil.copy(REPO / "vcli/placement/gpulease.py", lib)
+    info = bin_dir / "vcli-gpuinfo-456789abcdef.py"
     shutil.copy(REPO / "vcli/placement/leaseserver.py", server)
+    shutil.copy(REPO / "vcli/placement/gpuinfo.py", info)
     d = tmp_path / "leases"
-    proc = subprocess.Popen([sys.executable, "-S", "-I", str(server), "serve", str(d), str(lib)], cwd="/",
+    proc = subprocess.Popen([sys.executable, "-S", "-I", str(server), "serve", str(d), str(lib), str(info)], cwd="/",
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": os.environ["PATH"]})
     assert proc.stdin is not None and proc.stdout is not None
@@ -121,6 +124,13 @@ def test_the_lease_server_runs_from_its_shipped_copies_without_vcli(tmp_path: Pa
         assert busy["busy"] == 2 and busy["holder"]["job"] == "B"
         assert [i for i, rec in ask({"op": "probe", "indices": [0, 1, 2, 3]})["held"] if rec] == [0, 1, 2]
         assert here.probe([3]) == {3: None}  # nothing of the refused acquire was kept
+        holders = ask({"op": "holders"})["holders"]
+        assert [(h["gpu"], h["job"], h["user"]) for h in holders] == [(0, "A", "root"), (1, "A", "root"),
+                                                                       (2, "B", "root")]
+        assert ask({"op": "policy"}) == {"policy": {}}
+        (d / "policy.yaml").write_text("queue: fair-share\n")
+        assert ask({"op": "policy"})["policy"]["text"] == "queue: fair-share\n"
+        assert ask({"op": "processes"}) == {"processes": []}  # no nvidia-smi on PATH
         assert ask({"op": "release", "indices": [0]}) == {"ok": True}
         assert here.probe([0]) == {0: None}
         assert "unknown op" in ask({"op": "launch-missiles"})["error"]
@@ -491,7 +501,8 @@ def test_hosts_gpus_shows_holders_and_waiters(tmp_path: Path, gpu_lease_dir: Pat
             return json.loads(r.stdout)
 
         got = wait_for(lambda: (x := rows()) and len(x) == 3 and x, 20, "the waiting row")
-        keys = {"host", "gpu", "state", "user", "job", "study", "trial", "replica", "pid", "since", "gpus", "reason"}
+        keys = {"host", "gpu", "state", "user", "job", "study", "trial", "replica", "command", "pid", "since", "gpus",
+                "reason"}
         assert all(set(row) == keys for row in got)
         states = [(row["gpu"], row["state"]) for row in got]
         assert states == [(0, "HELD"), (1, "FREE"), (None, "WAITING")], got
@@ -594,13 +605,13 @@ def test_the_gpus_of_an_unreachable_ssh_host_are_an_error_never_free(tmp_path: P
 
 # ----------------------------------------------------------------------------- GPUs something else uses
 
-#: An `nvidia-smi` that answers vcli's two queries for a 2-GPU machine where pid 4242, a
+#: An `nvidia-smi` that answers vcli's two queries for a 2-GPU machine where pid 99999999, a
 #: process vcli did not start, holds memory on GPU 0.
 FAKE_SMI = textwrap.dedent("""\
     #!/bin/sh
     case "$1" in
       --query-gpu=*) printf '0, GPU-aaaa\\n1, GPU-bbbb\\n' ;;
-      --query-compute-apps=*) printf 'GPU-aaaa, 4242, 1500\\n' ;;
+      --query-compute-apps=*) printf 'GPU-aaaa, 99999999, 1500\\n' ;;
       *) exit 2 ;;
     esac
 """)
@@ -686,7 +697,7 @@ def test_a_gpu_another_program_uses_is_busy_never_placed(tmp_path: Path) -> None
     assert [gpus for gpus, *_ in gpu_intervals(log)] == [(1,)]
     rows = json.loads(vcli(tmp_path / "a", "hosts", "gpus", "--format=json", timeout=60, **env).stdout)
     assert [(row["gpu"], row["state"]) for row in rows] == [(0, "BUSY"), (1, "FREE")]
-    assert rows[0]["reason"] == "used by a process vcli did not start (pid 4242, 1500 MiB)"
+    assert rows[0]["reason"] == "used by a process vcli did not start (pid 99999999, 1500 MiB)"
     assert vcli(tmp_path / "a", "config", "set", "gpu/exclude-busy", "false", **env).returncode == 0
     rows = json.loads(vcli(tmp_path / "a", "hosts", "gpus", "--format=json", timeout=60, **env).stdout)
     assert [(row["gpu"], row["state"]) for row in rows] == [(0, "FREE"), (1, "FREE")]
@@ -718,7 +729,7 @@ def test_an_ssh_hosts_own_nvidia_smi_decides_what_is_busy_there(tmp_path: Path) 
             executor = ssh_executor([host])
             try:
                 leases = executor.gpu_leases("lo")
-                assert leases.nvidia_busy() == {0: "used by a process vcli did not start (pid 4242, 1500 MiB)"}
+                assert leases.nvidia_busy() == {0: "used by a process vcli did not start (pid 99999999, 1500 MiB)"}
                 allocator = GpuAllocator({"lo": leases}, nvidia_check=True)
                 allocator.declare("lo", count=2)
                 assert allocator.allocate("lo", 1, record={"job": "j"}) == (1,)

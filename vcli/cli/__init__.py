@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from vcli import __version__
-from vcli.cli import complete, config, custom_jobs, dashboard, hosts, hp_tuning_jobs, slurm, support
+from vcli.cli import complete, config, custom_jobs, dashboard, gpu, hosts, hp_tuning_jobs, slurm, support
 from vcli.cli.gcloud_flags import GcloudCommand, RootGroup
 
 app = typer.Typer(
@@ -38,6 +38,7 @@ app.add_typer(hp_tuning_jobs.app, name="hp-tuning-jobs")
 app.add_typer(config.app, name="config")
 app.add_typer(hosts.hosts_app, name="hosts")
 app.add_typer(slurm.slurm_app, name="slurm")
+app.add_typer(gpu.gpu_app, name="gpu")
 app.command("dashboard", cls=GcloudCommand)(dashboard.dashboard)
 
 

@@ -221,7 +221,7 @@ def _save_detected(inv: dict, rows: list[dict[str, Any]]) -> None:
         H.save_inventory(now)
 
 
-_GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, pid, since, gpus, reason)"
+_GPUS_FORMAT = "table(host, gpu, state, user, job, study, trial, replica, command, pid, since, gpus, reason)"
 
 
 @hosts_app.command("gpus", cls=GcloudCommand)
@@ -276,8 +276,7 @@ def hosts_gpus(
 def _local_gpu_rows() -> list[dict[str, Any]]:
     from vcli import properties
     from vcli.placement import hosts as H
-    from vcli.placement.gpulease import local_leases, nvidia_busy
-    from vcli.placement.gpus import lease_dir_error
+    from vcli.placement.gpus import lease_dir_error, local_leases
 
     indices, _ = H.local_host().gpus()
     leases = local_leases(properties.gpu_lease_dir())
@@ -285,8 +284,7 @@ def _local_gpu_rows() -> list[dict[str, Any]]:
         held = leases.probe(indices)
     except OSError as e:  # never shown FREE: nobody can lease them
         raise lease_dir_error(H.LOCAL, leases, e) from None
-    busy = nvidia_busy([i for i, r in held.items() if r]) if _exclude_busy() else {}
-    return _lease_rows(H.LOCAL, indices, held, busy, leases.waiters())
+    return _lease_rows(H.LOCAL, indices, held, leases)
 
 
 def _remote_gpu_rows(executor: Any, host: Any) -> list[dict[str, Any]]:
@@ -295,9 +293,70 @@ def _remote_gpu_rows(executor: Any, host: Any) -> list[dict[str, Any]]:
         return []
     leases = executor.gpu_leases(host.name)
     held = leases.probe(indices, strict=True)  # an unreachable host is an error, not FREE GPUs
-    busy = leases.nvidia_busy() if _exclude_busy() else {}
-    busy = {i: why for i, why in busy.items() if held.get(i) is None}
-    return _lease_rows(host.name, indices, held, busy, leases.waiters())
+    return _lease_rows(host.name, indices, held, leases)
+
+
+@hosts_app.command("policy", cls=GcloudCommand)
+@_command("hosts.policy")
+def hosts_policy(
+    name: Annotated[str, typer.Argument(help="The host: `local` (this machine, the default) or an inventory host.",
+                                        autocompletion=host_names)] = "local",
+    set_: Annotated[Optional[List[str]], typer.Option("--set", help="KEY=VALUE to set (repeatable): max_gpus_per_user, "
+                                                      "users.NAME, max_trials_per_study, queue (first-come or fair-share).")] = None,
+    unset: Annotated[Optional[List[str]], typer.Option("--unset", help="KEY to remove (repeatable).")] = None,
+    fmt: Optional[str] = typer.Option(None, "--format", help="Default: yaml; also json, value(...)."),
+) -> None:
+    """Show or set a host's GPU lease policy: per-user GPU limits, trials per study, queue order.
+
+    The policy is `policy.yaml` in the host's lease directory, enforced by every vcli process
+    that leases GPUs there. Only root or the owner of the lease directory can set it (`--set`,
+    `--unset`, on the host itself); anyone can show it. A policy file that is not to be trusted
+    (another user's, or writable by others) is shown with the reason it is ignored."""
+    from vcli import properties
+    from vcli.errors import InvalidValueError, NotFoundError
+    from vcli.placement import hosts as H
+    from vcli.placement import leasepolicy
+    from vcli.placement.gpus import local_leases
+
+    if name != H.LOCAL:
+        inventory = H.load_inventory()
+        if name not in inventory:
+            raise NotFoundError(f"Host [{name}] is not in the inventory ({H.hosts_file()}); see `vcli hosts list`.")
+        if set_ or unset:
+            raise InvalidValueError("--set", f"the policy of SSH host {name} is set on the host: run `vcli hosts "
+                                    "policy --set ...` there as root or as the owner of its lease directory")
+        from vcli.control.wiring import ssh_executor
+
+        executor = ssh_executor([inventory[name]])
+        try:
+            _show_policy(name, executor.gpu_leases(name), fmt)
+        finally:
+            executor.close()
+        return
+    leases = local_leases(properties.gpu_lease_dir())
+    if set_ or unset:
+        try:
+            current = leasepolicy.load(leases, fresh=True).as_dict()
+        except leasepolicy.LeasePolicyError as e:  # what --set is for: the file is replaced
+            _err(f"WARNING: {e}; --set starts from an empty policy.")
+            current = {}
+        new = leasepolicy.set_keys(current, set_ or [], unset or [])
+        leasepolicy.write(leases.path, new)
+    _show_policy(H.LOCAL, leases, fmt)
+
+
+def _show_policy(host: str, leases: Any, fmt: Optional[str]) -> None:
+    from vcli.placement import leasepolicy
+    from vcli.placement.gpuinfo import POLICY_FILE
+
+    raw = leases.policy()
+    row: dict[str, Any] = {"host": host, "path": raw.get("path") or f"{leases.path}/{POLICY_FILE}"}
+    if raw.get("error"):
+        row.update(policy={}, ignored=raw["error"])
+    else:
+        row.update(policy=leasepolicy.parse(str(raw.get("text") or ""), raw.get("path")).as_dict() if raw else {},
+                   ignored=None)
+    _emit(row, fmt, "yaml", is_list=False)
 
 
 def _exclude_busy() -> bool:
@@ -306,7 +365,13 @@ def _exclude_busy() -> bool:
     return properties.gpu_exclude_busy()
 
 
-def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> list[dict[str, Any]]:
+def _lease_rows(host: str, indices: Any, held: Any, leases: Any) -> list[dict[str, Any]]:
+    """HELD, BUSY (with the first process nvidia-smi names: pid, user, command, memory) and
+    FREE rows for `indices`, then the WAITING rows with why each waits (the host's lease policy)."""
+    from vcli.placement import leasepolicy
+    from vcli.placement.gpuinfo import busy_reason
+
+    procs = leases.gpu_processes() if _exclude_busy() else {}
     rows = []
     for i in indices:
         rec = held.get(i)
@@ -315,11 +380,30 @@ def _lease_rows(host: str, indices: Any, held: Any, busy: Any, waiters: Any) -> 
             note = (f"its lease file was removed while held; the holder put it back {_ago(restored)}"
                     if isinstance(restored, (int, float)) else None)
             rows.append(_gpu_row(host, i, "HELD", rec, reason=note))
-        elif i in busy:
-            rows.append(_gpu_row(host, i, "BUSY", {}, reason=busy[i]))
+        elif procs.get(i):
+            first = procs[i][0]
+            rows.append(_gpu_row(host, i, "BUSY", {k: first.get(k) for k in ("user", "pid", "command")},
+                                 reason=busy_reason(procs[i])))
         else:
             rows.append(_gpu_row(host, i, "FREE", {}))
-    return rows + [_gpu_row(host, None, "WAITING", rec, reason=_stale(rec)) for rec in waiters]
+    policy = leasepolicy.load(leases, fresh=True)
+    held_by = leasepolicy.held_by_user(leases.holders()) if policy.limits_anything or policy.queue != "first-come" else {}
+    return rows + [_gpu_row(host, None, "WAITING", rec, reason=_stale(rec) or _waits_because(policy, rec, held_by))
+                   for rec in leases.waiters()]
+
+
+def _waits_because(policy: Any, waiter: Any, held: Any) -> Optional[str]:
+    """What the lease policy says of a waiter: `alice holds 4 of at most 4 GPUs per user (…)`,
+    or its place in a fair-share queue."""
+    from vcli.placement import leasepolicy
+
+    user = waiter.get("user")
+    if leasepolicy.at_limit(policy, user, held):
+        return f"{user} holds {held.get(str(user), 0)} of at most {policy.limit(user):g} GPUs per user ({policy.where()})"
+    if policy.queue == "fair-share":
+        n = held.get(str(user), 0)
+        return f"fair share: {user} holds {n} GPU{'' if n == 1 else 's'} here"
+    return None
 
 
 def _ago(when: float) -> str:
@@ -350,4 +434,4 @@ def _gpu_row(host: str, gpu: Optional[int], state: str, rec: Any, *, reason: Opt
             .replace("+00:00", "Z") if isinstance(since, (int, float)) else None)
     return {"host": host, "gpu": gpu, "state": state, "user": rec.get("user"), "job": rec.get("job"),
             "study": rec.get("study"), "trial": rec.get("trial"), "replica": rec.get("replica"),
-            "pid": rec.get("pid"), "since": when, "gpus": rec.get("gpus"), "reason": reason}
+            "command": rec.get("command"), "pid": rec.get("pid"), "since": when, "gpus": rec.get("gpus"), "reason": reason}

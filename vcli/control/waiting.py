@@ -103,7 +103,8 @@ def lease_unstarted(launches: Any, spec: CustomJobSpec, on_wait: Callable[[str],
     whose leases cannot be asked for is the executor's error, not a wait."""
     from vcli.errors import ExecutorError
     from vcli.placement import NoCapacityError
-    from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
+    from vcli.placement.gpulease import LeaseBusy, base_record
+    from vcli.placement.gpus import local_leases
     from vcli.properties import gpu_lease_dir
 
     def leases_of(host: str) -> Any:

@@ -1,7 +1,7 @@
 """Host-wide GPU leases (`vcli.placement.gpulease`) from the executors' side, on this machine: the
 leases a placed replica's holder process must hold, and handing them to it.
 
-The placer took a job's leases in this process (`vcli.placement.gpulease.local_leases`); the executor
+The placer took a job's leases in this process (`vcli.placement.gpus.local_leases`); the executor
 that starts a replica passes the locked descriptors to the process that lives exactly as long
 as the replica (its supervisor, or for a container a keeper that waits for it to stop), records
 that process as the holder, and closes its own copies. SSH hosts have their own path
@@ -30,7 +30,8 @@ def held_leases(launch: ReplicaLaunch) -> list:
     replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of."""
     if not launch.placement.gpu_indices or launch.placement.host != "local":
         return []
-    from vcli.placement.gpulease import LeaseBusy, base_record, local_leases
+    from vcli.placement.gpulease import LeaseBusy, base_record
+    from vcli.placement.gpus import local_leases
     from vcli.properties import gpu_lease_dir
 
     leases = local_leases(gpu_lease_dir())
@@ -51,7 +52,7 @@ def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:
     the holder and close this process's copies, so that the lease ends with it."""
     if not leases:
         return
-    from vcli.placement.gpulease import local_leases
+    from vcli.placement.gpus import local_leases
     from vcli.properties import gpu_lease_dir
 
     for lease in leases:

@@ -79,12 +79,11 @@ def local_placer(*, enforce_cpu_memory: bool = False, leases: bool = True) -> An
     GPUs come from an inventory entry `local`, $VCLI_LOCAL_GPUS, $VCLI_GPUS or nvidia-smi. CPU
     and memory are not enforced by default (a workstation runs what it is given, as before).
     With `leases` (what runs replicas), every placed GPU is leased host-wide
-    (`vcli.placement.gpulease.local_leases()`), and GPUs that other vcli processes lease are busy; without
+    (`vcli.placement.gpus.local_leases()`), and GPUs that other vcli processes lease are busy; without
     (`--validate-only`, `print-env`), placement only says where the job would go.
     """
     from vcli import properties
-    from vcli.placement.gpulease import local_leases
-    from vcli.placement.gpus import GpuAllocator
+    from vcli.placement.gpus import GpuAllocator, local_leases
     from vcli.placement.hosts import LOCAL, local_host
 
     allocator = GpuAllocator({LOCAL: local_leases(properties.gpu_lease_dir())} if leases else None,

@@ -15,7 +15,7 @@ see `LeaseDir`), locked with `flock(LOCK_EX)`. A lock belongs to an open file de
   re-attaches without taking them again.
 
 The holder's record is JSON in the lock file. `probe` tries a shared lock for microseconds.
-Leases are advisory between vcli processes (`nvidia_busy` reports GPUs others use). On an SSH
+Leases are advisory between vcli processes (`vcli.placement.gpuinfo` reports GPUs others use). On an SSH
 host a lease server (`vcli.placement.leaseserver`, shipped beside this file) holds the locks
 for a controller elsewhere and hands each replica's descriptors to its wrapper.
 """
@@ -27,14 +27,12 @@ import fcntl
 import json
 import os
 import pwd
-import shutil
 import socket
 import stat
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 __all__ = [
     "DEFAULT_DIR",
@@ -44,8 +42,6 @@ __all__ = [
     "LeaseDir",
     "Waiting",
     "describe_holder",
-    "local_leases",
-    "nvidia_busy",
 ]
 
 #: The environment variable that names the lease directory (all vcli users of a host must agree).
@@ -121,8 +117,8 @@ def describe_holder(rec: Mapping[str, Any], *, now: float | None = None) -> str:
     what = []
     if rec.get("trial") and rec.get("study"):
         what.append(f"trial {rec['trial']} of study {rec['study']}")  # ids are never cut: they share their lead
-    elif rec.get("job"):
-        what.append(f"job {rec['job']}")
+    elif rec.get("job") or rec.get("command"):
+        what.append(f"job {rec['job']}" if rec.get("job") else f"`{rec['command']}`")
     if rec.get("replica"):
         what.append(f"replica {rec['replica']}")
     text = ", ".join(what) or "a vcli replica"
@@ -153,8 +149,9 @@ class LeaseDir:
     anything else unfit is an `OSError` naming the path and the fix.
     """
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, info: Any = None) -> None:
         self.path = os.path.abspath(path or os.environ.get(ENV_DIR) or DEFAULT_DIR)
+        self._info = info
         self._lock = threading.Lock()
         self._held: dict[int, Lease] = {}
         self.own = f"uid-{os.geteuid()}"
@@ -302,8 +299,9 @@ class LeaseDir:
             raise
         finally:
             os.close(own)
+        since = time.time()  # after the locks: a lease policy orders holders by it (`leasepolicy.over_limit`)
         for lease in got:
-            lease.write({**record, "gpu": lease.index})
+            lease.write({**record, "gpu": lease.index, "since": since})
         with self._lock:
             for lease in got:
                 self._held[lease.index] = lease
@@ -384,8 +382,48 @@ class LeaseDir:
         return Waiting(self, record)
 
     def nvidia_busy(self) -> dict[int, str]:
-        """`nvidia_busy()` of this host: GPUs a process vcli did not start uses."""
-        return nvidia_busy()
+        """GPUs of this host that a process vcli did not start uses (`gpuinfo.nvidia_busy`)."""
+        return self.info().nvidia_busy()
+
+    def policy(self) -> dict[str, Any]:
+        """The host's lease policy file (`gpuinfo.read_policy`)."""
+        return self.info().read_policy(self.path)
+
+    def gpu_processes(self) -> dict[int, list[dict[str, Any]]]:
+        """Who holds GPU memory on this host (`gpuinfo.gpu_processes`)."""
+        return self.info().gpu_processes()
+
+    def info(self) -> Any:  # vcli.placement.gpuinfo: the constructor's copy (a lease server's), else vcli's
+        if self._info is None:
+            import importlib
+
+            self._info = importlib.import_module("vcli.placement.gpuinfo")
+        return self._info
+
+    def holders(self) -> list[dict[str, Any]]:
+        """The record of every lease held on this host now, whoever holds it, with `gpu` (the
+        index, from the file's name) and `uid`/`user` (the owner of the subdirectory the lock
+        file is in: the record itself is only what its holder wrote). What a lease policy counts."""
+        try:
+            top = self._top(create=False)
+        except OSError:
+            return []
+        if top is None:
+            return []
+        out: list[dict[str, Any]] = []
+
+        def visit(entry: str, sub: int) -> None:
+            uid = os.fstat(sub).st_uid
+            for name, fd in _held_files(sub, lambda n: _lock_index(n) is not None):
+                out.append({**_read_record(fd), "gpu": _lock_index(name), "uid": uid, "user": _user(uid)})
+
+        try:
+            self._each_subdir(top, visit, tolerant=True)
+        except OSError:
+            pass
+        finally:
+            os.close(top)
+        return sorted(out, key=lambda r: (r["gpu"], r["uid"]))
 
     def waiters(self) -> list[dict[str, Any]]:
         """Records of the jobs and trials that wait for GPUs on this host now (oldest first)."""
@@ -408,32 +446,41 @@ class LeaseDir:
 
 def _waiters_in(sub: int, *, mine: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    for _, fd in _held_files(sub, lambda n: n.startswith("queue-") and n.endswith(".json"), unlink_free=mine):
+        rec = _read_record(fd)
+        if rec:
+            # Seconds since the waiter last tried (`Waiting.touch`), by this host's clock.
+            rec["idle"] = round(max(0.0, time.time() - os.fstat(fd).st_mtime), 3)
+            out.append(rec)
+    return out
+
+
+def _held_files(sub: int, wanted: Any, *, unlink_free: bool = False) -> Iterator[tuple[str, int]]:
+    """(name, read-only descriptor, closed after the step) of each regular file of directory
+    `sub` whose name `wanted` accepts and that somebody holds locked now. With `unlink_free`
+    (the user's own directory) a wanted file nobody holds is removed: its holder died."""
     try:
         names = os.listdir(sub)
     except OSError:
-        return out  # a directory its owner keeps from others: no entries seen
+        return  # a directory its owner keeps from others: nothing seen
     for name in names:
-        if not (name.startswith("queue-") and name.endswith(".json")):
-            continue
-        fd = _open_file(name, sub)
+        fd = _open_file(name, sub) if wanted(name) else None
         if fd is None:
             continue
         try:
-            if _try_shared(fd):
-                if mine:
-                    try:
-                        os.unlink(name, dir_fd=sub)  # a waiter of ours that died: its entry goes
-                    except OSError:
-                        pass
-                continue
-            rec = _read_record(fd)
-            if rec:
-                # Seconds since the waiter last tried (`Waiting.touch`), by this host's clock.
-                rec["idle"] = round(max(0.0, time.time() - os.fstat(fd).st_mtime), 3)
-                out.append(rec)
+            if not _try_shared(fd):
+                yield name, fd
+            elif unlink_free:
+                _unlink_quietly(name, sub)
         finally:
             os.close(fd)
-    return out
+
+
+def _lock_index(name: str) -> int | None:
+    """The GPU index of a lock file's name (`gpu3.lock` -> 3), None for other files."""
+    if name.startswith("gpu") and name.endswith(".lock") and name[3:-5].isdigit():
+        return int(name[3:-5])
+    return None
 
 
 def _check_own(fd: int, path: str) -> None:
@@ -537,9 +584,9 @@ class Waiting:
         self.path = ""
 
 
-def _unlink_quietly(path: str) -> None:
+def _unlink_quietly(path: str, dir_fd: int | None = None) -> None:
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except OSError:
         pass
 
@@ -551,49 +598,3 @@ def _read_record(fd: int) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError):  # the files are world-writable: anything may be in them
         return {}
     return rec if isinstance(rec, dict) else {}
-
-
-_LOCAL: dict[str, LeaseDir] = {}
-_LOCAL_LOCK = threading.Lock()
-
-
-def local_leases(path: str | None = None) -> LeaseDir:
-    """The lease directory `path` of this machine (default: $VCLI_GPU_LEASE_DIR, else
-    DEFAULT_DIR), one object per path and process: it keeps the leases held here, which the
-    executor that starts a replica hands to the replica's supervisor."""
-    path = os.path.abspath(path or os.environ.get(ENV_DIR) or DEFAULT_DIR)
-    with _LOCAL_LOCK:
-        if path not in _LOCAL:
-            _LOCAL[path] = LeaseDir(path)
-        return _LOCAL[path]
-
-
-def nvidia_busy(leased: Iterable[int] = ()) -> dict[int, str]:
-    """GPU index -> why it is busy, for GPUs whose memory a process holds that is not vcli's
-    (no lease of `leased` accounts for it), by `nvidia-smi`. {} without nvidia-smi."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return {}
-    try:
-        gpus = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10).stdout
-        apps = subprocess.run([smi, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    index_of = {}
-    for line in gpus.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].isdigit():
-            index_of[parts[1]] = int(parts[0])
-    skip = set(int(i) for i in leased)
-    out: dict[int, str] = {}
-    for line in apps.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or parts[0] not in index_of:
-            continue
-        index = index_of[parts[0]]
-        if index in skip or index in out:
-            continue
-        out[index] = f"used by a process vcli did not start (pid {parts[1]}, {parts[2]} MiB)"
-    return out

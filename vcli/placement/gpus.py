@@ -8,7 +8,7 @@ CUDA_VISIBLE_DEVICES.
 
 The allocator is thread-safe and guarantees disjoint GPUs among the replicas of one vcli
 process (a job or a study running trials in parallel) in memory. For hosts given a lease
-directory (`leases={"local": vcli.placement.gpulease.local_leases()}`), it also takes a host-wide lease of
+directory (`leases={"local": vcli.placement.gpus.local_leases()}`), it also takes a host-wide lease of
 every GPU it hands out (`vcli.placement.gpulease`), so several vcli processes, users and controllers on
 one host never share a GPU either: an index leased by anyone else is not free. Standard
 library only.
@@ -32,9 +32,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from vcli.errors import ExitCode, VcliError
+
+if TYPE_CHECKING:
+    from vcli.placement.gpulease import LeaseDir
 
 __all__ = [
     "GpuAllocationError",
@@ -42,6 +45,7 @@ __all__ = [
     "GpusBusyError",
     "HostGpus",
     "detect_local_gpus",
+    "local_leases",
     "vertex_gpu_type",
     "visible_devices_env",
 ]
@@ -249,10 +253,10 @@ class GpuAllocator:
         none: (indices, {}) or (None, index -> who holds it)."""
         leases = self.leases[host]
         try:
-            chosen, elsewhere = self._lease_in(leases, free, count, record)
+            chosen, elsewhere = self._lease_in(host, leases, free, count, record)
         except OSError as e:
             raise lease_dir_error(host, leases, e) from None
-        self._kept[host] = {i: why for i, why in elsewhere.items() if why.startswith(KEPT)}
+        self._kept[host] = {i: why for i, why in elsewhere.items() if why.startswith((KEPT, LIMITED))}
         return chosen, elsewhere
 
     def held_by_this_process(self, host: str) -> dict[int, str]:
@@ -261,11 +265,13 @@ class GpuAllocator:
         from vcli.placement.gpulease import describe_holder
 
         leases = self.leases.get(host)
+        if leases is None:
+            return {}
         with self._cond:
             gpus = self._hosts.get(host)
             indices = gpus.indices if gpus else ()
         out = {}
-        for i in indices if leases is not None else ():
+        for i in indices:
             lease = leases.held_here(i)
             if lease is not None:
                 out[i] = "held by " + describe_holder(lease.record() if hasattr(lease, "record") else {})
@@ -277,15 +283,20 @@ class GpuAllocator:
         with self._cond:
             return dict(self._kept.get(host, {}))
 
-    def _lease_in(self, leases: Any, free: list[int], count: int,
+    def _lease_in(self, host: str, leases: Any, free: list[int], count: int,
                   record: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, dict[int, str]]:
+        from vcli.placement import leasepolicy
         from vcli.placement.gpulease import LeaseBusy, base_record, describe_holder
 
-        record = base_record(**record)
+        policy = leasepolicy.load(leases)
+        record = base_record(**record, ticket=os.urandom(6).hex() if policy.limits_anything else None)
+        never = leasepolicy.never_fits(policy, record.get("user"), count, host)
+        if never:
+            raise GpuAllocationError(never)
         busy = self._nvidia_busy(leases, []) if self.nvidia_check else {}
         got: list[int] = []
         elsewhere: dict[int, str] = {i: why for i, why in busy.items() if i in free}
-        ahead = first_come(leases, record, [i for i in free if i not in elsewhere])
+        ahead = first_come(leases, record, [i for i in free if i not in elsewhere], policy)
         if ahead is not None:
             return None, {**elsewhere, **{i: ahead for i in free if i not in elsewhere}}
         for i in free:
@@ -300,7 +311,10 @@ class GpuAllocator:
                 continue
             got.append(i)
         if len(got) == count:
-            return tuple(got), {}
+            why = leasepolicy.over_limit(policy, leases.holders(), record, got) if policy.limits_anything else None
+            if why is None:
+                return tuple(got), {}
+            elsewhere.update({i: LIMITED + why for i in free if i not in elsewhere})
         leases.release(got)
         return None, elsewhere
 
@@ -434,47 +448,75 @@ FAIR_WAIT_SECONDS = 30.0
 
 #: How `first_come`'s reasons begin.
 KEPT = "kept for "
+#: How the reasons begin of free GPUs a lease policy keeps from a request.
+LIMITED = "free, but "
 
 
-def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int]) -> str | None:
-    """Why a request (`record`: a job, or a study's trial) must leave the host's `free` GPUs to one that waits
-    longer, or None: first come, first served among the jobs and trials in the host's waiting
-    queue (`vcli.placement.gpulease.LeaseDir.waiters`), whatever process or user they belong to.
+def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int], policy: Any = None) -> str | None:
+    """Why a request (`record`: a job, or a study's trial) must leave the host's `free` GPUs to
+    one that waits longer, or None: first come, first served among the jobs and trials in the
+    host's waiting queue (`vcli.placement.gpulease.LeaseDir.waiters`), whatever process or user
+    they belong to; with a lease policy (`vcli.placement.leasepolicy`) of `queue: fair-share`,
+    the waiter whose user holds fewest GPUs of the host comes first, ties by arrival, and a
+    waiter whose user holds all the policy lets them hold keeps nothing.
 
     An earlier waiter comes first when the GPUs free now are enough for it (it takes them at its
     next try), or once it has waited `FAIR_WAIT_SECONDS` (no large request starves behind a
     stream of small ones). Otherwise a later request may use GPUs the earlier one cannot use yet
     (no GPU idles for the queue's sake). A request not in the queue yet is the latest."""
-    from vcli.placement.gpulease import describe_holder
+    from vcli.placement import leasepolicy
 
     waiters = leases.waiters()
     if not waiters:
         return None
+    policy = policy or leasepolicy.LeasePolicy()
+    fair = policy.queue == "fair-share"
+    held = leasepolicy.held_by_user(leases.holders()) if fair or policy.limits_anything else {}
     now = time.time()
     me = _requester(record)
     mine = next((_num(w.get("since")) for w in waiters if _requester(w) == me), now)
-    held: dict[int, Any] | None = None
-    for w in waiters:  # oldest first
+
+    def key(user: Any, since: float) -> tuple[float, float]:
+        return (held.get(str(user), 0) if fair else 0, since)
+
+    my_key = key(record.get("user"), mine)
+    probed: dict[int, Any] | None = None
+    for w in sorted(waiters, key=lambda w: key(w.get("user"), _num(w.get("since")))):
         since = _num(w.get("since"))
-        if _requester(w) == me or since >= mine:
+        if _requester(w) == me or key(w.get("user"), since) >= my_key:
             return None
-        if _num(w.get("idle")) > STALE_WAITER_SECONDS:
+        if _num(w.get("idle")) > STALE_WAITER_SECONDS or leasepolicy.at_limit(policy, w.get("user"), held):
             continue
-        if held is None:
-            held = leases.probe(list(free))
-        available = sum(1 for i in free if held.get(i) is None)
+        if probed is None:
+            probed = leases.probe(list(free))
+        available = sum(1 for i in free if probed.get(i) is None)
         wants = int(_num(w.get("gpus")))
         if 0 < wants <= available or now - since > FAIR_WAIT_SECONDS:
-            who = describe_holder({k: v for k, v in w.items() if k not in ("user", "since")})
-            by = f" of {w['user']}" if w.get("user") else ""
-            return f"{KEPT}{who}{by}, which has waited {now - since:.0f}s (first come, first served)"
+            return KEPT + _ahead(w, now - since, record.get("user"), held if fair else None)
     return None
+
+
+def _ahead(w: Mapping[str, Any], waited: float, me: Any, held: Mapping[str, int] | None) -> str:
+    """`trial 3 of study 17… of bob, which has waited 12s (first come, first served)`, or with
+    fair share `… (bob first: fair share; bob holds 0 GPUs here, alice 2)`."""
+    from vcli.placement.gpulease import describe_holder
+
+    who = describe_holder({k: v for k, v in w.items() if k not in ("user", "since")})
+    user = w.get("user")
+    by = f" of {user}" if user else ""
+    if held is None:
+        return f"{who}{by}, which has waited {waited:.0f}s (first come, first served)"
+    theirs, ours = held.get(str(user), 0), held.get(str(me), 0)
+    return (f"{who}{by} ({user} first: fair share; {user} holds {theirs} GPU{'' if theirs == 1 else 's'} here, "
+            f"{me} {ours})")
 
 
 def _requester(rec: Mapping[str, Any]) -> tuple[Any, ...]:
     """Who asks: a study's trial (whose job id is new at each attempt to place it), or a job."""
     if rec.get("study") and rec.get("trial"):
         return ("trial", rec["study"], rec["trial"])
+    if rec.get("job") is None:  # `vcli gpu run`: the process itself
+        return ("process", rec.get("host"), rec.get("pid"))
     return ("job", rec.get("job"))
 
 
@@ -483,3 +525,20 @@ def _num(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return 0.0
+
+
+_LOCAL: dict[str, LeaseDir] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def local_leases(path: str | None = None) -> LeaseDir:
+    """The lease directory `path` of this machine (default: $VCLI_GPU_LEASE_DIR, else
+    DEFAULT_DIR), one object per path and process: it keeps the leases held here, which the
+    executor that starts a replica hands to the replica's supervisor."""
+    from vcli.placement.gpulease import DEFAULT_DIR, ENV_DIR, LeaseDir
+
+    path = os.path.abspath(path or os.environ.get(ENV_DIR) or DEFAULT_DIR)
+    with _LOCAL_LOCK:
+        if path not in _LOCAL:
+            _LOCAL[path] = LeaseDir(path)
+        return _LOCAL[path]

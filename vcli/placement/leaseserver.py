@@ -1,11 +1,11 @@
 """The GPU lease server: a controller's hands on an SSH host's lease directory
 (`vcli.placement.gpulease`), for as long as the controller's SSH channel is open.
 
-Standard library only, like `gpulease`: it is shipped to each SSH host beside `gpulease.py`
-(`vcli.executors.ssh.remote.install_tools`, both under names hashed from their source) and run
-there as `python -S leaseserver.py serve DIR GPULEASE`, GPULEASE being the path of the shipped
-`gpulease.py`. The server loads the lease library from that exact file (`load_library`), never
-from a vcli the host may have installed, whose version could differ from the controller's.
+Standard library only, like `gpulease`: it is shipped to each SSH host beside `gpulease.py` and
+`gpuinfo.py` (`vcli.executors.ssh.remote.install_tools`, all under names hashed from their
+source) and run there as `python -S leaseserver.py serve DIR GPULEASE GPUINFO`, the paths of
+the shipped copies. The server loads both libraries from those exact files (`load_library`),
+never from a vcli the host may have installed, whose version could differ from the controller's.
 
 The server takes and holds the locks for the controller (JSON lines on its stdin and stdout)
 and hands a placed replica's descriptors to the replica's wrapper over an abstract Unix socket
@@ -31,14 +31,12 @@ from typing import Any, Mapping
 HANDSHAKE = "VCLI-LEASES"
 
 
-def load_library(path: str | None = None) -> ModuleType:
-    """The lease library: the `gpulease.py` at `path` (the copy shipped to an SSH host), or
-    vcli's own `vcli.placement.gpulease` when `path` is None."""
+def load_library(path: str | None = None, name: str = "gpulease") -> ModuleType:
+    """A library of the lease server, `name` being `gpulease` or `gpuinfo`: the copy at `path`
+    (shipped to an SSH host), or vcli's own `vcli.placement.NAME` when `path` is None."""
     if path is None:
-        from vcli.placement import gpulease
-
-        return gpulease
-    spec = importlib.util.spec_from_file_location("vcli_gpulease", path)
+        return importlib.import_module(f"vcli.placement.{name}")
+    spec = importlib.util.spec_from_file_location(f"vcli_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the lease library {path}")
     module = importlib.util.module_from_spec(spec)
@@ -47,10 +45,10 @@ def load_library(path: str | None = None) -> ModuleType:
     return module
 
 
-def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None) -> int:
-    """`python -S leaseserver.py serve DIR GPULEASE`: serve the lease directory DIR of the
-    host this runs on with the lease library `lib` (`load_library`), for as long as stdin is
-    open (the controller's SSH channel).
+def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, info: ModuleType | None = None) -> int:
+    """`python -S leaseserver.py serve DIR GPULEASE GPUINFO`: serve the lease directory DIR of
+    the host this runs on with the lease library `lib` and the GPU information library `info`
+    (`load_library`), for as long as stdin is open (the controller's SSH channel).
 
     Prints `VCLI-LEASES {"socket": NAME, "path": DIR, "pid": PID}`, then answers each JSON
     request line with one JSON line:
@@ -61,7 +59,12 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None) -> 
     - `{"op": "probe", "indices": [...]}` -> `{"held": [[INDEX, RECORD or null], ...]}`;
     - `{"op": "waiters"}` -> `{"waiters": [...]}`;
     - `{"op": "busy"}` -> `{"busy": [[INDEX, WHY], ...]}`: GPUs that a process vcli did not
-      start uses, by this host's nvidia-smi (`nvidia_busy`; none without it);
+      start uses, by this host's nvidia-smi (`gpuinfo.nvidia_busy`; none without it);
+    - `{"op": "processes"}` -> `{"processes": [[INDEX, [PROCESS, ...]], ...]}`: who holds GPU
+      memory there (`gpuinfo.gpu_processes`); `{"op": "utilization"}` ->
+      `{"utilization": [[INDEX, PERCENT], ...]}`;
+    - `{"op": "holders"}` -> `{"holders": [RECORD, ...]}`: every lease held there
+      (`LeaseDir.holders`); `{"op": "policy"}` -> `{"policy": {...}}` (`gpuinfo.read_policy`);
     - `{"op": "queue", "key": K, "record": {...}}` / `{"op": "unqueue", "key": K}`: an entry in
       the host's waiting queue while a job waits (queueing K again marks another try);
     - anything that fails -> `{"error": TEXT}`.
@@ -72,7 +75,7 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None) -> 
     processes of the server's own user may take them. Leases the server still holds when its
     stdin closes end with it (the controller went away before the replica started).
     """
-    leases = lib.LeaseDir(os.path.expanduser(path))
+    leases = lib.LeaseDir(os.path.expanduser(path), info=info or load_library(None, "gpuinfo"))
     inp = stdin if stdin is not None else sys.stdin
     out = stdout if stdout is not None else sys.stdout
     hand = _HandOff(leases)
@@ -108,8 +111,6 @@ def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[
         return {"ok": True}
     if op == "probe":
         return {"held": [[i, rec] for i, rec in leases.probe([int(i) for i in req["indices"]]).items()]}
-    if op == "waiters":
-        return {"waiters": leases.waiters()}
     if op == "queue":
         key = str(req["key"])
         if key in waiting:
@@ -122,11 +123,28 @@ def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[
         if entry is not None:
             entry.close()
         return {"ok": True}
-    if op == "busy":
-        return {"busy": [[i, why] for i, why in sorted(lib.nvidia_busy().items())]}
+    if op in _READS:
+        return {op: _READS[op](leases)}
     if op == "ping":
         return {"ok": True}
     raise ValueError(f"unknown op {op!r}")
+
+
+def _pairs(mapping: Mapping[int, Any]) -> list[list[Any]]:
+    return [[i, value] for i, value in sorted(mapping.items())]
+
+
+#: The requests that only read: op -> what its answer's one key holds.
+_READS: dict[str, Any] = {
+    "waiters": lambda leases: leases.waiters(),
+    "busy": lambda leases: _pairs(leases.nvidia_busy()),
+    "processes": lambda leases: _pairs(leases.info().gpu_processes()),
+    "utilization": lambda leases: _pairs(leases.info().utilization()),
+    "holders": lambda leases: leases.holders(),
+    "policy": lambda leases: leases.info().read_policy(leases.path),
+}
+
+
 class _HandOff:
     """The server's abstract Unix socket: a wrapper sends `{"gpus": [...]}` and receives the
     lock descriptors of those GPUs (SCM_RIGHTS); the server then closes its own copies."""
@@ -185,9 +203,10 @@ class _HandOff:
 
 
 def main(args: list[str]) -> int:
-    if len(args) in (2, 3) and args[0] == "serve":
-        return serve(args[1], load_library(args[2] if len(args) == 3 else None))
-    print("usage: python -S leaseserver.py serve LEASE_DIR [GPULEASE_PY]", file=sys.stderr)
+    if len(args) in (2, 3, 4) and args[0] == "serve":
+        lib = load_library(args[2] if len(args) >= 3 else None)
+        return serve(args[1], lib, info=load_library(args[3] if len(args) == 4 else None, "gpuinfo"))
+    print("usage: python -S leaseserver.py serve LEASE_DIR [GPULEASE_PY [GPUINFO_PY]]", file=sys.stderr)
     return 2
 
 

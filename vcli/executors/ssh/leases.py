@@ -61,7 +61,8 @@ class RemoteLeases:
         conn, chan = self.link.open_session()
         try:
             chan.settimeout(REPLY_TIMEOUT)
-            chan.exec_command(qargv([self.link.host.python, "-S", tools.leaseserver, "serve", self.path, tools.gpulease]))
+            chan.exec_command(qargv([self.link.host.python, "-S", tools.leaseserver, "serve", self.path, tools.gpulease,
+                                     tools.gpuinfo]))
             reader = chan.makefile("rb")
             for _ in range(200):  # skip what the login shell's rc files print
                 line = reader.readline()
@@ -191,6 +192,40 @@ class RemoteLeases:
             if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
                 out[int(pair[0])] = pair[1]
         return out
+
+    def gpu_processes(self) -> dict[int, list[dict[str, Any]]]:
+        """Who holds GPU memory on the host (its nvidia-smi); {} when it cannot be asked."""
+        return {int(i): [p for p in procs if isinstance(p, dict)]
+                for i, procs in self._pairs("processes") if isinstance(procs, list)}
+
+    def utilization(self) -> dict[int, float]:
+        """The host's GPUs' utilisation in percent (its nvidia-smi); {} when it cannot be asked."""
+        return {int(i): float(pct) for i, pct in self._pairs("utilization") if isinstance(pct, (int, float))}
+
+    def holders(self) -> list[dict[str, Any]]:
+        """Every lease held on the host (`LeaseDir.holders`); [] when it cannot be asked."""
+        try:
+            reply = self._call({"op": "holders"})
+        except ExecutorError:
+            return []
+        return [r for r in reply.get("holders") or [] if isinstance(r, dict)]
+
+    def policy(self) -> dict[str, Any]:
+        """The host's lease policy file (`gpuinfo.read_policy` there); an unreachable host's
+        is an `error`, never "no policy"."""
+        try:
+            reply = self._call({"op": "policy"})
+        except ExecutorError as e:
+            return {"path": f"{self.link.host.name}:{self.path}", "error": f"cannot be read: {e}"}
+        policy = reply.get("policy")
+        return policy if isinstance(policy, dict) else {}
+
+    def _pairs(self, op: str) -> list[tuple[Any, Any]]:
+        try:
+            reply = self._call({"op": op})
+        except ExecutorError:
+            return []
+        return [(p[0], p[1]) for p in reply.get(op) or [] if isinstance(p, list) and len(p) == 2]
 
     def waiters(self) -> list[dict[str, Any]]:
         try:

@@ -1,0 +1,173 @@
+"""What a GPU host says about its GPUs: what they are doing, by `nvidia-smi` (the processes
+that hold GPU memory, with their owner and command from /proc, and each GPU's utilisation),
+and the lease policy its administrator wrote (`read_policy`). Standard library only,
+no vcli imports: it is shipped to SSH hosts beside `gpulease.py` and the lease server asks it
+there (`vcli.placement.leaseserver`), so an SSH host's own nvidia-smi and policy file answer.
+
+Without nvidia-smi, or when it fails or hangs (10 s), every query answers "nothing": a host
+without the NVIDIA driver has no GPU processes to report.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from typing import Any, Iterable
+
+__all__ = ["busy_reason", "gpu_processes", "nvidia_busy", "read_policy", "utilization"]
+
+#: How long one nvidia-smi query may take (a GPU fallen off the bus makes it hang).
+SMI_TIMEOUT = 10.0
+#: At most this many characters of a process's command line in a reason.
+COMMAND_CHARS = 60
+
+
+def _smi(*args: str) -> list[list[str]]:
+    """The CSV rows nvidia-smi prints for `args` (fields stripped); [] without it."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=SMI_TIMEOUT).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [[p.strip() for p in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def _indices() -> dict[str, int]:
+    """GPU UUID -> index."""
+    return {row[1]: int(row[0]) for row in _smi("--query-gpu=index,uuid") if len(row) >= 2 and row[0].isdigit()}
+
+
+def process_owner(pid: int) -> tuple[str | None, str | None]:
+    """(user, command line) of process `pid` on this host from /proc; None for what cannot be
+    read (a process in another PID namespace, or gone)."""
+    user = command = None
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as f:
+            for line in f.read(8192).decode("utf-8", "replace").splitlines():
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                    try:
+                        user = pwd.getpwuid(uid).pw_name
+                    except KeyError:
+                        user = f"uid {uid}"
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read(4096).split(b"\0") if a]
+        if argv:
+            argv[0] = os.path.basename(argv[0])
+            text = " ".join(argv)
+            command = text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
+    except (OSError, ValueError):
+        pass
+    return user, command
+
+
+def gpu_processes() -> dict[int, list[dict[str, Any]]]:
+    """GPU index -> the compute processes holding its memory: `{"pid", "memory_mib", "user",
+    "command"}` each (user and command None where /proc does not tell)."""
+    index_of = _indices()
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in _smi("--query-compute-apps=gpu_uuid,pid,used_memory"):
+        if len(row) < 3 or row[0] not in index_of or not row[1].isdigit():
+            continue
+        user, command = process_owner(int(row[1]))
+        out.setdefault(index_of[row[0]], []).append(
+            {"pid": int(row[1]), "memory_mib": int(row[2]) if row[2].isdigit() else None, "user": user,
+             "command": command})
+    return out
+
+
+def busy_reason(procs: Iterable[dict[str, Any]]) -> str:
+    """`used by a process vcli did not start (pid 4242 of bob: python serve.py, 1500 MiB)`."""
+    parts = []
+    for p in procs:
+        who = f"pid {p['pid']}"
+        if p.get("user") or p.get("command"):
+            who += f" of {p.get('user') or 'an unknown user'}" + (f": {p['command']}" if p.get("command") else "")
+        if p.get("memory_mib") is not None:
+            who += f", {p['memory_mib']} MiB"
+        parts.append(who)
+    many = len(parts) > 1
+    return f"used by {'processes' if many else 'a process'} vcli did not start ({'; '.join(parts)})"
+
+
+def nvidia_busy(leased: Iterable[int] = ()) -> dict[int, str]:
+    """GPU index -> why it is busy, for GPUs whose memory a process holds that is not vcli's
+    (no lease of `leased` accounts for it). {} without nvidia-smi."""
+    skip = set(int(i) for i in leased)
+    return {i: busy_reason(procs) for i, procs in sorted(gpu_processes().items()) if i not in skip and procs}
+
+
+def utilization() -> dict[int, float]:
+    """GPU index -> its utilisation now, in percent (nvidia-smi's `utilization.gpu`)."""
+    out: dict[int, float] = {}
+    for row in _smi("--query-gpu=index,utilization.gpu"):
+        if len(row) >= 2 and row[0].isdigit():
+            try:
+                out[int(row[0])] = float(row[1])
+            except ValueError:
+                continue  # "[N/A]", or a stand-in that answers another query
+    return out
+
+
+#: The lease policy's file in a host's lease directory.
+POLICY_FILE = "policy.yaml"
+
+
+def read_policy(lease_dir: str) -> dict[str, Any]:
+    """The host's lease policy file, `LEASE_DIR/policy.yaml`, as `{"path", "text"}`; `{}` when
+    there is none; `{"path", "error"}` when it is not to be trusted or cannot be read. Only a
+    regular file owned by root or by the owner of the lease directory, that nobody else can
+    write, counts: the directory is writable by every user, so anyone could put a file there."""
+    path = os.path.join(lease_dir, POLICY_FILE)
+    try:
+        top = os.open(lease_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        return {"path": path, "error": f"the lease directory cannot be read: {e.strerror}"}
+    try:
+        try:
+            fd = os.open(POLICY_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=top)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            return {"path": path, "error": "a symbolic link: not trusted" if e.errno == errno.ELOOP else e.strerror}
+        try:
+            why = _untrusted(os.fstat(fd), os.fstat(top).st_uid)
+            if why:
+                return {"path": path, "error": why}
+            return {"path": path, "text": os.read(fd, 65536).decode("utf-8", "replace")}
+        finally:
+            os.close(fd)
+    finally:
+        os.close(top)
+
+
+def _untrusted(st: os.stat_result, owner: int) -> str | None:
+    """Why a policy file with status `st`, in a lease directory owned by `owner`, is not trusted."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid not in (0, owner):
+        return (f"owned by {_user(st.st_uid)}, neither root nor the lease directory's owner ({_user(owner)}): "
+                "not trusted")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "writable by other users: not trusted"
+    return None
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
