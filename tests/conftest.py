@@ -73,6 +73,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "test_tracking": ("mlflow",),
     "test_tracking_stores": ("mlflow",),
     "test_shared_dirs::test_the_mlflow_schema_lock_never_follows_a_planted_link": ("mlflow",),
+    "test_aiplatform_reattach::test_experiment_runs_go_to_mlflow_when_tracking_is_on": ("mlflow",),
     # Slow runs that need nothing more: whole jobs and studies through the real CLI and real
     # trainer processes, controllers killed and resumed, a fresh install, fuzzing, soaks and
     # bounds on 10,000-trial stores. The inner loop keeps the controllers' rules in-process
@@ -85,6 +86,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "test_gpu_leases": ("integration",),
     "test_shared_dirs": ("integration",),
     "test_aiplatform": ("integration",),
+    "test_aiplatform_reattach": ("integration",),
     "test_extend": ("integration",),
     "test_failures": ("integration",),
     "test_tensorboard": ("integration",),

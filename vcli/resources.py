@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vcli.enums import JobKind
 from vcli.store import JobRow, Store
 
 
@@ -36,6 +37,28 @@ def _controller(row: JobRow, out: dict[str, Any]) -> None:
         ctl["heartbeatTime"] = datetime.fromtimestamp(row.heartbeat, UTC).isoformat(timespec="milliseconds").replace(
             "+00:00", "Z")
     out["controller"] = ctl
+
+
+def stored_job(store: Store, ref: str, kind: JobKind) -> JobRow:
+    """The stored job named by `ref` (an id or a resource name of `kind`'s collection, any
+    project and region) of `kind`: NotFoundError if there is none, InvalidValueError if `ref`
+    is neither (`../ID`, a name of the other collection). `describe`, `cancel`, ... and the
+    SDK's `CustomJob.get` all look jobs up here."""
+    import re
+
+    from vcli.errors import InvalidValueError, NotFoundError
+    from vcli.store import parse_job_ref
+
+    what, group, collection, arg = (("CustomJob", "custom-jobs", "customJobs", "CUSTOM_JOB") if kind == JobKind.CUSTOM_JOB
+                                    else ("HyperparameterTuningJob", "hp-tuning-jobs", "hyperparameterTuningJobs",
+                                          "HP_TUNING_JOB"))
+    if "/" in ref and not re.fullmatch(rf"projects/[^/]+/locations/[^/]+/{collection}/[^/]+", ref):
+        raise InvalidValueError(arg, f"[{ref}] is neither a job id nor a resource name "
+                                f"projects/PROJECT/locations/REGION/{collection}/ID.")
+    row = store.get_job(parse_job_ref(ref))
+    if row is None or row.kind != kind.value:
+        raise NotFoundError(f"{what} [{ref}] was not found. List jobs with `vcli {group} list`.")
+    return row
 
 
 def custom_job_resource(store: Store, row: JobRow) -> dict[str, Any]:

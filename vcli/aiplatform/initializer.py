@@ -4,7 +4,7 @@
 Honoured: `project` and `location` (they name the resources: `resource_name`), `staging_bucket`
 (the default output directory of a job: `<staging_bucket>/aiplatform-custom-job-<time>`, a gs://
 URI mapped under `storage/gcs-root`), `experiment` (the MLflow experiment of jobs run with
-tracking on) and the vcli extensions `tracking_uri` (as `--tracking-uri`) and `executor` (as
+tracking on, and the experiment of `start_run`'s runs) and the vcli extensions `tracking_uri` (as `--tracking-uri`) and `executor` (as
 `--executor`). Everything else Vertex's `init` takes is accepted and named once.
 """
 

@@ -15,227 +15,13 @@ boot disks, ...) are accepted and named once in a `Note:` line (`vcli.aiplatform
 
 from __future__ import annotations
 
-import sys
-import time
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from vcli.aiplatform.initializer import config, note_unused, resource_name
-from vcli.enums import JobKind, JobState
+from vcli.aiplatform.base import _as_value_error, _camel, _decode_custom_job, _Job, _output_dir, _say, _scheduling
+from vcli.aiplatform.initializer import config, note_unused
+from vcli.enums import JobKind
 
 __all__ = ["CustomJob", "HyperparameterTuningJob"]
-
-#: How often `wait()` reads the job's state.
-POLL_SECONDS = 0.5
-
-
-def _camel(value: Any) -> Any:
-    """Vertex SDK dicts (snake_case keys, as its samples write them) in the REST shape
-    (camelCase); enum members (`AcceleratorType.NVIDIA_TESLA_T4`) become their names."""
-    if isinstance(value, Mapping):
-        return {_camel_key(str(k)): _camel(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_camel(v) for v in value]
-    if hasattr(value, "name") and type(value).__module__ != "builtins" and not isinstance(value, str):
-        return value.name
-    return value
-
-
-def _camel_key(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(w[:1].upper() + w[1:] for w in rest)
-
-
-def _decode_custom_job(doc: Mapping[str, Any], source: str) -> Any:
-    """A CustomJobSpec REST dict -> `vcli.spec.CustomJobSpec`, checked as `--config` is."""
-    from vcli.codec import Decoder, custom_job_spec_from_dict
-    from vcli.spec import CustomJobSpec
-
-    decoder = Decoder(source)
-    return custom_job_spec_from_dict(decoder.decode_message(dict(doc), CustomJobSpec, ""), decoder)
-
-
-@contextmanager
-def _as_value_error() -> Iterator[None]:
-    """vcli's errors for a bad argument (a field the codec refuses, a display name) as the
-    ValueError Vertex's SDK raises, naming the field: `Invalid value for [--config]` named a
-    flag nobody passed, and `except ValueError` missed them."""
-    from vcli.errors import ConfigError, InvalidValueError
-
-    try:
-        yield
-    except ConfigError as e:
-        raise ValueError(f"{e.path}: {e.message}" if e.path else e.message) from None
-    except InvalidValueError as e:
-        raise ValueError(f"{e.flag.lstrip('-').replace('-', '_')}: {e.message}") from None
-
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-class _Job:
-    """What both kinds share: the record in vcli's store, its state, waiting, cancelling."""
-
-    _kind = JobKind.CUSTOM_JOB
-    _collection = "customJobs"
-    _noun = "CustomJob"
-    _group = "custom-jobs"
-
-    def __init__(self, display_name: str, labels: Mapping[str, str] | None) -> None:
-        from vcli.codec.flags import check_display_name
-
-        if not isinstance(display_name, str) or not display_name:
-            raise TypeError(f"display_name must be a non-empty string, not {display_name!r}")
-        if labels is not None and not isinstance(labels, Mapping):
-            raise TypeError(f"labels must be a dict of strings, not {type(labels).__name__}")
-        from vcli.codec.flags import label_problem
-
-        if labels and (problem := label_problem(labels)):  # the CLI's --labels rules (they were stored unchecked)
-            raise ValueError(f"labels: {problem}")
-        with _as_value_error():
-            self.display_name = check_display_name(display_name)
-        self.labels = dict(labels or {})
-        self._job_id: str | None = None
-
-    # ------------------------------------------------------------------ the record
-
-    def _store(self) -> Any:
-        from vcli.store import Store
-
-        return Store()
-
-    def _row(self) -> Any:
-        if self._job_id is None:
-            raise RuntimeError(f"{self._noun} resource has not been created.")
-        row = self._store().get_job(self._job_id)
-        if row is None:
-            raise RuntimeError(f"{self._noun} [{self._job_id}] is no longer in vcli's store.")
-        return row
-
-    @property
-    def name(self) -> str:
-        """The job's id (Vertex: the last segment of `resource_name`)."""
-        self._row()
-        return str(self._job_id)
-
-    @property
-    def resource_name(self) -> str:
-        return resource_name(self._collection, self.name)
-
-    @property
-    def state(self) -> JobState:
-        return JobState(self._row().state)
-
-    @property
-    def error(self) -> Mapping[str, Any] | None:
-        return self._row().error
-
-    @property
-    def create_time(self) -> str:
-        return str(self._row().create_time)
-
-    @property
-    def end_time(self) -> str | None:
-        return self._row().end_time
-
-    def done(self) -> bool:
-        return self.state.is_final()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The job as Vertex's REST resource, as `vcli ... describe --format=json` prints it."""
-        from vcli import resources
-
-        make = resources.custom_job_resource if self._kind == JobKind.CUSTOM_JOB else resources.hp_tuning_job_resource
-        return make(self._store(), self._row())
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def wait(self) -> None:
-        """Block until the job ends; RuntimeError if it FAILED or was CANCELLED, or if the vcli
-        process that runs it is gone (killed, crashed): it would never end then."""
-        from vcli.control.liveness import controller_alive
-
-        said = None
-        while True:
-            row = self._row()
-            state = JobState(row.state)
-            if state != said:
-                _say(f"{self._noun} {self.resource_name} current state: {state.value}")
-                said = state
-            if state.is_final():
-                break
-            if not controller_alive(row) and not JobState(self._row().state).is_final():  # re-read: it may just have ended
-                raise RuntimeError(
-                    f"{self._noun} {self.resource_name} is {state.value} but the vcli process that ran it (pid "
-                    f"{row.controller_pid}) is gone: `vcli {self._group} resume {self.name}` takes it over, "
-                    f"`vcli {self._group} cancel {self.name}` stops it.")
-            time.sleep(POLL_SECONDS)
-        if state != JobState.JOB_STATE_SUCCEEDED:
-            raise RuntimeError(f"Job failed with:\n{row.error}")
-        _say(f"{self._noun} run completed. Resource name: {self.resource_name}")
-
-    def cancel(self) -> None:
-        """Ask the job to stop (its controller stops every replica; one that died is cleaned
-        up here, as `vcli ... cancel` does). Returns at once, as Vertex's does."""
-        from vcli.control import cancel, liveness
-
-        store, row = self._store(), self._row()
-        if cancel.request_cancel(store, row) and not liveness.controller_alive(row):
-            cancel.stop_orphaned(store, row, on_warning=lambda msg: _say(f"WARNING: {msg}"))
-
-    def _not_yet_run(self) -> None:
-        """Refuse a second run()/submit() on one object: it started another job or study and
-        the object then spoke only of the new one, the first left running unseen (Vertex's
-        training jobs refuse it as well)."""
-        if self._job_id is not None:
-            raise RuntimeError(f"{self._noun} [{self._job_id}] has already been run: make a new "
-                               f"{type(self).__name__} to run it again.")
-
-    def _created(self, job_id: str) -> None:
-        self._job_id = job_id
-        _say(f"{self._noun} created. Resource name: {self.resource_name}")
-        _say(f"View its logs: vcli {self._group} stream-logs {job_id}  (describe: vcli {self._group} describe {job_id})")
-
-    @staticmethod
-    def _tracking(display_name: str, experiment: str | None, experiment_run: str | None) -> Any:
-        from vcli import tracking
-
-        return tracking.settings(config["tracking_uri"], display_name=display_name,
-                                 experiment=experiment or config["experiment"], experiment_run=experiment_run)
-
-
-def _output_dir(base_output_dir: str | None, staging_bucket: str | None) -> str | None:
-    """The job's output directory: as given, else Vertex's default, a folder per job in the
-    staging bucket (`gs://bucket/aiplatform-custom-job-<time>`)."""
-    bucket = staging_bucket or config["staging_bucket"]
-    for name, value in (("base_output_dir", base_output_dir), ("staging_bucket", bucket)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
-    if base_output_dir is None and bucket:
-        return f"{bucket.rstrip('/')}/aiplatform-custom-job-{time.strftime('%Y-%m-%d-%H:%M:%S')}"
-    return base_output_dir
-
-
-def _scheduling(timeout: float | None, restart: bool, disable_retries: bool, strategy: Any,
-                max_wait: float | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in (("timeout", timeout), ("max_wait_duration", max_wait)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{name} must be a number of seconds, not {value!r}")
-    if timeout:  # 0 or None: no timeout, as Vertex's SDK reads it (0s failed the job at once)
-        out["timeout"] = f"{float(timeout):g}s"
-    if restart:
-        out["restartJobOnWorkerRestart"] = True
-    if disable_retries:
-        out["disableRetries"] = True
-    if strategy is not None:
-        out["strategy"] = getattr(strategy, "name", strategy)
-    if max_wait:
-        out["maxWaitDuration"] = f"{float(max_wait):g}s"
-    return out
-
 
 class CustomJob(_Job):
     """Vertex's `aiplatform.CustomJob`: `CustomJob(display_name, worker_pool_specs, ...)` then
@@ -260,6 +46,16 @@ class CustomJob(_Job):
             self._doc["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
         with _as_value_error():
             self.job_spec = _decode_custom_job(self._doc, f"<aiplatform.CustomJob {display_name}>")
+
+    def _restore(self, record: Mapping[str, Any]) -> None:
+        """`job_spec` from the stored jobSpec (None if vcli's codec no longer reads it), so a job
+        got back can be a study's `custom_job`."""
+        from vcli.errors import VcliError
+
+        try:
+            self.job_spec = _decode_custom_job(record.get("jobSpec") or {}, f"<aiplatform.CustomJob {self.display_name}>")
+        except VcliError:
+            self.job_spec = None
 
     @classmethod
     def from_local_script(cls, display_name: str, script_path: str, container_uri: str, enable_autolog: bool = False,

@@ -163,24 +163,11 @@ def warn_orphaned(resources: list[dict[str, Any]], group: str) -> None:
 
 
 def get_row(store: Any, ref: str, kind: JobKind) -> Any:
-    """The stored job named by `ref` (an id or a resource name) of `kind`; NotFoundError if none."""
-    import re
+    """The stored job named by `ref` (an id or a resource name) of `kind`; NotFoundError if none
+    (`vcli.resources.stored_job`, which the Python SDK's `get` shares)."""
+    from vcli.resources import stored_job
 
-    from vcli.errors import InvalidValueError, NotFoundError
-    from vcli.store import parse_job_ref
-
-    what, group, collection, arg = (("CustomJob", "custom-jobs", "customJobs", "CUSTOM_JOB") if kind == JobKind.CUSTOM_JOB
-                                    else ("HyperparameterTuningJob", "hp-tuning-jobs", "hyperparameterTuningJobs",
-                                          "HP_TUNING_JOB"))
-    # An id, or a resource name of this collection (any project and region: vcli's names print
-    # the ones given); `../ID` or a name of the other collection was taken by its last part.
-    if "/" in ref and not re.fullmatch(rf"projects/[^/]+/locations/[^/]+/{collection}/[^/]+", ref):
-        raise InvalidValueError(arg, f"[{ref}] is neither a job id nor a resource name "
-                                f"projects/PROJECT/locations/REGION/{collection}/ID.")
-    row = store.get_job(parse_job_ref(ref))
-    if row is None or row.kind != kind.value:
-        raise NotFoundError(f"{what} [{ref}] was not found. List jobs with `vcli {group} list`.")
-    return row
+    return stored_job(store, ref, kind)
 
 
 def print_cancel(store: Any, row: Any, what: str, *, wait: bool) -> None:
