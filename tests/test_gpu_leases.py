@@ -85,7 +85,7 @@ def test_acquire_is_all_or_nothing_and_dies_with_its_holder(tmp_path: Path) -> N
 
 
 def test_the_lease_server_runs_from_its_shipped_copies_without_vcli(tmp_path: Path) -> None:
-    """What an SSH host runs: `python -S leaseserver.py serve DIR GPULEASE GPUINFO` from copies
+    """What an SSH host runs: `python -S leaseserver.py serve DIR GPULEASE GPUINFO LEASEFILES` from copies
     under other names (`install_tools` hashes them), outside the repository and with no
     site-packages, so no file may import vcli. Its leases are the kernel's locks of DIR: a
     LeaseDir here sees them held, they are all or none, and they end with the server's stdin.
@@ -96,10 +96,13 @@ def test_the_lease_server_runs_from_its_shipped_copies_without_vcli(tmp_path: Pa
     server = bin_dir / "vcli-leaseserver-ba9876543210.py"
     shutil.copy(REPO / "vcli/placement/gpulease.py", lib)
     info = bin_dir / "vcli-gpuinfo-456789abcdef.py"
+    files = bin_dir / "vcli-leasefiles-fedcba987654.py"
     shutil.copy(REPO / "vcli/placement/leaseserver.py", server)
     shutil.copy(REPO / "vcli/placement/gpuinfo.py", info)
+    shutil.copy(REPO / "vcli/placement/leasefiles.py", files)
     d = tmp_path / "leases"
-    proc = subprocess.Popen([sys.executable, "-S", "-I", str(server), "serve", str(d), str(lib), str(info)], cwd="/",
+    proc = subprocess.Popen([sys.executable, "-S", "-I", str(server), "serve", str(d), str(lib), str(info), str(files)],
+                            cwd="/",
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": os.environ["PATH"]})
     assert proc.stdin is not None and proc.stdout is not None

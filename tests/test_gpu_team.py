@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.helpers import REPO, spawn, vcli, vcli_env, wait_for
+from tests.helpers import REPO, describe, job_id_from_stderr, spawn, vcli, vcli_env, wait_for
 from tests.kit import OTHER_USER, assert_disjoint, ensure_other_user, gpu_intervals, gpu_job_args, gpu_trainer, system_python
 from vcli.placement.gpulease import LeaseDir
 
@@ -310,3 +310,61 @@ def test_hosts_gpus_names_the_user_command_and_memory_of_a_process_vcli_did_not_
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# ----------------------------------------------------------------------------- idle GPUs
+
+
+def _idle_smi(root: Path, percent: int) -> str:
+    """A PATH whose `nvidia-smi` says every GPU runs at `percent` % and no process holds memory."""
+    bin_dir = root / "idle-bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in
+          --query-gpu=index,utilization.gpu) printf '0, {percent}\\n1, {percent}\\n' ;;
+          --query-gpu=index,uuid) printf '0, GPU-a\\n1, GPU-b\\n' ;;
+          --query-compute-apps=*) ;;
+          *) exit 2 ;;
+        esac
+    """))
+    smi.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize("action", ["stop", "warn"])
+def test_the_idle_policy_warns_about_or_stops_a_replica_whose_gpu_stays_idle(shared: Path, action: str) -> None:
+    """The host's policy: a replica whose GPU stays below 5 % for 1 s. nvidia-smi (a stand-in)
+    says 0 %: with `stop` the job fails within seconds, saying why; with `warn` its log and
+    `hosts gpus` say so, and it runs to its end."""
+    _policy(shared, f"idle: {{below_percent: 5, window: 1s, action: {action}}}\n")
+    env = {**_env(shared, 1), "PATH": _idle_smi(shared, 0)}
+    home = shared / "h"
+    seconds = 60 if action == "stop" else 4
+    t0 = time.monotonic()
+    job = spawn(home, *gpu_job_args(gpu_trainer(shared), shared / "gpus.log", seconds, 1, "idle"), **env)
+    if action == "warn":
+        def held_reason() -> str | None:
+            rows = json.loads(vcli(home, "hosts", "gpus", "--format=json", **env).stdout)
+            return next((r["reason"] for r in rows if r["state"] == "HELD" and r["reason"]), None)
+
+        assert wait_for(held_reason, 30, "the idle note") == ("GPU 0 stayed below 5 % utilisation for 1s (the host's "
+                                                               "idle policy)")
+    out, err = job.communicate(timeout=120)
+    if action == "stop":
+        assert job.returncode == 6, err[-3000:]
+        assert time.monotonic() - t0 < 40
+        record = describe(home, "custom-jobs", job_id_from_stderr(err))
+        assert record["failureCause"] == ("vcli: GPU 0 stayed below 5 % utilisation for 1s (the host's idle policy): "
+                                          "stopping the replica.")
+    else:
+        assert job.returncode == 0, err[-3000:]
+    assert _held(shared, 1) == 0
+
+
+def test_a_busy_gpu_is_never_idle(shared: Path) -> None:
+    _policy(shared, "idle: {below_percent: 5, window: 1s, action: stop}\n")
+    env = {**_env(shared, 1), "PATH": _idle_smi(shared, 90)}
+    r = vcli(shared / "h", *gpu_job_args(gpu_trainer(shared), shared / "gpus.log", 3, 1, "busy"), timeout=120, **env)
+    assert r.returncode == 0, r.stderr[-3000:]

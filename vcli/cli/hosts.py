@@ -378,7 +378,8 @@ def _lease_rows(host: str, indices: Any, held: Any, leases: Any) -> list[dict[st
         if rec is not None:
             restored = rec.get("restored")
             note = (f"its lease file was removed while held; the holder put it back {_ago(restored)}"
-                    if isinstance(restored, (int, float)) else None)
+                    if isinstance(restored, (int, float)) else rec.get("idle") if isinstance(rec.get("idle"), str)
+                    else None)
             rows.append(_gpu_row(host, i, "HELD", rec, reason=note))
         elif procs.get(i):
             first = procs[i][0]

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from vcli.errors import ExecutorError
 from vcli.executors import ReplicaLaunch
 
-__all__ = ["hand_over", "held_leases", "keep_container_leases"]
+__all__ = ["hand_over", "held_leases", "idle_argv", "keep_container_leases"]
 
 
 def held_leases(launch: ReplicaLaunch) -> list:
@@ -45,6 +45,28 @@ def held_leases(launch: ReplicaLaunch) -> list:
             raise ExecutorError(f"Cannot lease GPU(s) {missing} for replica {launch.task_name} in "
                                 f"{leases.path}: {e.strerror or e}.") from None
     return [lease for lease in (leases.held_here(i) for i in launch.placement.gpu_indices) if lease is not None]
+
+
+def idle_argv(launch: ReplicaLaunch, argv: list[str], *, python: str, gpuinfo: str, leases: Any = None) -> list[str]:
+    """`argv` run under the idle watch (`vcli.placement.gpuinfo.watch`, the file `gpuinfo` run by
+    `python -S -I`: its directory must not shadow the standard library) when the replica holds GPUs and its host's lease policy has an idle policy
+    (`vcli.placement.leasepolicy.IdlePolicy`); else `argv`. `leases` is the host's lease
+    directory (default: this machine's)."""
+    indices = launch.placement.gpu_indices
+    if not indices:
+        return argv
+    from vcli.placement import leasepolicy
+
+    if leases is None:
+        from vcli.placement.gpus import local_leases
+        from vcli.properties import gpu_lease_dir
+
+        leases = local_leases(gpu_lease_dir())
+    idle = leasepolicy.load(leases).idle
+    if idle is None:
+        return argv
+    return [python, "-S", "-I", gpuinfo, "watch", f"{idle.below_percent:g}", f"{idle.window:g}", idle.action, leases.path,
+            ",".join(str(int(i)) for i in indices), "--", *argv]
 
 
 def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:

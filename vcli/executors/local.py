@@ -48,8 +48,9 @@ from vcli.executors import (
     read_replica_file,
 )
 from vcli.executors import supervisor as _supervisor
-from vcli.executors.leases import hand_over, held_leases
+from vcli.executors.leases import hand_over, held_leases, idle_argv
 from vcli.logs import LogWriter
+from vcli.placement import gpuinfo as _gpuinfo
 from vcli.spec import is_secret
 
 SUPERVISOR = os.path.abspath(_supervisor.__file__)
@@ -212,6 +213,7 @@ class LocalExecutor(ExecutorBase):
         names = dict.fromkeys([*launch.secret_env, *(n for n in os.environ if is_secret(n))])
         masks = [arg for name in names for arg in ("--mask", name)]
         leases = held_leases(launch)
+        argv = idle_argv(launch, argv, python=sys.executable, gpuinfo=_gpuinfo.__file__ or "")
         fds = [lease.fd for lease in leases]
         lease_args = [arg for fd in fds for arg in ("--lease-fd", str(fd))]
         command = [sys.executable, "-S", SUPERVISOR, *masks, *lease_args, status_path, launch.log_path, "--", *argv]

@@ -171,3 +171,103 @@ def _user(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+# --------------------------------------------------------------------------- the idle watch
+
+#: How often the idle watch asks nvidia-smi at most (a shorter window asks more often).
+IDLE_SAMPLE_SECONDS = 10.0
+#: How long a trainer the idle policy stops has between SIGTERM and SIGKILL (seconds).
+IDLE_STOP_GRACE = 10.0
+
+
+def watch(below: float, window: float, action: str, lease_dir: str, indices: list[int], argv: list[str]) -> int:
+    """`python -S gpuinfo.py watch PERCENT SECONDS ACTION LEASE_DIR I,J -- ARGV`: run ARGV (the
+    trainer; a replica's supervisor runs this in its place when the host's lease policy has an
+    idle policy, `vcli.placement.leasepolicy.IdlePolicy`) and watch GPUs I,J: once they all stay
+    below PERCENT utilisation for SECONDS, say so on stderr (the replica's log: the job's error
+    names it) and in this user's lease records of them (`vcli hosts gpus`), and with ACTION
+    `stop` stop the trainer (SIGTERM, SIGKILL after `IDLE_STOP_GRACE`) and exit 1. Otherwise the
+    exit status is the trainer's; a stop request (SIGTERM) is passed on to it."""
+    import signal
+    import sys
+    import time
+
+    try:
+        child = subprocess.Popen(argv)
+    except OSError as e:
+        sys.stderr.write(f"vcli: cannot run {argv[0]}: {e.strerror}\n")
+        return 127
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _: child.send_signal(signum))
+    every, since, verdict = max(0.2, min(IDLE_SAMPLE_SECONDS, window / 4)), None, None
+    while child.poll() is None:
+        if verdict is None:
+            seen, now = utilization(), time.monotonic()
+            since = None if any(seen.get(i, 100.0) >= below for i in indices) else (since or now)
+            if since is not None and now - since >= window:
+                verdict = (f"GPU{'s' if len(indices) > 1 else ''} {','.join(map(str, indices))} stayed below "
+                           f"{below:g} % utilisation for {window:g}s (the host's idle policy)")
+                sys.stderr.write(f"vcli: {verdict}{': stopping the replica' if action == 'stop' else ''}.\n")
+                sys.stderr.flush()
+                _note_leases(lease_dir, indices, verdict)
+                if action == "stop":
+                    return _stop(child)
+        try:
+            child.wait(timeout=every)
+        except subprocess.TimeoutExpired:
+            pass
+    code = child.returncode
+    if code < 0:  # killed by a signal: end the same way, so that the supervisor records it so
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def _stop(child: subprocess.Popen[bytes]) -> int:
+    child.terminate()
+    try:
+        child.wait(timeout=IDLE_STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    return 1
+
+
+def _note_leases(lease_dir: str, indices: list[int], note: str) -> None:
+    """Add `idle: NOTE` to this user's lease records of `indices` (best effort: a record that
+    is not a lease of this job is left alone)."""
+    import json
+
+    for i in indices:
+        path = os.path.join(lease_dir, f"uid-{os.geteuid()}", f"gpu{int(i)}.lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            rec = json.loads(os.pread(fd, 65536, 0) or b"{}")
+            if isinstance(rec, dict) and rec.get("job") == os.environ.get("VCLI_JOB_ID"):
+                data = json.dumps({**rec, "idle": note}, sort_keys=True).encode()
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+        except (OSError, ValueError, RecursionError):
+            pass
+        finally:
+            os.close(fd)
+
+
+def _main(args: list[str]) -> int:
+    import sys
+
+    if len(args) >= 8 and args[0] == "watch" and args[6] == "--":
+        _, below, window, action, lease_dir, gpus = args[:6]
+        return watch(float(below), float(window), action, lease_dir, [int(i) for i in gpus.split(",") if i], args[7:])
+    print("usage: python -S gpuinfo.py watch PERCENT SECONDS ACTION LEASE_DIR I,J -- ARGV...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1:]))

@@ -26,13 +26,21 @@ import errno
 import fcntl
 import json
 import os
-import pwd
 import socket
 import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
+
+try:
+    from vcli.placement import leasefiles as _files
+except ImportError:  # the copy shipped to an SSH host: the lease server loaded its sibling first
+    import vcli_leasefiles as _files  # type: ignore[no-redef]
+
+_check_own, _open_dir, _open_file = _files.check_own, _files.open_dir, _files.open_file
+_try_shared, _user, _read_record = _files.try_shared, _files.user_name, _files.read_record
+_held_files, _lock_index, _unlink_quietly = _files.held_files, _files.lock_index, _files.unlink_quietly
 
 __all__ = [
     "DEFAULT_DIR",
@@ -455,93 +463,6 @@ def _waiters_in(sub: int, *, mine: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _held_files(sub: int, wanted: Any, *, unlink_free: bool = False) -> Iterator[tuple[str, int]]:
-    """(name, read-only descriptor, closed after the step) of each regular file of directory
-    `sub` whose name `wanted` accepts and that somebody holds locked now. With `unlink_free`
-    (the user's own directory) a wanted file nobody holds is removed: its holder died."""
-    try:
-        names = os.listdir(sub)
-    except OSError:
-        return  # a directory its owner keeps from others: nothing seen
-    for name in names:
-        fd = _open_file(name, sub) if wanted(name) else None
-        if fd is None:
-            continue
-        try:
-            if not _try_shared(fd):
-                yield name, fd
-            elif unlink_free:
-                _unlink_quietly(name, sub)
-        finally:
-            os.close(fd)
-
-
-def _lock_index(name: str) -> int | None:
-    """The GPU index of a lock file's name (`gpu3.lock` -> 3), None for other files."""
-    if name.startswith("gpu") and name.endswith(".lock") and name[3:-5].isdigit():
-        return int(name[3:-5])
-    return None
-
-
-def _check_own(fd: int, path: str) -> None:
-    """This user's subdirectory `path` (open as `fd`) must be a directory of this user that
-    others can read but not write; else an `OSError` says why and the fix."""
-    st = os.fstat(fd)
-    why = None
-    if st.st_uid != os.geteuid():
-        why = f"owned by {_user(st.st_uid)}, not by {current_user()} (remove it: vcli creates it)"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        why = f"writable by other users (they could remove your leases; run `chmod 755 {path}`)"
-    elif st.st_mode & 0o005 != 0o005:
-        why = f"not readable by other users (their vcli would not see your leases; run `chmod 755 {path}`)"
-    if why:
-        raise OSError(errno.EPERM, why, path)
-
-
-def _open_dir(name: str, dir_fd: int, path: str) -> int:
-    try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as e:
-        why = "a symbolic link or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror
-        raise OSError(e.errno, why, path) from None
-
-
-def _open_file(name: str, dir_fd: int, *, strict: bool = False) -> int | None:
-    """A read-only descriptor of the regular file `name` in `dir_fd` (never through a link), or
-    None; `strict` (the user's own directory): anything but a regular file is an `OSError`."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno == errno.ENOENT or (not strict and e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR)):
-            return None
-        if e.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a symbolic link, not a lock file") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        if strict:
-            raise OSError(errno.EINVAL, "not a regular file, not a lock file")
-        return None
-    return fd
-
-
-def _try_shared(fd: int) -> bool:
-    """True when nobody holds `fd`'s file exclusively (a shared lock taken for microseconds)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return True
-
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
 class Waiting:
     """An entry in the host's waiting queue while a job or trial waits for GPUs (shown by
     `vcli hosts gpus`). Held by a lock like a lease: a waiter that dies leaves no entry."""
@@ -582,19 +503,3 @@ class Waiting:
                 pass
             self.fd = -1
         self.path = ""
-
-
-def _unlink_quietly(path: str, dir_fd: int | None = None) -> None:
-    try:
-        os.unlink(path, dir_fd=dir_fd)
-    except OSError:
-        pass
-
-
-def _read_record(fd: int) -> dict[str, Any]:
-    try:
-        data = os.pread(fd, 65536, 0)
-        rec = json.loads(data.decode("utf-8", errors="replace")) if data else {}
-    except (OSError, ValueError, RecursionError):  # the files are world-writable: anything may be in them
-        return {}
-    return rec if isinstance(rec, dict) else {}

@@ -10,6 +10,7 @@ says which files are trusted). Every vcli process that leases GPUs there reads i
     users: {alice: 8}           # per-user exceptions to max_gpus_per_user
     max_trials_per_study: 2     # trials of one study that may hold GPUs here at once
     queue: fair-share           # or first-come (the default)
+    idle: {below_percent: 5, window: 30m, action: stop}   # or action: warn
 
 Limits are checked after the leases are taken (lock, then count), so two processes of one user
 that take GPUs at the same instant never both pass a limit: the later one (by the time in its
@@ -44,6 +45,21 @@ class LeasePolicyError(VcliError):
 
 
 @dataclass(frozen=True)
+class IdlePolicy:
+    """A replica whose leased GPUs all stay below `below_percent` utilisation (nvidia-smi) for
+    `window` seconds is warned about in its log and in `hosts gpus`, and with `action: stop`
+    stopped, its job or trial failing with that reason (`vcli.placement.gpuinfo.watch` runs
+    the trainer and watches)."""
+
+    below_percent: float
+    window: float
+    action: str = "warn"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"below_percent": _plain(self.below_percent), "window": f"{self.window:g}s", "action": self.action}
+
+
+@dataclass(frozen=True)
 class LeasePolicy:
     """One host's lease policy; the default limits nothing and serves first come, first served."""
 
@@ -52,6 +68,7 @@ class LeasePolicy:
     users: Mapping[str, float] = field(default_factory=dict)
     max_trials_per_study: int | None = None
     queue: str = "first-come"
+    idle: IdlePolicy | None = None
 
     def limit(self, user: str | None) -> float | None:
         """The most GPUs `user` may hold on the host at once (None: no limit)."""
@@ -60,7 +77,7 @@ class LeasePolicy:
         return self.max_gpus_per_user
 
     @property
-    def limits_anything(self) -> bool:
+    def limits_anything(self) -> bool:  # the GPUs a user or a study holds
         return self.max_gpus_per_user is not None or bool(self.users) or self.max_trials_per_study is not None
 
     def as_dict(self) -> dict[str, Any]:
@@ -74,6 +91,8 @@ class LeasePolicy:
             out["max_trials_per_study"] = self.max_trials_per_study
         if self.queue != "first-come":
             out["queue"] = self.queue
+        if self.idle is not None:
+            out["idle"] = self.idle.as_dict()
         return out
 
     def where(self) -> str:
@@ -108,12 +127,38 @@ def _queue(key: str, value: Any) -> str:
     return str(value)
 
 
+def _idle(key: str, value: Any) -> IdlePolicy:
+    from vcli.codec.flags import parse_duration
+
+    if not isinstance(value, dict):
+        raise LeasePolicyError(f"{key}: expected a mapping of below_percent, window, action, got {value!r}")
+    unknown = sorted(str(k) for k in value if k not in ("below_percent", "window", "action"))
+    if unknown:
+        raise LeasePolicyError(f"{key}.{unknown[0]}: unknown key (the keys are below_percent, window, action)")
+    pct = value.get("below_percent")
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 100:
+        raise LeasePolicyError(f"{key}.below_percent: expected a percentage in (0, 100], got {pct!r}")
+    window = value.get("window")
+    try:
+        seconds = float(window) if isinstance(window, (int, float)) and not isinstance(window, bool) else \
+            parse_duration(str(window), f"{key}.window")
+    except VcliError:
+        seconds = -1.0
+    if not 0 < seconds < math.inf:
+        raise LeasePolicyError(f"{key}.window: expected a duration such as 30m or 600s, got {window!r}")
+    action = value.get("action", "warn")
+    if action not in ("warn", "stop"):
+        raise LeasePolicyError(f"{key}.action: expected warn or stop, got {action!r}")
+    return IdlePolicy(float(pct), seconds, str(action))
+
+
 #: key -> how its value is read (raising LeasePolicyError naming the key).
 KEYS: dict[str, Callable[[str, Any], Any]] = {
     "max_gpus_per_user": _gpus,
     "users": _users,
     "max_trials_per_study": _count,
     "queue": _queue,
+    "idle": _idle,
 }
 
 
@@ -249,7 +294,8 @@ def _num(value: Any) -> float:
 
 def set_keys(current: Mapping[str, Any], assignments: Sequence[str], removals: Sequence[str]) -> dict[str, Any]:
     """`current` (a policy's `as_dict`) with `KEY=VALUE` assignments (VALUE read as YAML;
-    `users.NAME=N` for one user's limit) and `KEY` removals applied, checked by `parse`."""
+    `users.NAME=N` for one user's limit, `idle.window=30m` for one key of a mapping) and `KEY`
+    removals applied, checked by `parse`."""
     import yaml
 
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in current.items()}
@@ -261,16 +307,18 @@ def set_keys(current: Mapping[str, Any], assignments: Sequence[str], removals: S
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             value = text
-        if key.startswith("users."):
-            out.setdefault("users", {})[key[len("users."):]] = value
+        top, dot, sub = key.partition(".")
+        if dot:
+            out[top] = {**(out.get(top) if isinstance(out.get(top), dict) else {}), sub: value}
         else:
             out[key] = value
     for key in removals:
-        if key.startswith("users."):
-            out.get("users", {}).pop(key[len("users."):], None)
-            if not out.get("users"):
-                out.pop("users", None)
-        else:
+        top, dot, sub = key.partition(".")
+        if dot and isinstance(out.get(top), dict):
+            out[top].pop(sub, None)
+            if not out[top]:
+                out.pop(top)
+        elif not dot:
             out.pop(key, None)
     return parse(policy_text(out), "--set").as_dict()
 

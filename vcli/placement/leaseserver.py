@@ -1,10 +1,11 @@
 """The GPU lease server: a controller's hands on an SSH host's lease directory
 (`vcli.placement.gpulease`), for as long as the controller's SSH channel is open.
 
-Standard library only, like `gpulease`: it is shipped to each SSH host beside `gpulease.py` and
-`gpuinfo.py` (`vcli.executors.ssh.remote.install_tools`, all under names hashed from their
-source) and run there as `python -S leaseserver.py serve DIR GPULEASE GPUINFO`, the paths of
-the shipped copies. The server loads both libraries from those exact files (`load_library`),
+Standard library only, like `gpulease`: it is shipped to each SSH host beside `gpulease.py`,
+`gpuinfo.py` and `leasefiles.py` (`vcli.executors.ssh.remote.install_tools`, all under names
+hashed from their source) and run there as `python -S leaseserver.py serve DIR GPULEASE GPUINFO
+LEASEFILES`, the paths of the shipped copies. The server loads the libraries from those exact
+files (`load_library`, `leasefiles` first: `gpulease` imports it),
 never from a vcli the host may have installed, whose version could differ from the controller's.
 
 The server takes and holds the locks for the controller (JSON lines on its stdin and stdout)
@@ -32,7 +33,8 @@ HANDSHAKE = "VCLI-LEASES"
 
 
 def load_library(path: str | None = None, name: str = "gpulease") -> ModuleType:
-    """A library of the lease server, `name` being `gpulease` or `gpuinfo`: the copy at `path`
+    """A library of the lease server, `name` being `gpulease`, `gpuinfo` or `leasefiles` (it
+    is registered as `vcli_NAME`, where a shipped `gpulease` finds its sibling): the copy at `path`
     (shipped to an SSH host), or vcli's own `vcli.placement.NAME` when `path` is None."""
     if path is None:
         return importlib.import_module(f"vcli.placement.{name}")
@@ -46,7 +48,7 @@ def load_library(path: str | None = None, name: str = "gpulease") -> ModuleType:
 
 
 def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, info: ModuleType | None = None) -> int:
-    """`python -S leaseserver.py serve DIR GPULEASE GPUINFO`: serve the lease directory DIR of
+    """`python -S leaseserver.py serve DIR GPULEASE GPUINFO LEASEFILES`: serve the lease directory DIR of
     the host this runs on with the lease library `lib` and the GPU information library `info`
     (`load_library`), for as long as stdin is open (the controller's SSH channel).
 
@@ -203,10 +205,12 @@ class _HandOff:
 
 
 def main(args: list[str]) -> int:
-    if len(args) in (2, 3, 4) and args[0] == "serve":
-        lib = load_library(args[2] if len(args) >= 3 else None)
-        return serve(args[1], lib, info=load_library(args[3] if len(args) == 4 else None, "gpuinfo"))
-    print("usage: python -S leaseserver.py serve LEASE_DIR [GPULEASE_PY [GPUINFO_PY]]", file=sys.stderr)
+    if len(args) == 5 and args[0] == "serve":  # the libraries shipped to an SSH host
+        load_library(args[4], "leasefiles")  # first: the lease library imports it
+        return serve(args[1], load_library(args[2]), info=load_library(args[3], "gpuinfo"))
+    if len(args) == 2 and args[0] == "serve":  # vcli's own libraries
+        return serve(args[1], load_library(None))
+    print("usage: python -S leaseserver.py serve LEASE_DIR [GPULEASE_PY GPUINFO_PY LEASEFILES_PY]", file=sys.stderr)
     return 2
 
 

@@ -27,6 +27,7 @@ from vcli.executors import (
     process_argv,
     read_replica_file,
 )
+from vcli.executors.leases import idle_argv
 from vcli.executors.ssh.code import RemoteEnv, has_code, populate, private_workdir, python_env, with_env
 from vcli.executors.ssh.docker_bridge import DockerOnHosts
 from vcli.executors.ssh.leases import RemoteLeases, lease_dir_of
@@ -302,6 +303,8 @@ class SSHExecutor(ExecutorBase):
         # The host keeps its own replica.log (the supervisor writes it; the wrapper streams it here).
         paths = remote_paths(launch, view, self._home)
         gpus = self._replica_leases(launch, host)
+        if gpus:
+            argv = idle_argv(launch, argv, python=host.python, gpuinfo=install_tools(link).gpuinfo, leases=gpus[0])
         command = build_remote_command(argv, env, cwd=cwd, python=host.python, tools=install_tools(link),
                                        status=paths.status, log=paths.log, tag=tag, lease=paths.lease,
                                        timeout=self._orphan_timeout,

@@ -62,7 +62,7 @@ class RemoteLeases:
         try:
             chan.settimeout(REPLY_TIMEOUT)
             chan.exec_command(qargv([self.link.host.python, "-S", tools.leaseserver, "serve", self.path, tools.gpulease,
-                                     tools.gpuinfo]))
+                                     tools.gpuinfo, tools.leasefiles]))
             reader = chan.makefile("rb")
             for _ in range(200):  # skip what the login shell's rc files print
                 line = reader.readline()

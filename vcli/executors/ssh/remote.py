@@ -60,6 +60,7 @@ from vcli.executors.ssh.link import Conn, HostLink, q, qargv, unreached
 from vcli.logs import LogWriter
 from vcli.placement import gpuinfo as _gpuinfo
 from vcli.placement import gpulease as _gpulease
+from vcli.placement import leasefiles as _leasefiles
 from vcli.placement import leaseserver as _leaseserver
 
 __all__ = [
@@ -145,12 +146,14 @@ class Tools:
     gpulease: str
     leaseserver: str
     gpuinfo: str
+    leasefiles: str
 
 
 def install_tools(link: HostLink) -> Tools:
     """Ship the supervisor, the wrapper, the lease library (`vcli.placement.gpulease`), its
-    server (`vcli.placement.leaseserver`) and the GPU information library
-    (`vcli.placement.gpuinfo`) to `<workdir>/bin/` once per host and version.
+    server (`vcli.placement.leaseserver`), the GPU information library (`vcli.placement.gpuinfo`)
+    and the lease library's file operations (`vcli.placement.leasefiles`) to `<workdir>/bin/` once
+    per host and version.
 
     Each file is named after a hash of its source and written under a temporary name, then
     renamed into place, so concurrent vcli processes (or hosts sharing a workdir) never run a
@@ -166,7 +169,8 @@ def install_tools(link: HostLink) -> Tools:
             sftp = link.sftp()
             try:
                 for module, stem in ((_supervisor, "supervisor"), (_wrapper, "wrapper"), (_gpulease, "gpulease"),
-                                     (_leaseserver, "leaseserver"), (_gpuinfo, "gpuinfo")):
+                                     (_leaseserver, "leaseserver"), (_gpuinfo, "gpuinfo"),
+                                     (_leasefiles, "leasefiles")):
                     with open(module.__file__ or "", "rb") as f:
                         source = f.read()
                     path = f"{bin_dir}/vcli-{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
