@@ -1096,3 +1096,36 @@ def test_an_unchanged_replica_file_is_not_read_again(tmp_path: Path) -> None:
     assert read_replica_file(str(path)) == '{"score": "3"}\n'
     path.unlink()
     assert read_replica_file(str(path)) is None
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_the_hosts_idle_policy_stops_a_process_replica_whose_gpu_stays_idle(kind: str, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's lease policy says: a replica whose GPUs stay below 5 % for 1 s is stopped.
+    Its nvidia-smi (a stand-in on the replica's PATH) says 0 %: the replica, here or on an SSH
+    host (where the shipped `gpuinfo.py` watches), ends with status 1 within seconds and its
+    log says why."""
+    from vcli.placement import leasepolicy
+    from vcli.placement.gpus import local_leases
+
+    smi = tmp_path / "smi" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\ncase \"$1\" in\n  --query-gpu=index,utilization.gpu) printf '0, 0\\n1, 0\\n' ;;\n"
+                   "  *) exit 2 ;;\nesac\n")
+    smi.chmod(0o755)
+    policy = Path(local_leases().path) / "policy.yaml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text("idle: {below_percent: 5, window: 1s, action: stop}\n")
+    policy.chmod(0o644)
+    harness = _harness(kind, tmp_path, monkeypatch)
+    h = next(harness)
+    try:
+        launch = h.launch("sleep:60", env={"PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"})
+        t0 = time.monotonic()
+        status = h.wait(_start_on_gpu(h, launch, 0), timeout=60)
+        assert status.exit_code == 1 and time.monotonic() - t0 < 30, status
+        h.wait_for_log(launch, "vcli: GPU 0 stayed below 5 % utilisation for 1s (the host's idle policy): stopping the replica.")
+    finally:
+        policy.unlink()
+        leasepolicy._CACHE.clear()
+        next(harness, None)
