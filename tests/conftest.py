@@ -80,6 +80,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     # (the fake executor on a fake clock), the CLI's parsing and errors, reports and exports.
     "test_custom_jobs": ("integration",),
     "test_hp_tuning": ("integration",),
+    "test_mcp": ("integration",),
     "test_study_algorithms": ("integration",),
     "test_pbt_study": ("integration",),
     "test_resume": ("integration",),

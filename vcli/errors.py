@@ -99,6 +99,7 @@ EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib>=3.8", "scikit-learn>=1.3", "numpy>=1.26"),
     "tensorboard": ("tensorboard>=2.16",),
     "mlflow": ("mlflow>=3,<4",),
+    "mcp": ("mcp>=2,<3",),
 }
 
 

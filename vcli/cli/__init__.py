@@ -22,6 +22,7 @@ import typer
 
 from vcli import __version__
 from vcli.cli import complete, config, custom_jobs, dashboard, gpu, hosts, hp_tuning_jobs, slurm, support
+from vcli.cli import mcp as mcp_server
 from vcli.cli.gcloud_flags import GcloudCommand, RootGroup
 
 app = typer.Typer(
@@ -40,6 +41,7 @@ app.add_typer(hosts.hosts_app, name="hosts")
 app.add_typer(slurm.slurm_app, name="slurm")
 app.add_typer(gpu.gpu_app, name="gpu")
 app.command("dashboard", cls=GcloudCommand)(dashboard.dashboard)
+app.command("mcp", cls=GcloudCommand)(mcp_server.mcp)
 
 
 def _version(value: bool) -> None:
