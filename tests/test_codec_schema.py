@@ -39,6 +39,7 @@ from vcli.spec import (
     ParameterSpec,
     PopulationBasedTrainingSpec,
     PythonPackageSpec,
+    SafetyMetricConfig,
     ScaleType,
     Scheduling,
     StudySpec,
@@ -109,6 +110,8 @@ def full_study() -> StudySpec:
             max_step_count=100, min_step_count=5, min_measurement_count=3, learning_rate_parameter_name="momentum",
             use_elapsed_duration=True, update_all_stopped_trials=True,
         ),
+        safety_metrics=(MetricSpec(metric_id="memory_gb", goal=Goal.MINIMIZE, safety_config=SafetyMetricConfig(
+            safety_threshold=40.0, desired_min_safe_trials_fraction=0.9)),),
     )
 
 
@@ -121,7 +124,7 @@ def full_hp_job(tmp_path) -> HyperparameterTuningJobSpec:
 def field_coverage(obj: Any, seen: dict[str, bool]) -> dict[str, bool]:
     """Class.field -> whether some instance in `obj` (at any depth) sets it off its default."""
     for f in dataclasses.fields(obj):
-        if f.metadata.get("vertex", schema.Vertex()).vcli_only:
+        if f.metadata.get("vertex", schema.Vertex()).vcli_only and f.name != "safety_metrics":  # those travel in `metrics`
             continue
         value = getattr(obj, f.name)
         if f.default is not dataclasses.MISSING:
@@ -141,7 +144,7 @@ def field_coverage(obj: Any, seen: dict[str, bool]) -> dict[str, bool]:
 def full_pbt_study() -> StudySpec:
     """PBT excludes automated stopping: its spec is set on a study of its own."""
     return dataclasses.replace(
-        full_study(), algorithm=Algorithm.POPULATION_BASED_TRAINING, automated_stopping_spec=None,
+        full_study(), algorithm=Algorithm.POPULATION_BASED_TRAINING, automated_stopping_spec=None, safety_metrics=(),
         population_based_training_spec=PopulationBasedTrainingSpec(
             population_size=3, perturbation_interval_steps=2, quantile_fraction=0.5, resample_probability=0.1,
             perturbation_factors=(0.5, 2.0), max_step_count=10),

@@ -163,7 +163,7 @@ def test_study_page_has_the_trial_rows_and_the_plots(store) -> None:
     assert trials in body
     # The best trial: named in the summary with its value, its row marked.
     best = next(t for t in store["trials"] if t["id"] == store["best"])
-    assert re.search(rf'<dt>Best trial</dt><dd><a href="#trial-{best["id"]}" id="best-trial">trial {best["id"]}</a>: '
+    assert re.search(rf'<dt>Best trial</dt><dd><a href="\?order=best#trial-{best["id"]}" id="best-trial">trial {best["id"]}</a>: '
                      rf'score={best["finalMeasurement"]["metrics"][0]["value"]:.6g} at step 2 ', body)
     assert re.findall(r'<tr id="trial-(\d+)" class="best">', body) == [best["id"]]
     # The plots (vcli.plots), inline SVG: history, one slice per parameter, intermediate values.
@@ -182,7 +182,7 @@ def test_a_multi_objective_study_page_marks_the_pareto_front(store) -> None:
     assert front and sorted(re.findall(r'<tr id="trial-(\d+)" class="pareto">', body), key=int) == sorted(front, key=int)
     for t in front:
         assert re.search(rf'<td>{t} <span class="badge" title="on the Pareto front[^"]*">pareto</span></td>', body)
-    assert "<dt>Pareto front</dt><dd>trials " + ", ".join(f'<a href="#trial-{t}">{t}</a>' for t in front) in body
+    assert "<dt>Pareto front</dt><dd>trials " + ", ".join(f'<a href="?order=best#trial-{t}">{t}</a>' for t in front) in body
     # A figure per objective where a figure plots one objective.
     keys = set(re.findall(r'<figure data-key="([^"]+)"', body))
     assert {"parallel-error", "parallel-speed", "intermediate-error", "intermediate-speed", "pareto", "timeline"} <= keys
@@ -292,7 +292,7 @@ def test_the_study_page_follows_a_running_study(tmp_path: Path) -> None:
             # While trial 2 runs, the best trial so far is trial 1, in the summary and the table.
             assert trial_state("2") == "ACTIVE"
             summary = get_json(f"{api}/parts/summary")["html"]
-            assert re.search(r'<dt>Best trial so far</dt><dd><a href="#trial-1" id="best-trial">trial 1</a>: score=[-0-9.e]+ at step 1 ',
+            assert re.search(r'<dt>Best trial so far</dt><dd><a href="\?order=best#trial-1" id="best-trial">trial 1</a>: score=[-0-9.e]+ at step 1 ',
                              summary), summary
             assert re.search(r'<tr id="trial-1" class="best">', get_json(f"{api}/parts/trials")["html"])
             (gate / "go-2").touch()
@@ -331,7 +331,8 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
     with gated_study(tmp_path, "live-browser") as (home, gate, sid, study):
         with dashboard(home) as base, Browser(offline=False, timeout=30) as browser:
             row_state = "(document.querySelector('#trial-{0} td:nth-child(2)') || {{}}).textContent"
-            browser.open(f"{base}studies/{sid}", wait_for=f"{row_state.format(1)} === 'ACTIVE'", timeout=30)
+            # Best first (`?order=best`): the live page fetches its parts with its own query.
+            browser.open(f"{base}studies/{sid}?order=best", wait_for=f"{row_state.format(1)} === 'ACTIVE'", timeout=30)
             browser.evaluate("window.__sameDocument = true")  # gone if the page reloads itself
             assert browser.evaluate("document.querySelectorAll('figure[data-key=\"history\"] svg').length") == 0
             (gate / "go-1").touch()
@@ -357,6 +358,7 @@ def test_the_study_page_updates_itself_in_a_real_browser(tmp_path: Path) -> None
             assert browser.screenshot(artifacts / "dashboard-study.png").stat().st_size > 10_000
             assert browser.console_errors == []
             assert browser.requests and all(u.startswith((base, "data:")) for u in browser.requests), browser.requests
+            assert any(u.endswith(f"/api/studies/{sid}/parts/trials?order=best") for u in browser.requests), browser.requests
             (gate / "go-2").touch()
             assert study.wait(timeout=60) == 0
 

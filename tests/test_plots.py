@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -107,15 +108,25 @@ def _figure_svg(html: str, key: str) -> str:
 
 def test_the_default_report_is_one_self_contained_page(single, tmp_path: Path) -> None:
     home, sid, study = single
+    shutil.rmtree(home / "cache", ignore_errors=True)  # drawn here, whichever test ran before
     r = _plot(home, tmp_path, sid)
     assert r.returncode == 0, r.stderr
     # Piped, each step of the drawing is a line with the time it began at; the last line says what was written.
     steps = [re.sub(r" \(at \d+\.\d s\)$", "", line) for line in r.stderr.splitlines()]
     assert steps == [f"Drawing the report of {sid}: {step}" for step in (
         "hyperparameter importances (6 trials)", "history, parallel coordinates and slices",
-        "intermediate values", "parameter pairs and the distribution of values",
+        "intermediate values", "parameter pairs and the distribution of values", f"rendering {len(SINGLE_FIGURES)} figures",
         f"writing {len(SINGLE_FIGURES)} figures", f"writing {sid}.html")] + [f"Wrote {sid}.html."], r.stderr
     html = (tmp_path / f"{sid}.html").read_text()
+    # Again: the figures come from the figure cache (VCLI_HOME/cache/figures), nothing is drawn, the same page.
+    (tmp_path / "again").mkdir()
+    r = _plot(home, tmp_path / "again", sid)
+    assert r.returncode == 0, r.stderr
+    steps = [re.sub(r" \(at \d+\.\d s\)$", "", line) for line in r.stderr.splitlines()]
+    assert steps == [f"Drawing the report of {sid}: {step}" for step in (
+        f"{len(SINGLE_FIGURES)} figures from the cache", f"writing {len(SINGLE_FIGURES)} figures",
+        f"writing {sid}.html")] + [f"Wrote {sid}.html."], r.stderr
+    assert (tmp_path / "again" / f"{sid}.html").read_text() == html
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     assert _figure_ids(html) == SINGLE_FIGURES
     assert html.count('<figure class="vcli-figure"') == len(SINGLE_FIGURES)

@@ -247,12 +247,29 @@ class CustomJobSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MetricSpec:
-    VERTEX_UNMODELED: ClassVar[Mapping[str, Any]] = {"safetyConfig": Any}
+class SafetyMetricConfig:
+    """Safe search: the metric that holds it is a constraint, not an objective. A trial is
+    safe when its value is on the good side of `safety_threshold` for the metric's goal (at
+    least it for MAXIMIZE, at most it for MINIMIZE); `desired_min_safe_trials_fraction` is the
+    fraction of trials the search aims to keep safe (0 or unset: no target, 1: safe ones only).
+    Vertex lets the threshold be unset; vcli requires it (`vcli.codec.study`)."""
 
+    safety_threshold: float | None = field(default=None, metadata=vertex(keep_zero=True))
+    desired_min_safe_trials_fraction: float | None = field(default=None, metadata=vertex(keep_zero=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSpec:
     metric_id: str
     #: Vertex's GOAL_TYPE_UNSPECIFIED is read as MAXIMIZE.
     goal: Goal = field(metadata=vertex(choices=("GOAL_TYPE_UNSPECIFIED", "MAXIMIZE", "MINIMIZE")))
+    #: Set: a safety metric (a constraint of safe search), never an objective.
+    safety_config: SafetyMetricConfig | None = None
+
+    def is_safe(self, value: float) -> bool:
+        """Is `value` of this safety metric on the good side of its threshold (`SafetyMetricConfig`)?"""
+        threshold = self.safety_config.safety_threshold if self.safety_config is not None else None
+        return threshold is not None and value == value and self.goal.sign * (value - threshold) >= 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,6 +442,10 @@ class StudySpec:
     )
     automated_stopping_spec: AutomatedStoppingSpec | None = None
     population_based_training_spec: PopulationBasedTrainingSpec | None = None
+    #: Not a key of its own: the entries of `metrics` that have a `safetyConfig` (safe search),
+    #: constraints every trial reports beside the objectives. vcli keeps them apart from the
+    #: objectives and shows them as entries of `metrics`, after the objectives.
+    safety_metrics: tuple[MetricSpec, ...] = field(default=(), metadata=vertex(vcli_only=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -501,6 +522,10 @@ class Trial:
     failure_class: FailureClass | None = None
     #: vcli: the trial whose parameters this one runs again (an INFRASTRUCTURE failure's retry).
     retry_of: str | None = None
+    #: vcli, safe search (`StudySpec.safety_metrics`): False for a SUCCEEDED trial whose final
+    #: measurement breaks a safety threshold (it stays SUCCEEDED but is never the study's best),
+    #: True for one that meets them all; None without safety metrics or a final measurement.
+    safe: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

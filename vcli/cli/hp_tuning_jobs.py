@@ -409,12 +409,17 @@ def plot(
     intermediate values, importances and the Pareto front, as one self-contained HTML page
     (no network needed to view it) or as SVG/PNG files. Needs `pip install 'vcli[plot]'`."""
     from vcli import codec, plots
+    from vcli.plots.cache import FigureCache, Slot, last_change
     from vcli.store import Store
 
     store = Store()
     row = get_row(store, job, JobKind.HYPERPARAMETER_TUNING_JOB)
     spec = codec.study_spec_from_stored(row.record["studySpec"])
+    version = store.trials_version(row.id)
     trials = store.trials(row.id)
+    # The figure cache (shared with the dashboard) only when no trial changed while they were read.
+    slot = (Slot(FigureCache(store.home), row.id, last_change(JobState(row.state).value, row.update_time, version))
+            if store.trials_version(row.id) == version else None)
     title = f"{row.display_name} ({row.id})" if row.display_name else row.id
     target = output or f"{row.id}.html"
     _check_report_target(target, row.id, trials)
@@ -422,7 +427,8 @@ def plot(
 
     try:
         with Steps(f"Drawing the report of {row.id}", err) as step:
-            written = plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials, progress=step)
+            written = plots.write_report(target, title, spec, codec.iter_parameters(spec.parameters), trials,
+                                         progress=step, slot=slot)
         for path in written:
             err(f"Wrote {path}.")
     except OSError as e:  # no such directory, a file in the way, no permission, a full disk

@@ -207,37 +207,66 @@ def _in_domain(spec: Any, value: Any) -> bool:
     return False
 
 
-def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "studySpec") -> StudySpec:
-    metrics = []
-    for i, m in enumerate(d.get("metrics", [])):
-        mid = m.get("metricId", "")
-        mpath = f"{path}.metrics[{i}].metricId"
-        if not mid:
-            raise decoder.error(mpath, "required field is missing")
-        if re.search(r"\s", mid):
-            raise decoder.error(mpath, f"metricId [{mid}] must not contain whitespace")
-        goal = m.get("goal", "GOAL_TYPE_UNSPECIFIED")
-        metrics.append(build(MetricSpec, m, metric_id=mid, goal=Goal.MINIMIZE if goal == "MINIMIZE" else Goal.MAXIMIZE))
+def _metric_from_dict(m: Mapping[str, Any], decoder: Decoder, path: str) -> MetricSpec:
+    """One `metrics[]` entry (`path` is its own, `studySpec.metrics[0]`); a `safetyConfig`
+    makes it a safety metric, whose threshold is required and whose fraction lies in [0, 1]."""
+    mid = m.get("metricId", "")
+    if not mid:
+        raise decoder.error(f"{path}.metricId", "required field is missing")
+    if re.search(r"\s", mid):
+        raise decoder.error(f"{path}.metricId", f"metricId [{mid}] must not contain whitespace")
+    goal = m.get("goal", "GOAL_TYPE_UNSPECIFIED")
+    metric = build(MetricSpec, m, metric_id=mid, goal=Goal.MINIMIZE if goal == "MINIMIZE" else Goal.MAXIMIZE)
+    safety = metric.safety_config
+    if safety is None:
+        return metric
+    threshold = safety.safety_threshold
+    if threshold is None:
+        raise decoder.error(f"{path}.safetyConfig.safetyThreshold", "required field is missing: a safety metric needs "
+                            f"the threshold between safe and unsafe values of [{mid}]")
+    if not math.isfinite(threshold):
+        raise decoder.error(f"{path}.safetyConfig.safetyThreshold", f"must be a finite number, found [{threshold}]")
+    fraction = safety.desired_min_safe_trials_fraction
+    if fraction is not None and not 0.0 <= fraction <= 1.0:
+        raise decoder.error(f"{path}.safetyConfig.desiredMinSafeTrialsFraction",
+                            f"must be between 0.0 and 1.0 (a fraction of the trials), found [{fraction}]")
+    return metric
+
+
+def _metrics_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str) -> tuple[tuple[MetricSpec, ...], tuple[MetricSpec, ...]]:
+    """(the objectives, the safety metrics) of `studySpec.metrics`, in their order."""
+    metrics = [_metric_from_dict(m, decoder, f"{path}.metrics[{i}]") for i, m in enumerate(d.get("metrics", []))]
     if not metrics:
         raise decoder.error(f"{path}.metrics", "at least one metric is required")
     ids = [m.metric_id for m in metrics]
     for i, mid in enumerate(ids):
         if mid in ids[:i]:
             raise decoder.error(f"{path}.metrics[{i}].metricId", f"metricId [{mid}] is listed twice; metric ids must be unique")
+    objectives = tuple(m for m in metrics if m.safety_config is None)
+    safety = tuple(m for m in metrics if m.safety_config is not None)
+    if not objectives:
+        raise decoder.error(f"{path}.metrics", f"every metric has a safetyConfig ({', '.join(ids)}); a safety metric "
+                            "constrains the search, so add an objective metric (one without safetyConfig)")
+    return objectives, safety
+
+
+def study_spec_from_dict(d: Mapping[str, Any], decoder: Decoder, path: str = "studySpec") -> StudySpec:
+    metrics, safety = _metrics_from_dict(d, decoder, path)
     params: list[ParameterSpec] = []
     seen: set[str] = set()
     for i, p in enumerate(d.get("parameters", [])):
         params.append(_parameter_from_dict(p, decoder, f"{path}.parameters[{i}]", seen))
     if not params:
         raise decoder.error(f"{path}.parameters", "at least one parameter is required")
-    spec = build(StudySpec, d, metrics=tuple(metrics), parameters=tuple(params))
+    spec = build(StudySpec, d, metrics=metrics, parameters=tuple(params), safety_metrics=safety)
     check_algorithm(spec, lambda msg: decoder.error(f"{path}.algorithm", msg))
     if spec.algorithm == Algorithm.POPULATION_BASED_TRAINING or spec.population_based_training_spec is not None:
         from vcli.tuning.pbt import check_pbt
 
         check_pbt(spec, lambda field, msg: decoder.error(f"{path}.{'populationBasedTrainingSpec.' + field if field else 'algorithm'}", msg))
-        if len(spec.metrics) > 1:
-            raise decoder.error(f"{path}.metrics", "Population Based Training ranks members by one metric; keep one")
+        if len(spec.metrics) > 1 or spec.safety_metrics:
+            raise decoder.error(f"{path}.metrics", "Population Based Training ranks members by one metric; keep one "
+                                "(and no safetyConfig: PBT does not search safely)")
         if spec.automated_stopping_spec is not None:
             raise decoder.error(f"{path}.algorithm", "Population Based Training stops and replaces members itself; "
                                 "remove the automated stopping spec")
@@ -324,12 +353,21 @@ def _parameter_to_dict(p: ParameterSpec, encode: Callable[[Any], Any]) -> dict[s
     return d
 
 
-_STUDY_OVERRIDES = {ParameterSpec: _parameter_to_dict}
+def _study_to_dict(spec: StudySpec, encode: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """A StudySpec's REST shape: its safety metrics are `metrics` entries, after the objectives."""
+    d = to_wire(spec, _PARAMETER_OVERRIDES)
+    if spec.safety_metrics:
+        d["metrics"] = d["metrics"] + [to_wire(m) for m in spec.safety_metrics]
+    return d
+
+
+_PARAMETER_OVERRIDES: dict[type, Callable[..., Any]] = {ParameterSpec: _parameter_to_dict}
+_STUDY_OVERRIDES: dict[type, Callable[..., Any]] = {**_PARAMETER_OVERRIDES, StudySpec: _study_to_dict}
 
 
 def study_spec_to_dict(spec: StudySpec) -> dict[str, Any]:
     """The REST (camelCase) shape of a StudySpec, as the store and `describe` hold it."""
-    return to_wire(spec, _STUDY_OVERRIDES)
+    return _study_to_dict(spec)
 
 
 def hp_tuning_job_to_dict(spec: HyperparameterTuningJobSpec) -> dict[str, Any]:

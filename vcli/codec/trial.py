@@ -98,6 +98,8 @@ def trial_to_dict(t: Trial, specs: Mapping[str, ParameterSpec]) -> dict[str, Any
                      ("suggestedBy", t.suggested_by), ("failureClass", t.failure_class), ("retryOf", t.retry_of)):
         if val:
             d[key] = val
+    if t.safe is not None:  # safe search: False marks a SUCCEEDED trial that broke a safety threshold
+        d["safe"] = t.safe
     return d
 
 
@@ -118,6 +120,7 @@ def trial_from_dict(d: Mapping[str, Any]) -> Trial:
         suggested_by=d.get("suggestedBy"),
         failure_class=FailureClass(d["failureClass"]) if d.get("failureClass") else None,
         retry_of=d.get("retryOf"),
+        safe=d.get("safe"),
     )
 
 

@@ -17,6 +17,9 @@ Automated early stopping (`studySpec.*StoppingSpec`, `vcli.tuning.stopping`): ea
 trial reports, the rule reviews it; a trial it stops goes STOPPING (SIGTERM, then the grace
 period) and ends SUCCEEDED with its selected measurement, as on Vertex. Its slot is free at once.
 With several metrics the result is the Pareto front of the SUCCEEDED trials (`optimal_trials`).
+Safe search (`studySpec.safety_metrics`): a trial reports its safety metrics beside the
+objectives; one that breaks a threshold stays SUCCEEDED, marked `safe: false`, and is never the
+best trial nor on the front.
 Trials that fail, find no capacity within their maxWaitDuration or finish without the metric are
 INFEASIBLE with a reason (Vertex has no FAILED trial state) and a failure class; what counts
 towards the failure budget and which failures are retried is `vcli.control.outcomes`'s.
@@ -60,6 +63,7 @@ from vcli.spec import (
 )
 from vcli.store import Store, new_id, now_iso, resource_name
 from vcli.tuning.events import StudyListener
+from vcli.tuning.result import is_safe
 
 __all__ = ["ActiveTrial", "StudyRun", "default_failure_budget"]
 
@@ -102,7 +106,9 @@ class StudyRun:
         self.param_specs = {p.parameter_id: p for p in iter_parameters(self.spec.study_spec.parameters)}
         self.metrics = self.spec.study_spec.metrics
         self.metric = self.metrics[0]
-        self.metric_ids = tuple(m.metric_id for m in self.metrics)
+        # every trial reports its safety metrics too (safe search), in the same measurement
+        self.safety_metrics = self.spec.study_spec.safety_metrics
+        self.metric_ids = tuple(m.metric_id for m in (*self.metrics, *self.safety_metrics))
         self.base_output = self.spec.trial_job_spec.base_output_directory or str(
             self.store.home / "jobs" / self.study_id / "output"
         )
@@ -209,7 +215,8 @@ class StudyRun:
             pass
 
     def _complete(self) -> JobState:
-        if not self.optimal_trials():
+        # a study whose trials all broke a safety threshold ran them: it succeeds without a best trial
+        if not self.optimal_trials() and not any(t.safe is False for t in self.trials.values()):
             what = "the metric" if len(self.metrics) == 1 else "every metric of"
             return self._finish(JobState.JOB_STATE_FAILED, {"code": RpcCode.FAILED_PRECONDITION, "message": f"No trial reported {what} "
                                 f"[{', '.join(self.metric_ids)}]; every trial is INFEASIBLE (see infeasibleReason)."})
@@ -415,6 +422,7 @@ class StudyRun:
         trial = replace(trial, state=TrialState.INFEASIBLE if reason else TrialState.SUCCEEDED,
                         final_measurement=None if reason else final, infeasible_reason=reason, end_time=active.end_time(),
                         failure_class=failure.cls if failure is not None and reason else None)
+        trial = replace(trial, safe=is_safe(trial, self.safety_metrics))
         retry = self.failures.ended(trial, failure, active, self.trials)
         self._record_end(trial)
         if retry is not None and failure is not None:

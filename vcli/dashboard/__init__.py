@@ -2,8 +2,10 @@
 
 Pages: `/` lists custom jobs and studies; `/studies/ID` shows a study's summary (with its best
 trial, or with several metrics its Pareto front, current while the study runs), its plots
-(`vcli.plots`, drawn server-side and cached per study version) and its trial table (the best
-trial or the front's trials marked, trials stopped early marked);
+(`vcli.plots`, drawn server-side once per study version, kept in the figure cache on disk
+that `hp-tuning-jobs plot` shares: `vcli.plots.cache`) and its trial table, 100 trials a page
+(`?page=N&order=newest|best`; the best trial or the front's trials marked, trials stopped
+early marked);
 `/jobs/ID` a job's (or a trial's) replicas with links to `/jobs/ID/logs/TASK`, a replica's
 log, followed while it grows. Every page is self-contained (inline CSS and script, nothing
 from the network) and keeps itself current by polling JSON under `/api/`: a page asks for its

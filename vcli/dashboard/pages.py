@@ -6,16 +6,21 @@ the one piece inserted as markup; `vcli.plots` writes it (matplotlib escapes its
 Pages load nothing from the network: inline CSS, one inline script, no fonts, no CDN.
 
 A live page's `<body>` names its API base (`data-live`) and the version it shows; its parts
-are the elements with `data-part="NAME"`, filled from `BASE/parts/NAME` when `BASE/version`
-moves (`data-slow` parts, the figures, last).
+are the elements with `data-part="NAME"`, filled from `BASE/parts/NAME` (with the page's own
+query: the trial table's page and order) when `BASE/version` moves (`data-slow` parts, the
+figures, last).
+
+A study's trial table shows `PAGE_ROWS` trials a page (`?page=N`), newest first or best first
+(`?order=newest|best`), so a study of 10,000 trials is a page of a few hundred kilobytes.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from datetime import datetime
 from typing import Sequence
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from vcli.dashboard.reader import Figures, LogChunk, StudyView
 from vcli.spec import JobState, Trial, TrialState
@@ -35,7 +40,7 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt
 .state{font-weight:600;font-size:.85rem}.s-ok{color:#26a269}.s-bad{color:#c01c28}.s-run{color:#1a5fb4}.s-idle{color:#77767b}
 .figures{display:flex;flex-wrap:wrap;gap:1rem}figure{margin:0;flex:1 1 520px;max-width:100%}
 figure svg{max-width:100%;height:auto}
-.note{color:#5c6370;font-style:italic}.mono{font-family:ui-monospace,monospace}
+.note{color:#5c6370;font-style:italic}nav.pager{margin:.4rem 0;font-size:.9rem}nav.pager a{margin:0 .25rem}.mono{font-family:ui-monospace,monospace}
 pre#log{background:#111418;color:#d8dee9;padding:.8rem;overflow-x:auto;font:12px/1.4 ui-monospace,monospace;white-space:pre-wrap}
 pre#log .error{color:#ff8b8b}pre#log .vcli{color:#8fbcbb}
 """
@@ -53,7 +58,7 @@ LIVE_SCRIPT = """
       var parts = Array.prototype.slice.call(document.querySelectorAll("[data-part]"));
       parts.sort(function (a, b) { return (a.dataset.slow ? 1 : 0) - (b.dataset.slow ? 1 : 0); });
       for (var i = 0; i < parts.length; i++) {
-        var p = await fetch(base + "/parts/" + parts[i].dataset.part, {cache: "no-store"});
+        var p = await fetch(base + "/parts/" + parts[i].dataset.part + location.search, {cache: "no-store"});
         if (p.ok) parts[i].innerHTML = (await p.json()).html;
       }
       body.dataset.version = v;
@@ -150,12 +155,18 @@ def jobs_table(jobs: Sequence[JobRow]) -> str:
 # ------------------------------------------------------------------ a study
 
 
-def study_page(view: StudyView, figures_html: str) -> str:
+#: Trials a page of a study's trial table shows.
+PAGE_ROWS = 100
+#: The trial table's orders (`?order=`), the first the default.
+ORDERS = {"newest": "newest first", "best": "best first"}
+
+
+def study_page(view: StudyView, figures_html: str, page_number: int = 1, order: str = "newest") -> str:
     row = view.row
     body = ('<nav><a href="/">vcli dashboard</a> / hyperparameter tuning job</nav>'
             f"<h1>{esc(row.display_name)}</h1>"
             f'<div data-part="summary">{study_summary(view)}</div>'
-            f'<h2>Trials</h2><div data-part="trials" class="scroll">{trial_table(view)}</div>'
+            f'<h2>Trials</h2><div data-part="trials" class="scroll">{trial_table(view, page_number, order)}</div>'
             f'<h2>Plots</h2><div data-part="figures" data-slow="1">{figures_html}</div>')
     return page(row.display_name, body, live=f"/api/studies/{quote(row.id)}", version=view.version)
 
@@ -193,7 +204,7 @@ def result_items(view: StudyView) -> list[tuple[str, str]]:
         front = d.optimal_ids(spec, trials)
         if not front:
             return [("Pareto front", '<span class="note">none yet</span>')]
-        links = ", ".join(f'<a href="#trial-{esc(i)}">{esc(i)}</a>' for i in front)
+        links = ", ".join(f'<a href="?order=best#trial-{esc(i)}">{esc(i)}</a>' for i in front)
         return [("Pareto front" + (" so far" if running else ""), f'trials {links} <span class="note">({len(front)} not dominated)</span>')]
     top = d.study_best(spec, trials)
     if top is None:
@@ -202,7 +213,7 @@ def result_items(view: StudyView) -> list[tuple[str, str]]:
     step = t.final_measurement.step_count if t.final_measurement else ""
     args = " ".join(f"{p.parameter_id}={d.fmt(t.parameters[p.parameter_id])}" for p in view.params if p.parameter_id in t.parameters)
     return [("Best trial" + (" so far" if running else ""),
-             f'<a href="#trial-{esc(t.id)}" id="best-trial">trial {esc(t.id)}</a>: '
+             f'<a href="?order=best#trial-{esc(t.id)}" id="best-trial">trial {esc(t.id)}</a>: '
              f'{esc(metric.metric_id)}={esc(d.fmt(top.value))} at step {esc(step)} <span class="mono">{esc(args)}</span>')]
 
 
@@ -216,23 +227,70 @@ def figures_part(figures: Figures) -> str:
         for f in figures.figures) + "</div>"
 
 
-def trial_table(view: StudyView) -> str:
-    """Every trial of the study as a row (`<tr id="trial-<id>">`): its number (with a badge when
-    it is the best trial or on the Pareto front), state, parameters, latest values and step,
-    duration, why it stopped and a link to its job's replicas."""
+def trial_table(view: StudyView, page: int = 1, order: str = "newest") -> str:
+    """Page `page` (from 1; past the last is the last) of the study's trials in `order` (a key
+    of ORDERS), `PAGE_ROWS` rows (`<tr id="trial-<id>">`) between two page bars: each its
+    number (with a badge when it is the best trial or on the Pareto front), state, parameters,
+    latest values and step, duration, why it stopped and a link to its job's replicas."""
     if not view.trials:
         return '<p class="note">No trial yet.</p>'
     from vcli.plots import data as d
 
     pids = [p.parameter_id for p in view.params]
     mids = [m.metric_id for m in view.spec.metrics]
-    result = set(d.optimal_ids(view.spec, view.trials))
+    result = d.optimal_ids(view.spec, view.trials)
+    ordered = ordered_trials(view, order, result)
+    pages = max(1, math.ceil(len(ordered) / PAGE_ROWS))
+    page = min(max(page, 1), pages)
+    shown = ordered[(page - 1) * PAGE_ROWS:page * PAGE_ROWS]
     mark = "pareto" if len(mids) > 1 else "best"
     head = ("<tr><th>Trial</th><th>State</th>" + "".join(f"<th>{esc(p)}</th>" for p in pids)
             + "".join(f"<th>{esc(m)}</th>" for m in mids)
             + "<th>Step</th><th>Duration</th><th>Stop reason</th><th>Logs</th></tr>")
-    rows = [_trial_row(view, t, pids, mids, mark if t.id in result else None) for t in view.trials]
-    return f"<table>{head}{''.join(rows)}</table>"
+    found = set(result)
+    rows = [_trial_row(view, t, pids, mids, mark if t.id in found else None) for t in shown]
+    bar = _pager(len(ordered), page, pages, order)
+    return f"{bar}<table>{head}{''.join(rows)}</table>{bar if pages > 1 else ''}"
+
+
+def ordered_trials(view: StudyView, order: str, result: Sequence[str]) -> list[Trial]:
+    """The study's trials in `order`: "newest" by trial number, the last first; "best" the
+    study's result first (its best trial or the Pareto front's trials), then the trials with
+    a final value of the first metric, best first, then the others newest first. Ties keep
+    the newest first, so a page shows the same trials each time."""
+    newest = list(reversed(view.trials))
+    if order != "best":
+        return newest
+    from vcli.plots import data as d
+
+    metric = view.spec.metrics[0]
+    first = set(result)
+
+    def rank(t: Trial) -> tuple[int, float]:
+        if t.id in first:
+            return 0, 0.0
+        value = d.metric_value(t, metric.metric_id)
+        return (1, -metric.goal.sign * value) if value is not None else (2, 0.0)
+
+    return sorted(newest, key=rank)  # sorted is stable: equal ranks stay newest first
+
+
+def _pager(total: int, page: int, pages: int, order: str) -> str:
+    """The bar above (and below) the trial table: which trials it shows, the other order, and
+    links to the first, previous, next and last pages (`?page=N&order=...`)."""
+    def href(n: int, how: str) -> str:
+        return "?" + esc(urlencode({"page": n, "order": how}))
+
+    lo, hi = (page - 1) * PAGE_ROWS + 1, min(page * PAGE_ROWS, total)
+    other = next(k for k in ORDERS if k != order)
+    parts = [f"trials {lo}\u2013{hi} of {total}, {ORDERS[order]} (<a href=\"{href(1, other)}\">{ORDERS[other]}</a>)"]
+    if pages > 1:
+        links = [("first", 1, page > 1), ("previous", page - 1, page > 1), ("next", page + 1, page < pages),
+                 ("last", pages, page < pages)]
+        parts.append(f"page {page} of {pages}: " + " ".join(
+            f'<a href="{href(n, order)}" rel="{"prev" if name == "previous" else name}">{name}</a>' if live
+            else f'<span class="note">{name}</span>' for name, n, live in links))
+    return '<nav class="pager">' + " \u00b7 ".join(parts) + "</nav>"
 
 
 def _trial_row(view: StudyView, t: Trial, pids: Sequence[str], mids: Sequence[str], mark: str | None) -> str:

@@ -1,14 +1,15 @@
 """What the dashboard reads: jobs, studies, trials and replica logs, through a read-only store.
 
 `Reader` is shared by every request thread. It opens the store lazily (a home with no store
-yet shows empty lists and is opened once a job has created it), never writes, and keeps one
-cache: each study's figures, keyed by the study's `version`, so the plots are drawn again only
-when a trial's state or measurements changed.
+yet shows empty lists and is opened once a job has created it) and never writes to it. A
+study's figures are drawn once per `version` (the study's last change, `vcli.plots.cache.last_change`):
+kept in memory for the last `FIGURE_CACHE_SIZE` studies viewed, and on disk in the home's
+figure cache (`vcli.plots.cache`), which `hp-tuning-jobs plot` shares, so a dashboard
+started again, or a study `plot` already drew, draws nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vcli.errors import MissingExtraError, StoreError, VcliError
-from vcli.spec import JobKind, ParameterSpec, StudySpec, Trial
+from vcli.spec import JobKind, JobState, ParameterSpec, StudySpec, Trial
 from vcli.store import JobRow, ReplicaRow, Store, default_home
 
 #: The most log text one request returns (the first view of a long log starts this far from its end).
@@ -38,6 +39,8 @@ class StudyView:
     #: trial id -> the id of the custom job that ran it (its replicas and logs).
     trial_jobs: dict[str, str]
     version: str
+    #: No trial changed while the trials were read: figures of them may go to the disk cache.
+    settled: bool = True
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,15 @@ class Reader:
             return None
         return _version(row, store.trials_version(study_id))
 
+    def figure_slot(self, view: StudyView) -> Any:
+        """Where the study's figures go in the home's figure cache (`vcli.plots.cache.Slot`);
+        None when its trials changed while they were read."""
+        from vcli.plots.cache import FigureCache, Slot
+
+        if not view.settled:
+            return None
+        return Slot(FigureCache(Path(self._home) if self._home else default_home()), view.row.id, view.version)
+
     def study(self, study_id: str) -> StudyView | None:
         from vcli import codec
         from vcli.codec.trial import trial_from_dict
@@ -122,12 +134,14 @@ class Reader:
         row = store.get_job(study_id) if store else None
         if store is None or row is None or row.kind != JobKind.HYPERPARAMETER_TUNING_JOB.value:
             return None
+        before = store.trials_version(study_id)
         stored = store.trial_records(study_id)
+        after = store.trials_version(study_id)
         spec = codec.study_spec_from_stored(row.record["studySpec"])
         trial_jobs = {c.trial_id: c.id for c in store.child_jobs(study_id) if c.trial_id}
         return StudyView(row=row, spec=spec, params=codec.iter_parameters(spec.parameters),
                          trials=[trial_from_dict(d) for d in stored], trial_jobs=trial_jobs,
-                         version=_version(row, store.trials_version(study_id)))
+                         version=_version(row, after), settled=before == after)
 
     def figures(self, view: StudyView) -> Figures:
         """The study's plots (`vcli.plots.study_figures`), drawn once per study version."""
@@ -136,7 +150,7 @@ class Reader:
             if cached and cached[0] == view.version:
                 self._figures.move_to_end(view.row.id)
                 return cached[1]
-            figures = _draw(view)
+            figures = _draw(view, self.figure_slot(view))
             self._figures[view.row.id] = (view.version, figures)
             self._figures.move_to_end(view.row.id)
             while len(self._figures) > FIGURE_CACHE_SIZE:
@@ -191,17 +205,20 @@ def read_log(path: str, offset: int | None) -> LogChunk:
 
 
 def _version(row: JobRow, trials_version: str) -> str:
-    """The study's row (state, last update) and its trials (`Store.trials_version`), hashed."""
-    return hashlib.sha1("|".join([row.state, row.update_time, trials_version]).encode()).hexdigest()[:16]
+    """The study's last change (`vcli.plots.cache.last_change`): its row's state and last
+    update and its trials (`Store.trials_version`), hashed."""
+    from vcli.plots.cache import last_change
+
+    return last_change(JobState(row.state).value, row.update_time, trials_version)
 
 
-def _draw(view: StudyView) -> Figures:
+def _draw(view: StudyView, slot: Any) -> Figures:
     try:
         from vcli.plots import study_figures
     except ImportError:
         return Figures([], PLOT_HINT)
     try:
-        return Figures(list(study_figures(view.spec, view.params, view.trials)))
+        return Figures(list(study_figures(view.spec, view.params, view.trials, slot=slot)))
     except ImportError:
         return Figures([], PLOT_HINT)
     except VcliError as e:  # vcli.plots says what is missing (matplotlib: pip install 'vcli[plot]')

@@ -2,7 +2,7 @@
 
 Routes (GET and HEAD only; anything else is 405):
   /                                  the index          /api/index/version, /api/index/parts/NAME
-  /studies/ID                        a study            /api/studies/ID/version, .../parts/NAME
+  /studies/ID?page=N&order=O         a study            /api/studies/ID/version, .../parts/NAME?page=N&order=O
   /jobs/ID                           a job or trial     /api/jobs/ID/version, .../parts/NAME
   /jobs/ID/logs/TASK                 a replica's log    /api/jobs/ID/logs/TASK?offset=N
 Unknown paths and ids are a 404 page; an error in a handler is a 500 page with one line (and
@@ -147,8 +147,9 @@ def route(reader: Reader, parts: list[str], query: dict[str, list[str]]) -> Resp
             parts_ = _index_parts(reader)
             return _html(pages.index_page(parts_["studies"], parts_["jobs"], _digest(parts_)))
         case ["studies", sid]:
+            page, order = _table_page(query)
             view = _study(reader, sid)
-            return _html(pages.study_page(view, pages.figures_part(reader.figures(view))))
+            return _html(pages.study_page(view, pages.figures_part(reader.figures(view)), page, order))
         case ["jobs", jid]:
             row, replicas = _job(reader, jid)
             return _html(pages.job_page(row, replicas, _digest(_job_parts(reader, jid))))
@@ -158,7 +159,7 @@ def route(reader: Reader, parts: list[str], query: dict[str, list[str]]) -> Resp
         case ["api", "index", *rest]:
             return _live(rest, lambda: _digest(_index_parts(reader)), lambda: _index_parts(reader))
         case ["api", "studies", sid, *rest]:
-            return _live(rest, lambda: _study_version(reader, sid), lambda: _study_parts(reader, sid))
+            return _live(rest, lambda: _study_version(reader, sid), lambda: _study_parts(reader, sid, query))
         case ["api", "jobs", jid, "logs", task]:
             row, replica = _replica(reader, jid, task)
             offset = _offset(query)
@@ -205,10 +206,11 @@ def _study_version(reader: Reader, sid: str) -> str:
     return version
 
 
-def _study_parts(reader: Reader, sid: str) -> dict[str, Callable[[], str] | str]:
+def _study_parts(reader: Reader, sid: str, query: dict[str, list[str]]) -> dict[str, Callable[[], str] | str]:
+    page, order = _table_page(query)
     view = _study(reader, sid)
     # The figures are drawn only when asked for (and then at most once per version).
-    return {"summary": pages.study_summary(view), "trials": pages.trial_table(view),
+    return {"summary": pages.study_summary(view), "trials": pages.trial_table(view, page, order),
             "figures": lambda: pages.figures_part(reader.figures(view))}
 
 
@@ -229,6 +231,18 @@ def _replica(reader: Reader, jid: str, task: str) -> Any:
     if found is None:
         raise NotFound(f"Job {jid} has no replica {task}.")
     return found
+
+
+def _table_page(query: dict[str, list[str]]) -> tuple[int, str]:
+    """The trial table's page (from 1) and order (`pages.ORDERS`) a study page's query asks for."""
+    order = (query.get("order") or [next(iter(pages.ORDERS))])[0]
+    if order not in pages.ORDERS:
+        raise NotFound(f"order must be one of {', '.join(pages.ORDERS)}, not {order!r}.")
+    raw = (query.get("page") or ["1"])[0]
+    try:
+        return max(1, int(raw)), order
+    except ValueError:
+        raise NotFound(f"page must be a number, not {raw!r}.") from None
 
 
 def _offset(query: dict[str, list[str]]) -> int | None:

@@ -33,6 +33,12 @@ gets a report, which says so. The HTML report also has a summary (the best trial
 Pareto front) and a table of every trial. Nothing here loads anything from a network: the
 HTML has inline CSS and inline SVG (text drawn as paths), no scripts and no links.
 
+Figures of thousands of trials draw a sample of them past `canvas.MAX_MARKS` marks a plot
+(`vcli.plots.thin`: the best trials and the extremes kept). Given a `Slot`, the figures are
+read from the figure cache on disk that `hp-tuning-jobs plot` and the dashboard share
+(`vcli.plots.cache`: keyed by the study's last change), and drawn and stored there only when
+it does not have them.
+
 matplotlib (and scikit-learn for importances) are imported only when figures are drawn;
 without matplotlib, drawing raises a one-line UsageError saying `pip install 'vcli[plot]'`.
 """
@@ -48,9 +54,10 @@ from typing import Callable, Sequence
 
 from vcli.errors import UsageError
 from vcli.plots import data as d
+from vcli.plots.cache import Slot
 from vcli.spec import Algorithm, MetricSpec, ParameterSpec, StudySpec, Trial
 
-__all__ = ["Figure", "study_figures", "report_html", "trial_table", "write_report", "OUTPUT_EXTENSIONS"]
+__all__ = ["Figure", "Slot", "study_figures", "report_html", "trial_table", "write_report", "OUTPUT_EXTENSIONS"]
 
 #: What `write_report` can write, by the output path's extension.
 OUTPUT_EXTENSIONS = (".html", ".svg", ".png")
@@ -68,20 +75,24 @@ class Figure:
 
 
 def study_figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
-                  now: datetime | None = None) -> list[Figure]:
+                  now: datetime | None = None, slot: Slot | None = None) -> list[Figure]:
     """Every figure the study has data for, in report order. `params` is every parameter,
     conditional ones included (`codec.iter_parameters`); `trials` in trial order; `now` is
-    where running trials end on the timeline (default: the current time)."""
-    return _figures(spec, params, trials, now)[0]
+    where running trials end on the timeline (default: the current time); `slot`: where the
+    study's figures are in the figure cache (`vcli.plots.cache`), read from there when they
+    are, drawn and stored there when not."""
+    return _figures(spec, params, trials, now, slot=slot)[0]
 
 
 def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], *,
-                now: datetime | None = None, progress: Callable[[str], None] | None = None) -> str:
+                now: datetime | None = None, progress: Callable[[str], None] | None = None,
+                slot: Slot | None = None) -> str:
     """The report as one self-contained HTML5 document: a summary table (the study, its
     algorithm and goals, trials by state, the best trial or the Pareto front), a table of
     every trial (`trial_table`, scrolling within the page), a line for each figure left out,
-    then the figures inline. `progress` is told each step of the drawing."""
-    figures, notes = _figures(spec, params, trials, now, progress)
+    then the figures inline. `progress` is told each step of the drawing; `slot` as in
+    `study_figures`."""
+    figures, notes = _figures(spec, params, trials, now, progress, slot)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -109,11 +120,11 @@ def report_html(title: str, spec: StudySpec, params: Sequence[ParameterSpec], tr
 
 
 def write_report(path: str, title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial],
-                 progress: Callable[[str], None] | None = None) -> list[str]:
+                 progress: Callable[[str], None] | None = None, slot: Slot | None = None) -> list[str]:
     """Write the report by `path`'s extension and return the files written: `.html` one page
     (`report_html`); `.svg` or `.png` one file per figure, `<stem>-<key>.<ext>`. Any other
     extension is a UsageError naming --output, raised before anything is drawn. `progress` is
-    told each step."""
+    told each step; `slot` as in `study_figures`."""
     stem, ext = os.path.splitext(path)
     if not ext and os.path.basename(stem).lower() in OUTPUT_EXTENSIONS:  # `--output=.html`
         raise UsageError(f"argument --output: [{path}] needs a file name before {os.path.basename(stem)}")
@@ -121,15 +132,16 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
         raise UsageError(f"argument --output: [{path}] must end in {', '.join(OUTPUT_EXTENSIONS[:-1])} "
                          f"or {OUTPUT_EXTENSIONS[-1]}")
     if ext.lower() == ".html":
-        page = report_html(title, spec, params, trials, progress=progress)
+        page = report_html(title, spec, params, trials, progress=progress, slot=slot)
         if progress is not None:
             progress(f"writing {path}")
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)
         return [path]
-    from vcli.plots import render
+    from vcli.plots.cache import rendered_figures
 
-    drawn, _ = render.draw(spec, params, trials, progress=progress)
+    fmt = ext.lower()[1:]
+    drawn, _ = rendered_figures(spec, params, trials, fmt, slot=slot, progress=progress)
     written: list[str] = []
     if progress is not None:
         progress(f"writing {len(drawn)} figures")
@@ -138,19 +150,20 @@ def write_report(path: str, title: str, spec: StudySpec, params: Sequence[Parame
         target, n = f"{stem}-{name}{ext}", 2
         while target in written:  # metrics `a/b` and `a_b`: one's figures silently replaced the other's
             target, n = f"{stem}-{name}-{n}{ext}", n + 1
-        render.save(fig, target, ext.lower()[1:])
+        with open(target, "wb") as f:
+            f.write(fig.data + (b"\n" if fmt == "svg" else b""))
         written.append(target)
     return written
 
 
-def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial],
-             now: datetime | None, progress: Callable[[str], None] | None = None) -> tuple[list[Figure], list[str]]:
-    from vcli.plots import render
+def _figures(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial], now: datetime | None,
+             progress: Callable[[str], None] | None = None, slot: Slot | None = None) -> tuple[list[Figure], list[str]]:
+    from vcli.plots.cache import rendered_figures
 
-    drawn, notes = render.draw(spec, params, trials, now=now, progress=progress)
+    drawn, notes = rendered_figures(spec, params, trials, "svg", slot=slot, now=now, progress=progress)
     if progress is not None:
         progress(f"writing {len(drawn)} figures")
-    return [Figure(f.key, f.title, render.svg_element(f)) for f in drawn], notes
+    return [Figure(f.key, f.title, f.data.decode("utf-8")) for f in drawn], notes
 
 
 def _summary(title: str, spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> str:

@@ -119,6 +119,9 @@ def matplotlib() -> Any:
 MAX_VECTOR_MARKS = 2500
 #: The resolution of those images (the figure's vector parts do not depend on it).
 RASTER_DPI = 144
+#: The most marks one plot draws at all: past it a plot draws a sample of its trials that
+#: keeps the best ones and the extremes of every axis (`vcli.plots.thin`).
+MAX_MARKS = 4000
 
 
 def _marks(artist: Any) -> int:

@@ -7,7 +7,8 @@ import math
 from typing import Any, Sequence
 
 from vcli.plots import data as d
-from vcli.plots.canvas import Drawn, Study, goal_label, new_figure, value_norm
+from vcli.plots.canvas import MAX_MARKS, Drawn, Study, goal_label, new_figure, value_norm
+from vcli.plots.thin import say_sampled, thin
 from vcli.spec import IntegerValueSpec, MetricSpec, ParameterSpec
 
 #: Contour and rank plots pair at most this many parameters (the most important ones).
@@ -123,7 +124,10 @@ def _contour(s: Study, metric: MetricSpec, chosen: Sequence[ParameterSpec], whic
     cells = _pair_grid(out, chosen)
     for ax, px, py in cells:
         pts = _pair_points(s, metric, px, py)
-        _fill_contour(ax, pts, norm, cmap)
+        _fill_contour(ax, pts, norm, cmap)  # from every trial; the points drawn are a sample past MAX_MARKS
+        every, pts = len(pts), thin(pts, MAX_MARKS, score=lambda q: metric.goal.sign * q[2].value,
+                                    coords=(lambda q: q[0], lambda q: q[1]))
+        say_sampled(ax, len(pts), every)
         if pts:
             ax.scatter([q[0] for q in pts], [q[1] for q in pts], s=14, c="white", edgecolors="0.1", linewidths=0.6,
                        zorder=3, gid=out.tips([s.describe(q[2].trial) for q in pts]))
@@ -198,7 +202,9 @@ def _rank_points(out: Drawn, s: Study, ax: Any, pts: Sequence[tuple[float, float
                  rank: dict[str, float], cmap: Any) -> None:
     if not pts:
         return
-    worst_first = sorted(pts, key=lambda q: -rank[q[2].trial.id])  # the best drawn last, on top
+    shown = thin(pts, MAX_MARKS, score=lambda q: -rank[q[2].trial.id], coords=(lambda q: q[0], lambda q: q[1]))
+    say_sampled(ax, len(shown), len(pts))
+    worst_first = sorted(shown, key=lambda q: -rank[q[2].trial.id])  # the best drawn last, on top
     ax.scatter([q[0] for q in worst_first], [q[1] for q in worst_first], s=30, c=[cmap(rank[q[2].trial.id]) for q in worst_first],
                edgecolors="0.25", linewidths=0.4, zorder=3,
                gid=out.tips([f"rank {round(rank[q[2].trial.id] * 100)}%: {s.describe(q[2].trial)}" for q in worst_first]))

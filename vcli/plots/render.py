@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 from vcli.plots import data as d
 from vcli.plots.canvas import (
     BEST,
+    MAX_MARKS,
     MAX_VECTOR_MARKS,
     POINT,
     RC,
@@ -29,6 +30,7 @@ from vcli.plots.canvas import (
     value_norm,
 )
 from vcli.plots.importance import METHOD, importances
+from vcli.plots.thin import sample_line, say_sampled, steps, thin
 from vcli.spec import Goal, MetricSpec, ParameterSpec, StudySpec, Trial
 from vcli.tuning import pareto
 
@@ -130,16 +132,19 @@ def _history(s: Study) -> Drawn:
     for ax, m in zip(axes, s.metrics):
         done = s.done[m.metric_id]
         if done:
+            line = sample_line(*steps([x_of[f.trial.id] for f in done], d.best_so_far([f.value for f in done], m.goal)),
+                               MAX_MARKS // 4)
+            shown = thin(done, MAX_MARKS - len(line[0]), score=lambda f, m=m: m.goal.sign * f.value,
+                         coords=(lambda f: f.value, lambda f: x_of[f.trial.id]))
+            say_sampled(ax, len(shown), len(done))
             groups: dict[str, list[d.Finished]] = {}
-            for f in done:
+            for f in shown:
                 groups.setdefault(d.outcome_label(f.trial), []).append(f)
             for label, members in sorted(groups.items(), key=lambda g: d.OUTCOMES.index(d.outcome(g[1][0].trial))):
                 suffix = "" if label == "completed" else f" ({label})"
                 ax.scatter([x_of[f.trial.id] for f in members], [f.value for f in members], zorder=3, label=label,
                            gid=out.tips([s.describe(f.trial) + suffix for f in members]), **MARKS[d.outcome(members[0].trial)])
-            xs = [x_of[f.trial.id] for f in done]
-            ax.plot(xs, d.best_so_far([f.value for f in done], m.goal), drawstyle="steps-post", color=BEST,
-                    lw=1.5, label="best so far")
+            ax.plot(*line, drawstyle="steps-post", color=BEST, lw=1.5, label="best so far")
             ax.legend(loc="best", fontsize=8)
         ax.set_ylabel(goal_label(m))
         integer_x(ax, MaxNLocator)
@@ -163,7 +168,10 @@ def _parallel(s: Study, metric: MetricSpec) -> Drawn:
     values = [f.value for f in done]
     lo, hi = min(values), max(values)
     norm, cmap = value_norm(values), colormaps["viridis"]
-    ranked = sorted(done, key=lambda f: metric.goal.sign * f.value)  # best drawn last, on top
+    shown = thin(done, MAX_MARKS // n, score=lambda f: metric.goal.sign * f.value,
+                 coords=[lambda f: f.value, *[lambda f, p=p: d.unit(p, f.trial.parameters.get(p.parameter_id)) for p in params]])
+    say_sampled(ax, len(shown), len(done))
+    ranked = sorted(shown, key=lambda f: metric.goal.sign * f.value)  # best drawn last, on top
     lines = []
     for f in ranked:
         ys = [d.unit(p, f.trial.parameters.get(p.parameter_id)) for p in params]
@@ -210,16 +218,18 @@ def _slice(s: Study, p: ParameterSpec) -> Drawn:
     # the light end of Blues is invisible on white: the key starts where the points do
     norm, cmap = Normalize(1, max(len(s.trials), 2)), LinearSegmentedColormap.from_list("trial-order", [blues(0.3), blues(1.0)])
     for ax, m in zip(axes, rows):
-        points = []  # (x, objective, colour, tooltip)
+        every = []  # (x, objective, trial number, trial)
         for f in s.done[m.metric_id]:
             value = f.trial.parameters.get(pid)
             if value is None or (cats and str(value) not in cats):
                 continue  # an inactive conditional parameter: this trial says nothing about it
             x = cats.index(str(value)) if cats else float(value)
-            points.append((x, f.value, order[f.trial.id], s.describe(f.trial)))
+            every.append((x, f.value, order[f.trial.id], f.trial))
+        points = thin(every, MAX_MARKS, score=lambda q, m=m: m.goal.sign * q[1], coords=(lambda q: q[0], lambda q: q[1]))
+        say_sampled(ax, len(points), len(every))
         if points:  # one colour lookup for every point (one per point: seconds at 10,000 trials)
             ax.scatter([q[0] for q in points], [q[1] for q in points], s=26, c=cmap(norm([q[2] for q in points])), edgecolors="0.3",
-                       linewidths=0.4, zorder=3, gid=out.tips([q[3] for q in points]))
+                       linewidths=0.4, zorder=3, gid=out.tips([s.describe(q[3]) for q in points]))
         if cats:
             ax.set_xticks(range(len(cats)), cats)
             ax.set_xlim(-0.5, len(cats) - 0.5)
@@ -267,10 +277,12 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
     cmap = colormaps["tab10" if few else "viridis"]
     once = _Once()
     drawn = [t for t in s.trials if t.id in curves]
+    if not few:
+        drawn = _thin_curves(ax, metric, drawn, curves)
     colors = [cmap(i % 10) for i in range(len(drawn))] if few else list(cmap(norm([x_of[t.id] for t in drawn])))
     # Past MAX_VECTOR_MARKS the plot is an image without tooltips: one collection for every
     # curve, not an artist per trial (10,000 trials: 12 s of a 28 s drawing).
-    bulk = not few and sum(len(c) for c in curves.values()) > MAX_VECTOR_MARKS
+    bulk = not few and sum(len(curves[t.id]) for t in drawn) > MAX_VECTOR_MARKS
     if bulk:
         _bulk_curves(ax, [curves[t.id] for t in drawn], colors)
     for t, color in zip(drawn, colors):
@@ -285,6 +297,23 @@ def _intermediate(s: Study, metric: MetricSpec) -> Drawn:
         bar.locator = MaxNLocator(integer=True)
         bar.update_ticks()
     return out
+
+
+def _thin_curves(ax: Any, metric: MetricSpec, drawn: list[Trial], curves: dict[str, list[tuple[int, float]]]) -> list[Trial]:
+    """`drawn` when their curves hold at most MAX_MARKS measurements in all; else the best
+    curves, those that end highest, lowest and latest, and an even sample of the others, so
+    many that they do (the plot says so)."""
+    total = sum(len(curves[t.id]) for t in drawn)
+    if total <= MAX_MARKS:
+        return drawn
+    shown, limit = drawn, len(drawn)
+    while total > MAX_MARKS and limit > 1:  # the curves kept may be longer than the average: again, fewer
+        limit = max(1, min(limit - 1, limit * MAX_MARKS // total))
+        shown = thin(drawn, limit, score=lambda t: metric.goal.sign * curves[t.id][-1][1],
+                     coords=(lambda t: curves[t.id][-1][1], lambda t: curves[t.id][-1][0]))
+        total = sum(len(curves[t.id]) for t in shown)
+    say_sampled(ax, len(shown), len(drawn))
+    return shown
 
 
 class _Once:
@@ -309,12 +338,11 @@ def _ended_why(t: Trial) -> str:
 
 
 def _bulk_curves(ax: Any, curves: list[list[tuple[int, float]]], colors: list[Any]) -> None:
-    """Every curve as `_trial_curve` draws its line, in one line collection and one scatter."""
+    """Every curve as `_trial_curve` draws its line, in one line collection, without a dot at
+    each measurement (thousands of curves: the dots would double the marks and hide the lines)."""
     from matplotlib.collections import LineCollection
 
     ax.add_collection(LineCollection(curves, colors=colors, linewidths=1.2))
-    points = [(p, c) for curve, c in zip(curves, colors) for p in curve]
-    ax.scatter([p[0] for p, _ in points], [p[1] for p, _ in points], c=[c for _, c in points], s=4, marker=".")
     ax.autoscale_view()
 
 
@@ -377,8 +405,8 @@ def _edf(s: Study) -> Drawn:
             lines.append((full, f"the {len(full)} that ran to their end", "--"))
         for members, label, style in lines:
             values = sorted(f.value for f in members)
-            xs = [values[0], *values]
-            ys = [0.0, *[(i + 1) / len(values) for i in range(len(values))]]
+            xs, ys = sample_line([values[0], *values], [0.0, *[(i + 1) / len(values) for i in range(len(values))]],
+                                 MAX_MARKS // len(lines))
             ax.plot(xs, ys, drawstyle="steps-post", ls=style, lw=1.6, label=label,
                     gid=out.tip(f"{label}: {m.metric_id} from {d.fmt(values[0])} to {d.fmt(values[-1])}"))
         ax.set_ylim(-0.03, 1.03)
@@ -411,7 +439,11 @@ def _timeline(s: Study) -> Drawn | None:
     bars_ax, load_ax = out.figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [height, 1.4]})
     boxes, colours, tips = [], [], []
     least = max(total / div / 400, 1e-9)  # a trial of a few milliseconds still shows as a sliver
-    for t, (start, end) in spans:
+    shown = thin(spans, MAX_MARKS, score=lambda e: _signed(s.metrics[0], e[0]),
+                 coords=(lambda e: (e[1][0] - t0).total_seconds(), lambda e: (e[1][1] - t0).total_seconds(),
+                         lambda e: (e[1][1] - e[1][0]).total_seconds()))
+    say_sampled(bars_ax, len(shown), len(spans))
+    for t, (start, end) in shown:
         x0, x1 = (start - t0).total_seconds() / div, (end - t0).total_seconds() / div
         x1 = max(x1, x0 + least)
         y = x_of[t.id]
@@ -440,6 +472,12 @@ def _timeline(s: Study) -> Drawn | None:
     return out
 
 
+def _signed(metric: MetricSpec, t: Trial) -> float:
+    """The trial's final value of `metric`, higher when better; -inf without one."""
+    value = d.metric_value(t, metric.metric_id)
+    return -math.inf if value is None else metric.goal.sign * value
+
+
 def _running_at_once(out: Drawn, ax: Any, starts: Sequence[float], ends: Sequence[float]) -> None:
     """How many trials ran at each moment, from their start and end times (one unit of x)."""
     from matplotlib.ticker import MaxNLocator
@@ -452,6 +490,7 @@ def _running_at_once(out: Drawn, ax: Any, starts: Sequence[float], ends: Sequenc
         running += change[x]
         xs.append(x)
         ys.append(running)
+    xs, ys = sample_line(xs, ys, MAX_MARKS // 2)
     ax.plot(xs, ys, drawstyle="steps-post", color="0.25", lw=1.2, gid=out.tip(f"at most {max(ys)} trial(s) at once"))
     ax.fill_between(xs, ys, step="post", color="0.75", alpha=0.6)
     ax.set_ylim(0, max(ys) + 0.5)
@@ -483,8 +522,12 @@ def _pareto(s: Study) -> Drawn | None:
     extra = f" (non-dominated on all {len(metrics)} metrics)" if len(metrics) > 2 else ""
     out = new_figure("pareto", f"Pareto front: {x.metric_id} and {y.metric_id}{extra}", 6, 4.4)
     ax = out.figure.subplots()
-    for on in (False, True):
-        _pareto_points(out, ax, s, [(t, v) for t, v in scored if (t.id in front) == on], on)
+    on_front = [(t, v) for t, v in scored if t.id in front]
+    dominated = [(t, v) for t, v in scored if t.id not in front]
+    shown = thin(dominated, max(0, MAX_MARKS - len(on_front)), coords=(lambda e: e[1][0], lambda e: e[1][1]))
+    say_sampled(ax, len(shown) + len(on_front), len(scored))
+    _pareto_points(out, ax, s, shown, False)
+    _pareto_points(out, ax, s, on_front, True)
     if len(metrics) == 2:
         _pareto_staircase(ax, sorted((v[0], v[1]) for t, v in scored if t.id in front), x.goal)
     ax.set_xlabel(goal_label(x))

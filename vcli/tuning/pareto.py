@@ -116,9 +116,10 @@ def non_dominated_sort(points: Sequence[Point], goals: Sequence[Goal | str]) -> 
 def pareto_front(trials: Iterable[Trial], metrics: Sequence[MetricSpec]) -> list[Trial]:
     """The SUCCEEDED trials with a finite value of every metric that no other such trial
     dominates, in input order. Trials with equal values are all kept. Trials lacking a
-    value (infeasible, running, a metric missing or not finite) take no part."""
+    value (infeasible, running, a metric missing or not finite) or marked unsafe (safe
+    search, `Trial.safe`) take no part."""
     ids = [m.metric_id for m in metrics]
-    scored = [(t, v) for t in trials if (v := metric_values(t, ids)) is not None]
+    scored = [(t, v) for t in trials if (v := metric_values(t, ids)) is not None and t.safe is not False]
     front = non_dominated_sort([v for _, v in scored], [m.goal for m in metrics])
     return [scored[i][0] for i in front[0]] if front else []
 

@@ -350,6 +350,7 @@ class SuggesterBase:
         # every objective of a multi-objective study (one entry for a single metric)
         self.metric_ids = tuple(m.metric_id for m in study_spec.metrics)
         self.signs = tuple(-m.goal.sign for m in study_spec.metrics)
+        self.safety_metrics = study_spec.safety_metrics  # safe search: constraints (`vcli.tuning.safety`)
         self.seed = int(seed) if seed is not None else random.SystemRandom().randrange(2**32)
         self._trials: dict[str, Trial] = {}
         self._keys: dict[str, ParamKey] = {}  # trial id -> its key (computed once, at tell)

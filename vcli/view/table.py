@@ -134,13 +134,16 @@ def clock(seconds: float) -> str:
 
 
 def _note(t: Trial) -> str:
-    """Why a trial is where it is, in a few words: the stopping rule, or why it is INFEASIBLE."""
+    """Why a trial is where it is, in a few words: the stopping rule, why it is INFEASIBLE, or
+    that it is unsafe (safe search)."""
     if t.early_stopping_rule:
         return f"stopped early ({t.early_stopping_rule})"
     if t.state == TrialState.STOPPING and t.stop_reason:
         return f"stopping: {t.stop_reason}"
     if t.state == TrialState.INFEASIBLE and t.infeasible_reason:
         return failure_note(t.infeasible_reason, t.failure_class)
+    if t.safe is False:  # safe search: SUCCEEDED, but beyond a safety threshold
+        return "unsafe: breaks a safety threshold"
     if t.retry_of:
         return f"retry of trial {t.retry_of}"
     if t.lineage is not None and t.lineage.parent_trial_id:

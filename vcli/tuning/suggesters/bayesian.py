@@ -57,6 +57,10 @@
   (`parego_scalarise`) and fits the GP above to that; the weights vary over trials, so
   the suggestions spread along the front. Valueless then means lacking a finite value of
   any metric;
+* safe search (`StudySpec.safety_metrics`): a GP per safety metric and constrained EI,
+  log EI against the best safe observation plus the log probability of being safe, with a
+  barrier below `desiredMinSafeTrialsFraction` (`_safegp`); the quantised exploration above
+  is off (it knows nothing of safety);
 * random draws come from numpy.random.default_rng([seed, trial number, purpose]), so a
   suggester rebuilt from the same trials proposes the same points (ParEGO weights too).
 
@@ -67,6 +71,7 @@ history at every ask.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from vcli.spec import ParameterValue, StudySpec
 from vcli.tuning.space import CATEGORICAL, DOUBLE, SuggesterBase
@@ -194,8 +199,9 @@ class GPSuggester(AcqSearch, SuggesterBase):
         return out
 
     def _explores(self, obs) -> bool:
-        """Does this ask take points outside log EI (`_explore`): one metric, quantised?"""
-        return self.explore_quantised and quantised([v for _, v in obs])
+        """Does this ask take points outside log EI (`_explore`): one metric, quantised, no
+        safety metric (a Thompson draw or a point off the plateau knows nothing of safety)?"""
+        return self.explore_quantised and not self.safety_metrics and quantised([v for _, v in obs])
 
     def _explored(self, obs, model, slots, known: set) -> dict[int, dict[str, ParameterValue]]:
         """{slot: point} for the suggestions of this ask (indices `slots`) that are Thompson
@@ -259,13 +265,18 @@ class GPSuggester(AcqSearch, SuggesterBase):
         running = self.pending()  # points of earlier asks still without a value
         P = np.array([sp.encode(p) for p in running + batch], dtype=float).reshape(-1, sp.dim)
         local = self._refines(Y, level)
+        safety, safe = self._safety(obs)
         out: list[dict[str, ParameterValue]] = []
         for k, i in enumerate(slots):
             if model is None or Y.ndim == 2:
                 yraw = Y if Y.ndim == 1 else parego_scalarise(Y, self.rng(i, _RNG_WEIGHTS))
                 y, floor = self._outputs(yraw)
                 model = self._model(X, y, V, floor, R)
-            x = self._slot_point(i, model, P, known, local=local and self._local_slot(k, i, len(running)))
+            if safety is not None:
+                from vcli.tuning.suggesters._safegp import safe_incumbent
+
+                model = safe_incumbent(model, X, safe)
+            x = self._slot_point(i, model, P, known, local=local and self._local_slot(k, i, len(running)), safety=safety)
             if x is None:
                 break
             p = sp.decode(x)
@@ -295,19 +306,27 @@ class GPSuggester(AcqSearch, SuggesterBase):
         4.7e-5 -> 1.7e-5, p = 0.03; Hartmann6 6.0e-3 -> 2.2e-3, p = 0.38)."""
         return k > 0 or (running > 0 and (self.n_known + i) % (running + 1) != 0)
 
-    def _slot_point(self, i, model, P, known: set, local: bool):
+    def _slot_point(self, i, model, P, known: set, local: bool, safety=None):
         """The log-EI maximiser (unit-space row) for suggestion `i` under `model`, with the
         pending rows P as kriging-believer fantasies and the incumbent lowered to the best
         fantasy; `local`: searched from starts near the incumbent first (`_near_incumbent`).
+        `safety` (`_safegp.SafetyModel`): log EI weighted by the probability of being safe.
         None when a finite space ran out."""
         np = self._np
         from vcli.tuning.suggesters import _gp
 
         gp, theta, best, best_x = model[:4]
+        if len(P):
+            fy, _ = gp.predict(P)
+            gp = self._believe(gp, P, theta, fy)
+            best = None if best is None else min(best, float(np.min(fy)))
+        acq: Any = None if best is None else _gp.LogEI(gp, best)
+        if safety is not None:
+            from vcli.tuning.suggesters._safegp import SafeAcq
+
+            acq = SafeAcq(acq, safety)
         if not len(P):
-            return self._optimise_acq(_gp.LogEI(gp, best), gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
-        fy, _ = gp.predict(P)
-        acq = _gp.LogEI(self._believe(gp, P, theta, fy), min(best, float(np.min(fy))))
+            return self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
         x = self._near_incumbent(acq, gp.lengthscales, best_x, self.rng(i, _RNG_LOCAL), known) if local else None
         return x if x is not None else self._optimise_acq(acq, gp.lengthscales, best_x, self.rng(i, _RNG_ACQ), known)
 
@@ -368,6 +387,21 @@ class GPSuggester(AcqSearch, SuggesterBase):
         k = max(2, len(levels) // 4)
         step = float(np.min(np.diff(levels[: k + 1])))
         return max(self.min_noise, step * step / 12.0)
+
+    def _safety(self, obs):
+        """(the safety metrics' model, `_safegp.safety_model`, or None; for each modelled
+        observation of `obs` (`_modelled`), is it safe?)."""
+        np = self._np
+        from vcli.tuning.safety import safe_flags
+        from vcli.tuning.suggesters._safegp import safety_model
+
+        model = safety_model(self)
+        if model is None:
+            return None, None
+        ids = self.metric_ids if obs and isinstance(obs[0][1], tuple) else (self.metric_id,)
+        flags = safe_flags(self._valued(), ids, self.safety_metrics)
+        kept = self._modelled([(f, v) for f, (_, v) in zip(flags, obs)])
+        return model, np.array([f for f, _ in kept], dtype=bool)
 
     def _resource_rows(self):
         """The rows of the trials that failed RESOURCE (`resource_failed`), unit space."""

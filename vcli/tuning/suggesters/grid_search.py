@@ -12,7 +12,8 @@ class GridSearchSuggester(SuggesterBase):
     under the parent values that activate it). ask(n) returns the first n grid points not
     carried by any known trial or outstanding suggestion: the state comes from the trials
     alone, so a rebuilt suggester continues where the original left off. [] when exhausted.
-    Raises ValueError naming the first DOUBLE parameter.
+    Raises ValueError naming the first DOUBLE parameter. Safety metrics (safe search) are
+    ignored: the grid uses no values.
     """
 
     def __init__(self, study_spec: StudySpec, *, seed: int | None = None) -> None:

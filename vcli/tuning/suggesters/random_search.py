@@ -15,6 +15,7 @@ class RandomSearchSuggester(SuggesterBase):
     numpy.random.default_rng([seed, n_known + i]) (the trial's number) would give, computed
     in pure Python (`_prng`), so replay reproduces it and no numpy is needed. In a fully
     discrete space, points already tried are avoided, and [] is returned once all are tried.
+    Safety metrics (safe search) are ignored: the draws use no values.
     """
 
     def _ask(self, count: int) -> list[dict[str, ParameterValue]]:

@@ -29,6 +29,8 @@ class SkoptSuggester(SuggesterBase):
     vector (inactive ones get a fixed default when told) and omitted from suggestions.
     Pending trials are told with the constant lie min(observed) (skopt's "cl_min"); batches
     use ask(n_points=count). Valueless trials are not told (skopt has no notion of them).
+    Safe search: a trial that broke a safety threshold is told with the worst observed value,
+    as a RESOURCE failure is (an implicit constraint; skopt models no second metric).
     `acq_optimizer` is "sampling" when the space has a categorical, else "lbfgs".
     Several metrics: skopt's GP is fitted to a ParEGO scalarisation (`parego_scalarise`)
     whose weights are drawn once per ask (a batch shares them), from the seed and the
@@ -147,6 +149,7 @@ class SkoptSuggester(SuggesterBase):
             obs = self.observations()
             ys = [float(v) for _, v in obs]
         xs = [self._to_point(p) for p, _ in obs]
+        ys = self._unsafe_worst(ys)
         if ys and (bad := self.resource_failed()):  # out of memory: as bad as the worst value (an implicit constraint)
             xs, ys = xs + [self._to_point(p) for p in bad], ys + [max(ys)] * len(bad)
         pend = self.pending()
@@ -154,6 +157,17 @@ class SkoptSuggester(SuggesterBase):
             xs += [self._to_point(p) for p in pend]
             ys += [min(ys)] * len(pend)
         return xs, ys
+
+    def _unsafe_worst(self, ys: list[float]) -> list[float]:
+        """Safe search: the values `ys` of the observations with those of unsafe trials
+        replaced by the worst value (an implicit constraint, as a RESOURCE failure)."""
+        if not ys or not self.safety_metrics:
+            return ys
+        from vcli.tuning.safety import safe_flags
+
+        ids = self.metric_ids if self.n_objectives > 1 else (self.metric_id,)
+        worst = max(ys)
+        return [y if ok else worst for y, ok in zip(ys, safe_flags(self._valued(), ids, self.safety_metrics))]
 
     def _new_suggestions(self, points: Sequence) -> list[dict[str, ParameterValue]]:
         """`points` as parameters, in order; in a finite space, those already known (told,

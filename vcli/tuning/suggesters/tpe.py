@@ -32,6 +32,10 @@ for above -- and the next point is the candidate with the highest log l(x) - log
   gamma_c) o/f), f and o Parzen estimators of the trials with a value and of those that
   failed, gamma_c the fraction with a value, so TPE leaves the region that ran out of memory
   (without RESOURCE failures the first term alone orders candidates as log l - log g does);
+  safe search (`StudySpec.safety_metrics`, `vcli.tuning.safety`) reuses it: a trial that broke
+  a safety threshold joins the failed group (o), the safe ones with a value form f, so TPE
+  leaves the unsafe region as it leaves the one that ran out of memory (its objective value
+  still feeds l and g);
 * startup: every trial is uniform random until `n_startup` (10) trials have a value or
   failed RESOURCE, one value at least (as in Optuna, which counts finished trials: with
   batches or running trials the model waits for 10 values rather than taking over at trial
@@ -172,6 +176,7 @@ class TPESuggester(SuggesterBase):
         multi = Y.shape[1] > 1
         X_oom = np.array([sp.encode(p) for p in self.resource_failed()], dtype=float).reshape(-1, sp.dim)
         n_oom = len(X_oom)
+        feasible = self._feasible(X_obs, X_oom)
         out: list[dict[str, ParameterValue]] = []
         for i in range(count):
             if not len(Y) or len(Y) + n_oom < self.n_startup:  # values (and RESOURCE failures) in hand, not trial numbers
@@ -179,7 +184,7 @@ class TPESuggester(SuggesterBase):
             else:
                 batch = np.array([sp.encode(q) for q in out], dtype=float).reshape(-1, sp.dim)
                 p = self._suggest(
-                    i, X_obs[is_below], np.vstack([X_obs[~is_below], X_other, batch]), multi, known, (X_obs, X_oom)
+                    i, X_obs[is_below], np.vstack([X_obs[~is_below], X_other, batch]), multi, known, feasible
                 )
             if p is None:  # a finite space with every point known
                 break
@@ -215,6 +220,16 @@ class TPESuggester(SuggesterBase):
             if not sp.is_finite:
                 break  # a continuous space: only an exact repeat can collide; take a random point
         return self._untried_random(rng, known)
+
+    def _feasible(self, X_obs, X_oom):
+        """c-TPE's two groups: (the rows with a value, those that failed RESOURCE); with safe
+        search the unsafe rows (`vcli.tuning.safety`) move from the first to the second."""
+        if not self.safety_metrics:
+            return X_obs, X_oom
+        from vcli.tuning.safety import safe_flags
+
+        safe = self._np.array(safe_flags(self._valued(), self.metric_ids, self.safety_metrics), dtype=bool)
+        return X_obs[safe], self._np.vstack([X_oom, X_obs[~safe]])
 
     def _constraint(self, g, X_ok, X_oom):
         """(Parzen estimators of group `g` over the rows with a value and the rows that failed
