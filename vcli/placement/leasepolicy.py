@@ -11,6 +11,7 @@ says which files are trusted). Every vcli process that leases GPUs there reads i
     max_trials_per_study: 2     # trials of one study that may hold GPUs here at once
     queue: fair-share           # or first-come (the default)
     idle: {below_percent: 5, window: 30m, action: stop}   # or action: warn
+    gpu_sharing: mps            # or shared: how replicas with a share of a GPU share it
 
 Limits are checked after the leases are taken (lock, then count), so two processes of one user
 that take GPUs at the same instant never both pass a limit: the later one (by the time in its
@@ -34,6 +35,8 @@ __all__ = ["LeasePolicy", "LeasePolicyError", "QUEUE_ORDERS", "load", "over_limi
 
 #: The queue orders: first come, first served, or the waiter whose user holds fewest GPUs first.
 QUEUE_ORDERS = ("first-come", "fair-share")
+#: The GPU sharing mechanisms `gpu_sharing` may name (`vcli.placement.sharing`).
+GPU_SHARING = ("mps", "shared")
 #: How long a process keeps a host's policy before reading the file again (seconds).
 RELOAD_SECONDS = 2.0
 
@@ -69,6 +72,8 @@ class LeasePolicy:
     max_trials_per_study: int | None = None
     queue: str = "first-come"
     idle: IdlePolicy | None = None
+    #: How replicas given a share of one GPU share it (`vcli.placement.sharing`); None: refused.
+    gpu_sharing: str | None = None
 
     def limit(self, user: str | None) -> float | None:
         """The most GPUs `user` may hold on the host at once (None: no limit)."""
@@ -93,6 +98,8 @@ class LeasePolicy:
             out["queue"] = self.queue
         if self.idle is not None:
             out["idle"] = self.idle.as_dict()
+        if self.gpu_sharing is not None:
+            out["gpu_sharing"] = self.gpu_sharing
         return out
 
     def where(self) -> str:
@@ -152,6 +159,12 @@ def _idle(key: str, value: Any) -> IdlePolicy:
     return IdlePolicy(float(pct), seconds, str(action))
 
 
+def _sharing(key: str, value: Any) -> str:
+    if value not in GPU_SHARING:
+        raise LeasePolicyError(f"{key}: expected one of {', '.join(GPU_SHARING)}, got {value!r}")
+    return str(value)
+
+
 #: key -> how its value is read (raising LeasePolicyError naming the key).
 KEYS: dict[str, Callable[[str, Any], Any]] = {
     "max_gpus_per_user": _gpus,
@@ -159,6 +172,7 @@ KEYS: dict[str, Callable[[str, Any], Any]] = {
     "max_trials_per_study": _count,
     "queue": _queue,
     "idle": _idle,
+    "gpu_sharing": _sharing,
 }
 
 
@@ -253,9 +267,9 @@ def over_limit(policy: LeasePolicy, holders: Sequence[Mapping[str, Any]], mine: 
     earlier = [h for h in holders if not is_mine(h) and _num(h.get("since")) <= stamp]
     limit = policy.limit(user)
     if limit is not None:
-        held = sum(1 for h in earlier if h.get("uid") == uid)
-        if held + len(own) > limit:
-            return f"{user} holds {held} of at most {_plain(limit)} GPUs per user ({policy.where()})"
+        held = sum(_share(h) for h in earlier if h.get("uid") == uid)
+        if held + sum(_share(h) for h in ours) > limit + 1e-9:
+            return f"{user} holds {_plain(round(held, 3))} of at most {_plain(limit)} GPUs per user ({policy.where()})"
     return _over_study_limit(policy, earlier, mine)
 
 
@@ -270,16 +284,21 @@ def _over_study_limit(policy: LeasePolicy, earlier: Sequence[Mapping[str, Any]],
             f"on this host ({policy.where()})")
 
 
-def held_by_user(holders: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """User -> how many GPUs of the host the user's leases hold now."""
-    out: dict[str, int] = {}
+def held_by_user(holders: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """User -> how many GPUs of the host the user's leases hold now (shares count as such)."""
+    out: dict[str, float] = {}
     for h in holders:
         user = str(h.get("user") or "?")
-        out[user] = out.get(user, 0) + 1
+        out[user] = _plain(round(out.get(user, 0) + _share(h), 6))
     return out
 
 
-def at_limit(policy: LeasePolicy, user: str | None, held: Mapping[str, int]) -> bool:
+def _share(holder: Mapping[str, Any]) -> float:
+    share = holder.get("share")
+    return float(share) if isinstance(share, (int, float)) and 0 < share < 1 else 1.0
+
+
+def at_limit(policy: LeasePolicy, user: str | None, held: Mapping[str, float]) -> bool:
     """`user` holds all the GPUs the policy lets them hold (a waiter that cannot take more)."""
     limit = policy.limit(user)
     return limit is not None and held.get(str(user), 0) >= limit
@@ -309,7 +328,8 @@ def set_keys(current: Mapping[str, Any], assignments: Sequence[str], removals: S
             value = text
         top, dot, sub = key.partition(".")
         if dot:
-            out[top] = {**(out.get(top) if isinstance(out.get(top), dict) else {}), sub: value}
+            before = out.get(top)
+            out[top] = {**(before if isinstance(before, dict) else {}), sub: value}
         else:
             out[key] = value
     for key in removals:
