@@ -15,7 +15,17 @@ config and lease directory, on the machine's GPUs as nvidia-smi reports them:
 4. a study with `--parallel-trial-count=2`, each trial asking for all GPUs: its trials run
    one at a time;
 5. `kill -9` of a controller whose replica holds the GPUs: `vcli hosts gpus` still shows them
-   HELD by that job; `custom-jobs resume` re-attaches; once the replica ends they are FREE.
+   HELD by that job; `custom-jobs resume` re-attaches; once the replica ends they are FREE;
+6. `vcli gpu run -- python trainer.py` holds one GPU while it runs (`hosts gpus` names its
+   command) and trains on exactly that GPU;
+7. a process vcli did not start holds memory on GPU 0: `hosts gpus` shows GPU 0 BUSY with its
+   pid, user and command (skipped on declared GPUs);
+8. GPU shares with NVIDIA MPS (`gpu_sharing: mps` in the private lease directory's policy; vcli
+   starts the MPS daemon as this user when none runs, and stops it again): two trials of
+   `accelerator-count=0.5` run at once on one GPU, each with its MPS limits, and both train
+   (`shared` on declared GPUs);
+9. the idle policy (`idle: {below_percent: 5, window: 5s, action: stop}`): a job whose trainer
+   holds its GPU without using it is stopped within seconds, saying why (skipped on declared GPUs).
 
 Prints one line per check and a JSON summary; exits 0 when every check passed, 1 otherwise.
 """
@@ -39,7 +49,9 @@ TRAINER = textwrap.dedent("""
     import json, os, sys, time
     out, seconds = sys.argv[1], float(sys.argv[2])
     rec = {"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": time.time(), "job": os.environ.get("VCLI_JOB_ID"),
-           "trial": os.environ.get("CLOUD_ML_TRIAL_ID")}
+           "trial": os.environ.get("CLOUD_ML_TRIAL_ID"), "share": os.environ.get("VCLI_GPU_SHARE"),
+           "mps_threads": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+           "mps_memory": os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")}
     try:
         import torch
     except ImportError:
@@ -227,6 +239,75 @@ def run_checks(work: Path, declared: int, seconds: float, check: Check) -> None:
     check("once the replica ended every GPU is FREE",
           [x["state"] for x in final if x["gpu"] is not None] == ["FREE"] * count and len(records(log)) == 1,
           json.dumps(final))
+    team_checks(work, declared, seconds, check, vcli, spawn, leases, records, job, gpu_type)
+
+
+def team_checks(work: Path, declared: int, seconds: float, check: Check, vcli: Any, spawn: Any, leases: Any,
+                records: Any, job: Any, gpu_type: str) -> None:
+    """Checks 6-9: `gpu run`, a process vcli did not start, MPS shares and the idle policy."""
+    trainer = work / "trainer.py"
+    # 6. vcli gpu run
+    log = work / "gpu-run.jsonl"
+    run = spawn("gpu", "run", "--", sys.executable, str(trainer), str(log), str(seconds))
+    seen: list[dict[str, Any]] = []
+    for _ in range(300):
+        seen = [x for x in leases() if x["state"] == "HELD" and x.get("command")]
+        if seen or run.poll() is not None:
+            break
+        time.sleep(0.2)
+    out, err = run.communicate(timeout=600)
+    recs = records(log)
+    check("gpu run holds a GPU, shown with its command", bool(seen) and str(trainer) in str(seen[0]["command"]),
+          json.dumps(seen))
+    check("gpu run's program ran on one GPU", run.returncode == 0 and len(recs) == 1 and recs[0]["cuda"] is not None
+          and (declared or recs[0].get("device_count") == 1), err[-300:] + json.dumps(recs))
+    # 7. a process vcli did not start
+    if not declared:
+        holder = subprocess.Popen([sys.executable, "-c", "import time, torch; x = torch.ones(1 << 28, device='cuda:0'); "
+                                   "time.sleep(60)"], env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+        busy: list[dict[str, Any]] = []
+        for _ in range(150):
+            busy = [x for x in leases() if x["state"] == "BUSY" and x["gpu"] == 0]
+            if busy:
+                break
+            time.sleep(0.2)
+        holder.kill()
+        holder.wait()
+        check("hosts gpus names the pid, user and command of a process vcli did not start",
+              bool(busy) and busy[0]["pid"] == holder.pid and bool(busy[0]["user"]) and "torch" in str(busy[0]["command"]),
+              json.dumps(busy))
+    # 8. shares of one GPU
+    mechanism = "shared" if declared else "mps"
+    vcli("hosts", "policy", "--set", f"gpu_sharing={mechanism}")
+    log = work / "shares.jsonl"
+    r = vcli("hp-tuning-jobs", "create", "--display-name=shares", "--max-trial-count=2", "--parallel-trial-count=2",
+             "--algorithm=random-search", "--metric=metric-id=loss,goal=minimize",
+             "--parameter-spec=parameter-id=lr,type=double,min=0.001,max=0.1",
+             f"--worker-pool-spec=machine-type=n1-standard-4,accelerator-type={gpu_type},accelerator-count=0.5,"
+             "container-image-uri=unused", f"--command={sys.executable},{trainer}", f"--args={log},{seconds}")
+    recs = records(log)
+    spans = sorted((x["start"], x["end"]) for x in recs)
+    check(f"two 0.5 trials share one GPU at once ({mechanism})", r.returncode == 0 and len(recs) == 2
+          and len({x["cuda"] for x in recs}) == 1 and spans[0][1] > spans[1][0], r.stderr[-500:] + json.dumps(recs))
+    if not declared:
+        check("each has its MPS limits and trained", all(x["mps_threads"] == "50" and x["mps_memory"]
+                                                         and x.get("last_loss", 1) < x.get("first_loss", 0) for x in recs),
+              json.dumps(recs))
+        subprocess.run(["sh", "-c", "echo quit | nvidia-cuda-mps-control"], capture_output=True, timeout=30)
+    vcli("hosts", "policy", "--unset", "gpu_sharing")
+    # 9. the idle policy
+    if not declared:
+        vcli("hosts", "policy", "--set", "idle.below_percent=5", "--set", "idle.window=5s", "--set", "idle.action=stop")
+        idle = work / "idle.py"
+        idle.write_text("import time\ntime.sleep(120)\n")
+        t0 = time.monotonic()
+        r = vcli("custom-jobs", "create", "--display-name=idle", job("x", work / "x", 1, 1)[3],
+                 f"--command={sys.executable},{idle}")
+        took = time.monotonic() - t0
+        check("the idle policy stopped a job that held its GPU unused", r.returncode != 0 and took < 60
+              and "stayed below 5 %" in r.stderr + vcli("custom-jobs", "list", "--format=json").stdout,
+              f"{took:.1f}s: {r.stderr[-300:]}")
+        vcli("hosts", "policy", "--unset", "idle")
 
 
 if __name__ == "__main__":

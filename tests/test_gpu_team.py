@@ -25,11 +25,16 @@ from tests.helpers import REPO, describe, job_id_from_stderr, spawn, vcli, vcli_
 from tests.kit import OTHER_USER, assert_disjoint, ensure_other_user, gpu_intervals, gpu_job_args, gpu_trainer, system_python
 from vcli.placement.gpulease import LeaseDir
 
-#: A program that holds its GPUs for argv[3] seconds and logs `<gpus> <start> <end> <label>`.
+#: A program that holds its GPUs for argv[3] seconds (or until the file `until:PATH` exists) and
+#: logs `<gpus> <start> <end> <label>`.
 HOLD = textwrap.dedent("""
     import os, sys, time
     start = time.time()
-    time.sleep(float(sys.argv[3]))
+    if sys.argv[3].startswith("until:"):  # held until the test makes that file
+        while not os.path.exists(sys.argv[3][6:]):
+            time.sleep(0.05)
+    else:
+        time.sleep(float(sys.argv[3]))
     line = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')} {start:.6f} {time.time():.6f} {sys.argv[2]}\\n"
     fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     os.write(fd, line.encode())
@@ -60,7 +65,7 @@ def _env(shared: Path, gpus: int) -> dict[str, str]:
     return {"VCLI_LOCAL_GPUS": str(gpus), "VCLI_GPU_LEASE_DIR": str(shared / "leases")}
 
 
-def _hold(shared: Path, label: str, seconds: float) -> list[str]:
+def _hold(shared: Path, label: str, seconds: float | str) -> list[str]:
     return ["--", sys.executable, str(shared / "hold.py"), str(shared / "gpus.log"),
             label, str(seconds)]
 
@@ -208,9 +213,9 @@ def test_fair_share_serves_the_user_holding_fewest_gpus_first(shared: Path, orde
     holds none; root holds one), first come to root's earlier waiter. `hosts gpus` says why."""
     _policy(shared, f"queue: {order}\n")
     home = shared / "root-home"
-    long = spawn(home, "gpu", "run", *_hold(shared, "long", 8.0), **_env(shared, 2))
+    long = spawn(home, "gpu", "run", *_hold(shared, "long", f"until:{shared}/end-long"), **_env(shared, 2))
     wait_for(lambda: _held(shared, 2) == 1, 30, "the long holder's lease")
-    short = spawn(home, "gpu", "run", *_hold(shared, "short", 2.5), **_env(shared, 2))
+    short = spawn(home, "gpu", "run", *_hold(shared, "short", f"until:{shared}/end-short"), **_env(shared, 2))
     wait_for(lambda: _held(shared, 2) == 2, 30, "both GPUs held")
     mine = spawn(home, "gpu", "run", *_hold(shared, "root", 0.5), **_env(shared, 2))
     wait_for(lambda: len(LeaseDir(str(shared / "leases")).waiters()) == 1, 30, "root's waiter")
@@ -222,7 +227,10 @@ def test_fair_share_serves_the_user_holding_fewest_gpus_first(shared: Path, orde
         assert reasons == {"root": "fair share: root holds 2 GPUs here", OTHER_USER: f"fair share: {OTHER_USER} holds 0 GPUs here"}
     else:
         assert reasons == {"root": None, OTHER_USER: None}
-    _finish(short, mine, other, long)
+    (shared / "end-short").touch()
+    _finish(short, mine, other)
+    (shared / "end-long").touch()
+    _finish(long)
     spans = {label: start for _, start, _, label in gpu_intervals(shared / "gpus.log")}
     later = "root" if first == "other" else "other"
     assert spans[first] < spans[later], spans
@@ -238,7 +246,7 @@ def test_gpu_run_queues_behind_a_job_and_kill_9_frees_its_gpu(shared: Path) -> N
     env = _env(shared, 1)
     home = shared / "h"
     trainer = gpu_trainer(shared)
-    job = spawn(home, *gpu_job_args(trainer, shared / "gpus.log", 2.0, 1, "first"), **env)
+    job = spawn(home, *gpu_job_args(trainer, shared / "gpus.log", 6.0, 1, "first"), **env)
     wait_for(lambda: _held(shared, 1) == 1, 60, "the job's lease")
     run = spawn(home, "gpu", "run", *_hold(shared, "gpu-run", 0.2), **env)
     out, err = run.communicate(timeout=120)
@@ -341,7 +349,7 @@ def test_the_idle_policy_warns_about_or_stops_a_replica_whose_gpu_stays_idle(sha
     _policy(shared, f"idle: {{below_percent: 5, window: 1s, action: {action}}}\n")
     env = {**_env(shared, 1), "PATH": _idle_smi(shared, 0)}
     home = shared / "h"
-    seconds = 60 if action == "stop" else 4
+    seconds = 60 if action == "stop" else 12
     t0 = time.monotonic()
     job = spawn(home, *gpu_job_args(gpu_trainer(shared), shared / "gpus.log", seconds, 1, "idle"), **env)
     if action == "warn":
@@ -368,3 +376,125 @@ def test_a_busy_gpu_is_never_idle(shared: Path) -> None:
     env = {**_env(shared, 1), "PATH": _idle_smi(shared, 90)}
     r = vcli(shared / "h", *gpu_job_args(gpu_trainer(shared), shared / "gpus.log", 3, 1, "busy"), timeout=120, **env)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- shares of a GPU
+
+#: A trainer that logs its GPU variables and the time it held them, as one JSON line.
+SHARE_TRAINER = textwrap.dedent("""
+    import json, os, sys, time
+    start = time.time()
+    time.sleep(float(sys.argv[2]))
+    keys = ("CUDA_VISIBLE_DEVICES", "VCLI_GPU_SHARE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+    line = json.dumps({"start": start, "end": time.time(), **{k: os.environ.get(k) for k in keys}}) + "\\n"
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.write(fd, line.encode())
+    os.close(fd)
+    if os.environ.get("CLOUD_ML_HP_METRIC_FILE"):
+        with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "a") as f:
+            f.write('{"loss": "0.5", "global_step": "1"}\\n')
+""")
+
+
+def _share_study(shared: Path, share: float, trials: int, seconds: float) -> Path:
+    trainer = shared / "share_trainer.py"
+    trainer.write_text(SHARE_TRAINER)
+    config = shared / "shares.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        displayName: shares
+        maxTrialCount: {trials}
+        parallelTrialCount: {trials}
+        studySpec:
+          algorithm: RANDOM_SEARCH
+          metrics: [{{metricId: loss, goal: MINIMIZE}}]
+          parameters: [{{parameterId: lr, doubleValueSpec: {{minValue: 0.1, maxValue: 1.0}}}}]
+        trialJobSpec:
+          workerPoolSpecs:
+          - machineSpec: {{machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, acceleratorCount: {share}}}
+            replicaCount: 1
+            containerSpec: {{imageUri: unused, command: [{sys.executable}, {trainer}], args: [{shared / 'shares.log'}, '{seconds}']}}
+    """))
+    return config
+
+
+def _shares_log(shared: Path) -> list[dict]:
+    return [json.loads(line) for line in (shared / "shares.log").read_text().splitlines()]
+
+
+def test_four_quarter_gpu_trials_share_one_gpu_and_a_fifth_waits(shared: Path) -> None:
+    """`gpu_sharing: shared` on a 1-GPU host: a study of five 0.25 trials, all five in parallel:
+    at most four hold the GPU at once (and four do), each with CUDA_VISIBLE_DEVICES=0 and the
+    framework memory caps of its share."""
+    _policy(shared, "gpu_sharing: shared\n")
+    r = vcli(shared / "h", "hp-tuning-jobs", "create", "--display-name=shares",
+             f"--config={_share_study(shared, 0.25, 5, 8.0)}", timeout=240, **_env(shared, 1))
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = _shares_log(shared)
+    assert len(lines) == 5
+    assert {(x["CUDA_VISIBLE_DEVICES"], x["VCLI_GPU_SHARE"], x["XLA_PYTHON_CLIENT_MEM_FRACTION"]) for x in lines} == {
+        ("0", "0.25", "0.25")}
+    assert _most_at_once([(x["start"], x["end"]) for x in lines]) == 4
+
+
+def test_a_share_on_a_host_whose_policy_names_no_sharing_is_one_line(shared: Path) -> None:
+    r = vcli(shared / "h", "custom-jobs", "create", "--display-name=quarter",
+             "--worker-pool-spec=machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=0.25,"
+             "container-image-uri=unused", f"--command={sys.executable},-c,pass", timeout=120, **_env(shared, 1))
+    assert r.returncode != 0
+    assert ("a 0.25 share of a GPU needs host local's lease policy to name how its GPUs are shared: `vcli hosts "
+            "policy --set gpu_sharing=shared`") in r.stderr, r.stderr[-2000:]
+    r = vcli(shared / "h", "custom-jobs", "create", "--display-name=more", "--validate-only",
+             "--worker-pool-spec=machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=1.5,"
+             "container-image-uri=unused", f"--command={sys.executable},-c,pass", timeout=120, **_env(shared, 1))
+    assert r.returncode == 2
+    assert "a share is of one GPU: ask for less than 1 (such as 0.25) or for whole GPUs" in r.stderr
+
+
+def test_with_mps_each_replica_gets_its_share_of_threads_and_memory(shared: Path) -> None:
+    """`gpu_sharing: mps`: vcli starts the MPS control daemon (a stand-in that records it) and
+    each replica gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+    for its share of an 80 GB GPU (nvidia-smi's memory.total, a stand-in)."""
+    bin_dir = shared / "mps-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(textwrap.dedent("""\
+        #!/bin/sh
+        case "$1" in
+          --query-gpu=index,memory.total) printf '0, 81559\\n' ;;
+          --query-gpu=index,uuid) printf '0, GPU-a\\n' ;;
+          --query-compute-apps=*) ;;
+          *) exit 2 ;;
+        esac
+    """))
+    (bin_dir / "nvidia-cuda-mps-control").write_text(f"#!/bin/sh\necho \"$@\" >> {shared}/mps.calls\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    _policy(shared, "gpu_sharing: mps\n")
+    env = {**_env(shared, 1), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = vcli(shared / "h", "hp-tuning-jobs", "create", "--display-name=mps",
+             f"--config={_share_study(shared, 0.5, 2, 0.5)}", timeout=240, **env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = _shares_log(shared)
+    assert [(x["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], x["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]) for x in lines] == [
+        ("50", "0=40779M")] * 2
+    assert (shared / "mps.calls").read_text().splitlines()[0] == "-d"
+
+
+def test_a_whole_gpu_waits_for_the_shares_and_gpu_run_takes_a_fraction(shared: Path) -> None:
+    """`vcli gpu run --fraction=0.5` twice share the GPU (`hosts gpus` shows both, half each);
+    a whole-GPU `gpu run` waits until both are gone."""
+    _policy(shared, "gpu_sharing: shared\n")
+    env = _env(shared, 1)
+    home = shared / "h"
+    gate = f"until:{shared}/end-halves"
+    halves = [spawn(home, "gpu", "run", "--fraction=0.5", *_hold(shared, f"half-{n}", gate), **env) for n in range(2)]
+    wait_for(lambda: len(LeaseDir(str(shared / "leases")).holders()) == 2, 30, "both halves")
+    rows = json.loads(vcli(home, "hosts", "gpus", "--format=json", **env).stdout)
+    assert [(r["gpu"], r["state"], r["gpus"]) for r in rows] == [(0, "HELD", 0.5), (0, "HELD", 0.5)]
+    whole = spawn(home, "gpu", "run", *_hold(shared, "whole", 0.1), **env)
+    wait_for(lambda: len(LeaseDir(str(shared / "leases")).waiters()) == 1, 30, "the whole GPU's wait")
+    (shared / "end-halves").touch()
+    _finish(whole, *halves)
+    spans = {label: (start, end) for _, start, end, label in gpu_intervals(shared / "gpus.log")}
+    assert spans["whole"][0] >= max(spans["half-0"][1], spans["half-1"][1])
+    assert _most_at_once([spans["half-0"], spans["half-1"]]) == 2

@@ -218,14 +218,14 @@ def test_half_gpu_trials_share_one_gpu_two_at_a_time_never_three(cluster: RayClu
         assert bundles[f"vcli-{t['customJob'].rsplit('/', 1)[1]}"] == [{"CPU": 1.0, "GPU": 0.5, "memory": 3.75 * 2**30}]
 
 
-def test_a_fraction_of_a_gpu_needs_the_ray_executor(tmp_path: Path) -> None:
-    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=x", "--executor=local", "--validate-only",
+def test_a_fraction_of_a_gpu_needs_an_executor_that_shares_gpus(tmp_path: Path) -> None:
+    r = vcli(tmp_path / "home", "custom-jobs", "create", "--display-name=x", "--executor=slurm", "--validate-only",
              "--worker-pool-spec=machine-type=n1-standard-4,accelerator-type=NVIDIA_TESLA_T4,accelerator-count=0.25,"
              "executor-image-uri=python:3.11,python-module=m")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "ERROR: (vcli.custom-jobs.create) argument --worker-pool-spec: workerpool0 asks for accelerator-count=0.25: "
-        "a fraction of a GPU needs --executor=ray (the local executor gives each replica whole GPUs)"]
+        "a fraction of a GPU needs --executor=docker, local or ray (the slurm executor gives each replica whole GPUs)"]
 
 
 @pytest.mark.parametrize("count", ["0.00001", "1e-9", "0.33333"])
@@ -239,7 +239,7 @@ def test_a_gpu_share_finer_than_rays_is_one_line_before_anything_runs(tmp_path: 
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"ERROR: (vcli.custom-jobs.create) argument --worker-pool-spec: workerpool0 asks for accelerator-count="
-        f"{float(count):g}: Ray counts a GPU in steps of 0.0001 (such as 0.25 or 0.0005)"]
+        f"{float(count):g}: the ray executor counts a GPU in steps of 0.0001 (such as 0.25 or 0.0005)"]
 
 
 def test_cancel_from_another_terminal_leaves_no_process(cluster: RayCluster, tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ TRY_SECONDS = 0.25
 NOT_RUNNABLE = 127
 
 _GPUS = typer.Option(1, "--gpus", min=1, help="How many whole GPUs of this machine to hold.")
+_FRACTION = typer.Option(None, "--fraction", min=0.001, max=0.999,
+                         help="Hold a share of one GPU instead (0.25, 0.5), shared as the host's lease policy's "
+                         "gpu_sharing says (mps or shared).")
 _MAX_WAIT = typer.Option(None, "--max-wait", help="Give up when the GPUs are not free within this long "
                          "(e.g. 30s, 10m; 0s: do not wait). Default: wait until they are.")
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -44,6 +47,7 @@ _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 def gpu_run(
     command: Annotated[List[str], typer.Argument(help="The program and its arguments (after --).")],
     gpus: int = _GPUS,
+    fraction: Optional[float] = _FRACTION,
     max_wait: Optional[str] = _MAX_WAIT,
 ) -> None:
     """Run COMMAND holding GPUs of this machine until it exits.
@@ -52,17 +56,17 @@ def gpu_run(
     COMMAND with CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES naming the leased GPUs. The
     exit code is COMMAND's (127 when it cannot be started). Example:
     `vcli gpu run --gpus=2 -- python serve.py --port 8080`."""
-    _run(list(command), gpus, max_wait)
+    _run(list(command), gpus, max_wait, fraction)
 
 
 @gpu_app.command("shell", cls=GcloudCommand)
 @_command("gpu.shell")
-def gpu_shell(gpus: int = _GPUS, max_wait: Optional[str] = _MAX_WAIT) -> None:
+def gpu_shell(gpus: int = _GPUS, fraction: Optional[float] = _FRACTION, max_wait: Optional[str] = _MAX_WAIT) -> None:
     """Start an interactive shell ($SHELL) holding GPUs of this machine until it exits."""
-    _run([os.environ.get("SHELL") or "/bin/sh"], gpus, max_wait)
+    _run([os.environ.get("SHELL") or "/bin/sh"], gpus, max_wait, fraction)
 
 
-def _run(argv: list[str], gpus: int, max_wait: Optional[str]) -> None:
+def _run(argv: list[str], gpus: int, max_wait: Optional[str], fraction: Optional[float] = None) -> None:
     from vcli.codec.flags import parse_duration
     from vcli.errors import InvalidValueError
 
@@ -73,13 +77,15 @@ def _run(argv: list[str], gpus: int, max_wait: Optional[str]) -> None:
     if shutil.which(argv[0]) is None:
         raise InvalidValueError("COMMAND", f"[{argv[0]}] is not a program that can be run (not found, or not "
                                 "executable)")
-    leases, indices = _hold(argv, gpus, wait)
-    _exec(argv, leases, indices)
+    leases, indices, env = _hold(argv, gpus, wait, fraction)
+    _exec(argv, leases, indices, env)
 
 
-def _hold(argv: list[str], gpus: int, wait: Optional[float]) -> tuple[Any, tuple[int, ...]]:
-    """Lease `gpus` GPUs of this machine for `argv`, waiting in the host's queue (up to
-    `wait` seconds; None: until they are free)."""
+def _hold(argv: list[str], gpus: int, wait: Optional[float],
+          fraction: Optional[float]) -> tuple[Any, tuple[int, ...], dict[str, str]]:
+    """Lease `gpus` GPUs of this machine (or a `fraction` of one) for `argv`, waiting in the
+    host's queue (up to `wait` seconds; None: until they are free): the lease directory, the
+    indices, and the sharing mechanism's variables for a fraction."""
     from vcli import properties
     from vcli.errors import InvalidValueError
     from vcli.placement import hosts as H
@@ -96,13 +102,16 @@ def _hold(argv: list[str], gpus: int, wait: Optional[float]) -> tuple[Any, tuple
     if gpus > len(indices):
         raise InvalidValueError("--gpus", f"this machine has {len(indices)} GPU{'s' if len(indices) > 1 else ''}, "
                                 f"not {gpus}")
-    record = {"command": _shown(argv), "gpus": gpus}
+    record = {"command": _shown(argv), "gpus": fraction or gpus}
     deadline = None if wait is None else time.monotonic() + wait
     entry, said = None, ""
     try:
         while True:
             try:
-                return leases, allocator.allocate(H.LOCAL, gpus, timeout=0, record=record)
+                if fraction:
+                    index, env = allocator.allocate_share(H.LOCAL, fraction, record=record)
+                    return leases, (index,), env
+                return leases, allocator.allocate(H.LOCAL, gpus, timeout=0, record=record), {}
             except GpusBusyError as e:
                 if entry is None:
                     entry = leases.queue(base_record(**record))
@@ -110,15 +119,19 @@ def _hold(argv: list[str], gpus: int, wait: Optional[float]) -> tuple[Any, tuple
                     entry.touch()  # still trying: keeps its place in the queue
                 why = _why_waiting(allocator, H.LOCAL) or str(e)
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise GpusBusyError(f"{gpus} GPU{'s' if gpus > 1 else ''} of this machine did not come free "
+                    raise GpusBusyError(f"{_wanted(gpus, fraction)} of this machine did not come free "
                                         f"within --max-wait: {why}") from None
                 if why != said:
-                    _err(f"Waiting for {gpus} GPU{'s' if gpus > 1 else ''} of this machine: {why}")
+                    _err(f"Waiting for {_wanted(gpus, fraction)} of this machine: {why}")
                     said = why
                 time.sleep(TRY_SECONDS)
     finally:
         if entry is not None:
             entry.close()
+
+
+def _wanted(gpus: int, fraction: Optional[float]) -> str:
+    return f"a {fraction:g} share of a GPU" if fraction else f"{gpus} GPU{'s' if gpus > 1 else ''}"
 
 
 def _why_waiting(allocator: Any, host: str) -> str:
@@ -132,15 +145,16 @@ def _shown(argv: list[str]) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
-def _exec(argv: list[str], leases: Any, indices: tuple[int, ...]) -> None:
+def _exec(argv: list[str], leases: Any, indices: tuple[int, ...], share_env: dict[str, str]) -> None:
     """Become `argv`, the leases of `indices` inherited: they end when the program does."""
+    from vcli.placement.gpulease import current_user
     from vcli.placement.gpus import visible_devices_env
 
     for i in indices:
-        lease = leases.held_here(i)
+        lease = leases.held_here(i) or leases.held_share(i, user=current_user(), pid=os.getpid())
         if lease is not None:
             os.set_inheritable(lease.fd, True)
-    env = {**os.environ, **visible_devices_env(indices)}
+    env = {**os.environ, **visible_devices_env(indices), **share_env}
     shown = ",".join(str(i) for i in indices)
     _err(f"Leased GPU{'s' if len(indices) > 1 else ''} {shown} of this machine for `{_shown(argv)}` until it exits.")
     sys.stdout.flush()

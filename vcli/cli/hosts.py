@@ -302,11 +302,14 @@ def hosts_policy(
     name: Annotated[str, typer.Argument(help="The host: `local` (this machine, the default) or an inventory host.",
                                         autocompletion=host_names)] = "local",
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="KEY=VALUE to set (repeatable): max_gpus_per_user, "
-                                                      "users.NAME, max_trials_per_study, queue (first-come or fair-share).")] = None,
+                                                      "users.NAME, max_trials_per_study, queue (first-come or fair-share), "
+                                                      "gpu_sharing (mps or shared), idle.below_percent, idle.window, "
+                                                      "idle.action (warn or stop).")] = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="KEY to remove (repeatable).")] = None,
     fmt: Optional[str] = typer.Option(None, "--format", help="Default: yaml; also json, value(...)."),
 ) -> None:
-    """Show or set a host's GPU lease policy: per-user GPU limits, trials per study, queue order.
+    """Show or set a host's GPU lease policy: per-user GPU limits, trials per study, queue order,
+    how GPU shares are shared, and what happens to idle GPUs.
 
     The policy is `policy.yaml` in the host's lease directory, enforced by every vcli process
     that leases GPUs there. Only root or the owner of the lease directory can set it (`--set`,
@@ -372,10 +375,14 @@ def _lease_rows(host: str, indices: Any, held: Any, leases: Any) -> list[dict[st
     from vcli.placement.gpuinfo import busy_reason
 
     procs = leases.gpu_processes() if _exclude_busy() else {}
+    holders = leases.holders()
     rows = []
     for i in indices:
         rec = held.get(i)
-        if rec is not None:
+        shares = [h for h in holders if h.get("gpu") == i and isinstance(h.get("share"), (int, float)) and h["share"] < 1]
+        if shares:  # one row per replica (or program) holding a share of the GPU
+            rows += [_gpu_row(host, i, "HELD", {**h, "gpus": h["share"]}, reason=h.get("idle")) for h in shares]
+        elif rec is not None:
             restored = rec.get("restored")
             note = (f"its lease file was removed while held; the holder put it back {_ago(restored)}"
                     if isinstance(restored, (int, float)) else rec.get("idle") if isinstance(rec.get("idle"), str)
@@ -388,7 +395,7 @@ def _lease_rows(host: str, indices: Any, held: Any, leases: Any) -> list[dict[st
         else:
             rows.append(_gpu_row(host, i, "FREE", {}))
     policy = leasepolicy.load(leases, fresh=True)
-    held_by = leasepolicy.held_by_user(leases.holders()) if policy.limits_anything or policy.queue != "first-come" else {}
+    held_by = leasepolicy.held_by_user(holders) if policy.limits_anything or policy.queue != "first-come" else {}
     return rows + [_gpu_row(host, None, "WAITING", rec, reason=_stale(rec) or _waits_because(policy, rec, held_by))
                    for rec in leases.waiters()]
 
@@ -400,10 +407,10 @@ def _waits_because(policy: Any, waiter: Any, held: Any) -> Optional[str]:
 
     user = waiter.get("user")
     if leasepolicy.at_limit(policy, user, held):
-        return f"{user} holds {held.get(str(user), 0)} of at most {policy.limit(user):g} GPUs per user ({policy.where()})"
+        return f"{user} holds {held.get(str(user), 0):g} of at most {policy.limit(user):g} GPUs per user ({policy.where()})"
     if policy.queue == "fair-share":
         n = held.get(str(user), 0)
-        return f"fair share: {user} holds {n} GPU{'' if n == 1 else 's'} here"
+        return f"fair share: {user} holds {n:g} GPU{'' if n == 1 else 's'} here"
     return None
 
 

@@ -76,14 +76,14 @@ def parse_worker_pool_spec(value: str) -> dict[str, Any]:
     raw = parse_dict_arg(value, flag=WPS_FLAG, valid_keys=WORKER_POOL_SPEC_KEYS)
     spec: dict[str, Any] = {}
     for key, val in raw.items():
-        if key == "accelerator-count":  # vcli: a fraction (0.5) shares a GPU on the ray executor
+        if key == "accelerator-count":  # vcli: a fraction (0.5) is a share of a GPU
             try:
                 number = float(val)
             except ValueError:
                 number = float("nan")
             if number != number or number in (float("inf"), float("-inf")):
                 raise UsageError(f"argument {WPS_FLAG}: Invalid value [{val}] for key [{key}]: expected an integer "
-                                 "(or, with --executor=ray, a fraction such as 0.5)")
+                                 "(or a share of a GPU, such as 0.5)")
             spec[key] = int(number) if number.is_integer() else number
         elif key in _INT_KEYS:
             try:

@@ -185,6 +185,7 @@ def _launch(ctx: _JobContext, replica: ReplicaId, placement: Placement) -> Repli
         gpu_indices=_gpu_indices(pool, placement),
         user_env=_user_env(pool),
     )
+    env.update(placement.gpu_env)  # a share of a GPU: the host's sharing mechanism's limits win
     _check_exec_limits(env, (*(cs.command if cs else ()), *_args(pool)))
     return ReplicaLaunch(
         job_id=ctx.job_id,

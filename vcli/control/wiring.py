@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from vcli.executors import Executor
-from vcli.executors.kinds import ExecutorOptions, kind_of
+from vcli.executors.kinds import ExecutorOptions, kind_of, kinds
 from vcli.spec import ExecutorKind
 
 if TYPE_CHECKING:
@@ -104,22 +104,26 @@ def executor_kind(flag: str | None, spec: Any = None) -> ExecutorKind:
 
 
 def _check_gpu_shares(kind: ExecutorKind, spec: Any) -> None:
-    """A fraction of a GPU only on a kind that accounts for them (Ray), and in Ray's steps of
-    0.0001 (UsageError otherwise)."""
+    """A fraction of a GPU only on a kind that accounts for them (this machine's leases, Ray):
+    below one GPU (a share of one), and on Ray in its steps of 0.0001 (UsageError otherwise)."""
     from vcli.errors import UsageError
 
     for i, pool in enumerate(spec.worker_pool_specs):
         count = float(pool.machine_spec.accelerator_count or 0)
         if not count or count.is_integer():
             continue
+        asks = f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count:g}: "
         if not kind_of(kind).gpu_fractions:
             # Elsewhere a replica's GPUs are its own.
-            raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count:g}: "
-                             f"a fraction of a GPU needs --executor=ray (the {kind.value} executor gives "
-                             "each replica whole GPUs)")
-        if abs(count * 10_000 - round(count * 10_000)) > 1e-6:  # Ray's own ValueError failed the job
-            raise UsageError(f"argument --worker-pool-spec: workerpool{i} asks for accelerator-count={count:g}: "
-                             "Ray counts a GPU in steps of 0.0001 (such as 0.25 or 0.0005)")
+            names = sorted(n for n, t in kinds().items() if t.gpu_fractions)
+            raise UsageError(f"{asks}a fraction of a GPU needs --executor={', '.join(names[:-1])} or {names[-1]} "
+                             f"(the {kind.value} executor gives each replica whole GPUs)")
+        step = kind_of(kind).gpu_fraction_step
+        if step is not None and abs(count / step - round(count / step)) > 1e-6:  # Ray's own ValueError failed the job
+            raise UsageError(f"{asks}the {kind.value} executor counts a GPU in steps of {step:g} (such as 0.25 or "
+                             f"{5 * step:g})")
+        if step is None and count > 1:
+            raise UsageError(f"{asks}a share is of one GPU: ask for less than 1 (such as 0.25) or for whole GPUs")
 
 
 def ssh_executor(hosts: Sequence[Host]) -> SSHExecutor:

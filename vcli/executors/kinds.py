@@ -65,8 +65,12 @@ class ExecutorType:
     places_itself: bool = False
     #: Runs every replica as a process, whatever image its pool names (no container runtime).
     processes_only: bool = False
-    #: Accounts for fractions of a GPU (`accelerator-count=0.25`).
+    #: Accounts for fractions of a GPU (`accelerator-count=0.25`): Ray's own, or this machine's
+    #: leases, shared as its lease policy's `gpu_sharing` says (`vcli.placement.sharing`).
     gpu_fractions: bool = False
+    #: The kind counts GPUs itself in steps of this size (Ray: 0.0001, any number of GPUs);
+    #: None: a fraction is a share of one GPU (below 1), from this machine's leases.
+    gpu_fraction_step: float | None = None
     #: Where `describe` shows a stored handle's `details` (`replicas[].<key>`) and which of
     #: them (None: all as recorded; else those named, empty ones left out); None: not shown.
     describe_details: tuple[str, tuple[str, ...] | None] | None = None
@@ -103,7 +107,7 @@ def this_machine_placer(leases: bool = True) -> Any:
 
 LOCAL = ExecutorType(
     name="local", summary="processes on this machine",
-    build=_build_local, for_handles=lambda options: _build_local(options)[0], processes_only=True)
+    build=_build_local, for_handles=lambda options: _build_local(options)[0], processes_only=True, gpu_fractions=True)
 
 #: The kinds vcli ships, in `ExecutorKind`'s order: (name, module defining `KIND`).
 _BUILTIN: tuple[tuple[str, str | None], ...] = (

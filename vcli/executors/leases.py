@@ -27,7 +27,8 @@ def held_leases(launch: ReplicaLaunch) -> list:
     """The host-wide leases (`vcli.placement.gpulease.Lease`) of the GPUs of a replica placed on this
     machine: what its supervisor (or container keeper) must hold. The placer took them; those
     it did not (a resumed job's replica that never started) are taken now, and one another
-    replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of."""
+    replica holds is an `ExecutorError`: a replica never starts on a GPU it has no lease of.
+    A replica with a share of a GPU (`placement.gpu_share`) holds its share's lease."""
     if not launch.placement.gpu_indices or launch.placement.host != "local":
         return []
     from vcli.placement.gpulease import LeaseBusy, base_record
@@ -35,15 +36,25 @@ def held_leases(launch: ReplicaLaunch) -> list:
     from vcli.properties import gpu_lease_dir
 
     leases = local_leases(gpu_lease_dir())
-    missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
+    share = launch.placement.gpu_share
+    owner = {"job": launch.job_id, "replica": launch.task_name}
+    if share:
+        held = [leases.held_share(i, **owner) for i in launch.placement.gpu_indices]
+        missing = [i for i, lease in zip(launch.placement.gpu_indices, held) if lease is None]
+    else:
+        missing = [i for i in launch.placement.gpu_indices if leases.held_here(i) is None]
     if missing:
         try:
-            leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
+            taken = leases.acquire(missing, base_record(trial=launch.trial_id, **owner), share=share)
         except LeaseBusy as e:
             raise ExecutorError(f"Cannot start replica {launch.task_name}: {e}.") from None
         except OSError as e:
             raise ExecutorError(f"Cannot lease GPU(s) {missing} for replica {launch.task_name} in "
                                 f"{leases.path}: {e.strerror or e}.") from None
+        if share:
+            return taken
+    if share:
+        return [lease for lease in held if lease is not None]
     return [lease for lease in (leases.held_here(i) for i in launch.placement.gpu_indices) if lease is not None]
 
 
@@ -80,7 +91,12 @@ def hand_over(launch: ReplicaLaunch, leases: Sequence, pid: int) -> None:
     for lease in leases:
         lease.write({**lease.record(), "job": launch.job_id, "trial": launch.trial_id, "replica": launch.task_name,
                      "pid": pid, "controllerPid": os.getpid(), "gpu": lease.index})
-    local_leases(gpu_lease_dir()).release([lease.index for lease in leases])
+    local = local_leases(gpu_lease_dir())
+    if launch.placement.gpu_share:
+        for lease in leases:
+            local.release_share(lease)
+    else:
+        local.release([lease.index for lease in leases])
 
 
 def keep_container_leases(launch: ReplicaLaunch, cid: str, engine_url: str, leases: Sequence[Any] | None = None) -> None:

@@ -18,7 +18,7 @@ import stat
 import subprocess
 from typing import Any, Iterable
 
-__all__ = ["busy_reason", "gpu_processes", "nvidia_busy", "read_policy", "utilization"]
+__all__ = ["busy_reason", "ensure_mps", "gpu_processes", "memory_total", "nvidia_busy", "read_policy", "utilization"]
 
 #: How long one nvidia-smi query may take (a GPU fallen off the bus makes it hang).
 SMI_TIMEOUT = 10.0
@@ -118,6 +118,32 @@ def utilization() -> dict[int, float]:
             except ValueError:
                 continue  # "[N/A]", or a stand-in that answers another query
     return out
+
+
+def memory_total() -> dict[int, int]:
+    """GPU index -> its memory in MiB (nvidia-smi's `memory.total`)."""
+    return {int(r[0]): int(r[1]) for r in _smi("--query-gpu=index,memory.total")
+            if len(r) >= 2 and r[0].isdigit() and r[1].isdigit()}
+
+
+def ensure_mps() -> str | None:
+    """Start NVIDIA's MPS control daemon (`nvidia-cuda-mps-control -d`) unless one runs: None
+    when one runs now, else why it cannot."""
+    ctl = shutil.which("nvidia-cuda-mps-control")
+    if not ctl:
+        return "nvidia-cuda-mps-control is not installed (it comes with the NVIDIA driver)"
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/comm", "rb") as f:
+                if f.read().strip() == b"nvidia-cuda-mps-control"[:15]:
+                    return None
+        except OSError:
+            continue
+    try:
+        done = subprocess.run([ctl, "-d"], capture_output=True, text=True, timeout=SMI_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"nvidia-cuda-mps-control -d: {e}"
+    return None if done.returncode == 0 else f"nvidia-cuda-mps-control -d: {(done.stderr or done.stdout).strip()[:200]}"
 
 
 #: The lease policy's file in a host's lease directory.

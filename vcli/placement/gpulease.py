@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import socket
 import stat
@@ -41,6 +42,7 @@ except ImportError:  # the copy shipped to an SSH host: the lease server loaded 
 _check_own, _open_dir, _open_file = _files.check_own, _files.open_dir, _files.open_file
 _try_shared, _user, _read_record = _files.try_shared, _files.user_name, _files.read_record
 _held_files, _lock_index, _unlink_quietly = _files.held_files, _files.lock_index, _files.unlink_quietly
+_lock_share, UNITS = _files.lock_share, _files.UNITS
 
 __all__ = [
     "DEFAULT_DIR",
@@ -81,6 +83,8 @@ class Lease:
     index: int
     fd: int
     path: str
+    #: How much of the GPU: `UNITS` (all of it), or fewer for a share (`LeaseDir.acquire(share=)`).
+    units: int = UNITS
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Replace the holder record in the lock file (best effort: a read-only lock file keeps
@@ -162,6 +166,7 @@ class LeaseDir:
         self._info = info
         self._lock = threading.Lock()
         self._held: dict[int, Lease] = {}
+        self._shares: list[Lease] = []
         self.own = f"uid-{os.geteuid()}"
 
     # ------------------------------------------------------------------ files
@@ -220,34 +225,43 @@ class LeaseDir:
             raise
         return fd
 
-    def _lock_files(self, index: int) -> list[tuple[str, int]]:
-        """(path, read-only descriptor) of every lock file of GPU `index` in DIR: each user's
-        and an older vcli's flat one. Symbolic links and what is not a regular file are skipped
-        (only their owner could have put them there, and they hold no lease)."""
+    def _lock_files(self, index: int) -> list[tuple[str, int, int]]:
+        """(path, read-only descriptor, units) of every lock file of GPU `index` in DIR: each
+        user's whole-GPU and share files, and an older vcli's flat one. Symbolic links and what
+        is not a regular file are skipped (only their owner could have put them there, and they
+        hold no lease)."""
         top = self._top(create=False)
         if top is None:
             return []
-        name = f"gpu{int(index)}.lock"
-        out: list[tuple[str, int]] = []
+        out: list[tuple[str, int, int]] = []
 
         def visit(entry: str, sub: int) -> None:
             if entry == self.own:
                 _check_own(sub, os.path.join(self.path, entry))
-            path = os.path.join(self.path, entry, name)
             try:
-                fd = _open_file(name, sub, strict=entry == self.own)
-            except OSError as e:
-                raise OSError(e.errno, e.strerror, path) from None
-            if fd is not None:
-                out.append((path, fd))
+                names = sorted(os.listdir(sub))
+            except OSError:
+                names = []
+            for name in names:
+                found = _lock_share(name)
+                if found is None or found[0] != index:
+                    continue
+                path = os.path.join(self.path, entry, name)
+                try:
+                    fd = _open_file(name, sub, strict=entry == self.own and found[1] == UNITS)
+                except OSError as e:
+                    raise OSError(e.errno, e.strerror, path) from None
+                if fd is not None:
+                    out.append((path, fd, found[1]))
 
+        name = f"gpu{int(index)}.lock"
         try:
             legacy = _open_file(name, top)
             if legacy is not None:
-                out.append((os.path.join(self.path, name), legacy))
+                out.append((os.path.join(self.path, name), legacy, UNITS))
             self._each_subdir(top, visit)
         except BaseException:
-            for _, fd in out:
+            for _, fd, _ in out:
                 os.close(fd)
             raise
         finally:
@@ -275,32 +289,47 @@ class LeaseDir:
                 os.close(sub)
 
     def _held_by(self, index: int, *, skip: str | None = None) -> dict[str, Any] | None:
-        """The record of a holder of GPU `index` among all lock files (but `skip`), or None."""
+        """The record of a holder of GPU `index` (of all of it or a share) among all lock files
+        (but `skip`), or None."""
+        used, holder = self._held_units(index, skip=skip, first=True)
+        return holder if used else None
+
+    def _held_units(self, index: int, *, skip: str | None = None, first: bool = False) -> tuple[int, dict[str, Any]]:
+        """(units of GPU `index` held by its lock files but `skip`, the record of one holder);
+        `first`: stop at the first holder."""
         files = self._lock_files(index)
+        used, holder = 0, dict[str, Any]()
         try:
-            for path, fd in files:
-                if path == skip:
-                    continue
-                if not _try_shared(fd):
-                    return _read_record(fd)
-            return None
+            for path, fd, units in files:
+                if path != skip and not _try_shared(fd):
+                    share = {"share": units / UNITS} if units < UNITS else {}
+                    used, holder = used + units, holder or {**_read_record(fd), **share}
+                    if first:
+                        break
+            return used, holder
         finally:
-            for _, fd in files:
+            for _, fd, _ in files:
                 os.close(fd)
 
     # ------------------------------------------------------------------ leases
 
-    def acquire(self, indices: Iterable[int], record: Mapping[str, Any]) -> list[Lease]:
+    def acquire(self, indices: Iterable[int], record: Mapping[str, Any], *, share: float | None = None) -> list[Lease]:
         """Lock every index of `indices` or none (non-blocking); write `record` into each.
+        With `share` (below 1): a share of one GPU, beside other shares of it as long as they
+        add up to at most the whole (in 1/`UNITS` steps, rounded up), never beside a whole lease.
 
         Raises `LeaseBusy` naming the first index another holder has (everything taken here is
         given back first). Indices are locked in ascending order.
         """
+        wanted = sorted(set(int(i) for i in indices))
+        units = UNITS if share is None or share >= 1 else max(1, min(UNITS - 1, math.ceil(share * UNITS - 1e-6)))
+        if units < UNITS and len(wanted) != 1:
+            raise ValueError(f"a share of a GPU is of one GPU, not of {wanted}")
         got: list[Lease] = []
         own = self._own_dir(create=True)
         try:
-            for index in sorted(set(int(i) for i in indices)):
-                got.append(self._lock_one(own, index))
+            for index in wanted:
+                got.append(self._lock_one(own, index) if units == UNITS else self._lock_share(own, index, units))
         except BaseException:
             for lease in got:
                 lease.close()
@@ -309,11 +338,65 @@ class LeaseDir:
             os.close(own)
         since = time.time()  # after the locks: a lease policy orders holders by it (`leasepolicy.over_limit`)
         for lease in got:
-            lease.write({**record, "gpu": lease.index, "since": since})
+            lease.write({**record, "gpu": lease.index, "since": since, **({"share": units / UNITS} if units < UNITS else {})})
         with self._lock:
             for lease in got:
-                self._held[lease.index] = lease
+                if units == UNITS:
+                    self._held[lease.index] = lease
+                else:
+                    self._shares.append(lease)
         return got
+
+    def _lock_share(self, own: int, index: int, units: int) -> Lease:
+        """Lock a new share file of GPU `index` holding `units`; then any whole lease of it, or
+        shares that add up with this one to more than the whole, make us give it back."""
+        for _ in range(10):
+            for _name, _fd in _held_files(own, lambda n: (_lock_share(n) or (0, UNITS))[1] < UNITS, unlink_free=True):
+                pass  # shares of ours that nobody holds any more (their holder died) go
+            name = f"gpu{int(index)}.{units}u.{os.urandom(4).hex()}.lock"
+            path = os.path.join(self.path, self.own, name)
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=own)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) from None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else has it
+            try:  # another process of ours may have taken it for a dead holder's before we locked it
+                same = os.stat(name, dir_fd=own, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            try:
+                used, holder = self._held_units(index, skip=path)
+            except BaseException:
+                os.close(fd)
+                _unlink_quietly(name, own)
+                raise
+            if used + units > UNITS:
+                os.close(fd)
+                _unlink_quietly(name, own)
+                raise LeaseBusy(index, holder)
+            return Lease(index, fd, path, units)
+        raise OSError(errno.EAGAIN, f"the share files of GPU {index} keep changing", os.path.join(self.path, self.own))
+
+    def held_share(self, index: int, **owner: Any) -> Lease | None:
+        """The share of GPU `index` this process still holds whose record says `owner` (`job`,
+        `replica`): several replicas of one process may hold shares of one GPU."""
+        with self._lock:
+            shares = [lease for lease in self._shares if lease.index == int(index)]
+        for lease in shares:
+            rec = lease.record()
+            if all(rec.get(k) == v for k, v in owner.items()):
+                return lease
+        return None
+
+    def release_share(self, lease: Lease) -> None:
+        """Close this process's descriptor of a share (handed to a supervisor, or not used)."""
+        with self._lock:
+            if lease in self._shares:
+                self._shares.remove(lease)
+        lease.close()
 
     def _lock_one(self, own: int, index: int) -> Lease:
         path = os.path.join(self.path, self.own, f"gpu{int(index)}.lock")
@@ -423,7 +506,8 @@ class LeaseDir:
         def visit(entry: str, sub: int) -> None:
             uid = os.fstat(sub).st_uid
             for name, fd in _held_files(sub, lambda n: _lock_index(n) is not None):
-                out.append({**_read_record(fd), "gpu": _lock_index(name), "uid": uid, "user": _user(uid)})
+                index, units = _lock_share(name) or (0, UNITS)
+                out.append({**_read_record(fd), "gpu": index, "share": units / UNITS, "uid": uid, "user": _user(uid)})
 
         try:
             self._each_subdir(top, visit, tolerant=True)

@@ -329,16 +329,62 @@ class GpuAllocator:
             self._in_use[host].update(taken)
             return taken
 
-    def release(self, host: str, indices: tuple[int, ...] | list[int]) -> None:
+    def release(self, host: str, indices: tuple[int, ...] | list[int], *, share_of: str | None = None) -> None:
         """Give GPUs back (idempotent: releasing a free index is a no-op). A host-wide lease
-        this process still holds is closed; one handed to a supervisor ends with it."""
+        this process still holds is closed; one handed to a supervisor ends with it. With
+        `share_of` (a job id): the shares of `indices` that job's replicas were given."""
         with self._cond:
+            if share_of is not None:
+                shared = self.leases.get(host)
+                for i in indices if shared is not None else ():
+                    while shared is not None and (lease := shared.held_share(i, job=share_of)) is not None:
+                        shared.release_share(lease)
+                self._cond.notify_all()
+                return
             held = self._in_use.get(host)
             if held is not None:
                 held.difference_update(indices)
             if host in self.leases:
                 self.leases[host].release(indices)
             self._cond.notify_all()
+
+    def allocate_share(self, host: str, share: float, *, record: Mapping[str, Any] | None = None) -> tuple[int, dict[str, str]]:
+        """A share (0 < `share` < 1) of one GPU of `host` beside other shares of it, never beside
+        a whole lease: (its index, the variables of the host's sharing mechanism). The GPU with
+        the least room that still fits is taken (shares pack onto few GPUs, whole ones stay free).
+        Needs a host whose lease policy names a `gpu_sharing` mechanism (GpuAllocationError
+        otherwise); GpusBusyError when no GPU has room now."""
+        from vcli.placement import leasepolicy, sharing
+        from vcli.placement.gpulease import LeaseBusy, base_record
+
+        with self._cond:
+            gpus = self._check_locked(host, 1, None)
+            free = [i for i in gpus.indices if i not in self._in_use[host]]
+        leases = self.leases.get(host)
+        if leases is None:  # placement only says where it would go (--validate-only)
+            return gpus.indices[0], {}
+        try:
+            policy = leasepolicy.load(leases)
+            mechanism = sharing.mechanism(policy, host, share)
+            record = base_record(**(record or {}), ticket=os.urandom(6).hex())
+            room = sharing.room(leases.holders(), free)
+            busy = self._nvidia_busy(leases, []) if self.nvidia_check else {}
+            for i in sorted((i for i in free if room[i] >= share - 1e-9 and i not in busy), key=lambda i: (room[i], i)):
+                try:
+                    lease = leases.acquire([i], record, share=share)[0]
+                except LeaseBusy:
+                    continue
+                why = leasepolicy.over_limit(policy, leases.holders(), record, [i]) if policy.limits_anything else None
+                if why is None:
+                    return i, mechanism.env(i, share, leases)
+                leases.release_share(lease)
+                with self._cond:
+                    self._kept[host] = {j: LIMITED + why for j in free}
+                raise GpusBusyError(f"host {host}: a {share:g} share of a GPU is {LIMITED}{why}")
+        except OSError as e:
+            raise lease_dir_error(host, leases, e) from None
+        raise GpusBusyError(f"host {host}: no GPU has room for a {share:g} share now "
+                            f"(room: {', '.join(f'GPU {i} {room[i]:g}' for i in free) or 'none'})")
 
 
 def visible_devices_env(indices: tuple[int, ...] | list[int], *, in_container: bool = False) -> dict[str, str]:
@@ -496,7 +542,7 @@ def first_come(leases: Any, record: Mapping[str, Any], free: Sequence[int], poli
     return None
 
 
-def _ahead(w: Mapping[str, Any], waited: float, me: Any, held: Mapping[str, int] | None) -> str:
+def _ahead(w: Mapping[str, Any], waited: float, me: Any, held: Mapping[str, float] | None) -> str:
     """`trial 3 of study 17… of bob, which has waited 12s (first come, first served)`, or with
     fair share `… (bob first: fair share; bob holds 0 GPUs here, alice 2)`."""
     from vcli.placement.gpulease import describe_holder
@@ -507,8 +553,8 @@ def _ahead(w: Mapping[str, Any], waited: float, me: Any, held: Mapping[str, int]
     if held is None:
         return f"{who}{by}, which has waited {waited:.0f}s (first come, first served)"
     theirs, ours = held.get(str(user), 0), held.get(str(me), 0)
-    return (f"{who}{by} ({user} first: fair share; {user} holds {theirs} GPU{'' if theirs == 1 else 's'} here, "
-            f"{me} {ours})")
+    return (f"{who}{by} ({user} first: fair share; {user} holds {theirs:g} GPU{'' if theirs == 1 else 's'} here, "
+            f"{me} {ours:g})")
 
 
 def _requester(rec: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -15,7 +15,7 @@ import pwd
 import stat
 from typing import Any, Iterator
 
-__all__ = ["check_own", "held_files", "lock_index", "open_dir", "open_file", "read_record", "try_shared",
+__all__ = ["UNITS", "check_own", "held_files", "lock_index", "lock_share", "open_dir", "open_file", "read_record", "try_shared",
            "unlink_quietly", "user_name"]
 
 
@@ -40,11 +40,28 @@ def held_files(sub: int, wanted: Any, *, unlink_free: bool = False) -> Iterator[
             os.close(fd)
 
 
-def lock_index(name: str) -> int | None:
-    """The GPU index of a lock file's name (`gpu3.lock` -> 3), None for other files."""
-    if name.startswith("gpu") and name.endswith(".lock") and name[3:-5].isdigit():
-        return int(name[3:-5])
+#: A GPU's whole capacity in share units: a share lock file's name says how many it holds.
+UNITS = 1000
+
+
+def lock_share(name: str) -> tuple[int, int] | None:
+    """(GPU index, units) of a lock file's name: `gpu3.lock` -> (3, UNITS), the whole GPU;
+    `gpu3.250u.ab12cd34.lock` -> (3, 250), a quarter of it; None for other files."""
+    if not (name.startswith("gpu") and name.endswith(".lock")):
+        return None
+    parts = name[3:-5].split(".")
+    if len(parts) == 1 and parts[0].isdigit():
+        return int(parts[0]), UNITS
+    if len(parts) == 3 and parts[0].isdigit() and parts[1][:-1].isdigit() and parts[1].endswith("u"):
+        units = int(parts[1][:-1])
+        return (int(parts[0]), units) if 0 < units < UNITS else None
     return None
+
+
+def lock_index(name: str) -> int | None:
+    """The GPU index of a lock file's name (whole or share), None for other files."""
+    found = lock_share(name)
+    return found[0] if found else None
 
 
 def check_own(fd: int, path: str) -> None:

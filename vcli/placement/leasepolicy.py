@@ -277,7 +277,9 @@ def _over_study_limit(policy: LeasePolicy, earlier: Sequence[Mapping[str, Any]],
     study, trial = mine.get("study"), mine.get("trial")
     if policy.max_trials_per_study is None or not (study and trial):
         return None
-    trials = {h.get("trial") for h in earlier if h.get("study") == study and h.get("trial") != trial}
+    # A record read while its holder rewrites it (empty, no `since`) may be this study's: it counts.
+    trials = {h.get("trial") or f"unknown-{n}" for n, h in enumerate(earlier)
+              if (h.get("study") == study and h.get("trial") != trial) or "since" not in h}
     if len(trials) + 1 <= policy.max_trials_per_study:
         return None
     return (f"study {study} runs {len(trials)} of at most {policy.max_trials_per_study} trials per study "

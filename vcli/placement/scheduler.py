@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
 
 from vcli.errors import ExitCode, VcliError
 from vcli.placement.gpus import GpusBusyError
@@ -43,10 +43,17 @@ class NoCapacityError(VcliError):
 # =========================================================================== requests and hosts
 
 
+def _gpus(count: Any) -> float:
+    """Whole GPUs as an int; a share of one (0.25) as it is."""
+    n = float(count or 0)
+    return int(n) if n >= 1 or n == 0 else n
+
+
 @dataclass(frozen=True)
 class ReplicaRequest:
     task_name: str
-    accelerator_count: int = 0
+    #: Whole GPUs, or a share of one GPU (0 < n < 1).
+    accelerator_count: float = 0
     accelerator_type: str | None = None
     cpus: float = 0.0
     memory_gb: float = 0.0
@@ -85,7 +92,7 @@ def request_for_job(job_id: str, spec: Any, replicas: Sequence[Any] | None = Non
         cpus, mem = machine_resources(ms.machine_type) if with_machine else (0.0, 0.0)
         reqs.append(ReplicaRequest(
             task_name=r.task_name,
-            accelerator_count=int(ms.accelerator_count or 0) if ms.accelerator_type or ms.accelerator_count else 0,
+            accelerator_count=_gpus(ms.accelerator_count) if ms.accelerator_type or ms.accelerator_count else 0,
             accelerator_type=ms.accelerator_type or None,
             cpus=cpus, memory_gb=mem, machine_type=ms.machine_type,
         ))
@@ -133,6 +140,9 @@ class _Allocation:
     gpu_indices: tuple[int, ...]
     cpus: float
     memory_gb: float
+    #: A share of the one GPU of `gpu_indices`, and its sharing mechanism's variables.
+    share: float | None = None
+    gpu_env: Mapping[str, str] = field(default_factory=dict)
 
 
 
@@ -211,26 +221,34 @@ class Scheduler:
             record = {"job": request.job_id, **dict(request.holder)}
             try:
                 for (host, n, cpus, mem), r in zip(plan, request.replicas):
-                    indices = self.gpus.allocate(host, n, accelerator_type=None, timeout=0,
-                                                 record={**record, "replica": r.task_name}) if n else ()
-                    allocs.append(_Allocation(host, tuple(indices), cpus, mem))
+                    allocs.append(self._allocate(host, n, cpus, mem, {**record, "replica": r.task_name}))
             except GpusBusyError:  # taken by another user of a shared allocator: not now
                 for a in allocs:
-                    self.gpus.release(a.host, a.gpu_indices)
+                    self.gpus.release(a.host, a.gpu_indices, share_of=request.job_id if a.share else None)
                 self._resync_free()
                 return None
             for a in allocs:
                 st = self._hosts[a.host]
-                st.free_gpus -= len(a.gpu_indices)
+                st.free_gpus -= len(a.gpu_indices) if a.share is None else 0
                 st.cpus_used += a.cpus
                 st.mem_used += a.memory_gb
                 st.replicas += 1
             self._jobs[request.job_id] = allocs
             return [
                 Placement(host=a.host, address=self._hosts[a.host].cap.address, gpu_indices=a.gpu_indices,
-                          runtime=self._hosts[a.host].cap.runtime, gpu_host=bool(self._hosts[a.host].cap.gpu_indices))
+                          runtime=self._hosts[a.host].cap.runtime, gpu_host=bool(self._hosts[a.host].cap.gpu_indices),
+                          gpu_share=a.share, gpu_env=dict(a.gpu_env))
                 for a in allocs
             ]
+
+    def _allocate(self, host: str, n: float, cpus: float, mem: float, record: Mapping[str, Any]) -> _Allocation:
+        """The GPUs of one replica on `host`: `n` whole ones, or a share of one (0 < n < 1)."""
+        if not n:
+            return _Allocation(host, (), cpus, mem)
+        if n < 1:
+            index, env = self.gpus.allocate_share(host, n, record=record)
+            return _Allocation(host, (index,), cpus, mem, share=n, gpu_env=env)
+        return _Allocation(host, tuple(self.gpus.allocate(host, int(n), timeout=0, record=record)), cpus, mem)
 
     def place(self, request: PlacementRequest, *, timeout: float | None = None,
               cancelled: threading.Event | None = None) -> list[Placement]:
@@ -275,10 +293,10 @@ class Scheduler:
             if not allocs:
                 return
             for a in allocs:
-                self.gpus.release(a.host, a.gpu_indices)
+                self.gpus.release(a.host, a.gpu_indices, share_of=job_id if a.share else None)
                 st = self._hosts.get(a.host)
                 if st is not None:
-                    st.free_gpus += len(a.gpu_indices)
+                    st.free_gpus += len(a.gpu_indices) if a.share is None else 0
                     st.cpus_used = max(0.0, st.cpus_used - a.cpus)
                     st.mem_used = max(0.0, st.mem_used - a.memory_gb)
                     st.replicas = max(0, st.replicas - 1)
@@ -341,7 +359,7 @@ class Scheduler:
         mem = min(r.memory_gb, cap.memory_gb) if cap.memory_gb is not None else 0.0
         return cpus, mem
 
-    def _plan(self, request: PlacementRequest, *, current: bool) -> list[tuple[str, int, float, float]] | None:
+    def _plan(self, request: PlacementRequest, *, current: bool) -> list[tuple[str, float, float, float]] | None:
         """(host, gpus, cpus, memory) per replica, or None. `current=False`: on empty, healthy hosts.
         Replicas are placed largest first (GPUs, then CPUs), each on the host `_score` ranks first."""
         hosts = [st for n, st in self._hosts.items() if _allowed(request, n) and (st.healthy or not current)]
@@ -350,7 +368,7 @@ class Scheduler:
         tally = _Tally(hosts, current=current)
         order = sorted(range(len(request.replicas)),
                        key=lambda i: (-request.replicas[i].accelerator_count, -request.replicas[i].cpus, i))
-        result: list[tuple[str, int, float, float] | None] = [None] * len(request.replicas)
+        result: list[tuple[str, float, float, float] | None] = [None] * len(request.replicas)
         for i in order:
             r = request.replicas[i]
             scored = [(score, st) for st in hosts if (score := self._score(st, r, tally)) is not None]
@@ -358,7 +376,7 @@ class Scheduler:
                 return None
             best = min(scored, key=lambda pair: pair[0])[1]
             cpus, mem = self._demand(best, r)
-            tally.add(best.cap.name, r.accelerator_count, cpus, mem)
+            tally.add(best.cap.name, r.accelerator_count if r.accelerator_count >= 1 else 0, cpus, mem)
             result[i] = (best.cap.name, r.accelerator_count, cpus, mem)
         return result  # type: ignore[return-value]
 
@@ -368,7 +386,9 @@ class Scheduler:
         with the fewest GPUs left over, a CPU one on the least loaded host; None: it does not fit."""
         name = st.cap.name
         n = r.accelerator_count
-        if n and (tally.free_g[name] < n or not _gpu_type_fits(st, r)):
+        # A share needs a GPU with room, which the allocator finds (a whole GPU when planning on idle hosts).
+        need = n if n >= 1 else (0 if tally.current else 1) if n else 0
+        if n and (tally.free_g[name] < need or not st.cap.gpu_indices or not _gpu_type_fits(st, r)):
             return None
         cpus, mem = self._demand(st, r)
         if cpus and tally.used_c[name] + cpus > st.cap.cpus + 1e-9:  # type: ignore[operator]
@@ -442,13 +462,14 @@ class _Tally:
     request's own replicas (`mine`)."""
 
     def __init__(self, hosts: Sequence[_HostState], *, current: bool) -> None:
+        self.current = current
         self.free_g = {st.cap.name: (st.free_gpus if current else len(st.cap.gpu_indices)) for st in hosts}
         self.used_c = {st.cap.name: (st.cpus_used if current else 0.0) for st in hosts}
         self.used_m = {st.cap.name: (st.mem_used if current else 0.0) for st in hosts}
         self.load = {st.cap.name: (st.replicas if current else 0) for st in hosts}
         self.mine: dict[str, int] = {}
 
-    def add(self, name: str, gpus: int, cpus: float, mem: float) -> None:
+    def add(self, name: str, gpus: float, cpus: float, mem: float) -> None:
         self.free_g[name] -= gpus
         self.used_c[name] += cpus
         self.used_m[name] += mem

@@ -3,7 +3,7 @@ executors import this, and nothing here imports an executor."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 __all__ = ["HERE", "Here", "Placement"]
@@ -14,7 +14,8 @@ class Placement:
     """Where a replica runs: a host of the inventory (`local` is this machine).
 
     `address` is how other replicas reach this host (it goes into TF_CONFIG/CLUSTER_SPEC);
-    `gpu_indices` are the host's GPUs given to this replica alone.
+    `gpu_indices` are the host's GPUs given to this replica alone, or with `gpu_share` the one
+    GPU it has a share of, `gpu_env` then saying how (the host's sharing mechanism's variables).
     """
 
     host: str = "local"
@@ -25,6 +26,10 @@ class Placement:
     #: The host declares GPUs, which vcli leases: a replica given none of them sees none
     #: (CUDA_VISIBLE_DEVICES empty), never the shell's value or every GPU, leased ones too.
     gpu_host: bool = False
+    #: A share of the one GPU of `gpu_indices` (`accelerator-count=0.25`), None for whole GPUs.
+    gpu_share: float | None = None
+    #: The variables of the host's GPU sharing mechanism for this replica (MPS limits, memory caps).
+    gpu_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class Here:

@@ -109,6 +109,9 @@ def container_create_kwargs(launch: ReplicaLaunch, *, mem_limit: str | int | Non
         volumes.setdefault(workdir, {"bind": workdir, "mode": "ro"})
         kwargs["working_dir"] = workdir
     gpus = tuple(launch.placement.gpu_indices)
+    if launch.placement.gpu_share and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in launch.placement.gpu_env:
+        raise ExecutorError(f"Cannot start replica {launch.task_name}: this host shares GPUs with NVIDIA MPS "
+                            "(gpu_sharing: mps), which vcli gives to processes only: run the job with --executor=local")
     if gpus:
         from docker.types import DeviceRequest
 

@@ -15,4 +15,4 @@ def _build(options: ExecutorOptions, *, leases: bool = True, job: Mapping[str, A
 
 
 KIND = ExecutorType(name="docker", summary="containers on this machine's Docker engine", build=_build,
-                    for_handles=lambda options: _build(options)[0])
+                    for_handles=lambda options: _build(options)[0], gpu_fractions=True)

@@ -33,4 +33,4 @@ def _build(options: ExecutorOptions, *, leases: bool = True, job: Mapping[str, A
 
 # Actors are named and detached: a stored handle's replica is found from any process.
 KIND = ExecutorType(name="ray", summary="processes on a Ray cluster's nodes", build=_build, for_handles=ray_executor,
-                    places_itself=True, processes_only=True, gpu_fractions=True)
+                    places_itself=True, processes_only=True, gpu_fractions=True, gpu_fraction_step=0.0001)
