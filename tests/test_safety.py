@@ -255,3 +255,27 @@ trialJobSpec:
     assert all(t["state"] == "SUCCEEDED" for t in by_x.values())
     assert [x for x, t in sorted(by_x.items()) if t.get("safe") is False] == [0.7, 0.9]
     assert desc["bestTrialId"] == by_x[0.5]["id"]  # 0.9 has the best loss but is unsafe
+
+
+def test_the_metric_flag_makes_a_safety_metric_and_names_its_mistakes(tmp_path: Path) -> None:
+    """`--metric=...,safety-threshold=X,min-safe-fraction=F` is `safetyConfig`; a threshold that
+    is not a number, a fraction without a threshold or outside [0, 1], and a study of safety
+    metrics only are one line each."""
+    base = ["hp-tuning-jobs", "create", "--display-name=s", "--validate-only", "--max-trial-count=3",
+            "--parameter-spec=parameter-id=lr,type=double,min=0.001,max=0.1",
+            "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=python:3.11", "--command=python,-c,pass"]
+    r = vcli(tmp_path, *base, "--metric=metric-id=acc,goal=maximize",
+             "--metric=metric-id=mem,goal=minimize,safety-threshold=20,min-safe-fraction=0.9", "--format=json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["studySpec"]["metrics"][1] == {
+        "goal": "MINIMIZE", "metricId": "mem", "safetyConfig": {"desiredMinSafeTrialsFraction": 0.9, "safetyThreshold": 20.0}}
+    for metrics, said in [
+        (["--metric=metric-id=acc", "--metric=metric-id=mem,safety-threshold=x"],
+         "Key [safety-threshold] must be a number, received: x."),
+        (["--metric=metric-id=acc", "--metric=metric-id=mem,min-safe-fraction=0.5"], "Key [min-safe-fraction] needs [safety-threshold]"),
+        (["--metric=metric-id=acc", "--metric=metric-id=mem,safety-threshold=3,min-safe-fraction=2"],
+         "desiredMinSafeTrialsFraction]: must be between 0.0 and 1.0"),
+        (["--metric=metric-id=mem,safety-threshold=3"], "every metric has a safetyConfig (mem)"),
+    ]:
+        r = vcli(tmp_path, *base, *metrics)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr

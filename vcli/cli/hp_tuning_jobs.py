@@ -52,7 +52,7 @@ def create(
     max_failed_trial_count: Annotated[Optional[int], typer.Option("--max-failed-trial-count", help="vcli: overrides maxFailedTrialCount (0 = max(3, 10% of trials)).")] = None,
     algorithm: Annotated[Optional[AlgorithmFlag], typer.Option("--algorithm", help="The search algorithm; algorithm-unspecified is Bayesian optimisation.")] = None,
     parameter_spec: Annotated[Optional[List[str]], typer.Option("--parameter-spec", help="vcli: parameter-id=ID,type=double|integer|categorical|discrete,min=,max=,values=a;b,scale=linear|log|reverse-log[,parent=ID,parent-values=a;b]")] = None,
-    metric: Annotated[Optional[List[str]], typer.Option("--metric", help="vcli: metric-id=ID,goal=maximize|minimize")] = None,
+    metric: Annotated[Optional[List[str]], typer.Option("--metric", help="vcli: metric-id=ID,goal=maximize|minimize[,safety-threshold=X[,min-safe-fraction=F]] (a safety metric: safe search)")] = None,
     enqueue_trial: Annotated[Optional[List[str]], typer.Option("--enqueue-trial", help="vcli: PARAMETER_ID=VALUE,... run before any suggestion (repeatable, in order).")] = None,
     warm_start_from: Annotated[Optional[str], typer.Option("--warm-start-from", help="vcli: prior observations for the suggester, no trials: a vcli study (ID), a CSV of `export`, or an Optuna storage URL#STUDY (sqlite:///optuna.db#my-study).")] = None,
     worker_pool_spec: Annotated[Optional[List[str]], typer.Option("--worker-pool-spec", help="vcli: the trial job's pools, as for custom-jobs create.")] = None,

@@ -266,7 +266,7 @@ def parse_labels(value: str | None) -> dict[str, str]:
 # =========================================================================== study flags (vcli extension)
 
 PARAMETER_SPEC_KEYS = ("parameter-id", "type", "min", "max", "values", "scale", "parent", "parent-values")
-METRIC_KEYS = ("metric-id", "goal")
+METRIC_KEYS = ("metric-id", "goal", "safety-threshold", "min-safe-fraction")
 _SCALES = {
     "linear": "UNIT_LINEAR_SCALE",
     "log": "UNIT_LOG_SCALE",
@@ -426,7 +426,23 @@ def metric_from_flag(value: str) -> dict[str, Any]:
     goal = raw.get("goal", "maximize").upper()
     if goal not in ("MAXIMIZE", "MINIMIZE"):
         raise InvalidValueError("--metric", f"Key [goal] must be maximize or minimize, received: {raw['goal']}.")
-    return {"metricId": raw["metric-id"], "goal": goal}
+    metric: dict[str, Any] = {"metricId": raw["metric-id"], "goal": goal}
+    if "min-safe-fraction" in raw and "safety-threshold" not in raw:
+        raise InvalidValueError("--metric", "Key [min-safe-fraction] needs [safety-threshold]: a safety metric is "
+                                "safe on the good side of its threshold.")
+    if "safety-threshold" in raw:  # vcli: Vertex's safetyConfig (safe search), checked with the study
+        safety = {"safetyThreshold": _metric_number(raw, "safety-threshold")}
+        if "min-safe-fraction" in raw:
+            safety["desiredMinSafeTrialsFraction"] = _metric_number(raw, "min-safe-fraction")
+        metric["safetyConfig"] = safety
+    return metric
+
+
+def _metric_number(raw: Mapping[str, str], key: str) -> float:
+    try:
+        return float(raw[key])
+    except ValueError:
+        raise InvalidValueError("--metric", f"Key [{key}] must be a number, received: {raw[key]}.") from None
 
 
 def parse_duration(text: str, flag: str) -> float:
