@@ -255,6 +255,22 @@ trialJobSpec:
     assert all(t["state"] == "SUCCEEDED" for t in by_x.values())
     assert [x for x, t in sorted(by_x.items()) if t.get("safe") is False] == [0.7, 0.9]
     assert desc["bestTrialId"] == by_x[0.5]["id"]  # 0.9 has the best loss but is unsafe
+    # The export has the safety metric's values and whether each trial was safe.
+    out = tmp_path / "trials.csv"
+    r = vcli(home, "hp-tuning-jobs", "export", sid, f"--to={out}", timeout=120)
+    assert r.returncode == 0, r.stderr
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert "metric_margin" in rows[0] and rows[0]["metric_margin"] != ""
+    assert sorted(float(r["param_x"]) for r in rows if r["safe"] == "False") == [0.7, 0.9]
+    # The report marks the unsafe trials as such.
+    from vcli.plots import data
+    from vcli.store import Store
+
+    trials = Store(home).trials(sid)
+    assert sorted(float(t.parameters["x"]) for t in trials if data.outcome(t) == "unsafe") == [0.7, 0.9]
+    assert data.outcome_label(next(t for t in trials if t.safe is False)) == "unsafe (beyond a safety threshold)"
 
 
 def test_the_metric_flag_makes_a_safety_metric_and_names_its_mistakes(tmp_path: Path) -> None:

@@ -230,7 +230,7 @@ def _trial_row(t: Trial, params: Sequence[ParameterSpec], metrics: Sequence[Metr
 def _state_cell(t: Trial) -> str:
     """The trial's state, followed by how it was stopped (early, by PBT, by the study) or why
     it is infeasible."""
-    how = d.outcome_label(t) if d.outcome(t) in ("stopped-early", "pbt", "stopped") else t.infeasible_reason
+    how = d.outcome_label(t) if d.outcome(t) in ("unsafe", "stopped-early", "pbt", "stopped") else t.infeasible_reason
     return escape(t.state.value) + (f' <span class="how">{escape(how)}</span>' if how else "")
 
 

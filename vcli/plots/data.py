@@ -166,7 +166,7 @@ def counts_by_state(trials: Sequence[Trial]) -> dict[str, int]:
 # ------------------------------------------------------------------ how a trial ended
 
 #: Outcomes, in the order legends list them.
-OUTCOMES = ("completed", "stopped-early", "pbt", "stopped", "infeasible", "running", "requested")
+OUTCOMES = ("completed", "unsafe", "stopped-early", "pbt", "stopped", "infeasible", "running", "requested")
 
 
 def outcome(trial: Trial) -> str:
@@ -179,6 +179,8 @@ def outcome(trial: Trial) -> str:
         return "requested"
     if trial.state == TrialState.INFEASIBLE:
         return "infeasible"
+    if trial.safe is False:  # safe search: SUCCEEDED beyond a safety threshold, never the best
+        return "unsafe"
     if trial.early_stopping_rule == "pbt":
         return "pbt"
     if trial.early_stopping_rule:
@@ -187,12 +189,14 @@ def outcome(trial: Trial) -> str:
 
 
 def outcome_label(trial: Trial) -> str:
-    """The outcome in words: `completed`, `stopped early (median)`, `replaced by a PBT exploit`,
-    `stopped by the study`, `infeasible`, `running`, `requested`."""
+    """The outcome in words: `completed`, `unsafe (beyond a safety threshold)`, `stopped early
+    (median)`, `replaced by a PBT exploit`, `stopped by the study`, `infeasible`, `running`,
+    `requested`."""
     kind = outcome(trial)
     if kind == "stopped-early":
         return f"stopped early ({trial.early_stopping_rule})"
-    return {"pbt": "replaced by a PBT exploit", "stopped": "stopped by the study"}.get(kind, kind)
+    return {"pbt": "replaced by a PBT exploit", "stopped": "stopped by the study",
+            "unsafe": "unsafe (beyond a safety threshold)"}.get(kind, kind)
 
 
 def parse_time(iso: str | None) -> datetime | None:

@@ -6,7 +6,8 @@ metric (`metric_<id>`: the final measurement's value), `final_step`, `start_time
 `end_time`, `duration_seconds`, `infeasible_reason`, `early_stopping_rule`, for PBT
 `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`, then `failure_class` (USER, RESOURCE,
 INFRASTRUCTURE, TIMEOUT: why an INFEASIBLE trial failed) and `retry_of` (the trial a retry
-runs again). Values keep their types: INTEGER
+runs again), and with safe search `safe` (False beyond a safety threshold; the safety metrics
+have their `metric_<id>` columns after the objectives'). Values keep their types: INTEGER
 parameters and whole DISCRETE values are integers (`16`, not `16.0`: the value the trainer
 received as `--batch_size=16`), other numbers floats; CSV writes them as text, Parquet with
 their types.
@@ -27,7 +28,8 @@ the metrics' ids as its metric names (`Study.set_metric_names`), and every trial
 * its intermediate values by step (the first metric's: Optuna keeps one per step);
 * user attributes `vcli_trial_id`, and where they apply `infeasible_reason`,
   `early_stopping_rule`, `stop_reason`, `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step`,
-  `failure_class`, `retry_of`.
+  `failure_class`, `retry_of`, and with safe search `safe` and each safety metric's value
+  (`metric_<id>`).
 
 csv is the standard library's; pyarrow and optuna are imported only for their formats, and
 a missing one is one line saying what to install.
@@ -61,13 +63,14 @@ from vcli.spec import (
 def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Trial]) -> tuple[list[str], list[list[Any]]]:
     """(column names, rows): the trial table described in the module docstring."""
     pids = [p.parameter_id for p in params]
-    mids = [m.metric_id for m in spec.metrics]
+    mids = [m.metric_id for m in (*spec.metrics, *spec.safety_metrics)]
+    safety = bool(spec.safety_metrics)
     pbt = any(t.lineage is not None for t in trials)
     columns = ["trial_id", "state", *[f"param_{p}" for p in pids], *[f"metric_{m}" for m in mids], "final_step",
                "start_time", "end_time", "duration_seconds", "infeasible_reason", "early_stopping_rule"]
     if pbt:
         columns += ["pbt_member", "pbt_parent_trial_id", "pbt_start_step"]
-    columns += ["failure_class", "retry_of"]
+    columns += ["failure_class", "retry_of", *(["safe"] if safety else [])]
     specs = {p.parameter_id: p for p in params}
     rows = []
     for t in trials:
@@ -80,7 +83,7 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
             lin = t.lineage
             row += [lin.member if lin else None, lin.parent_trial_id if lin else None,
                     lin.start_step if lin and lin.parent_trial_id else None]
-        rows.append([*row, t.failure_class, t.retry_of])  # a FailureClass is its text
+        rows.append([*row, t.failure_class, t.retry_of, *([t.safe] if safety else [])])  # a FailureClass is its text
     return columns, rows
 
 
@@ -237,7 +240,7 @@ def _frozen(optuna: Any, spec: StudySpec, params: Mapping[str, ParameterSpec], t
         datetime_start=start if state != states.WAITING else None, datetime_complete=end,
         params={k: _optuna_value(params[k], v) for k, v in kept.items()},
         distributions={k: _distribution(optuna, params[k]) for k in kept},
-        user_attrs=_attrs(t), system_attrs={}, intermediate_values=intermediate, trial_id=number,
+        user_attrs=_attrs(t, spec), system_attrs={}, intermediate_values=intermediate, trial_id=number,
     )
 
 
@@ -257,8 +260,13 @@ def _state_and_values(optuna: Any, spec: StudySpec, t: Trial) -> tuple[Any, list
     return (states.FAIL if state == states.COMPLETE else state), None
 
 
-def _attrs(t: Trial) -> dict[str, Any]:
+def _attrs(t: Trial, spec: StudySpec) -> dict[str, Any]:
     attrs: dict[str, Any] = {"vcli_trial_id": t.id}
+    if spec.safety_metrics and t.safe is not None:  # safe search; the safety metrics' values beside
+        attrs["safe"] = t.safe
+        final = t.final_measurement
+        attrs.update({f"metric_{m.metric_id}": final.metrics.get(m.metric_id) for m in spec.safety_metrics
+                      if final is not None and m.metric_id in final.metrics})
     for key, value in (("infeasible_reason", t.infeasible_reason), ("early_stopping_rule", t.early_stopping_rule),
                        ("stop_reason", t.stop_reason), ("failure_class", t.failure_class and t.failure_class.value),
                        ("retry_of", t.retry_of)):

@@ -44,17 +44,19 @@ LEGEND_TRIALS = 10
 #: How a finished trial is marked where trials are points (history): by its outcome.
 MARKS = {
     "completed": {"marker": "o", "color": POINT, "s": 20},
+    "unsafe": {"marker": "D", "color": "#e377c2", "s": 24},
     "stopped-early": {"marker": "X", "color": "#ff7f0e", "s": 42},
     "pbt": {"marker": "v", "color": "#8c564b", "s": 34},
     "stopped": {"marker": "s", "color": "0.45", "s": 26},
 }
 #: Bar colours of the timeline, by outcome (Optuna's: completed blue, pruned orange, failed red, running green).
 TIMELINE_COLOURS = {
-    "completed": "#1f77b4", "stopped-early": "#ff7f0e", "pbt": "#8c564b", "stopped": "#7f7f7f",
+    "completed": "#1f77b4", "unsafe": "#e377c2", "stopped-early": "#ff7f0e", "pbt": "#8c564b", "stopped": "#7f7f7f",
     "infeasible": "#d62728", "running": "#2ca02c",
 }
 TIMELINE_LABELS = {
-    "completed": "completed", "stopped-early": "stopped early by a rule", "pbt": "replaced by a PBT exploit",
+    "completed": "completed", "unsafe": "unsafe (beyond a safety threshold)",
+    "stopped-early": "stopped early by a rule", "pbt": "replaced by a PBT exploit",
     "stopped": "stopped by the study", "infeasible": "infeasible", "running": "running",
 }
 
