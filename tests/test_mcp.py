@@ -83,10 +83,10 @@ class Agent:
             await anyio.sleep(0.3)
 
 
-def _serve(home: Path, cwd: Path, scenario: Any) -> None:
-    """Start `python -m vcli mcp` with `home`, run `scenario(agent)` in a session with it."""
-    params = StdioServerParameters(command=PY, args=["-m", "vcli", "mcp"], env=vcli_env(home, VCLI_LOCAL_GPUS="2"),
-                                  cwd=str(cwd))
+def _serve(home: Path, cwd: Path, scenario: Any, *, write: bool = True) -> None:
+    """Start `python -m vcli mcp [--allow-write]` with `home`, run `scenario(agent)` in a session with it."""
+    params = StdioServerParameters(command=PY, args=["-m", "vcli", "mcp", *(["--allow-write"] if write else [])],
+                                  env=vcli_env(home, VCLI_LOCAL_GPUS="2"), cwd=str(cwd))
 
     async def main() -> None:
         with open(home.parent / "server.err", "w") as errlog:
@@ -105,7 +105,8 @@ def test_an_agent_runs_jobs_and_studies_through_vcli_mcp(tmp_path: Path) -> None
         tools = {t.name: t for t in (await agent.session.list_tools()).tools}
         assert set(tools) == {"list_custom_jobs", "describe_custom_job", "create_custom_job", "cancel_custom_job",
                               "job_logs", "list_hp_tuning_jobs", "describe_hp_tuning_job", "create_hp_tuning_job",
-                              "cancel_hp_tuning_job", "best_trials", "hosts_gpus"}
+                              "cancel_hp_tuning_job", "best_trials", "hosts_gpus", "validate_custom_job",
+                              "validate_hp_tuning_job"}
         assert tools["create_custom_job"].input_schema["required"] == ["display_name"]
         assert tools["describe_hp_tuning_job"].input_schema["properties"]["trials"]["enum"] == ["count", "all", "none"]
         assert "background" in (tools["create_custom_job"].description or "")
@@ -181,6 +182,24 @@ def test_an_agent_runs_jobs_and_studies_through_vcli_mcp(tmp_path: Path) -> None
     wait_for(lambda: not processes_with_env("VCLI_HOME", str(home)), 15, "every process of the server's home to end")
     described = json.loads(vcli(home, "custom-jobs", "describe", ids["job"], "--format=json").stdout)
     assert described["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_without_allow_write_the_server_only_reads_and_validates(tmp_path: Path) -> None:
+    """`vcli mcp` alone serves no tool that creates or cancels; `validate_custom_job` resolves a
+    job without recording it, and names a mistake in one line."""
+    home = tmp_path / "home"
+
+    async def scenario(agent: Agent) -> None:
+        tools = {t.name for t in (await agent.session.list_tools()).tools}
+        assert not {t for t in tools if t.startswith(("create_", "cancel_"))}, tools
+        assert {"validate_custom_job", "validate_hp_tuning_job", "describe_custom_job", "job_logs"} <= tools
+        checked = await agent.call("validate_custom_job", display_name="v", config_yaml=json.dumps(JOB))
+        assert checked["valid"] is True and checked["customJob"]["displayName"] == "v"
+        assert (await agent.call("list_custom_jobs")) == {"customJobs": []}  # nothing recorded
+        said = await agent.fail("validate_custom_job", display_name="v", config_yaml="workerPoolSpecs: 3")
+        assert "workerPoolSpecs" in said and "\n" not in said.strip()
+
+    _serve(home, tmp_path, scenario, write=False)
 
 
 def test_without_the_mcp_extra_vcli_mcp_is_one_line_and_exit_9(tmp_path: Path) -> None:

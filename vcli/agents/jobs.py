@@ -141,14 +141,18 @@ def describe_custom_job(job_id: str) -> dict[str, Any]:
 
 
 def create_custom_job(display_name: str, config_yaml: str | None = None, worker_pool_specs: Sequence[str] = (),
-                      args: Sequence[str] = (), executor: str | None = None) -> dict[str, Any]:
-    """`custom-jobs create --async`: the job recorded and handed to its detached runner."""
-    argv = ["custom-jobs", "create", "--async", "--format=json", f"--display-name={display_name}"]
+                      args: Sequence[str] = (), executor: str | None = None, *, validate_only: bool = False) -> dict[str, Any]:
+    """`custom-jobs create --async`: the job recorded and handed to its detached runner; with
+    `validate_only`, `--validate-only`: the job checked and resolved, nothing recorded."""
+    how = "--validate-only" if validate_only else "--async"
+    argv = ["custom-jobs", "create", how, "--format=json", f"--display-name={display_name}"]
     argv += ["--config=-"] if config_yaml is not None else []
     argv += [f"--worker-pool-spec={spec}" for spec in worker_pool_specs]
     argv += [f"--args={arg}" for arg in args]
     argv += [f"--executor={executor}"] if executor else []
     out, err = run_cli(argv, stdin=config_yaml)
+    if validate_only:
+        return {"valid": True, "customJob": json.loads(out), "notices": notices(err)}
     return {**summary(json.loads(out), _JOB_KEYS), "notices": notices(err)}
 
 
@@ -270,15 +274,17 @@ def describe_hp_tuning_job(study_id: str, trials: str = "count") -> dict[str, An
 
 def create_hp_tuning_job(config_yaml: str, display_name: str | None = None, max_trial_count: int | None = None,
                          parallel_trial_count: int | None = None, algorithm: str | None = None, seed: int | None = None,
-                         executor: str | None = None) -> dict[str, Any]:
+                         executor: str | None = None, *, validate_only: bool = False) -> dict[str, Any]:
     """`hp-tuning-jobs create --config=- --async`: the study recorded and handed to its
-    detached runner."""
+    detached runner; with `validate_only`, `--validate-only`: checked, nothing recorded."""
     given = {"display-name": display_name, "max-trial-count": max_trial_count,
              "parallel-trial-count": parallel_trial_count, "algorithm": algorithm, "seed": seed, "executor": executor}
-    argv = ["hp-tuning-jobs", "create", "--async", "--format=json", "--config=-"]
+    argv = ["hp-tuning-jobs", "create", "--validate-only" if validate_only else "--async", "--format=json", "--config=-"]
     argv += [f"--{flag}={value}" for flag, value in given.items() if value is not None]
     out, err = run_cli(argv, stdin=config_yaml)
     resource = json.loads(out)
+    if validate_only:
+        return {"valid": True, "hyperparameterTuningJob": resource, "notices": notices(err)}
     resource.pop("trials", None)
     return {**summary(resource, _STUDY_KEYS), "notices": notices(err)}
 

@@ -28,7 +28,9 @@ vcli runs Vertex AI training (custom jobs, hyperparameter tuning jobs) on this m
 machines it reaches, from the same YAML as `gcloud ai custom-jobs` / `hp-tuning-jobs`. Jobs and
 studies live in vcli's store (VCLI_HOME); every tool reads or changes it.
 
-Create tools return at once with the id: the job runs in a background vcli process. Poll
+validate_custom_job / validate_hp_tuning_job check a config without running it. Create tools
+(served when vcli mcp runs with --allow-write) return at once with the id: the job runs in a
+background vcli process. Poll
 describe_custom_job / describe_hp_tuning_job until `state` is final (JOB_STATE_SUCCEEDED,
 JOB_STATE_FAILED, JOB_STATE_CANCELLED), read job_logs for the replicas' output, best_trials
 for a study's result. Relative paths in a config (local-package-path) are resolved in the
@@ -77,6 +79,21 @@ def create_custom_job(
     Give config_yaml, worker_pool_specs, or both. Follow it with describe_custom_job and
     job_logs; stop it with cancel_custom_job."""
     return jobs.create_custom_job(display_name, config_yaml or None, worker_pool_specs or (), args or (), executor or None)
+
+
+def validate_custom_job(
+    display_name: Annotated[str, Field(description="The job's display name.")],
+    config_yaml: Annotated[str, Field(description="A CustomJobSpec as YAML or JSON text; empty: none.")] = "",
+    worker_pool_specs: Annotated[Optional[list[str]], Field(description="Pools in gcloud's --worker-pool-spec syntax; "
+                                                                        "they replace the config's pools.")] = None,
+    args: Annotated[Optional[list[str]], Field(description="Arguments for every replica, as --args.")] = None,
+    executor: Executor = "",
+) -> dict[str, Any]:
+    """Check a custom job without running it (`vcli custom-jobs create --validate-only`): the
+    resolved CustomJob (`customJob`) and `notices`; a mistake is a tool error naming the flag
+    or field. Nothing is recorded."""
+    return jobs.create_custom_job(display_name, config_yaml or None, worker_pool_specs or (), args or (), executor or None,
+                                  validate_only=True)
 
 
 def cancel_custom_job(id: JobId, wait: Wait = True) -> dict[str, Any]:
@@ -134,6 +151,17 @@ def create_hp_tuning_job(
                                      algorithm or None, seed, executor or None)
 
 
+def validate_hp_tuning_job(
+    config_yaml: Annotated[str, Field(description="A HyperparameterTuningJob as YAML or JSON text (studySpec, "
+                                                  "trialJobSpec, maxTrialCount, ...).")],
+    display_name: Annotated[str, Field(description="The study's display name; empty: the config's.")] = "",
+) -> dict[str, Any]:
+    """Check a study without running it (`vcli hp-tuning-jobs create --validate-only`): the
+    resolved HyperparameterTuningJob and `notices`; a mistake is a tool error naming the field.
+    Nothing is recorded."""
+    return jobs.create_hp_tuning_job(config_yaml, display_name or None, validate_only=True)
+
+
 def cancel_hp_tuning_job(id: StudyId, wait: Wait = True) -> dict[str, Any]:
     """Cancel a study (`vcli hp-tuning-jobs cancel`): every running trial is stopped and it ends
     JOB_STATE_CANCELLED. Returns its `state` afterwards and what the command said."""
@@ -159,11 +187,12 @@ _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _CREATE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 _CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
-#: Every tool, with what it does to the store.
+#: Every tool, with what it does to the store: those that write are served with `--allow-write` only.
 TOOLS: tuple[tuple[Callable[..., dict[str, Any]], ToolAnnotations], ...] = (
-    (list_custom_jobs, _READ), (describe_custom_job, _READ), (create_custom_job, _CREATE),
-    (cancel_custom_job, _CANCEL), (job_logs, _READ), (list_hp_tuning_jobs, _READ), (describe_hp_tuning_job, _READ),
-    (create_hp_tuning_job, _CREATE), (cancel_hp_tuning_job, _CANCEL), (best_trials, _READ), (hosts_gpus, _READ),
+    (list_custom_jobs, _READ), (describe_custom_job, _READ), (validate_custom_job, _READ),
+    (create_custom_job, _CREATE), (cancel_custom_job, _CANCEL), (job_logs, _READ), (list_hp_tuning_jobs, _READ),
+    (describe_hp_tuning_job, _READ), (validate_hp_tuning_job, _READ), (create_hp_tuning_job, _CREATE),
+    (cancel_hp_tuning_job, _CANCEL), (best_trials, _READ), (hosts_gpus, _READ),
 )
 
 
@@ -184,14 +213,16 @@ def _vcli_errors(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, A
     return tool
 
 
-def build() -> MCPServer:
-    """The server with every tool of `TOOLS`."""
+def build(*, allow_write: bool = False) -> MCPServer:
+    """The server with the tools of `TOOLS`: those that only read, and with `allow_write` those
+    that create and cancel jobs and studies too."""
     server: MCPServer = MCPServer(name="vcli", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     for fn, hints in TOOLS:
-        server.add_tool(_vcli_errors(fn), annotations=hints)
+        if allow_write or hints.read_only_hint:
+            server.add_tool(_vcli_errors(fn), annotations=hints)
     return server
 
 
-def serve() -> None:
+def serve(*, allow_write: bool = False) -> None:
     """Serve on stdin/stdout until the client closes stdin."""
-    build().run("stdio")
+    build(allow_write=allow_write).run("stdio")
