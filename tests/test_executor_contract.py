@@ -1129,3 +1129,34 @@ def test_the_hosts_idle_policy_stops_a_process_replica_whose_gpu_stays_idle(kind
         policy.unlink()
         leasepolicy._CACHE.clear()
         next(harness, None)
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_two_replicas_with_half_a_gpu_each_share_it_and_their_supervisors_hold_the_shares(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas placed on halves of GPU 0 (here, or on an SSH host through its lease
+    server): each supervisor holds its own share while its replica runs, a whole-GPU lease of
+    GPU 0 is refused meanwhile, and both shares end with their replicas."""
+    from vcli.placement.gpulease import LeaseBusy, LeaseDir, base_record
+    from vcli.placement.gpus import local_leases
+
+    harness = _harness(kind, tmp_path, monkeypatch)
+    h = next(harness)
+    try:
+        leases = h.executor.gpu_leases("lo") if kind == "ssh" else local_leases()  # type: ignore[attr-defined]
+        handles = []
+        for n in range(2):
+            launch = h.launch("sleep:3", task=f"workerpool0-{n}")
+            leases.acquire([0], base_record(job=launch.job_id, replica=launch.task_name), share=0.5)
+            half = replace(launch, placement=replace(launch.placement, gpu_indices=(0,), gpu_share=0.5))
+            handles.append(h.start(half))
+        other = LeaseDir(local_leases().path)
+        holders = [x for x in other.holders() if x["gpu"] == 0]
+        assert sorted(x["share"] for x in holders) == [0.5, 0.5], holders
+        assert all(x.get("pid") for x in holders), holders  # handed to each replica's supervisor
+        with pytest.raises(LeaseBusy):
+            other.acquire([0], {"job": "whole"})
+        assert [h.wait(handle).exit_code for handle in handles] == [0, 0]
+        _wait_until(lambda: not [x for x in other.holders() if x["gpu"] == 0], 10, "the shares to end")
+    finally:
+        next(harness, None)

@@ -1008,3 +1008,53 @@ def test_a_hung_nvidia_smi_is_one_warning_and_asked_once(tmp_path: Path, monkeyp
     assert time.monotonic() - started < 5
     err = capsys.readouterr().err
     assert err.count("WARNING: nvidia-smi did not answer within 0.5 s") == 1, err
+
+
+def test_shares_of_an_ssh_hosts_gpu_come_from_its_own_lease_policy_and_server(tmp_path: Path) -> None:
+    """On an SSH host whose lease policy says `gpu_sharing: shared`, the placer takes two 0.5
+    shares of GPU 0 through the host's lease server (packed onto one GPU), a third waits, and
+    a host whose policy names no mechanism refuses a share in one line."""
+    from tests.harness import loopback_sshd
+    from vcli.control.wiring import ssh_executor
+    from vcli.placement.gpus import GpuAllocator, GpusBusyError
+    from vcli.placement.hosts import Host
+    from vcli.placement.sharing import SharingError
+
+    why = loopback_sshd.available()
+    if why:
+        pytest.fail(why)
+    lease_dir = tmp_path / "host-leases"
+    lease_dir.mkdir(mode=0o1777)
+    with loopback_sshd.LoopbackSSHD(tmp_path / "sshd") as sshd:
+        known = tmp_path / "known_hosts"
+        known.write_text(sshd.known_hosts_line())
+        os.environ["VCLI_SSH_USER_KNOWN_HOSTS"] = str(known)
+        try:
+            host = Host(name="lo", address="127.0.0.1", port=sshd.port, user="root",
+                        identity_file=str(sshd.client_key), workdir=str(tmp_path / "remote"), python=sys.executable,
+                        gpu_lease_dir=str(lease_dir), gpu_count=2)
+            executor = ssh_executor([host])
+            try:
+                allocator = GpuAllocator({"lo": executor.gpu_leases("lo")})
+                allocator.declare("lo", count=2)
+                with pytest.raises(SharingError, match="needs host lo's lease policy to name how its GPUs are shared"):
+                    allocator.allocate_share("lo", 0.5, record={"job": "a"})
+                (lease_dir / "policy.yaml").write_text("gpu_sharing: shared\n")
+                time.sleep(2.1)  # the policy is read again after RELOAD_SECONDS
+                got = [allocator.allocate_share("lo", 0.5, record={"job": f"j{n}", "replica": "workerpool0-0"})
+                       for n in range(3)]
+                assert [index for index, _ in got] == [0, 0, 1]  # packed: GPU 1 only once GPU 0 is full
+                assert got[0][1]["VCLI_GPU_SHARE"] == "0.5"
+                holders = LeaseDir(str(lease_dir)).holders()
+                assert sorted((x["gpu"], x["share"], x["job"]) for x in holders) == [(0, 0.5, "j0"), (0, 0.5, "j1"),
+                                                                                      (1, 0.5, "j2")]
+                allocator.allocate_share("lo", 0.5, record={"job": "j3"})
+                with pytest.raises(GpusBusyError, match="no GPU has room for a 0.5 share"):
+                    allocator.allocate_share("lo", 0.5, record={"job": "j4"})
+                for n in range(4):
+                    allocator.release("lo", (0, 1), share_of=f"j{n}")
+                assert LeaseDir(str(lease_dir)).holders() == []
+            finally:
+                executor.close()
+        finally:
+            del os.environ["VCLI_SSH_USER_KNOWN_HOSTS"]

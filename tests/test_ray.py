@@ -225,7 +225,7 @@ def test_a_fraction_of_a_gpu_needs_an_executor_that_shares_gpus(tmp_path: Path) 
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "ERROR: (vcli.custom-jobs.create) argument --worker-pool-spec: workerpool0 asks for accelerator-count=0.25: "
-        "a fraction of a GPU needs --executor=docker, local or ray (the slurm executor gives each replica whole GPUs)"]
+        "a fraction of a GPU needs --executor=docker, local, ray or ssh (the slurm executor gives each replica whole GPUs)"]
 
 
 @pytest.mark.parametrize("count", ["0.00001", "1e-9", "0.33333"])

@@ -391,6 +391,11 @@ class LeaseDir:
                 return lease
         return None
 
+    def share_at(self, path: str) -> Lease | None:
+        """The share this process still holds whose lock file is `path` (its key)."""
+        with self._lock:
+            return next((lease for lease in self._shares if lease.path == path), None)
+
     def release_share(self, lease: Lease) -> None:
         """Close this process's descriptor of a share (handed to a supervisor, or not used)."""
         with self._lock:

@@ -55,8 +55,9 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, inf
     Prints `VCLI-LEASES {"socket": NAME, "path": DIR, "pid": PID}`, then answers each JSON
     request line with one JSON line:
 
-    - `{"op": "acquire", "indices": [...], "record": {...}}` -> `{"ok": true}`, or
-      `{"busy": INDEX, "holder": {...}}` (all or none, as `LeaseDir.acquire`);
+    - `{"op": "acquire", "indices": [...], "record": {...}, "share": F?}` -> `{"ok": true,
+      "keys": [...]}` (a share's key: its lock file), or `{"busy": INDEX, "holder": {...}}` (all
+      or none, as `LeaseDir.acquire`); `{"op": "release_share", "key": K}` gives a share back;
     - `{"op": "release", "indices": [...]}` -> `{"ok": true}`;
     - `{"op": "probe", "indices": [...]}` -> `{"held": [[INDEX, RECORD or null], ...]}`;
     - `{"op": "waiters"}` -> `{"waiters": [...]}`;
@@ -67,6 +68,7 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, inf
       `{"utilization": [[INDEX, PERCENT], ...]}`;
     - `{"op": "holders"}` -> `{"holders": [RECORD, ...]}`: every lease held there
       (`LeaseDir.holders`); `{"op": "policy"}` -> `{"policy": {...}}` (`gpuinfo.read_policy`);
+      `{"op": "memory_total"}`, `{"op": "ensure_mps"}` (`gpuinfo`'s, for shares);
     - `{"op": "queue", "key": K, "record": {...}}` / `{"op": "unqueue", "key": K}`: an entry in
       the host's waiting queue while a job waits (queueing K again marks another try);
     - anything that fails -> `{"error": TEXT}`.
@@ -106,7 +108,12 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, inf
 def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[str, Any]) -> dict[str, Any]:
     op = req["op"]
     if op == "acquire":
-        leases.acquire([int(i) for i in req["indices"]], dict(req.get("record") or {}))
+        got = leases.acquire([int(i) for i in req["indices"]], dict(req.get("record") or {}), share=req.get("share"))
+        return {"ok": True, **({"keys": [lease.path for lease in got]} if req.get("share") else {})}
+    if op == "release_share":
+        lease = leases.share_at(str(req["key"]))
+        if lease is not None:
+            leases.release_share(lease)
         return {"ok": True}
     if op == "release":
         leases.release([int(i) for i in req["indices"]])
@@ -144,6 +151,8 @@ _READS: dict[str, Any] = {
     "utilization": lambda leases: _pairs(leases.info().utilization()),
     "holders": lambda leases: leases.holders(),
     "policy": lambda leases: leases.info().read_policy(leases.path),
+    "memory_total": lambda leases: _pairs(leases.info().memory_total()),
+    "ensure_mps": lambda leases: leases.info().ensure_mps(),
 }
 
 
@@ -192,14 +201,19 @@ class _HandOff:
             if not chunk:
                 break
             data += chunk
-        indices = [int(i) for i in json.loads(data)["gpus"]]
-        held = [self.leases.held_here(i) for i in indices]
-        missing = [i for i, lease in zip(indices, held) if lease is None]
+        # Whole GPUs by index; shares by their key (the share's lock file).
+        wanted = [int(g) if str(g).isdigit() else str(g) for g in json.loads(data)["gpus"]]
+        held = [self.leases.held_here(g) if isinstance(g, int) else self.leases.share_at(g) for g in wanted]
+        missing = [g for g, lease in zip(wanted, held) if lease is None]
         if missing:
             raise ValueError(f"GPU(s) {missing} are not leased by this controller")
         fds = array.array("i", [lease.fd for lease in held if lease is not None])
         conn.sendmsg([b'{"ok": true}\n'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
-        self.leases.release(indices)  # in flight, then the wrapper's: the lock stays held
+        # In flight, then the wrapper's: the locks stay held.
+        self.leases.release([g for g in wanted if isinstance(g, int)])
+        for g, lease in zip(wanted, held):
+            if isinstance(g, str) and lease is not None:
+                self.leases.release_share(lease)
 
 
 

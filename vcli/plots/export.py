@@ -80,11 +80,16 @@ def table(spec: StudySpec, params: Sequence[ParameterSpec], trials: Sequence[Tri
                           final.step_count if final else None, t.start_time, t.end_time, _duration(t),
                           t.infeasible_reason, t.early_stopping_rule]
         if pbt:
-            lin = t.lineage
-            row += [lin.member if lin else None, lin.parent_trial_id if lin else None,
-                    lin.start_step if lin and lin.parent_trial_id else None]
+            row += _lineage(t)
         rows.append([*row, t.failure_class, t.retry_of, *([t.safe] if safety else [])])  # a FailureClass is its text
     return columns, rows
+
+
+def _lineage(t: Trial) -> list[Any]:
+    """A PBT trial's `pbt_member`, `pbt_parent_trial_id`, `pbt_start_step` cells."""
+    lin = t.lineage
+    return [lin.member if lin else None, lin.parent_trial_id if lin else None,
+            lin.start_step if lin and lin.parent_trial_id else None]
 
 
 def typed(p: ParameterSpec, value: ParameterValue) -> ParameterValue:

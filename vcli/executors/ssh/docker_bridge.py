@@ -242,6 +242,9 @@ class DockerOnHosts:
         (the Docker executor then removes the container)."""
         link = self._link(launch.placement.host)
         host = link.host
+        if launch.placement.gpu_share:
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: a share of a GPU runs "
+                                "as a process there (its runtime is docker; give the host `runtime: process`)")
         gpus = self._leases(launch, host) if self._leases is not None else None
         lease = self._lease_path(launch, link)
         socket_name, indices = (str(gpus[0].socket), gpus[1]) if gpus else ("-", ())

@@ -59,7 +59,6 @@ from vcli.executors.ssh.sync import ship
 from vcli.executors.ssh.transfer import download_dir, upload_seed_dirs
 from vcli.executors.ssh.trust import CONNECT_TIMEOUT, connect
 from vcli.logs import LogWriter, last_times
-from vcli.placement.gpulease import LeaseBusy, base_record
 from vcli.placement.hosts import Host, KnownHosts
 
 __all__ = ["SSHExecutor"]
@@ -135,24 +134,18 @@ class SSHExecutor(ExecutorBase):
                 leases = self._leases[name] = RemoteLeases(self._link(name), lease_dir_of(self._host(name)))
             return leases
 
-    def _replica_leases(self, launch: ReplicaLaunch, host: Host) -> tuple[RemoteLeases, tuple[int, ...]] | None:
+    def _replica_leases(self, launch: ReplicaLaunch, host: Host) -> tuple[RemoteLeases, list[int | str]] | None:
         """The leases a replica's supervisor (or container keeper) is to hold: those the placer took (the
-        rest are taken now). One another replica holds is an ExecutorError: a replica never
-        starts on a GPU it has no lease of."""
-        indices = tuple(launch.placement.gpu_indices or ())
-        if not indices:
+        rest are taken now; `RemoteLeases.replica_keys`). One another replica holds is an
+        ExecutorError: a replica never starts on a GPU it has no lease of."""
+        if not launch.placement.gpu_indices:
             return None
         leases = self.gpu_leases(host.name)
-        missing = [i for i in indices if leases.held_here(i) is None]
-        if missing:
-            try:
-                leases.acquire(missing, base_record(job=launch.job_id, trial=launch.trial_id, replica=launch.task_name))
-            except LeaseBusy as e:
-                raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: {e}.") from None
+        keys = leases.replica_keys(launch, host.name)
         if leases.socket is None:
             raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host.name}: its GPU lease "
                                 f"server is gone.")
-        return leases, indices
+        return leases, keys
 
     def _host_dead(self, host: Host, reason: str) -> None:
         with self._lock:

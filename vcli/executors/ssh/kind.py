@@ -63,6 +63,6 @@ def _for_handles(options: ExecutorOptions) -> Any:
 
 
 KIND = ExecutorType(name="ssh", summary="processes or containers on SSH hosts", build=_build,
-                    for_handles=_for_handles, places_itself=True,
+                    for_handles=_for_handles, places_itself=True, gpu_fractions=True,
                     # where the replica ran and keeps its files: host, workdir, jobDir, processGroup or container
                     describe_details=("remote", None))

@@ -23,17 +23,45 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from vcli.errors import ExecutorError
 from vcli.executors.ssh.link import HostLink, qargv
-from vcli.placement.gpulease import DEFAULT_DIR, LeaseBusy
+from vcli.placement.gpulease import DEFAULT_DIR, LeaseBusy, base_record
 from vcli.placement.leaseserver import HANDSHAKE
 
-__all__ = ["RemoteLeases"]
+__all__ = ["RemoteLeases", "RemoteShare"]
 
 #: How long one request may take before the server counts as lost (seconds).
 REPLY_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class RemoteShare:
+    """A share of GPU `index` the lease server holds for this controller; `key` names it there
+    (its lock file) and `record` is what it was taken with."""
+
+    index: int
+    key: str
+    record: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+class _RemoteInfo:
+    """`vcli.placement.gpuinfo` of an SSH host, through its lease server."""
+
+    def __init__(self, leases: RemoteLeases) -> None:
+        self.leases = leases
+
+    def memory_total(self) -> dict[int, int]:
+        return {int(i): int(m) for i, m in self.leases._pairs("memory_total") if isinstance(m, int)}
+
+    def ensure_mps(self) -> str | None:
+        try:
+            why = self.leases._call({"op": "ensure_mps"}).get("ensure_mps")
+        except ExecutorError as e:
+            return str(e)
+        return why if isinstance(why, str) else None
 
 
 class RemoteLeases:
@@ -50,6 +78,8 @@ class RemoteLeases:
         self.socket: str | None = None
         #: Indices the server holds for this controller (not yet handed to a replica).
         self._held: set[int] = set()
+        #: Shares of a GPU the server holds for this controller (not yet handed to a replica).
+        self._shares: list[RemoteShare] = []
         self._keys = itertools.count()
 
     # ------------------------------------------------------------------ the server
@@ -117,6 +147,7 @@ class RemoteLeases:
                 self._conn.channels = max(0, self._conn.channels - 1)
         self._conn = self._chan = self._reader = self.socket = None
         self._held.clear()
+        self._shares.clear()
 
     def close(self) -> None:
         """Stop the server: leases not handed to a replica end."""
@@ -125,11 +156,13 @@ class RemoteLeases:
 
     # ------------------------------------------------------------------ LeaseDir's interface
 
-    def acquire(self, indices: Iterable[int], record: Mapping[str, Any]) -> list[int]:
-        """Lease every index or none; raises `LeaseBusy` (also when the host cannot be asked)."""
+    def acquire(self, indices: Iterable[int], record: Mapping[str, Any], *, share: float | None = None) -> list[Any]:
+        """Lease every index or none (with `share`: a share of one GPU, a `RemoteShare`); raises
+        `LeaseBusy` (also when the host cannot be asked)."""
         wanted = sorted(set(int(i) for i in indices))
         try:
-            reply = self._call({"op": "acquire", "indices": wanted, "record": dict(record)})
+            reply = self._call({"op": "acquire", "indices": wanted, "record": dict(record),
+                                **({"share": share} if share else {})})
         except ExecutorError as e:
             raise LeaseBusy(wanted[0] if wanted else -1, {"unavailable": str(e)}) from None
         if "busy" in reply:
@@ -137,19 +170,66 @@ class RemoteLeases:
             raise LeaseBusy(int(reply["busy"]), holder if isinstance(holder, dict) else {})
         if not reply.get("ok"):
             raise LeaseBusy(wanted[0] if wanted else -1, {"unavailable": str(reply.get("error") or reply)})
+        if share:
+            got = [RemoteShare(wanted[0], str(key), dict(record)) for key in reply.get("keys") or []]
+            with self._lock:
+                self._shares.extend(got)
+            return got
         with self._lock:
             self._held.update(wanted)
         return wanted
+
+    def held_share(self, index: int, **owner: Any) -> RemoteShare | None:
+        """The share of GPU `index` the server holds for this controller whose record says `owner`."""
+        with self._lock:
+            return next((s for s in self._shares if s.index == int(index)
+                         and all(s.record.get(k) == v for k, v in owner.items())), None)
+
+    def release_share(self, share: RemoteShare, *, handed: bool = False) -> None:
+        """Give a share back (`handed`: a replica's wrapper took it; the server holds it no more)."""
+        with self._lock:
+            if share not in self._shares:
+                return
+            self._shares.remove(share)
+        if not handed:
+            try:
+                self._call({"op": "release_share", "key": share.key}, start=False)
+            except ExecutorError:
+                pass
+
+    def replica_keys(self, launch: Any, host_name: str) -> list[int | str]:
+        """What a placed replica's wrapper takes over from the server: its GPU indices, or its
+        share's key; those the placer did not take (a resumed job's replica that never started)
+        are taken now. One another replica holds is an ExecutorError."""
+        indices = [int(i) for i in launch.placement.gpu_indices]
+        owner = {"job": launch.job_id, "replica": launch.task_name}
+        share = launch.placement.gpu_share
+        held = [self.held_share(i, **owner) for i in indices] if share else []
+        missing = [i for n, i in enumerate(indices) if (held[n] is None if share else self.held_here(i) is None)]
+        try:
+            taken = self.acquire(missing, {**base_record(trial=launch.trial_id, **owner)}, share=share) if missing else []
+        except LeaseBusy as e:
+            raise ExecutorError(f"Cannot start replica {launch.task_name} on host {host_name}: {e}.") from None
+        if share:
+            return [s.key for s in [*(h for h in held if h is not None), *taken]]
+        return list(indices)
 
     def held_here(self, index: int) -> bool | None:
         """True while the server holds `index` for this controller (None otherwise)."""
         with self._lock:
             return True if int(index) in self._held else None
 
-    def handed_over(self, indices: Iterable[int]) -> None:
-        """A replica's wrapper took these leases: the server no longer holds them."""
+    def handed_over(self, keys: Iterable[int | str]) -> None:
+        """A replica's wrapper took these leases (indices, or shares' keys): the server no
+        longer holds them."""
+        keys = list(keys)
         with self._lock:
-            self._held.difference_update(int(i) for i in indices)
+            self._held.difference_update(int(k) for k in keys if isinstance(k, int))
+            self._shares = [s for s in self._shares if s.key not in keys]
+
+    def info(self) -> _RemoteInfo:
+        """The host's `vcli.placement.gpuinfo`, asked through the server (what shares need)."""
+        return _RemoteInfo(self)
 
     def release(self, indices: Iterable[int]) -> None:
         """Give back what the server still holds of `indices` (idempotent, never raises)."""

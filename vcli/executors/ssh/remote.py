@@ -193,7 +193,7 @@ def install_tools(link: HostLink) -> Tools:
 def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: str, python: str, tools: Tools,
                          status: str, log: str, tag: str, lease: str, timeout: float = DEFAULT_ORPHAN_TIMEOUT,
                          mkdirs: Sequence[str] = (), secrets: Sequence[str] = (),
-                         grace: float = ORPHAN_GRACE_SECONDS, gpu_leases: tuple[str, Sequence[int]] | None = None) -> str:
+                         grace: float = ORPHAN_GRACE_SECONDS, gpu_leases: tuple[str, Sequence[int | str]] | None = None) -> str:
     """The command string for a replica: every piece is quoted; env goes as NAME=VALUE arguments.
 
     `secrets` are the names of the variables the executor sends on stdin after starting the
@@ -214,7 +214,7 @@ def build_remote_command(argv: Sequence[str], env: Mapping[str, str], *, cwd: st
     wrapper = [python, "-S", tools.wrapper, "run", tools.supervisor, status, log, tag, f"{grace:g}", lease,
                f"{timeout:g}"]
     if gpu_leases is not None:
-        wrapper += ["--lease-from", gpu_leases[0], "--lease-gpus", ",".join(str(int(i)) for i in gpu_leases[1])]
+        wrapper += ["--lease-from", gpu_leases[0], "--lease-gpus", ",".join(str(k) for k in gpu_leases[1])]
     if secrets:
         wrapper.append("--secrets")
     for name in secrets:

@@ -559,7 +559,7 @@ def _main_run(args: list[str]) -> int:
     rest = head[7:]
     gpu_leases = None
     if len(rest) >= 4 and rest[0] == "--lease-from" and rest[2] == "--lease-gpus":
-        gpu_leases = (rest[1], [int(i) for i in rest[3].split(",") if i])
+        gpu_leases = (rest[1], [int(i) if i.isdigit() else i for i in rest[3].split(",") if i])  # a share: its key
         rest = rest[4:]
     secrets = bool(rest) and rest[0] == "--secrets"
     rest = rest[1:] if secrets else rest
