@@ -1011,9 +1011,10 @@ def test_a_hung_nvidia_smi_is_one_warning_and_asked_once(tmp_path: Path, monkeyp
 
 
 def test_shares_of_an_ssh_hosts_gpu_come_from_its_own_lease_policy_and_server(tmp_path: Path) -> None:
-    """On an SSH host whose lease policy says `gpu_sharing: shared`, the placer takes two 0.5
-    shares of GPU 0 through the host's lease server (packed onto one GPU), a third waits, and
-    a host whose policy names no mechanism refuses a share in one line."""
+    """On an SSH host whose lease policy (set through its lease server) says `gpu_sharing:
+    shared`, the placer takes two 0.5 shares of GPU 0 through the server (packed onto one GPU),
+    a third goes to GPU 1, a fifth waits; a host whose policy names no mechanism refuses a share
+    in one line."""
     from tests.harness import loopback_sshd
     from vcli.control.wiring import ssh_executor
     from vcli.placement.gpus import GpuAllocator, GpusBusyError
@@ -1039,8 +1040,12 @@ def test_shares_of_an_ssh_hosts_gpu_come_from_its_own_lease_policy_and_server(tm
                 allocator.declare("lo", count=2)
                 with pytest.raises(SharingError, match="needs host lo's lease policy to name how its GPUs are shared"):
                     allocator.allocate_share("lo", 0.5, record={"job": "a"})
-                (lease_dir / "policy.yaml").write_text("gpu_sharing: shared\n")
-                time.sleep(2.1)  # the policy is read again after RELOAD_SECONDS
+                # Set through the host's lease server, as `vcli hosts policy lo --set` does.
+                from vcli.placement import leasepolicy
+
+                assert leasepolicy.write(allocator.leases["lo"], {"gpu_sharing": "shared"}) == str(lease_dir / "policy.yaml")
+                assert (lease_dir / "policy.yaml").read_text() == "gpu_sharing: shared\n"
+                assert (lease_dir / "policy.yaml").stat().st_mode & 0o777 == 0o644
                 got = [allocator.allocate_share("lo", 0.5, record={"job": f"j{n}", "replica": "workerpool0-0"})
                        for n in range(3)]
                 assert [index for index, _ in got] == [0, 0, 1]  # packed: GPU 1 only once GPU 0 is full

@@ -313,39 +313,35 @@ def hosts_policy(
 
     The policy is `policy.yaml` in the host's lease directory, enforced by every vcli process
     that leases GPUs there. Only root or the owner of the lease directory can set it (`--set`,
-    `--unset`, on the host itself); anyone can show it. A policy file that is not to be trusted
+    `--unset`; on an SSH host, as its login user there); anyone can show it. A policy file that is not to be trusted
     (another user's, or writable by others) is shown with the reason it is ignored."""
     from vcli import properties
-    from vcli.errors import InvalidValueError, NotFoundError
+    from vcli.errors import NotFoundError
     from vcli.placement import hosts as H
     from vcli.placement import leasepolicy
     from vcli.placement.gpus import local_leases
 
+    executor = None
     if name != H.LOCAL:
         inventory = H.load_inventory()
         if name not in inventory:
             raise NotFoundError(f"Host [{name}] is not in the inventory ({H.hosts_file()}); see `vcli hosts list`.")
-        if set_ or unset:
-            raise InvalidValueError("--set", f"the policy of SSH host {name} is set on the host: run `vcli hosts "
-                                    "policy --set ...` there as root or as the owner of its lease directory")
         from vcli.control.wiring import ssh_executor
 
         executor = ssh_executor([inventory[name]])
-        try:
-            _show_policy(name, executor.gpu_leases(name), fmt)
-        finally:
+    try:
+        leases = executor.gpu_leases(name) if executor is not None else local_leases(properties.gpu_lease_dir())
+        if set_ or unset:
+            try:
+                current = leasepolicy.load(leases, fresh=True).as_dict()
+            except leasepolicy.LeasePolicyError as e:  # what --set is for: the file is replaced
+                _err(f"WARNING: {e}; --set starts from an empty policy.")
+                current = {}
+            leasepolicy.write(leases, leasepolicy.set_keys(current, set_ or [], unset or []))
+        _show_policy(name, leases, fmt)
+    finally:
+        if executor is not None:
             executor.close()
-        return
-    leases = local_leases(properties.gpu_lease_dir())
-    if set_ or unset:
-        try:
-            current = leasepolicy.load(leases, fresh=True).as_dict()
-        except leasepolicy.LeasePolicyError as e:  # what --set is for: the file is replaced
-            _err(f"WARNING: {e}; --set starts from an empty policy.")
-            current = {}
-        new = leasepolicy.set_keys(current, set_ or [], unset or [])
-        leasepolicy.write(leases.path, new)
-    _show_policy(H.LOCAL, leases, fmt)
 
 
 def _show_policy(host: str, leases: Any, fmt: Optional[str]) -> None:

@@ -18,7 +18,7 @@ import stat
 import subprocess
 from typing import Any, Iterable
 
-__all__ = ["busy_reason", "ensure_mps", "gpu_processes", "memory_total", "nvidia_busy", "read_policy", "utilization"]
+__all__ = ["busy_reason", "ensure_mps", "gpu_processes", "memory_total", "nvidia_busy", "read_policy", "utilization", "write_policy"]
 
 #: How long one nvidia-smi query may take (a GPU fallen off the bus makes it hang).
 SMI_TIMEOUT = 10.0
@@ -176,6 +176,43 @@ def read_policy(lease_dir: str) -> dict[str, Any]:
             return {"path": path, "text": os.read(fd, 65536).decode("utf-8", "replace")}
         finally:
             os.close(fd)
+    finally:
+        os.close(top)
+
+
+def write_policy(lease_dir: str, text: str) -> dict[str, Any]:
+    """Write `text` as the lease directory's policy file, atomically (a new file, then a
+    rename), making the directory as the lease library does (sticky, like /tmp) if need be:
+    `{"path"}`, or `{"path", "error"}` (only root or the directory's owner may write it)."""
+    path = os.path.join(lease_dir, POLICY_FILE)
+    try:
+        os.mkdir(lease_dir, 0o1777)
+        os.chmod(lease_dir, 0o1777)  # ours: the umask took bits away
+    except OSError:
+        pass  # it exists (or cannot be made: the open below says why)
+    try:
+        top = os.open(lease_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        return {"path": path, "error": f"{lease_dir}: {e.strerror}"}
+    try:
+        owner = os.fstat(top).st_uid
+        if os.geteuid() not in (0, owner):
+            return {"path": path, "error": f"only root or the owner of {lease_dir} ({_user(owner)}) may set its lease "
+                    "policy"}
+        tmp = f".{POLICY_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=top)
+        try:
+            os.fchmod(fd, 0o644)  # ours: readable by every vcli user of the host, whatever the umask
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        try:
+            os.rename(tmp, POLICY_FILE, src_dir_fd=top, dst_dir_fd=top)
+        except OSError as e:
+            os.unlink(tmp, dir_fd=top)
+            why = "another user's file is in the way" if e.errno == errno.EPERM else e.strerror
+            return {"path": path, "error": f"{path}: {why}"}
+        return {"path": path}
     finally:
         os.close(top)
 

@@ -485,6 +485,10 @@ class LeaseDir:
         """The host's lease policy file (`gpuinfo.read_policy`)."""
         return self.info().read_policy(self.path)
 
+    def write_policy(self, text: str) -> dict[str, Any]:
+        """Write the host's lease policy file (`gpuinfo.write_policy`)."""
+        return self.info().write_policy(self.path, text)
+
     def gpu_processes(self) -> dict[int, list[dict[str, Any]]]:
         """Who holds GPU memory on this host (`gpuinfo.gpu_processes`)."""
         return self.info().gpu_processes()

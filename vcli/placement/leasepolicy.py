@@ -20,10 +20,7 @@ lease record) gives its GPUs back and waits.
 
 from __future__ import annotations
 
-import errno
 import math
-import os
-import pwd
 import sys
 import time
 from dataclasses import dataclass, field
@@ -345,41 +342,13 @@ def set_keys(current: Mapping[str, Any], assignments: Sequence[str], removals: S
     return parse(policy_text(out), "--set").as_dict()
 
 
-def write(lease_dir: str, policy: Mapping[str, Any]) -> str:
-    """Write `policy` as the lease directory's policy file (atomically: a new file, then a
-    rename); only root or the directory's owner may (others' files there are not trusted).
-    Returns the file's path; `LeasePolicyError` says why it cannot be written."""
-    from vcli.placement.gpuinfo import POLICY_FILE
-
-    path = os.path.join(lease_dir, POLICY_FILE)
-    try:
-        os.mkdir(lease_dir, 0o1777)  # as `gpulease.LeaseDir` makes it: sticky, like /tmp
-        os.chmod(lease_dir, 0o1777)  # ours: the umask took bits away
-    except OSError:
-        pass  # it exists (or cannot be made: the open below says why)
-    try:
-        top = os.open(lease_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
-        raise LeasePolicyError(f"cannot set the lease policy: {lease_dir}: {e.strerror}") from None
-    try:
-        owner = os.fstat(top).st_uid
-        if os.geteuid() not in (0, owner):
-            raise LeasePolicyError(f"only root or the owner of {lease_dir} ({pwd.getpwuid(owner).pw_name}) may set "
-                                   "its lease policy")
-        tmp = f".{POLICY_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=top)
-        try:
-            os.fchmod(fd, 0o644)  # ours: readable by every vcli user of the host, whatever the umask
-            os.write(fd, policy_text(policy).encode())
-        finally:
-            os.close(fd)
-        try:
-            os.rename(tmp, POLICY_FILE, src_dir_fd=top, dst_dir_fd=top)
-        except OSError as e:
-            os.unlink(tmp, dir_fd=top)
-            why = "another user's file is in the way" if e.errno == errno.EPERM else e.strerror
-            raise LeasePolicyError(f"cannot set the lease policy: {path}: {why}") from None
-    finally:
-        os.close(top)
+def write(leases: Any, policy: Mapping[str, Any]) -> str:
+    """Write `policy` as the policy file of the host whose lease directory is `leases` (a
+    `LeaseDir`, or an SSH host's `RemoteLeases`: written there by its lease server), atomically;
+    only root or the directory's owner may. Returns the file's path; `LeasePolicyError` says
+    why it cannot be written."""
+    done = leases.write_policy(policy_text(policy))
     _CACHE.clear()
-    return path
+    if done.get("error"):
+        raise LeasePolicyError(f"cannot set the lease policy: {done['error']}")
+    return str(done.get("path"))

@@ -69,6 +69,7 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, inf
     - `{"op": "holders"}` -> `{"holders": [RECORD, ...]}`: every lease held there
       (`LeaseDir.holders`); `{"op": "policy"}` -> `{"policy": {...}}` (`gpuinfo.read_policy`);
       `{"op": "memory_total"}`, `{"op": "ensure_mps"}` (`gpuinfo`'s, for shares);
+      `{"op": "write_policy", "text": YAML}` -> `{"done": {"path", "error"?}}` (`gpuinfo.write_policy`);
     - `{"op": "queue", "key": K, "record": {...}}` / `{"op": "unqueue", "key": K}`: an entry in
       the host's waiting queue while a job waits (queueing K again marks another try);
     - anything that fails -> `{"error": TEXT}`.
@@ -132,6 +133,8 @@ def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[
         if entry is not None:
             entry.close()
         return {"ok": True}
+    if op == "write_policy":
+        return {"done": leases.write_policy(str(req["text"]))}
     if op in _READS:
         return {op: _READS[op](leases)}
     if op == "ping":

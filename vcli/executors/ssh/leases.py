@@ -300,6 +300,14 @@ class RemoteLeases:
         policy = reply.get("policy")
         return policy if isinstance(policy, dict) else {}
 
+    def write_policy(self, text: str) -> dict[str, Any]:
+        """Write the host's lease policy file there, as its login user (`gpuinfo.write_policy`)."""
+        try:
+            done = self._call({"op": "write_policy", "text": text}).get("done")
+        except ExecutorError as e:
+            return {"path": f"{self.link.host.name}:{self.path}", "error": str(e)}
+        return done if isinstance(done, dict) else {"error": f"the lease server answered {done!r}"}
+
     def _pairs(self, op: str) -> list[tuple[Any, Any]]:
         try:
             reply = self._call({"op": op})
