@@ -108,19 +108,8 @@ def serve(path: str, lib: ModuleType, stdin: Any = None, stdout: Any = None, inf
 
 def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[str, Any]) -> dict[str, Any]:
     op = req["op"]
-    if op == "acquire":
-        got = leases.acquire([int(i) for i in req["indices"]], dict(req.get("record") or {}), share=req.get("share"))
-        return {"ok": True, **({"keys": [lease.path for lease in got]} if req.get("share") else {})}
-    if op == "release_share":
-        lease = leases.share_at(str(req["key"]))
-        if lease is not None:
-            leases.release_share(lease)
-        return {"ok": True}
-    if op == "release":
-        leases.release([int(i) for i in req["indices"]])
-        return {"ok": True}
-    if op == "probe":
-        return {"held": [[i, rec] for i, rec in leases.probe([int(i) for i in req["indices"]]).items()]}
+    if op in _WITH_ARGUMENTS:
+        return _WITH_ARGUMENTS[op](leases, req)
     if op == "queue":
         key = str(req["key"])
         if key in waiting:
@@ -133,13 +122,38 @@ def _answer(lib: ModuleType, leases: Any, waiting: dict[str, Any], req: Mapping[
         if entry is not None:
             entry.close()
         return {"ok": True}
-    if op == "write_policy":
-        return {"done": leases.write_policy(str(req["text"]))}
     if op in _READS:
         return {op: _READS[op](leases)}
     if op == "ping":
         return {"ok": True}
     raise ValueError(f"unknown op {op!r}")
+
+
+def _acquire(leases: Any, req: Mapping[str, Any]) -> dict[str, Any]:
+    got = leases.acquire([int(i) for i in req["indices"]], dict(req.get("record") or {}), share=req.get("share"))
+    return {"ok": True, **({"keys": [lease.path for lease in got]} if req.get("share") else {})}
+
+
+def _release_share(leases: Any, req: Mapping[str, Any]) -> dict[str, Any]:
+    lease = leases.share_at(str(req["key"]))
+    if lease is not None:
+        leases.release_share(lease)
+    return {"ok": True}
+
+
+def _release(leases: Any, req: Mapping[str, Any]) -> dict[str, Any]:
+    leases.release([int(i) for i in req["indices"]])
+    return {"ok": True}
+
+
+#: The requests that carry arguments (take, give back, probe, write): op -> its answer.
+_WITH_ARGUMENTS: dict[str, Any] = {
+    "acquire": _acquire,
+    "release": _release,
+    "release_share": _release_share,
+    "probe": lambda leases, req: {"held": [[i, rec] for i, rec in leases.probe([int(i) for i in req["indices"]]).items()]},
+    "write_policy": lambda leases, req: {"done": leases.write_policy(str(req["text"]))},
+}
 
 
 def _pairs(mapping: Mapping[int, Any]) -> list[list[Any]]:
