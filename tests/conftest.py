@@ -80,6 +80,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     # (the fake executor on a fake clock), the CLI's parsing and errors, reports and exports.
     "test_custom_jobs": ("integration",),
     "test_hp_tuning": ("integration",),
+    "test_katib::test_a_random_experiment_runs_with_stdout_metrics": ("integration",),
+    "test_katib::test_a_bayesian_experiment_with_medianstop_runs": ("integration",),
+    "test_katib::test_a_grid_experiment_runs_every_point": ("integration",),
     "test_mcp": ("integration",),
     "test_study_algorithms": ("integration",),
     "test_pbt_study": ("integration",),

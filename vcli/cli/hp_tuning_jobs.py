@@ -83,6 +83,7 @@ def create(
     shm_size: o.ShmSize = None,
     tracking_uri: o.TrackingUri = None,
     validate_only: Annotated[bool, typer.Option("--validate-only", help="Check and print the resolved study; launch nothing.")] = False,
+    print_vertex: Annotated[bool, typer.Option("--print-vertex", help="vcli: print the Vertex HyperparameterTuningJob YAML of --config (a Katib Experiment converted) and exit; launch nothing.")] = False,
     async_: Annotated[bool, typer.Option("--async", help="Return once the study is submitted; it runs in a background vcli process.")] = False,
     fmt: o.Format = None,
 ) -> None:
@@ -97,17 +98,21 @@ def create(
 
     check_format(fmt)
     executor_settings = o.executor_settings(ray_address, slurm_partition, slurm_account, slurm_qos)
+    loaded, katib = _read_config(config)
     doc, source = codec.hp_tuning_document(
         config=config, parameter_specs=parameter_spec, metrics=metric, worker_pool_specs=worker_pool_spec,
-        algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping,
+        algorithm=algorithm.value if algorithm is not None else None, early_stopping=early_stopping, loaded=loaded,
     )
+    goal_value, seed = _katib_defaults(katib, goal_value, seed)
     request = study_request(doc, source, StudyFlags(
         display_name, max_trial_count, parallel_trial_count, max_failed_trial_count, args, command_,
         measurement_selection.spec_value() if measurement_selection is not None else None, study_timeout, goal_value,
         algorithm_flag=algorithm is not None, early_stopping_flag=early_stopping is not None,
         metric_flag=bool(metric), parameter_flag=bool(parameter_spec), worker_pool_flag=bool(worker_pool_spec)))
-    for notice in request.notices:
+    for notice in request.notices + _katib_notes(katib):
         err(notice)
+    if print_vertex:
+        raise typer.Exit(_print_vertex(doc, katib))
     enqueued = _enqueued(request.spec, enqueue_trial or [])
     # gcloud puts these in trialJobSpec; they change nothing locally (the notice says so).
     spec = replace(request.spec, trial_job_spec=with_cloud_settings(
@@ -152,6 +157,44 @@ def create(
             raise typer.Exit(run_in_foreground(study, fmt, notices=notices))
     finally:
         study.close()
+
+
+def _read_config(config: Optional[str]) -> tuple[Any, Any]:
+    """--config's (document, source) read once, and its Katib conversion (`vcli.codec.katib`;
+    None for a Vertex document); (None, None) without --config."""
+    if not config:
+        return None, None
+    from vcli.codec.katib import read_config
+
+    return read_config(config)
+
+
+def _katib_defaults(katib: Any, goal_value: Optional[float], seed: Optional[int]) -> tuple[Optional[float], Optional[int]]:
+    """--goal-value and --seed, else a Katib Experiment's objective.goal and random_state."""
+    if katib is None:
+        return goal_value, seed
+    return (katib.goal_value if goal_value is None else goal_value), (katib.seed if seed is None else seed)
+
+
+def _katib_notes(katib: Any) -> list[str]:
+    """The one `Note:` line of a Katib Experiment's fields that vcli does not honour (none at
+    --verbosity=error or quieter, as gcloud's notes)."""
+    from vcli.cli.support import state
+
+    note = katib.note() if katib is not None else None
+    return [note] if note and state["verbosity"] not in ("error", "critical", "none") else []
+
+
+def _print_vertex(doc: Any, katib: Any) -> int:
+    """--print-vertex: the study's HyperparameterTuningJob document as YAML on stdout (with the
+    flags a Katib Experiment needs beside it as a comment); 0."""
+    from vcli.codec import to_yaml
+
+    flags = katib.flags() if katib is not None else []
+    if flags:
+        print(f"# with: vcli hp-tuning-jobs create --config=THIS_FILE {' '.join(flags)}")
+    sys.stdout.write(to_yaml(doc))
+    return 0
 
 
 def _warm_start(source: Optional[str], spec: Any) -> Any:

@@ -386,12 +386,14 @@ def hp_tuning_document(
     worker_pool_specs: Sequence[str] | None,
     algorithm: str | None,
     early_stopping: str | None = None,
+    loaded: tuple[Any, str] | None = None,
 ) -> tuple[Any, str]:
     """The HyperparameterTuningJob document from --config and/or the vcli study flags (a flag
     replaces the config's field), and its source's name. Errors come in the flags' order:
     the config, --parameter-spec, --metric, --worker-pool-spec, --algorithm, --early-stopping,
-    then a missing --config."""
-    doc, source = _config_document(config) if config else ({}, "<flags>")
+    then a missing --config. `loaded`: --config's document and source, read already (a Katib
+    Experiment converted, `vcli.codec.katib`)."""
+    doc, source = _config_document(config, loaded) if config else ({}, "<flags>")
     if parameter_specs:
         _set_study_field(doc, "parameters", parameters_from_flags(parameter_specs))
     if metrics:
@@ -419,9 +421,10 @@ def hp_tuning_document(
     return doc, source
 
 
-def _config_document(config: str) -> tuple[dict[str, Any], str]:
-    """--config's mapping (a copy; {} for an empty file) and its source's name."""
-    loaded, source = load_document(config)
+def _config_document(config: str, read: tuple[Any, str] | None = None) -> tuple[dict[str, Any], str]:
+    """--config's mapping (a copy; {} for an empty file) and its source's name (`read`: the
+    document and source read already)."""
+    loaded, source = read if read is not None else load_document(config)
     refuse_whole_resource(loaded, source, "HyperparameterTuningJob")
     if loaded is not None and not isinstance(loaded, dict):
         raise ConfigError(f"Invalid value for [--config]: {source}: expected a HyperparameterTuningJob mapping")
