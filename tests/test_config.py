@@ -319,8 +319,8 @@ def test_non_integer_replica_count_is_a_usage_error():
     assert "replica-count" in str(info.value) and "two" in str(info.value)
     with pytest.raises(UsageError) as info:
         cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=one")
-    assert "accelerator-count" in str(info.value) and "--executor=ray" in str(info.value)
-    # A fraction parses (a share of a GPU on the ray executor; the others refuse it, tests/test_ray.py).
+    assert "accelerator-count" in str(info.value) and "a share of a GPU, such as 0.5" in str(info.value)
+    # A fraction parses (a share of a GPU; executors that cannot share one refuse it, tests/test_ray.py).
     assert cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=1.5")["accelerator-count"] == 1.5
     assert type(cfg.parse_worker_pool_spec("machine-type=n1,accelerator-type=NVIDIA_L4,accelerator-count=2")["accelerator-count"]) is int
 
