@@ -83,7 +83,8 @@ class Vertex:
     int64: bool = False
     #: A google.protobuf.Duration (`8000s`) held as seconds.
     duration: bool = False
-    #: vcli: an int32 that may be a fraction on the ray executor (`accelerator-count=0.25`: a share of a GPU).
+    #: vcli: an int32 that may be a fraction (`accelerator-count=0.25`: a share of a GPU; Ray's, or a host's
+    #: lease policy's `gpu_sharing`).
     fractional: bool = False
     #: A str that Vertex types as an enum: the accepted names, in Vertex's order.
     choices: tuple[str, ...] = ()
